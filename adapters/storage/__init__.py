@@ -1,0 +1,1 @@
+"""Storage adapters: the SQLite store and its migrations runner."""

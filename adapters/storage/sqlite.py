@@ -1,0 +1,446 @@
+"""The SQLite store: every SQL statement of the companion, with the privacy predicates inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiosqlite
+
+from adapters.storage.migrate import migrate
+from core.errors import StoreError
+from core.model import (
+    Account,
+    Conversation,
+    ConversationKey,
+    Mode,
+    PadEntry,
+    Segment,
+    Summary,
+    TimelineItem,
+)
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_COLUMNS = (
+    "id, conversation_id, anchor_message_id, started_at, last_activity_at, ended_at, end_reason, expires_at"
+)
+
+
+class SqliteStore:
+    """One aiosqlite connection, serialised by a lock so transactions never interleave.
+
+    PRAGMAs, set on every connection:
+    - foreign_keys=ON, read back and checked (SQLite ignores it silently inside a
+      transaction, and every cascade of the privacy design depends on it);
+    - journal_mode=WAL, so readers do not block the writer;
+    - synchronous=FULL: each commit is fsynced, so a stored user message survives
+      power loss as well as a crash; a chat turn commits a handful of times, and a
+      few milliseconds of fsync are nothing beside a model call;
+    - secure_delete=ON, so deleted private text is overwritten, not left in free pages;
+    - busy_timeout, so a second process (a backup, `companion chat`) waits instead of failing.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    # --- lifecycle ----------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._db is not None:
+            return
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = await aiosqlite.connect(self.path, isolation_level=None)
+        except Exception as exc:  # sqlite3.Error or OSError, with the path in words
+            raise StoreError(f"cannot open the database at {self.path}: {exc}") from exc
+        try:
+            await self._configure(db)
+            await migrate(db)
+        except BaseException:
+            await db.close()
+            raise
+        self._db = db
+
+    async def aclose(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
+
+    async def __aenter__(self) -> SqliteStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @staticmethod
+    async def _configure(db: aiosqlite.Connection) -> None:
+        db.row_factory = aiosqlite.Row
+        await db.execute("PRAGMA foreign_keys = ON")
+        await db.execute("PRAGMA journal_mode = WAL")
+        await db.execute("PRAGMA synchronous = FULL")
+        await db.execute("PRAGMA secure_delete = ON")
+        await db.execute("PRAGMA busy_timeout = 5000")
+        async with db.execute("PRAGMA foreign_keys") as cur:
+            row = await cur.fetchone()
+        if not row or row[0] != 1:
+            raise StoreError("SQLite refused PRAGMA foreign_keys=ON; the privacy cascades cannot work without it")
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreError("the store is not started")
+        return self._db
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            db = self.db
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            else:
+                await db.execute("COMMIT")
+
+    async def _one(self, sql: str, params: tuple | dict = ()) -> aiosqlite.Row | None:
+        async with self._lock:
+            async with self.db.execute(sql, params) as cur:
+                return await cur.fetchone()
+
+    async def _all(self, sql: str, params: tuple | dict = ()) -> list[aiosqlite.Row]:
+        async with self._lock:
+            async with self.db.execute(sql, params) as cur:
+                return list(await cur.fetchall())
+
+    # --- people, accounts, conversations -----------------------------------
+
+    async def ensure_account(self, platform: str, user_id: str, display_name: str | None, now: float) -> Account:
+        async with self._tx() as db:
+            async with db.execute(
+                "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?",
+                (platform, user_id),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                cur = await db.execute(
+                    "INSERT INTO people (display_name, created_at) VALUES (?, ?)", (display_name, now)
+                )
+                person_id = cur.lastrowid
+                cur = await db.execute(
+                    "INSERT INTO accounts (person_id, platform, platform_user_id, created_at) VALUES (?, ?, ?, ?)",
+                    (person_id, platform, user_id, now),
+                )
+                return Account(cur.lastrowid, person_id, platform, user_id)
+            return Account(row["id"], row["person_id"], platform, user_id)
+
+    async def ensure_conversation(
+        self, key: ConversationKey, kind: str, person_id: int | None, now: float
+    ) -> Conversation:
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO conversations (platform, chat_id, kind, person_id, created_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (platform, chat_id) DO NOTHING",
+                (key.platform, key.chat_id, kind, person_id if kind == "direct" else None, now),
+            )
+            async with db.execute(
+                "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?",
+                (key.platform, key.chat_id),
+            ) as cur:
+                row = await cur.fetchone()
+        return Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
+
+    # --- the timeline -------------------------------------------------------
+
+    async def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        text: str,
+        now: float,
+        *,
+        segment_id: int | None = None,
+        kind: str = "chat",
+        account_id: int | None = None,
+    ) -> int:
+        """Append a message. A message with a segment is private: its capture is 'skipped' here,
+        whatever any caller wants, and the schema's CHECK refuses anything else."""
+        mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
+        capture = "pending" if (mode == "normal" and kind == "chat") else "skipped"
+        async with self._tx() as db:
+            cur = await db.execute(
+                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, segment_id, account_id, mode, role, kind, text, capture, now),
+            )
+            if segment_id is not None:
+                await db.execute(
+                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
+                )
+            return cur.lastrowid
+
+    async def view(
+        self,
+        conversation_id: int,
+        *,
+        visible_segment: int | None,
+        after: int,
+        upto: int | None = None,
+        limit: int,
+        newest_first: bool = True,
+    ) -> list[TimelineItem]:
+        """The conversation as one mode may see it: `limit` items after the watermark `after`.
+
+        Normal messages are always visible. Messages of `visible_segment` (the private
+        segment being lived in, or None in normal mode) are visible. Every other segment
+        appears as exactly one placeholder: its rows are never read here, because the
+        placeholders come from the segments table and the message queries name the
+        segment they may read.
+        Returns items in timeline order (oldest first) either way; `newest_first`
+        chooses which end of the range `limit` keeps.
+        """
+        order = "DESC" if newest_first else "ASC"
+        upto_sql = "" if upto is None else " AND id <= :upto"
+        params = {"c": conversation_id, "s": visible_segment, "after": after, "upto": upto, "n": limit}
+        normal = await self._all(
+            "SELECT id, role, text FROM messages"
+            " WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'"
+            f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
+            params,
+        )
+        items = [TimelineItem(r["id"], r["role"], r["text"]) for r in normal]
+        if visible_segment is not None:
+            own = await self._all(
+                "SELECT id, role, text FROM messages"
+                " WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'"
+                f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
+                params,
+            )
+            items += [TimelineItem(r["id"], r["role"], r["text"]) for r in own]
+        anchor_upto = "" if upto is None else " AND anchor_message_id < :upto"
+        masked = await self._all(
+            "SELECT id, anchor_message_id FROM segments"
+            " WHERE conversation_id = :c AND id IS NOT :s"
+            f" AND anchor_message_id >= :after{anchor_upto}"
+            f" ORDER BY anchor_message_id {order}, id {order} LIMIT :n",
+            params,
+        )
+        items += [TimelineItem(r["anchor_message_id"], None, None, r["id"]) for r in masked]
+        items.sort(key=_timeline_order, reverse=newest_first)
+        items = items[:limit]
+        if newest_first:
+            items.reverse()
+        return items
+
+    async def has_items_before(
+        self, conversation_id: int, *, visible_segment: int | None, after: int, before: int, at_least: int
+    ) -> bool:
+        """Whether at least `at_least` messages of the view lie strictly between the watermark and `before`."""
+        row = await self._one(
+            "SELECT count(*) FROM (SELECT 1 FROM messages"
+            " WHERE conversation_id = :c AND kind = 'chat' AND id > :after AND id < :before"
+            " AND (segment_id IS NULL OR segment_id IS :s) LIMIT :n)",
+            {"c": conversation_id, "s": visible_segment, "after": after, "before": before, "n": at_least},
+        )
+        return row[0] >= at_least
+
+    async def latest_message_id(self, conversation_id: int) -> int:
+        row = await self._one(
+            "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
+        )
+        return row[0]
+
+    # --- summaries ----------------------------------------------------------
+
+    async def normal_summary(self, conversation_id: int) -> Summary | None:
+        row = await self._one(
+            "SELECT text, watermark FROM summaries WHERE conversation_id = ? AND segment_id IS NULL AND mode = 'normal'",
+            (conversation_id,),
+        )
+        return Summary(row["text"], row["watermark"]) if row else None
+
+    async def private_summary(self, segment_id: int) -> Summary | None:
+        row = await self._one(
+            "SELECT text, watermark FROM summaries WHERE segment_id = ? AND mode = 'private'", (segment_id,)
+        )
+        return Summary(row["text"], row["watermark"]) if row else None
+
+    async def save_summary(
+        self,
+        conversation_id: int,
+        summary: Summary,
+        now: float,
+        *,
+        segment_id: int | None = None,
+        pad_person_id: int | None = None,
+        pad_facts: tuple[str, ...] = (),
+    ) -> None:
+        """Store a rolling summary and advance its watermark; for a private summary, in the
+        same transaction, add the stable facts its consolidation found to the private pad,
+        owned by the segment they came from."""
+        mode = "private" if segment_id is not None else "normal"
+        key_sql = "segment_id = ?" if segment_id is not None else "conversation_id = ? AND segment_id IS NULL"
+        key = segment_id if segment_id is not None else conversation_id
+        async with self._tx() as db:
+            cur = await db.execute(
+                f"UPDATE summaries SET text = ?, watermark = ?, updated_at = ? WHERE {key_sql}",
+                (summary.text, summary.watermark, now, key),
+            )
+            if cur.rowcount == 0:
+                await db.execute(
+                    "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (conversation_id, segment_id, mode, summary.text, summary.watermark, now),
+                )
+            if segment_id is not None and pad_person_id is not None:
+                for fact in pad_facts:
+                    await db.execute(
+                        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+                        " SELECT ?, ?, 'private', ?, ? WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
+                        "  WHERE person_id = ? AND mode = 'private' AND text = ?)",
+                        (pad_person_id, segment_id, fact, now, pad_person_id, fact),
+                    )
+
+    # --- memory pads --------------------------------------------------------
+
+    async def normal_pad(self, person_id: int) -> list[PadEntry]:
+        rows = await self._all(
+            "SELECT id, text FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND segment_id IS NULL ORDER BY id",
+            (person_id,),
+        )
+        return [PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in rows]
+
+    async def private_pad(self, person_id: int) -> list[PadEntry]:
+        """Only the private-mode context assembly calls this."""
+        rows = await self._all(
+            "SELECT id, text, segment_id FROM pad_entries WHERE person_id = ? AND mode = 'private' ORDER BY id",
+            (person_id,),
+        )
+        return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
+
+    async def add_normal_pad_entry(self, person_id: int, text: str, now: float) -> int:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, NULL, 'normal', ?, ?)",
+                (person_id, text, now),
+            )
+            return cur.lastrowid
+
+    # --- private segments (the mode state) ---------------------------------
+
+    async def open_segment(self, conversation_id: int, now: float, expires_at: float | None) -> Segment:
+        async with self._tx() as db:
+            async with db.execute(
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL",
+                (conversation_id,),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None:
+                return _segment(row)
+            async with db.execute(
+                "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
+            ) as cur:
+                anchor = (await cur.fetchone())[0]
+            cur = await db.execute(
+                "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, anchor, now, now, expires_at),
+            )
+            return Segment(cur.lastrowid, conversation_id, anchor, now, now, None, None, expires_at)
+
+    async def open_segment_of(self, conversation_id: int) -> Segment | None:
+        row = await self._one(
+            f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL"
+            " ORDER BY id DESC LIMIT 1",
+            (conversation_id,),
+        )
+        return _segment(row) if row else None
+
+    async def segments_of(self, conversation_id: int) -> list[Segment]:
+        rows = await self._all(
+            f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        )
+        return [_segment(r) for r in rows]
+
+    async def close_segment(self, segment_id: int, now: float, reason: str) -> bool:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE segments SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
+                (now, reason, segment_id),
+            )
+            return cur.rowcount > 0
+
+    async def close_open_segments(self, conversation_id: int, now: float, reason: str) -> int:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE segments SET ended_at = ?, end_reason = ? WHERE conversation_id = ? AND ended_at IS NULL",
+                (now, reason, conversation_id),
+            )
+            return cur.rowcount
+
+    async def close_crash_open_segments(self) -> int:
+        """At start-up: close every open segment at the end of its stored record (its newest
+        message, or its start when it holds none). Nothing after the restart falls inside it."""
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE segments SET end_reason = 'restart', ended_at = max(started_at, last_activity_at,"
+                " coalesce((SELECT max(created_at) FROM messages WHERE messages.segment_id = segments.id), 0))"
+                " WHERE ended_at IS NULL"
+            )
+            return cur.rowcount
+
+    async def delete_expired_segments(self, now: float) -> int:
+        """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it."""
+        async with self._tx() as db:
+            cur = await db.execute(
+                "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
+            )
+            return cur.rowcount
+
+    # --- the valve's attempt log -------------------------------------------
+
+    async def failed_attempts_since(self, account_id: int, since: float) -> list[float]:
+        rows = await self._all(
+            "SELECT attempted_at FROM valve_attempts WHERE account_id = ? AND attempted_at > ? ORDER BY attempted_at",
+            (account_id, since),
+        )
+        return [r[0] for r in rows]
+
+    async def record_failed_attempt(self, account_id: int, now: float, keep_after: float) -> None:
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO valve_attempts (account_id, attempted_at) VALUES (?, ?)", (account_id, now)
+            )
+            await db.execute("DELETE FROM valve_attempts WHERE attempted_at <= ?", (keep_after,))
+
+    async def clear_failed_attempts(self, account_id: int) -> None:
+        async with self._tx() as db:
+            await db.execute("DELETE FROM valve_attempts WHERE account_id = ?", (account_id,))
+
+
+def _timeline_order(item: TimelineItem) -> tuple[int, int, int]:
+    # A placeholder stands right after the message that preceded its interval.
+    return (item.position, 1 if item.is_placeholder else 0, item.masked_segment_id or 0)
+
+
+def _segment(row: aiosqlite.Row) -> Segment:
+    return Segment(
+        row["id"],
+        row["conversation_id"],
+        row["anchor_message_id"],
+        row["started_at"],
+        row["last_activity_at"],
+        row["ended_at"],
+        row["end_reason"],
+        row["expires_at"],
+    )

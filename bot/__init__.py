@@ -1,0 +1,1 @@
+"""The process: command line, wiring, lifecycle."""

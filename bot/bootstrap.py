@@ -1,0 +1,56 @@
+"""The composition root: the one place that knows both the core and the adapters."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from bot.settings import Settings
+from core.companion import Companion, CompanionConfig
+from core.context import ContextBudget, Persona
+from core.ports import BaseProvider
+
+
+def build_provider(settings: Settings) -> BaseProvider:
+    if settings.llm_base_url:
+        from adapters.llm.openai_compat import OpenAICompatibleProvider
+
+        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+        return OpenAICompatibleProvider(
+            settings.llm_base_url, key, settings.llm_model, timeout=settings.llm_timeout
+        )
+    from adapters.llm.offline import OfflineProvider
+
+    return OfflineProvider()
+
+
+def companion_config(settings: Settings) -> CompanionConfig:
+    persona = Persona(private_additions=settings.private_persona_text())
+    if normal := settings.persona_text():
+        persona = Persona(normal, persona.private_additions)
+    return CompanionConfig(
+        persona=persona,
+        passphrase_hash=settings.private_passphrase_hash,
+        default_expiry=settings.private_default_expiry,
+        private_idle_seconds=settings.private_idle_minutes * 60 if settings.private_idle_minutes else None,
+        allowed_accounts=settings.allowed_accounts,
+        timezone=settings.timezone,
+        budget=ContextBudget(total_tokens=settings.context_tokens),
+    )
+
+
+@asynccontextmanager
+async def open_companion(settings: Settings) -> AsyncIterator[Companion]:
+    """Store, provider and core, started in order and closed in reverse, also on failure."""
+    from adapters.storage.sqlite import SqliteStore
+
+    async with AsyncExitStack() as stack:
+        store = SqliteStore(settings.db_path)
+        await store.start()
+        stack.push_async_callback(store.aclose)
+        provider = build_provider(settings)
+        stack.push_async_callback(provider.aclose)
+        companion = Companion(store, provider, companion_config(settings))
+        await companion.start()
+        stack.push_async_callback(companion.aclose)
+        yield companion

@@ -1,0 +1,75 @@
+"""`companion`: chat, run, passphrase."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="companion", description="A personal AI companion whose private mode is a wall, not a badge."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub.add_parser("chat", help="talk with the companion in this terminal (works piped: one line a message)")
+    sub.add_parser("run", help="run the gateway: every configured platform adapter and the scheduler")
+    sub.add_parser("passphrase", help="read a passphrase on stdin and print the hash for COMPANION_PRIVATE_PASSPHRASE_HASH")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "passphrase":
+        return _passphrase()
+
+    from bot.settings import ConfigError, configure_logging, load_settings
+    from core.errors import StoreError
+
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"companion: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(settings.log_level)
+    try:
+        if args.command == "chat":
+            return asyncio.run(_chat(settings))
+        from bot.gateway import run_gateway
+
+        return asyncio.run(run_gateway(settings))
+    except (StoreError, ConfigError) as exc:
+        print(f"companion: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _chat(settings) -> int:
+    from adapters.terminal import TerminalChat
+    from bot.bootstrap import open_companion
+
+    async with open_companion(settings) as companion:
+        await TerminalChat(companion.handle).run()
+    return 0
+
+
+def _passphrase() -> int:
+    import getpass
+
+    from core.secrets import hash_passphrase
+
+    if sys.stdin.isatty():
+        first = getpass.getpass("Passphrase: ")
+        if getpass.getpass("Again: ") != first:
+            print("companion: the two passphrases differ; nothing printed", file=sys.stderr)
+            return EXIT_CONFIG
+    else:
+        first = sys.stdin.readline().rstrip("\r\n")
+    if not first or any(ch.isspace() for ch in first):
+        print("companion: the passphrase must be one non-empty word (no spaces)", file=sys.stderr)
+        return EXIT_CONFIG
+    print(hash_passphrase(first))
+    return 0

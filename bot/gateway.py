@@ -1,0 +1,72 @@
+"""`companion run`: settings, storage, core, scheduler and every configured adapter, stopped cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from contextlib import AsyncExitStack
+
+from bot.bootstrap import open_companion
+from bot.scheduler import Job, SchedulerService
+from bot.settings import Settings
+
+log = logging.getLogger(__name__)
+
+NOTHING_CONFIGURED = (
+    "companion: no chat platform is configured. Set COMPANION_TELEGRAM_TOKEN (Telegram) or "
+    "COMPANION_DISCORD_TOKEN (Discord), and COMPANION_ALLOWED_USERS (for example telegram:123456) "
+    "for who may talk with it; or use `companion chat` to talk in this terminal."
+)
+
+
+def build_adapters(settings: Settings, companion) -> list:
+    """Each platform library is imported only when its adapter is configured."""
+    adapters = []
+    if settings.telegram_token:
+        from adapters.telegram import TelegramAdapter
+
+        adapters.append(TelegramAdapter(
+            token=settings.telegram_token.get_secret_value(),
+            handler=companion.handle,
+            commands=companion.command_list(),
+            base_url=settings.telegram_base_url,
+        ))
+    if settings.discord_token:
+        from adapters.discord import DiscordAdapter
+
+        adapters.append(DiscordAdapter(
+            token=settings.discord_token.get_secret_value(),
+            handler=companion.handle,
+            commands=companion.command_list(),
+            api_base=settings.discord_api_base,
+            gateway_url=settings.discord_gateway_url,
+        ))
+    return adapters
+
+
+async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> int:
+    if not (settings.telegram_token or settings.discord_token):
+        print(NOTHING_CONFIGURED, file=sys.stderr)
+        return 2
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or not POSIX
+            pass
+    async with AsyncExitStack() as stack:
+        companion = await stack.enter_async_context(open_companion(settings))
+        scheduler = SchedulerService([Job("expiry-sweep", 60.0, companion.sweep)])
+        await scheduler.start()
+        stack.push_async_callback(scheduler.aclose)
+        for adapter in build_adapters(settings, companion):
+            await adapter.start()
+            stack.push_async_callback(adapter.aclose)
+            log.info("adapter %s started", adapter.name)
+        log.info("gateway running")
+        await stop.wait()
+        log.info("stopping")
+    return 0

@@ -1,0 +1,158 @@
+"""Configuration from the environment (prefix COMPANION_) and `.env`; bad values stop start-up in one line."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_ACCOUNT = re.compile(r"^(telegram|discord|web):[A-Za-z0-9_.-]{1,64}$")
+_QUIET = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class ConfigError(Exception):
+    """One line naming the variable and what is wrong with it."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="COMPANION_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
+        validate_default=True,
+    )
+
+    db_path: Path = Path("data/companion.db")
+    log_level: str = "WARNING"
+    timezone: str = "UTC"
+    quiet_hours: str | None = "22:00-08:00"
+    http_port: int = Field(8765, ge=0, le=65535)
+
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_model: str = "default"
+    llm_timeout: float = Field(60.0, gt=0, le=600)
+
+    telegram_token: SecretStr | None = None
+    telegram_base_url: str | None = None
+    discord_token: SecretStr | None = None
+    discord_api_base: str | None = None
+    discord_gateway_url: str | None = None
+    allowed_users: str = ""
+
+    persona: str | None = None
+    persona_file: Path | None = None
+    private_persona: str | None = None
+    private_persona_file: Path | None = None
+    private_passphrase_hash: str | None = None
+    private_default_expiry: str = "24h"
+    private_idle_minutes: float = Field(30.0, ge=0, le=7 * 24 * 60)
+    context_tokens: int = Field(3000, ge=256, le=1_000_000)
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        value = value.upper()
+        if value not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"'{value}' is not a known IANA timezone (for example Europe/Berlin or UTC)") from None
+        return value
+
+    @field_validator("quiet_hours")
+    @classmethod
+    def _quiet_hours(cls, value: str | None) -> str | None:
+        if value is None or value.strip().lower() in {"", "off", "none"}:
+            return None
+        if not _QUIET.match(value.strip()):
+            raise ValueError("must look like 22:00-08:00 (24-hour HH:MM-HH:MM), or 'off'")
+        return value.strip()
+
+    @field_validator("llm_base_url", "telegram_base_url", "discord_api_base", "discord_gateway_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        if not re.match(r"^(https?|wss?)://[^\s/]+", value):
+            raise ValueError("must be an http(s):// or ws(s):// URL")
+        return value
+
+    @field_validator("allowed_users")
+    @classmethod
+    def _allowed_users(cls, value: str) -> str:
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            if not _ACCOUNT.match(item):
+                raise ValueError(f"'{item}' is not platform:user_id (for example telegram:123456,discord:987654321)")
+        return value
+
+    @field_validator("private_default_expiry")
+    @classmethod
+    def _expiry(cls, value: str) -> str:
+        from core.durations import parse_expiry
+
+        parse_expiry(value)
+        return value
+
+    @field_validator("private_passphrase_hash")
+    @classmethod
+    def _passphrase_hash(cls, value: str | None) -> str | None:
+        from core.secrets import PassphraseHash
+
+        if value is None or not value.strip():
+            return None
+        PassphraseHash.parse(value)
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _files(self) -> Settings:
+        for name in ("persona_file", "private_persona_file"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"COMPANION_{name.upper()}: no such file: {path}")
+        return self
+
+    @property
+    def allowed_accounts(self) -> frozenset[str]:
+        return frozenset(filter(None, (part.strip() for part in self.allowed_users.split(","))))
+
+    def persona_text(self) -> str | None:
+        if self.persona_file is not None:
+            return self.persona_file.read_text(encoding="utf-8").strip()
+        return self.persona
+
+    def private_persona_text(self) -> str:
+        if self.private_persona_file is not None:
+            return self.private_persona_file.read_text(encoding="utf-8").strip()
+        return self.private_persona or ""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings, or raise ConfigError with one line naming the variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error.get("loc") else ""
+        message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+        if field:
+            return _raise(f"COMPANION_{field.upper()}: {message}")
+        return _raise(message)
+
+
+def _raise(line: str) -> Settings:
+    raise ConfigError(line.splitlines()[0])
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,49 @@
+"""Chat commands, the same on every platform: parsing and the table of what exists."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_COMMAND = re.compile(r"^/([A-Za-z][A-Za-z0-9_]{0,31})(?:@[A-Za-z0-9_]+)?(?:\s+(.*))?$", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCommand:
+    name: str
+    args: str
+
+    def words(self) -> list[str]:
+        return self.args.split()
+
+
+def parse_command(text: str) -> ParsedCommand | None:
+    """`/name args`, also `/name@botname args` as Telegram writes it in groups."""
+    match = _COMMAND.match(text.strip())
+    if not match:
+        return None
+    return ParsedCommand(match.group(1).lower(), (match.group(2) or "").strip())
+
+
+@dataclass(frozen=True, slots=True)
+class CommandInfo:
+    name: str
+    usage: str
+    description: str  # short: Telegram's setMyCommands allows 256 characters
+    secret: bool = False  # the arguments carry a secret: never stored, message deleted
+
+
+COMMANDS: tuple[CommandInfo, ...] = (
+    CommandInfo("help", "/help", "What I can do and what each mode means"),
+    CommandInfo("mode", "/mode", "Which mode this conversation is in, and until when"),
+    CommandInfo("private", "/private PASSPHRASE [EXPIRY]", "Enter private mode (one-to-one chats only)", secret=True),
+    CommandInfo("normal", "/normal", "Leave private mode"),
+)
+
+# Telegram sends /start when a person first opens the chat.
+ALIASES = {"start": "help"}
+
+
+def command_info(name: str) -> CommandInfo | None:
+    name = ALIASES.get(name, name)
+    return next((c for c in COMMANDS if c.name == name), None)

@@ -1,0 +1,278 @@
+"""The turn pipeline: one inbound message in, one reply out, the same for every platform."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from core import copy
+from core.commands import COMMANDS, command_info, parse_command
+from core.context import ContextAssembler, ContextBudget, Persona
+from core.errors import ProviderError
+from core.model import (
+    Account,
+    ChatMessage,
+    CompletionRequest,
+    Conversation,
+    InboundMessage,
+    Reply,
+)
+from core.ports import BaseProvider, Clock, SystemClock
+from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
+from core.valve import ModeState, ModeValve
+
+log = logging.getLogger(__name__)
+
+OWNER_PLATFORMS = frozenset({"terminal"})  # the person at the terminal is the owner
+
+
+@dataclass(frozen=True, slots=True)
+class CompanionConfig:
+    persona: Persona = field(default_factory=Persona)
+    passphrase_hash: str | None = None
+    default_expiry: str = "24h"
+    private_idle_seconds: float | None = 30 * 60.0
+    allowed_accounts: frozenset[str] = frozenset()  # "platform:user_id"
+    timezone: str = "UTC"
+    budget: ContextBudget = field(default_factory=ContextBudget)
+    max_tool_rounds: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """Who said what, where: the resolved records of one inbound message."""
+
+    message: InboundMessage
+    account: Account
+    conversation: Conversation
+
+
+class Companion:
+    """Owns the valve, the context assembler and the tool set, and runs turns.
+
+    Turns of one conversation are strictly ordered by a per-conversation lock;
+    different conversations run concurrently.
+    """
+
+    def __init__(
+        self,
+        store,
+        provider: BaseProvider,
+        config: CompanionConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        tools: ToolRegistry | None = None,
+    ) -> None:
+        self.config = config or CompanionConfig()
+        self.store = store
+        self.provider = provider
+        self.clock = clock or SystemClock()
+        self.tools = tools or default_tools()
+        self.valve = ModeValve(
+            store, self.clock,
+            passphrase_hash=self.config.passphrase_hash,
+            default_expiry=self.config.default_expiry,
+            idle_seconds=self.config.private_idle_seconds,
+        )
+        self.context = ContextAssembler(store, self.config.persona, self.config.budget, self.clock)
+        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
+        self._refused: set[str] = set()
+        self._background: set[asyncio.Task] = set()
+
+    # --- lifecycle --------------------------------------------------------
+
+    async def start(self) -> None:
+        """Crash semantics first: close intervals left open, delete what expired while down."""
+        closed = await self.store.close_crash_open_segments()
+        expired = await self.store.delete_expired_segments(self.clock.now())
+        if closed or expired:
+            log.info("start-up: closed %d open segments, deleted %d expired", closed, expired)
+
+    async def aclose(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+    async def sweep(self) -> int:
+        """Scheduled: delete expired segments. Idle and expiry also end private mode at read time."""
+        return await self.store.delete_expired_segments(self.clock.now())
+
+    def command_list(self) -> list[tuple[str, str]]:
+        return [(c.name, c.description) for c in COMMANDS]
+
+    # --- access -----------------------------------------------------------
+
+    def is_allowed(self, message: InboundMessage) -> bool:
+        return message.platform in OWNER_PLATFORMS or message.account in self.config.allowed_accounts
+
+    # --- the turn ---------------------------------------------------------
+
+    async def handle(self, message: InboundMessage) -> Reply | None:
+        """Answer one inbound message. Returns None when the companion stays silent."""
+        if not self.is_allowed(message):
+            # Nothing of it is stored; one refusal per account per run, then silence.
+            if message.account in self._refused:
+                return None
+            self._refused.add(message.account)
+            log.info("refused %s account (not allowed)", message.platform)
+            return Reply(copy.NOT_ALLOWED)
+        key = (message.platform, message.chat_id)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:
+            started = time.perf_counter()
+            now = self.clock.now()
+            account = await self.store.ensure_account(message.platform, message.user_id, message.user_name, now)
+            conversation = await self.store.ensure_conversation(
+                message.key, "direct" if message.is_direct else "group", account.person_id, now
+            )
+            turn = Turn(message, account, conversation)
+            command = parse_command(message.text)
+            if command is not None and command_info(command.name) is not None:
+                reply = await self._command(turn, command.name, command.args)
+            else:
+                reply = await self._chat(turn)
+            log.info("conversation %s: turn of %d chars answered with %d chars in %.0f ms",
+                     conversation.id, len(message.text), len(reply.text), (time.perf_counter() - started) * 1e3)
+            return reply
+
+    async def _chat(self, turn: Turn) -> Reply:
+        conversation = turn.conversation
+        state = await self.valve.read(conversation)
+        segment_id = state.segment.id if state.is_private else None
+        # Stored before the provider is called: a provider failure loses nothing.
+        await self.store.add_message(
+            conversation.id, "user", turn.message.text, self.clock.now(),
+            segment_id=segment_id, account_id=turn.account.id,
+        )
+        context = await self.context.assemble(conversation, state)
+        try:
+            text = await self._complete_with_tools(conversation, state, list(context.messages))
+        except ProviderError as exc:
+            log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
+            return Reply(_with_notice(state, copy.PROVIDER_FAILED))
+        await self.store.add_message(conversation.id, "assistant", text, self.clock.now(), segment_id=segment_id)
+        if context.needs_fold:
+            self._spawn(self._fold(conversation, state))
+        return Reply(_with_notice(state, text))
+
+    async def _complete_with_tools(
+        self, conversation: Conversation, state: ModeState, messages: list[ChatMessage]
+    ) -> str:
+        offered = self.tools.tools_for(conversation, state)
+        specs = tuple(t.spec for t in offered)
+        for _ in range(self.config.max_tool_rounds):
+            completion = await self.provider.complete(CompletionRequest(tuple(messages), specs))
+            if not completion.tool_calls:
+                return completion.text.strip() or "…"
+            messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
+            tool_context = ToolContext(conversation, state, self.clock.now(), self.config.timezone)
+            for call in completion.tool_calls:
+                result = await run_tool_call(offered, call, tool_context)
+                messages.append(ChatMessage("tool", result, tool_call_id=call.id))
+        # Out of rounds: one last answer, with no tools to call.
+        completion = await self.provider.complete(CompletionRequest(tuple(messages)))
+        return completion.text.strip() or "…"
+
+    async def _fold(self, conversation: Conversation, state: ModeState) -> None:
+        lock = self._locks.get((conversation.platform, conversation.chat_id))
+        if lock is None:
+            lock = self._locks[(conversation.platform, conversation.chat_id)] = asyncio.Lock()
+        async with lock:
+            # Re-read the mode: the fold must run in the mode it was planned for, or not at all.
+            current = await self.valve.read(conversation)
+            if current.mode is not state.mode or (state.is_private and current.segment.id != state.segment.id):
+                return
+            await self.context.fold(conversation, current, self.provider)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # --- commands ---------------------------------------------------------
+
+    async def _command(self, turn: Turn, name: str, args: str) -> Reply:
+        info = command_info(name)
+        stored = f"/{info.name} [redacted]" if (info.secret and args) else turn.message.text
+        state = await self.valve.read(turn.conversation)
+        try:
+            await self.store.add_message(
+                turn.conversation.id, "user", stored, self.clock.now(),
+                segment_id=state.segment.id if state.is_private else None, kind="command",
+                account_id=turn.account.id,
+            )
+        except Exception as exc:  # noqa: BLE001 - /normal must work even when storage misbehaves
+            log.warning("storing a /%s command failed (%s)", info.name, type(exc).__name__)
+        handler = getattr(self, f"_cmd_{info.name}")
+        reply: Reply = await handler(turn, args, state)
+        if info.secret and args:
+            reply.delete_inbound = True
+        return reply
+
+    async def _cmd_help(self, turn: Turn, args: str, state: ModeState) -> Reply:
+        lines = ["I'm your companion. Talk to me in plain words; these commands work everywhere:"]
+        lines += [f"{c.usage} - {c.description}" for c in COMMANDS]
+        lines += ["", copy.NORMAL_MODE_MEANS, copy.PRIVATE_MODE_MEANS]
+        if not self.valve.available:
+            lines.append(f"Private mode is unavailable here: {self.valve.unavailable_reason}.")
+        return Reply("\n".join(lines))
+
+    async def _cmd_mode(self, turn: Turn, args: str, state: ModeState) -> Reply:
+        if not state.is_private:
+            return Reply(_with_notice(state, f"You are in normal mode. {copy.NORMAL_MODE_MEANS}"))
+        ends = self.valve.ends_at(state.segment)
+        when = "It lasts until you send /normal."
+        if ends is not None:
+            when = f"It ends at {self._format_time(ends)} at the latest, or earlier when you send /normal."
+        return Reply(f"You are in private mode. {when} {copy.PRIVATE_MODE_MEANS}")
+
+    async def _cmd_private(self, turn: Turn, args: str, state: ModeState) -> Reply:
+        words = args.split()
+        if len(words) > 2:
+            return Reply("Usage: /private PASSPHRASE [EXPIRY] (the passphrase is one word). Nothing changed.")
+        passphrase = words[0] if words else ""
+        expiry = words[1] if len(words) == 2 else None
+        result = await self.valve.enter(turn.conversation, turn.account, passphrase, expiry)
+        return Reply(result.text)
+
+    async def _cmd_normal(self, turn: Turn, args: str, state: ModeState) -> Reply:
+        was_private = await self.valve.leave(turn.conversation)
+        if not was_private:
+            return Reply(_with_notice(state, "You are in normal mode already."))
+        line = await self.transition_line()
+        try:
+            await self.store.add_message(turn.conversation.id, "assistant", line, self.clock.now())
+        except Exception as exc:  # noqa: BLE001 - leaving must work even when storage misbehaves
+            log.warning("storing the transition line failed (%s)", type(exc).__name__)
+        return Reply(line)
+
+    async def transition_line(self) -> str:
+        """Fixed intent, variable wording; the input is a constant and holds no conversation content."""
+        request = CompletionRequest(
+            messages=(ChatMessage("system", copy.TRANSITION_INSTRUCTION), ChatMessage("user", "I'm back.")),
+            purpose="transition",
+            temperature=1.0,
+            max_tokens=120,
+        )
+        try:
+            completion = await asyncio.wait_for(self.provider.complete(request), 30)
+        except (ProviderError, asyncio.TimeoutError) as exc:
+            log.info("transition line fell back to the constant (%s)", type(exc).__name__)
+            return copy.TRANSITION_FALLBACK
+        text = completion.text.strip()
+        return text if text else copy.TRANSITION_FALLBACK
+
+    def _format_time(self, timestamp: float) -> str:
+        from datetime import datetime
+        from zoneinfo import ZoneInfo
+
+        moment = datetime.fromtimestamp(timestamp, ZoneInfo(self.config.timezone))
+        return moment.strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _with_notice(state: ModeState, text: str) -> str:
+    return f"{state.notice}\n\n{text}" if state.notice else text

@@ -1,0 +1,203 @@
+"""Context assembly: persona, pads, the rolling summary up to its watermark, then the newest
+items after the watermark that fit the budget; and folding older items into the summary.
+
+Each mode has its own view, summary and pad:
+- normal mode sees normal messages and one placeholder per private segment; its
+  summary (keyed by conversation) folds exactly that masked view;
+- private mode (living in segment S) sees normal messages and S, other segments
+  as placeholders; its summary is keyed by S, starts as a copy of the normal
+  summary (incognito: existing memory is read) and then advances on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from core import copy
+from core.errors import ProviderError
+from core.model import ChatMessage, CompletionRequest, Conversation, Summary, TimelineItem
+from core.ports import BaseProvider, Clock
+from core.valve import ModeState
+
+log = logging.getLogger(__name__)
+
+EMPTY_SUMMARY = Summary("", 0)
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap, tokenizer-free estimate: about four characters a token, plus framing."""
+    return len(text) // 4 + 4
+
+
+@dataclass(frozen=True, slots=True)
+class ContextBudget:
+    total_tokens: int = 3000
+    max_items: int = 80  # newest items fetched per turn; bounds work whatever the history length
+    fold_min: int = 16  # fold once at least this many messages lie before the window
+    fold_batch: int = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Persona:
+    normal: str = copy.DEFAULT_PERSONA
+    private_additions: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledContext:
+    messages: tuple[ChatMessage, ...]
+    window: tuple[TimelineItem, ...]
+    summary: Summary
+    needs_fold: bool
+
+
+class ContextAssembler:
+    def __init__(self, store, persona: Persona, budget: ContextBudget, clock: Clock) -> None:
+        self._store = store
+        self._persona = persona
+        self._budget = budget
+        self._clock = clock
+
+    async def summary_for(self, conversation: Conversation, state: ModeState) -> Summary:
+        normal = await self._store.normal_summary(conversation.id) or EMPTY_SUMMARY
+        if not state.is_private:
+            return normal
+        own = await self._store.private_summary(state.segment.id)
+        # A new private summary starts where the normal one stands (normal content only).
+        return own if own is not None else normal
+
+    async def assemble(self, conversation: Conversation, state: ModeState) -> AssembledContext:
+        visible = state.segment.id if state.is_private else None
+        summary = await self.summary_for(conversation, state)
+        system = await self._system_text(conversation, state, summary)
+        remaining = self._budget.total_tokens - estimate_tokens(system)
+        fetched = await self._store.view(
+            conversation.id, visible_segment=visible, after=summary.watermark, limit=self._budget.max_items
+        )
+        window = _fit(fetched, remaining)
+        needs_fold = False
+        if window:
+            needs_fold = await self._store.has_items_before(
+                conversation.id, visible_segment=visible, after=summary.watermark,
+                before=_first_position(window[0]), at_least=self._budget.fold_min,
+            )
+        messages = [ChatMessage("system", system)]
+        messages += [_as_chat(item) for item in window]
+        return AssembledContext(tuple(messages), tuple(window), summary, needs_fold)
+
+    async def _system_text(self, conversation: Conversation, state: ModeState, summary: Summary) -> str:
+        parts = [self._persona.normal]
+        if state.is_private:
+            if self._persona.private_additions:
+                parts.append(self._persona.private_additions)
+            parts.append(copy.PRIVATE_SYSTEM_LINE)
+        if conversation.person_id is not None:  # pads are personal: never loaded in a group
+            pad = [e.text for e in await self._store.normal_pad(conversation.person_id)]
+            if pad:
+                parts.append(copy.MEMORY_HEADER + "\n" + "\n".join(f"- {t}" for t in pad))
+            if state.is_private:
+                private_pad = [e.text for e in await self._store.private_pad(conversation.person_id)]
+                if private_pad:
+                    parts.append(copy.PRIVATE_MEMORY_HEADER + "\n" + "\n".join(f"- {t}" for t in private_pad))
+        if summary.text:
+            parts.append(copy.SUMMARY_HEADER + "\n" + summary.text)
+        return "\n\n".join(parts)
+
+    async def fold(self, conversation: Conversation, state: ModeState, provider: BaseProvider) -> bool:
+        """Fold the oldest items before the window into the mode's summary; advance its watermark.
+        Returns whether the watermark moved. A provider failure leaves everything as it was."""
+        context = await self.assemble(conversation, state)
+        if not context.needs_fold or not context.window:
+            return False
+        visible = state.segment.id if state.is_private else None
+        first = context.window[0]
+        upto = first.position if first.is_placeholder else first.position - 1
+        batch = await self._store.view(
+            conversation.id, visible_segment=visible, after=context.summary.watermark, upto=upto,
+            limit=self._budget.fold_batch, newest_first=False,
+        )
+        while batch and batch[-1].is_placeholder:  # the watermark is always a message id
+            batch.pop()
+        if not batch:
+            return False
+        request = summary_request(context.summary.text, batch)
+        try:
+            completion = await provider.complete(request)
+        except ProviderError as exc:
+            log.warning("summary fold for conversation %s failed (%s); will retry later",
+                        conversation.id, type(exc).__name__)
+            return False
+        text, facts = parse_summary(completion.text)
+        new = Summary(text or context.summary.text, batch[-1].position)
+        if state.is_private:
+            await self._store.save_summary(
+                conversation.id, new, self._clock.now(), segment_id=state.segment.id,
+                pad_person_id=conversation.person_id, pad_facts=facts,
+            )
+        else:
+            await self._store.save_summary(conversation.id, new, self._clock.now())
+        log.info("folded %d items of conversation %s (%s); watermark %d -> %d", len(batch), conversation.id,
+                 state.mode.value, context.summary.watermark, new.watermark)
+        return True
+
+
+def summary_request(previous: str, items: list[TimelineItem]) -> CompletionRequest:
+    lines = [copy.PLACEHOLDER if item.is_placeholder else f"{_speaker(item.role)}: {item.text}" for item in items]
+    body = f"Running summary:\n{previous or '(none yet)'}\n\nConversation to fold in:\n" + "\n".join(lines)
+    return CompletionRequest(
+        messages=(ChatMessage("system", copy.SUMMARY_INSTRUCTION), ChatMessage("user", body)),
+        purpose="summary",
+        temperature=0.2,
+    )
+
+
+_FACT_LINE = re.compile(r"^\s*[-*]\s+(.+?)\s*$")
+
+
+def parse_summary(text: str) -> tuple[str, tuple[str, ...]]:
+    """Split a `SUMMARY:` / `FACTS:` answer; a model that ignores the form gives a summary only."""
+    summary_part, _, facts_part = text.partition("FACTS:")
+    summary = summary_part.replace("SUMMARY:", "", 1).strip()
+    facts = []
+    for line in facts_part.splitlines():
+        match = _FACT_LINE.match(line)
+        if match and match.group(1).lower() not in {"none", "(none)", "n/a"}:
+            facts.append(match.group(1)[:300])
+    return summary[:4000], tuple(facts[:10])
+
+
+def _fit(items: list[TimelineItem], budget_tokens: int) -> list[TimelineItem]:
+    """The newest items that fit the budget. Never empty when items exist: the newest one is
+    always kept (shortened if it alone is over budget). The watermark was already applied
+    by the query; nothing here subtracts covered material again (seed 000, incident two)."""
+    kept: list[TimelineItem] = []
+    used = 0
+    for item in reversed(items):
+        cost = estimate_tokens(copy.PLACEHOLDER if item.is_placeholder else item.text or "")
+        if kept and used + cost > budget_tokens:
+            break
+        if not kept and cost > max(budget_tokens, 64) and not item.is_placeholder:
+            chars = max(budget_tokens, 64) * 4
+            item = TimelineItem(item.position, item.role, item.text[:chars] + " [...]", None)
+            cost = estimate_tokens(item.text)
+        kept.append(item)
+        used += cost
+    kept.reverse()
+    return kept
+
+
+def _first_position(item: TimelineItem) -> int:
+    # Messages before a placeholder include the one at its anchor.
+    return item.position + 1 if item.is_placeholder else item.position
+
+
+def _speaker(role: str | None) -> str:
+    return "Companion" if role == "assistant" else "Person"
+
+
+def _as_chat(item: TimelineItem) -> ChatMessage:
+    if item.is_placeholder:
+        return ChatMessage("system", copy.PLACEHOLDER)
+    return ChatMessage(item.role or "user", item.text or "")

@@ -1,0 +1,69 @@
+"""Every fixed sentence the companion says or sends to a model, in one place.
+
+The placeholder and the transition instruction are hand-written constants on
+purpose (seed 000): text generated from a private interval would be a leakage
+channel, so nothing here is ever derived from conversation content.
+"""
+
+# The one line that stands for a whole private interval in the normal-mode view.
+PLACEHOLDER = (
+    "[There was an earlier private interval here. It need not be repeated or referred to; "
+    "everyday conversation has resumed.]"
+)
+
+DEFAULT_PERSONA = (
+    "You are a warm, attentive personal companion. You speak naturally and briefly, "
+    "remember what the person shares in ordinary conversation, and never pretend to be human."
+)
+
+# Sent as the whole input of the transition request: no conversation content at all.
+TRANSITION_INSTRUCTION = (
+    "The person has just left a private conversation and returned to ordinary conversation. "
+    "Write one or two short, warm sentences that show care, gently offer them a glass of water, "
+    "and welcome them back to everyday conversation. Mention no specifics of anything discussed; "
+    "you do not know them. Vary your wording. Reply with the sentences only."
+)
+TRANSITION_FALLBACK = (
+    "Welcome back. Take a breath, maybe a glass of water; I'm here for whatever comes next."
+)
+
+# The private system line: explains the mode so the companion does not offer what it cannot do.
+# It is courtesy, not the wall: the tools are already absent from the request.
+PRIVATE_SYSTEM_LINE = (
+    "This conversation is in private mode. You may use what you already know about the person, "
+    "but nothing said here will be remembered later, recalled, turned into goals, reminders or "
+    "follow-ups, or delivered anywhere else; you have no tools for that, so do not offer it."
+)
+
+MEMORY_HEADER = "What you know about the person (long-term memory):"
+PRIVATE_MEMORY_HEADER = "Private-mode notes (only ever shown in private mode):"
+SUMMARY_HEADER = "Summary of the earlier conversation:"
+
+SUMMARY_INSTRUCTION = (
+    "Fold the conversation below into the running summary. Keep names, facts, plans and the "
+    "emotional thread; drop small talk. Answer in this form:\n"
+    "SUMMARY:\n<the new summary, at most 12 sentences>\n"
+    "FACTS:\n- <a stable fact about the person worth remembering long-term, one per line, or none>"
+)
+
+PROVIDER_FAILED = (
+    "Sorry, I couldn't reach my language model just now. Your message is saved; please try again in a moment."
+)
+
+DELETE_SECRET_NOTE = (
+    "Please delete your message that carried the passphrase; I could not delete it myself here."
+)
+
+NOT_ALLOWED = (
+    "Hello! I'm a personal companion and I only talk with the people I'm set up for. Sorry!"
+)
+
+# One sentence per mode, used by /help and /mode alike, so the copy never drifts.
+NORMAL_MODE_MEANS = (
+    "Normal mode: I keep a rolling summary of our conversation and use it in later turns."
+)
+PRIVATE_MODE_MEANS = (
+    "Private mode is incognito, not a blank slate: I still read what I already know about you, "
+    "but what you say here is not added to normal memory, recall, goals or follow-ups, is never "
+    "shown to normal mode (it sees one placeholder line instead), and is deleted when it expires."
+)

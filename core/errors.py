@@ -1,0 +1,54 @@
+"""The core's exception tree; adapters translate their own failures into these once, at their boundary.
+
+    CompanionError
+    ├── ProviderError            the model side failed
+    │   ├── ProviderUnavailable  connection refused, timeout, 5xx after retries
+    │   ├── ProviderRateLimited  429 after retries
+    │   ├── ProviderRejected     4xx other than 429 (bad key, unknown model, bad request)
+    │   └── ProviderBadResponse  the reply was not the JSON we expect
+    ├── StoreError               the database failed or refused
+    │   └── MigrationError       the schema cannot be brought to this code's version
+    └── CommandError             a chat command had bad arguments (the message says which)
+"""
+
+from __future__ import annotations
+
+
+class CompanionError(Exception):
+    """Root of every error the companion raises on purpose."""
+
+
+class ProviderError(CompanionError):
+    """The language-model provider could not give a completion."""
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider could not be reached, timed out, or kept failing with 5xx."""
+
+
+class ProviderRateLimited(ProviderError):
+    """The provider kept answering 429 after the allowed retries."""
+
+
+class ProviderRejected(ProviderError):
+    """The provider refused the request (4xx other than 429)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ProviderBadResponse(ProviderError):
+    """The provider answered, but not with a completion we can read."""
+
+
+class StoreError(CompanionError):
+    """The store failed."""
+
+
+class MigrationError(StoreError):
+    """The database schema cannot be used by this version of the code."""
+
+
+class CommandError(CompanionError):
+    """A chat command was used wrongly; the message is shown to the user as is."""

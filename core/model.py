@@ -1,0 +1,187 @@
+"""Platform-neutral values that cross between adapters and the core."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Mode(str, enum.Enum):
+    NORMAL = "normal"
+    PRIVATE = "private"
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationKey:
+    """Identifies one chat on one platform (a DM, a group, a channel, the terminal)."""
+
+    platform: str
+    chat_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """A message an adapter decided the companion should answer.
+
+    `is_direct` is True only for a one-to-one chat between the user and the bot;
+    private mode is possible only there.
+    """
+
+    platform: str
+    chat_id: str
+    user_id: str
+    text: str
+    is_direct: bool
+    message_id: str | None = None
+    user_name: str | None = None
+
+    @property
+    def key(self) -> ConversationKey:
+        return ConversationKey(self.platform, self.chat_id)
+
+    @property
+    def account(self) -> str:
+        return f"{self.platform}:{self.user_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A file the adapter should send with the reply (an export, for instance)."""
+
+    filename: str
+    data: bytes
+    mime_type: str = "text/plain"
+
+
+@dataclass(slots=True)
+class Reply:
+    """What the core hands back for one inbound message.
+
+    `delete_inbound`: the inbound message carried a secret; the adapter deletes it
+    from the platform chat where it can, and otherwise appends `DELETE_SECRET_NOTE`.
+    """
+
+    text: str
+    delete_inbound: bool = False
+    attachments: list[Attachment] = field(default_factory=list)
+
+
+# --- the model side -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text exactly as the model produced it
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of a provider request, in the OpenAI chat shape."""
+
+    role: str  # system | user | assistant | tool
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """Everything the provider is given. `purpose` is reply, summary or transition."""
+
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    purpose: str = "reply"
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+# --- stored records ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    id: int
+    platform: str
+    chat_id: str
+    kind: str  # direct | group
+    person_id: int | None
+
+    @property
+    def is_direct(self) -> bool:
+        return self.kind == "direct"
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    id: int
+    person_id: int
+    platform: str
+    platform_user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One private interval of a conversation; `ended_at is None` means it is open."""
+
+    id: int
+    conversation_id: int
+    anchor_message_id: int
+    started_at: float
+    last_activity_at: float
+    ended_at: float | None
+    end_reason: str | None
+    expires_at: float | None
+
+    @property
+    def is_open(self) -> bool:
+        return self.ended_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineItem:
+    """One entry of a conversation view: a message, or the placeholder of a masked segment.
+
+    For a placeholder, `text` is None, `role` is None and `masked_segment_id` names
+    the segment; `position` is the segment's anchor, so it sorts right after the
+    message that preceded the interval.
+    """
+
+    position: int
+    role: str | None
+    text: str | None
+    masked_segment_id: int | None = None
+
+    @property
+    def is_placeholder(self) -> bool:
+        return self.masked_segment_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    text: str
+    watermark: int  # id of the newest message the summary covers
+
+
+@dataclass(frozen=True, slots=True)
+class PadEntry:
+    id: int
+    mode: Mode
+    text: str
+    segment_id: int | None

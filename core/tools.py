@@ -1,0 +1,109 @@
+"""Tools the model may call, tagged by capability; the set for a turn is chosen before the request.
+
+A private turn never receives a tool whose tags intersect PRIVATE_FORBIDDEN: its
+definition is absent from the request, not refused after the model asked for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from core.model import Conversation, ToolCall, ToolSpec
+from core.valve import ModeState
+
+log = logging.getLogger(__name__)
+
+# Capabilities whose effects outlive a private turn or leave its thread.
+PRIVATE_FORBIDDEN = frozenset(
+    {"memory-write", "memory-read", "goal", "follow-up", "export", "publish", "delivery", "analytics"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    conversation: Conversation
+    state: ModeState
+    now: float
+    timezone: str = "UTC"
+
+
+ToolHandler = Callable[[ToolContext, dict], Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict
+    tags: frozenset[str]
+    handler: ToolHandler = field(compare=False)
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[Tool] | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools or []:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name} registered twice")
+        self._tools[tool.name] = tool
+
+    def all(self) -> list[Tool]:
+        return list(self._tools.values())
+
+    def tools_for(self, conversation: Conversation, state: ModeState) -> list[Tool]:
+        """The tool set of one turn, decided from the mode before any request is built."""
+        if state.is_private:
+            return [t for t in self._tools.values() if not (t.tags & PRIVATE_FORBIDDEN)]
+        return list(self._tools.values())
+
+
+async def run_tool_call(offered: list[Tool], call: ToolCall, context: ToolContext) -> str:
+    """Run one call the model made, among the tools it was offered only. Never raises:
+    the result (or the error, in words) goes back to the model."""
+    tool = next((t for t in offered if t.name == call.name), None)
+    if tool is None:
+        return f"error: no tool named {call.name!r} is available in this conversation"
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError:
+        return "error: the arguments were not valid JSON"
+    if not isinstance(arguments, dict):
+        return "error: the arguments must be a JSON object"
+    try:
+        return await tool.handler(context, arguments)
+    except ValueError as exc:
+        return f"error: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a tool bug must not end the turn
+        log.exception("tool %s failed (%s)", tool.name, type(exc).__name__)
+        return "error: the tool failed"
+
+
+async def _current_time(context: ToolContext, arguments: dict) -> str:
+    from zoneinfo import ZoneInfo
+
+    now = datetime.fromtimestamp(context.now, tz=timezone.utc).astimezone(ZoneInfo(context.timezone))
+    return now.strftime("%A %Y-%m-%d %H:%M %Z")
+
+
+CURRENT_TIME = Tool(
+    name="current_time",
+    description="The current date and time in the person's timezone.",
+    parameters={"type": "object", "properties": {}},
+    tags=frozenset({"clock"}),
+    handler=_current_time,
+)
+
+
+def default_tools() -> ToolRegistry:
+    return ToolRegistry([CURRENT_TIME])

@@ -1,0 +1,226 @@
+"""The valve between normal and private mode: entry verified, exit free, every failure lands normal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+
+from core.durations import describe_seconds, parse_expiry
+from core.model import Account, Conversation, Mode, Segment
+from core.ports import Clock
+from core.secrets import InvalidPassphraseHash, PassphraseHash
+
+log = logging.getLogger(__name__)
+
+LOCKOUT_ATTEMPTS = 5
+LOCKOUT_WINDOW = 15 * 60.0
+LOCKOUT_DURATION = 15 * 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModeState:
+    """The mode a turn runs in. `segment` is set only in private mode.
+    `notice` tells the user that automation just ended private mode."""
+
+    mode: Mode
+    segment: Segment | None = None
+    notice: str | None = None
+
+    @property
+    def is_private(self) -> bool:
+        return self.mode is Mode.PRIVATE and self.segment is not None
+
+
+NORMAL = ModeState(Mode.NORMAL)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryResult:
+    entered: bool
+    text: str
+
+
+class ModeValve:
+    """Reads and changes the mode of a conversation.
+
+    The mode state is the conversation's open segment in the store; start-up closes
+    every open segment, so boot always lands in normal mode. Reading the state fails
+    toward normal on any error, timeout or malformed value. Only `enter` can open a
+    segment, and only after the passphrase is verified; everything automatic
+    (idle timeout, expiry, a group context) can only close one.
+    """
+
+    def __init__(
+        self,
+        store,
+        clock: Clock,
+        *,
+        passphrase_hash: str | None,
+        default_expiry: str = "24h",
+        idle_seconds: float | None = 30 * 60.0,
+        read_timeout: float = 2.0,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._idle = idle_seconds
+        self._read_timeout = read_timeout
+        self._default_expiry = default_expiry
+        self._hash: PassphraseHash | None = None
+        self.unavailable_reason: str | None = None
+        if not passphrase_hash:
+            self.unavailable_reason = (
+                "no passphrase is configured (set COMPANION_PRIVATE_PASSPHRASE_HASH to what `companion passphrase` prints)"
+            )
+        else:
+            try:
+                self._hash = PassphraseHash.parse(passphrase_hash)
+            except InvalidPassphraseHash as exc:
+                self.unavailable_reason = f"the configured passphrase hash is not valid ({exc})"
+        # Conversations whose exit could not be written yet: they read as normal regardless.
+        self._leaving: set[int] = set()
+
+    @property
+    def available(self) -> bool:
+        return self._hash is not None
+
+    # --- reading ----------------------------------------------------------
+
+    async def read(self, conversation: Conversation) -> ModeState:
+        """The mode of `conversation` now. Never raises; every failure is normal mode."""
+        if conversation.id in self._leaving:
+            await self._retry_leave(conversation)
+            return NORMAL
+        try:
+            segment = await asyncio.wait_for(self._store.open_segment_of(conversation.id), self._read_timeout)
+        except Exception as exc:  # noqa: BLE001 - the failure direction is the point
+            log.warning("mode read failed for conversation %s (%s); normal mode", conversation.id, type(exc).__name__)
+            return NORMAL
+        if segment is None:
+            return NORMAL
+        if not _well_formed(segment):
+            log.warning("segment %s has a malformed state; normal mode", segment.id)
+            await self._close_quietly(segment, "malformed")
+            return NORMAL
+        if not conversation.is_direct:
+            await self._close_quietly(segment, "group")
+            return NORMAL
+        now = self._clock.now()
+        if segment.expires_at is not None and now >= segment.expires_at:
+            await self._close_quietly(segment, "expired")
+            return ModeState(Mode.NORMAL, notice="Private mode ended: its time ran out. You are in normal mode now.")
+        if self._idle is not None and now - segment.last_activity_at >= self._idle:
+            await self._close_quietly(segment, "idle")
+            return ModeState(
+                Mode.NORMAL,
+                notice=f"Private mode ended after {describe_seconds(self._idle)} without messages. "
+                "You are in normal mode now.",
+            )
+        return ModeState(Mode.PRIVATE, segment)
+
+    def ends_at(self, segment: Segment) -> float | None:
+        """When the segment will end by itself if nothing else happens (expiry or idle)."""
+        ends = [t for t in (segment.expires_at,) if t is not None]
+        if self._idle is not None:
+            ends.append(segment.last_activity_at + self._idle)
+        return min(ends) if ends else None
+
+    # --- entering (verified) ----------------------------------------------
+
+    async def enter(
+        self, conversation: Conversation, account: Account, passphrase: str, expiry_text: str | None
+    ) -> EntryResult:
+        """Verify and open a private segment. Bad input changes nothing."""
+        if not conversation.is_direct:
+            return EntryResult(False, "Private mode is only possible in a one-to-one chat with me, not in a group "
+                               "or channel. Nothing changed.")
+        if self._hash is None:
+            return EntryResult(False, f"Private mode is unavailable: {self.unavailable_reason}.")
+        if not passphrase:
+            return EntryResult(False, "Usage: /private PASSPHRASE [EXPIRY], for example /private my-secret 2h.")
+        try:
+            lifetime = parse_expiry(expiry_text or self._default_expiry)
+        except ValueError as exc:
+            return EntryResult(False, f"{exc}. Nothing changed.")
+        now = self._clock.now()
+        attempts = await self._store.failed_attempts_since(account.id, now - LOCKOUT_WINDOW - LOCKOUT_DURATION)
+        locked_until = _locked_until(attempts)
+        if locked_until is not None and now < locked_until:
+            return EntryResult(False, "Private mode entry is locked after too many wrong passphrases; "
+                               f"try again in {describe_seconds(locked_until - now)}.")
+        current = await self.read(conversation)
+        if current.is_private:
+            return EntryResult(False, "You are already in private mode. /normal leaves it.")
+        ok = await asyncio.to_thread(self._hash.verify, passphrase)
+        if not ok:
+            await self._store.record_failed_attempt(account.id, now, keep_after=now - 86400)
+            attempts = [t for t in attempts if t > now - LOCKOUT_WINDOW] + [now]
+            log.info("private-mode entry refused for account %s (attempt %d)", account.id, len(attempts))
+            if _locked_until(attempts) is not None:
+                return EntryResult(False, "That passphrase is not right. Private mode entry is now locked for "
+                                   f"{describe_seconds(LOCKOUT_DURATION)}.")
+            left = LOCKOUT_ATTEMPTS - len(attempts)
+            return EntryResult(False, f"That passphrase is not right. {left} more wrong "
+                               f"{'try' if left == 1 else 'tries'} will lock private mode for 15 minutes.")
+        await self._store.clear_failed_attempts(account.id)
+        expires_at = None if lifetime is None else now + lifetime
+        segment = await self._store.open_segment(conversation.id, now, expires_at)
+        log.info("private segment %s opened in conversation %s", segment.id, conversation.id)
+        life = "it is kept until you delete it" if lifetime is None else f"it is deleted after {describe_seconds(lifetime)}"
+        return EntryResult(True, f"Private mode is on; {life}. /normal leaves it.")
+
+    # --- leaving (never verified, never fails) -----------------------------
+
+    async def leave(self, conversation: Conversation, reason: str = "user") -> bool:
+        """Close the open segment, if any. Returns whether private mode was on (best knowledge).
+        If the store fails, the conversation is held in normal mode and the close is retried."""
+        try:
+            closed = await asyncio.wait_for(
+                self._store.close_open_segments(conversation.id, self._clock.now(), reason), self._read_timeout
+            )
+        except Exception as exc:  # noqa: BLE001
+            log.warning("closing the segment of conversation %s failed (%s); held in normal mode",
+                        conversation.id, type(exc).__name__)
+            self._leaving.add(conversation.id)
+            return True
+        self._leaving.discard(conversation.id)
+        return closed > 0
+
+    async def _retry_leave(self, conversation: Conversation) -> None:
+        try:
+            await asyncio.wait_for(
+                self._store.close_open_segments(conversation.id, self._clock.now(), "user"), self._read_timeout
+            )
+        except Exception:  # noqa: BLE001
+            return
+        self._leaving.discard(conversation.id)
+
+    async def _close_quietly(self, segment: Segment, reason: str) -> None:
+        try:
+            await self._store.close_segment(segment.id, self._clock.now(), reason)
+            log.info("private segment %s closed (%s)", segment.id, reason)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("closing segment %s failed (%s)", segment.id, type(exc).__name__)
+            self._leaving.add(segment.conversation_id)
+
+
+def _well_formed(segment: Segment) -> bool:
+    def number(value: object) -> bool:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+
+    return (
+        number(segment.started_at)
+        and number(segment.last_activity_at)
+        and (segment.expires_at is None or number(segment.expires_at))
+    )
+
+
+def _locked_until(attempts: list[float]) -> float | None:
+    """The end of the latest lockout: five failures within fifteen minutes lock for fifteen minutes."""
+    ordered = sorted(attempts)
+    locked = None
+    for i in range(LOCKOUT_ATTEMPTS - 1, len(ordered)):
+        if ordered[i] - ordered[i - LOCKOUT_ATTEMPTS + 1] <= LOCKOUT_WINDOW:
+            locked = ordered[i] + LOCKOUT_DURATION
+    return locked

@@ -1,0 +1,441 @@
+"""OpenAICompatibleProvider against a real FakeOpenAIServer on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import traceback
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+
+import httpx
+import pytest
+
+from adapters.llm.openai_compat import OpenAICompatibleProvider
+from core.errors import (
+    ProviderBadResponse,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderUnavailable,
+)
+from core.model import ChatMessage, CompletionRequest, ToolSpec
+from core.ports import BaseProvider
+from tests.helpers.fake_openai import FakeOpenAIServer
+
+CANARY = "canary-7f3a9 the user's private words"
+
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="Current weather for a city.",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+
+class RecordingSleep:
+    """Stands in for asyncio.sleep: records each delay and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    return RecordingSleep()
+
+
+@pytest.fixture
+async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIterator[OpenAICompatibleProvider]:
+    provider = OpenAICompatibleProvider(server.base_url, api_key="sk-test", model="test-model", timeout=2.0)
+    provider._sleep = sleep
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+def ask(text: str = "hello", **kwargs: object) -> CompletionRequest:
+    return CompletionRequest(messages=(ChatMessage("system", "be kind"), ChatMessage("user", text)), **kwargs)
+
+
+def full_text(exc: BaseException) -> str:
+    """The exception as a traceback would print it, causes included."""
+    return "".join(traceback.format_exception(exc))
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- replies and the wire format -------------------------------------------------
+
+
+def test_provider_satisfies_the_base_provider_port() -> None:
+    assert isinstance(OpenAICompatibleProvider("http://127.0.0.1:1/v1"), BaseProvider)
+
+
+async def test_plain_reply_becomes_a_completion_with_usage(server, provider) -> None:
+    server.reply_text("hi there", prompt_tokens=11, completion_tokens=2)
+
+    completion = await provider.complete(ask())
+
+    assert completion.text == "hi there"
+    assert completion.tool_calls == ()
+    assert (completion.prompt_tokens, completion.completion_tokens) == (11, 2)
+
+
+async def test_request_carries_model_messages_and_bearer_key_without_unoffered_tools(server, provider) -> None:
+    await provider.complete(ask("hello"))
+
+    assert server.requests == [
+        {
+            "model": "test-model",
+            "messages": [{"role": "system", "content": "be kind"}, {"role": "user", "content": "hello"}],
+        }
+    ]
+    assert server.request_headers[0]["Authorization"] == "Bearer sk-test"
+    assert server.request_headers[0]["Content-Type"] == "application/json"
+
+
+async def test_request_body_is_compact_json_and_its_size_is_exposed(server, provider) -> None:
+    await provider.complete(ask("hello", temperature=0.2, max_tokens=50))
+
+    raw = server.raw_requests[0]
+    assert b": " not in raw and b", " not in raw
+    assert provider.last_request_bytes == len(raw)
+    assert server.requests[0]["temperature"] == 0.2
+    assert server.requests[0]["max_tokens"] == 50
+
+
+async def test_no_authorization_header_without_an_api_key(server) -> None:
+    provider = OpenAICompatibleProvider(server.base_url + "/")  # a trailing slash is tolerated
+    try:
+        await provider.complete(ask())
+    finally:
+        await provider.aclose()
+
+    assert "Authorization" not in server.request_headers[0]
+    assert server.requests[0]["model"] == "default"
+
+
+async def test_offered_tools_are_sent_as_functions(server, provider) -> None:
+    await provider.complete(ask(tools=(WEATHER,)))
+
+    assert server.requests[0]["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Current weather for a city.",
+                "parameters": WEATHER.parameters,
+            },
+        }
+    ]
+
+
+async def test_tool_call_round_trip_sends_the_tool_result_back(server, provider) -> None:
+    server.reply_tool_call("get_weather", '{"city":"Oslo"}', call_id="call_42")
+    server.reply_text("It is 3 degrees in Oslo.")
+    first = ask("weather in Oslo?", tools=(WEATHER,))
+
+    asked = await provider.complete(first)
+
+    assert asked.text == ""
+    [call] = asked.tool_calls
+    assert (call.id, call.name, json.loads(call.arguments)) == ("call_42", "get_weather", {"city": "Oslo"})
+
+    second = CompletionRequest(
+        messages=first.messages
+        + (
+            ChatMessage("assistant", None, tool_calls=asked.tool_calls),
+            ChatMessage("tool", '{"temp_c":3}', tool_call_id=call.id),
+        ),
+        tools=(WEATHER,),
+    )
+    answer = await provider.complete(second)
+
+    assert answer.text == "It is 3 degrees in Oslo."
+    sent = server.requests[1]["messages"]
+    assert sent[2] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_42", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
+        ],
+    }
+    assert sent[3] == {"role": "tool", "content": '{"temp_c":3}', "tool_call_id": "call_42"}
+
+
+async def test_tool_arguments_sent_as_an_object_become_json_text(server, provider) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    server.script({"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]})
+
+    completion = await provider.complete(ask(tools=(WEATHER,)))
+
+    assert json.loads(completion.tool_calls[0].arguments) == {"city": "Oslo"}
+    assert completion.prompt_tokens is None  # usage is optional
+
+
+# --- retries ------------------------------------------------------------------------
+
+
+async def test_429_is_retried_after_the_retry_after_seconds(server, provider, sleep) -> None:
+    server.reply_status(429, headers={"Retry-After": "2"})
+    server.reply_text("after the wait")
+
+    completion = await provider.complete(ask())
+
+    assert completion.text == "after the wait"
+    assert sleep.delays == [2.0]
+    assert len(server.requests) == 2
+
+
+async def test_retry_after_as_an_http_date_is_honoured_and_capped(server, sleep) -> None:
+    provider = OpenAICompatibleProvider(server.base_url, max_retry_after=5.0)
+    provider._sleep = sleep
+    soon = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=3), usegmt=True)
+    late = format_datetime(datetime.now(timezone.utc) + timedelta(hours=1), usegmt=True)
+    server.reply_status(429, headers={"Retry-After": soon})
+    server.reply_status(429, headers={"Retry-After": late})
+    try:
+        await provider.complete(ask())
+    finally:
+        await provider.aclose()
+
+    assert 1.0 < sleep.delays[0] <= 3.0
+    assert sleep.delays[1] == 5.0
+
+
+async def test_persistent_429_raises_rate_limited_after_bounded_attempts(server, sleep) -> None:
+    provider = OpenAICompatibleProvider(server.base_url, max_retries=2, backoff=0.5)
+    provider._sleep = sleep
+    for _ in range(3):
+        server.reply_status(429)
+    try:
+        with pytest.raises(ProviderRateLimited, match="429") as caught:
+            await provider.complete(ask())
+    finally:
+        await provider.aclose()
+
+    assert len(server.requests) == 3
+    assert sleep.delays == [0.5, 1.0]  # exponential backoff without Retry-After
+    assert server.base_url in str(caught.value)
+
+
+async def test_500_then_success_returns_the_reply(server, provider, sleep) -> None:
+    server.reply_status(500)
+    server.reply_text("recovered")
+
+    completion = await provider.complete(ask())
+
+    assert completion.text == "recovered"
+    assert len(server.requests) == 2
+    assert sleep.delays == [0.5]
+
+
+async def test_persistent_503_raises_unavailable_after_bounded_attempts(server, sleep) -> None:
+    provider = OpenAICompatibleProvider(server.base_url, max_retries=3, backoff=0.1)
+    provider._sleep = sleep
+    for _ in range(10):
+        server.reply_status(503)
+    try:
+        with pytest.raises(ProviderUnavailable) as caught:
+            await provider.complete(ask())
+    finally:
+        await provider.aclose()
+
+    assert len(server.requests) == 4
+    assert sleep.delays == [0.1, 0.2, 0.4]
+    message = str(caught.value)
+    assert "503" in message and server.base_url in message and "4 attempts" in message
+    assert "\n" not in message
+
+
+async def test_a_server_slower_than_the_timeout_raises_unavailable(server, sleep) -> None:
+    provider = OpenAICompatibleProvider(server.base_url, timeout=0.2, max_retries=1)
+    provider._sleep = sleep
+    server.reply_delay(5.0)
+    server.reply_delay(5.0)
+    try:
+        with pytest.raises(ProviderUnavailable, match="did not answer within 0.2 s") as caught:
+            await provider.complete(ask())
+    finally:
+        await provider.aclose()
+
+    assert len(server.requests) == 2
+    assert server.base_url in str(caught.value)
+
+
+async def test_a_hang_up_is_retried(server, provider, sleep) -> None:
+    server.reply_disconnect()
+    server.reply_text("second time lucky")
+
+    completion = await provider.complete(ask())
+
+    assert completion.text == "second time lucky"
+    assert len(sleep.delays) == 1
+
+
+async def test_connection_refused_raises_unavailable_naming_the_server(sleep) -> None:
+    base_url = f"http://127.0.0.1:{closed_port()}/v1"
+    provider = OpenAICompatibleProvider(base_url, max_retries=2)
+    provider._sleep = sleep
+    try:
+        with pytest.raises(ProviderUnavailable, match="could not reach") as caught:
+            await provider.complete(ask())
+    finally:
+        await provider.aclose()
+
+    assert base_url in str(caught.value)
+    assert len(sleep.delays) == 2
+
+
+# --- answers that are not completions, and refusals ---------------------------------
+
+
+async def test_malformed_json_raises_bad_response_with_a_clear_message(server, provider) -> None:
+    server.reply_raw(b"not json")
+
+    with pytest.raises(ProviderBadResponse) as caught:
+        await provider.complete(ask())
+
+    message = str(caught.value)
+    assert message.startswith(
+        f"the model server at {server.base_url} answered with something that is not a chat completion"
+    )
+    assert "JSON" in message
+    assert len(server.requests) == 1  # a bad answer is not retried
+
+
+async def test_json_without_choices_raises_bad_response_naming_the_field(server, provider) -> None:
+    server.script({"object": "chat.completion", "choices": []})
+
+    with pytest.raises(ProviderBadResponse, match="choices"):
+        await provider.complete(ask())
+
+
+async def test_401_raises_rejected_naming_the_status_and_server_message(server, provider) -> None:
+    server.reply_status(401, message="Incorrect API key provided")
+
+    with pytest.raises(ProviderRejected) as caught:
+        await provider.complete(ask())
+
+    assert caught.value.status == 401
+    message = str(caught.value)
+    assert "401" in message and "Incorrect API key provided" in message and server.base_url in message
+    assert len(server.requests) == 1  # a refusal is not retried
+
+
+async def test_ollama_style_string_error_is_reported(server, provider) -> None:
+    server.reply_status(404, body={"error": "model 'nope' not found"})
+
+    with pytest.raises(ProviderRejected, match="model 'nope' not found"):
+        await provider.complete(ask())
+
+
+# --- privacy: the message text never reaches errors or logs -------------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(lambda s: s.reply_status(401), id="401"),
+        pytest.param(lambda s: [s.reply_status(503) for _ in range(2)], id="503"),
+        pytest.param(lambda s: s.reply_raw(b"<html>oops</html>"), id="not-json"),
+        pytest.param(lambda s: s.reply_raw(json.dumps({"reply": CANARY}).encode()), id="echoing-bad-shape"),
+        pytest.param(lambda s: [s.reply_delay(5.0) for _ in range(2)], id="timeout"),
+    ],
+)
+async def test_errors_and_logs_never_contain_the_message_text(server, sleep, caplog, script) -> None:
+    caplog.set_level(logging.DEBUG)
+    provider = OpenAICompatibleProvider(server.base_url, timeout=0.2, max_retries=1)
+    provider._sleep = sleep
+    script(server)
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await provider.complete(ask(CANARY))
+    finally:
+        await provider.aclose()
+
+    assert CANARY.encode() in server.raw_requests[0]  # it was really sent
+    assert CANARY not in full_text(caught.value)
+    assert caplog.records
+    for record in caplog.records:
+        assert CANARY not in record.getMessage()
+
+
+async def test_successful_exchange_logs_sizes_but_not_the_message_text(server, provider, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    server.reply_text(f"you said {CANARY}")
+
+    completion = await provider.complete(ask(CANARY))
+
+    assert CANARY in completion.text
+    assert any(str(provider.last_request_bytes) in record.getMessage() for record in caplog.records)
+    for record in caplog.records:
+        assert CANARY not in record.getMessage()
+
+
+async def test_a_server_error_message_quoting_the_request_is_withheld(server, provider) -> None:
+    server.reply_status(400, message=f"cannot process '{CANARY}'")
+
+    with pytest.raises(ProviderRejected) as caught:
+        await provider.complete(ask(CANARY))
+
+    assert "400" in str(caught.value)
+    assert "withheld" in str(caught.value)
+    assert CANARY not in full_text(caught.value)
+
+
+# --- lifecycle -----------------------------------------------------------------------
+
+
+async def test_aclose_is_safe_to_call_twice(server) -> None:
+    provider = OpenAICompatibleProvider(server.base_url)
+    await provider.complete(ask())
+
+    await provider.aclose()
+    await provider.aclose()
+
+
+async def test_aclose_before_any_request_is_safe() -> None:
+    provider = OpenAICompatibleProvider("http://127.0.0.1:1/v1")
+
+    await provider.aclose()
+    await provider.aclose()
+
+
+def test_a_base_url_without_a_scheme_is_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="base_url"):
+        OpenAICompatibleProvider("127.0.0.1:11434/v1")
+
+
+async def test_fake_server_serves_the_model_list(server) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"{server.base_url}/models")
+
+    assert response.json()["data"][0]["id"] == "fake-model"
+
+
+def test_fake_server_runs_in_a_thread_for_subprocess_tests() -> None:
+    with FakeOpenAIServer.run_in_thread() as server:
+        server.reply_text("from the thread")
+        first = httpx.post(f"{server.base_url}/chat/completions", json={"model": "m", "messages": []})
+        second = httpx.post(f"{server.base_url}/chat/completions", json={"model": "m", "messages": []})
+
+    assert first.json()["choices"][0]["message"]["content"] == "from the thread"
+    assert second.json()["choices"][0]["message"]["content"] == "fake reply #2"
+    assert len(server.requests) == 2

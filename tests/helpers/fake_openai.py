@@ -1,0 +1,283 @@
+"""FakeOpenAIServer: a scripted OpenAI-compatible Chat Completions server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import inspect
+import itertools
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptedResponse:
+    """One scripted answer. `body` is a JSON-able value or raw bytes; `delay` is waited first.
+
+    A 200 with `body=None` means "the responder's (or default) reply, after `delay`".
+    """
+
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    delay: float = 0.0
+    content_type: str = "application/json"
+    disconnect: bool = False  # hang up without answering
+
+
+# A responder returns a completion dict, a reply text, or a ScriptedResponse (sync or async).
+Responder = Callable[[dict[str, Any]], Any]
+
+
+class FakeOpenAIServer:
+    """A real HTTP server on 127.0.0.1 speaking the Chat Completions wire format.
+
+    `async with FakeOpenAIServer() as server:` (or `with FakeOpenAIServer.run_in_thread()`
+    for subprocess tests). Every POST to `{base_url}/chat/completions` is recorded in
+    `requests` (parsed JSON), `raw_requests` (bytes) and `request_headers`; the answer is
+    the next scripted one, else `responder(body)`, else `"fake reply #N"`.
+    """
+
+    def __init__(self, model: str = "fake-model") -> None:
+        self.model = model
+        self.requests: list[Any] = []
+        self.raw_requests: list[bytes] = []
+        self.request_headers: list[CIMultiDict[str]] = []
+        self.responder: Responder | None = None
+        self.base_url = ""
+        self.port = 0
+        self._script: collections.deque[ScriptedResponse] = collections.deque()
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._closing: asyncio.Event | None = None
+
+    # --- scripting ---------------------------------------------------------------
+
+    def script(self, *responses: ScriptedResponse | dict[str, Any] | str) -> None:
+        """Queue answers: a ScriptedResponse, a completion dict (sent as 200) or a reply text."""
+        for response in responses:
+            self._script.append(_as_scripted(response))
+
+    def reply_text(self, text: str, *, delay: float = 0.0, prompt_tokens: int = 7, completion_tokens: int = 3) -> None:
+        self.script(
+            ScriptedResponse(
+                body=completion_json(text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens),
+                delay=delay,
+            )
+        )
+
+    def reply_tool_call(
+        self,
+        name: str,
+        arguments: str | dict[str, Any] = "{}",
+        *,
+        call_id: str = "call_1",
+        text: str | None = None,
+        delay: float = 0.0,
+    ) -> None:
+        """Queue an answer asking for one tool call; `arguments` is JSON text (dicts are dumped)."""
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        self.script(ScriptedResponse(body=completion_json(text, tool_calls=[call]), delay=delay))
+
+    def reply_status(
+        self, status: int, *, headers: dict[str, str] | None = None, body: Any = None, message: str | None = None
+    ) -> None:
+        """Queue an error status; the body defaults to an OpenAI-style error object."""
+        if body is None:
+            body = {"error": {"message": message or f"fake error {status}", "type": "fake_error", "code": status}}
+        self.script(ScriptedResponse(status=status, body=body, headers=dict(headers or {})))
+
+    def reply_raw(self, body: bytes, *, status: int = 200, content_type: str = "application/json") -> None:
+        self.script(ScriptedResponse(status=status, body=body, content_type=content_type))
+
+    def reply_delay(self, seconds: float, then: ScriptedResponse | dict[str, Any] | str | None = None) -> None:
+        """Queue an answer sent after `seconds`: `then`, or the default reply."""
+        if then is None:
+            self.script(ScriptedResponse(body=None, delay=seconds))
+        else:
+            self.script(dataclasses.replace(_as_scripted(then), delay=seconds))
+
+    def reply_disconnect(self) -> None:
+        """Queue a hang-up: the connection is closed without any answer."""
+        self.script(ScriptedResponse(disconnect=True))
+
+    @property
+    def pending(self) -> int:
+        """Scripted answers not yet used."""
+        return len(self._script)
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._runner is not None:
+            return
+        self._closing = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        app.router.add_get("/v1/models", self._models)
+        # handler_cancellation: a client that gave up (timeout) ends its delayed handler.
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = runner.addresses[0][1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    async def aclose(self) -> None:
+        """Stop serving; safe to call twice."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        if self._closing is not None:
+            self._closing.set()
+        await runner.cleanup()
+
+    async def __aenter__(self) -> FakeOpenAIServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @classmethod
+    @contextlib.contextmanager
+    def run_in_thread(cls, **kwargs: Any) -> Iterator[FakeOpenAIServer]:
+        """Serve from a background thread with its own event loop, for subprocess tests."""
+        server = cls(**kwargs)
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        control: dict[str, Any] = {}
+
+        async def serve() -> None:
+            stop = asyncio.Event()
+            control["loop"], control["stop"] = asyncio.get_running_loop(), stop
+            try:
+                await server.start()
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+                return
+            ready.set()
+            try:
+                await stop.wait()
+            finally:
+                await server.aclose()
+
+        thread = threading.Thread(target=asyncio.run, args=(serve(),), name="FakeOpenAIServer", daemon=True)
+        thread.start()
+        ready.wait(timeout=10)
+        if failure:
+            thread.join(timeout=10)
+            raise failure[0]
+        if not server.base_url:
+            raise RuntimeError("FakeOpenAIServer did not start within 10 s")
+        try:
+            yield server
+        finally:
+            control["loop"].call_soon_threadsafe(control["stop"].set)
+            thread.join(timeout=10)
+
+    # --- handlers ----------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "fake"}]}
+        )
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        number = next(self._ids)
+        self.raw_requests.append(raw)
+        self.requests.append(body)
+        self.request_headers.append(CIMultiDict(request.headers))
+        if not isinstance(body, dict):
+            return web.json_response({"error": {"message": "request body is not a JSON object"}}, status=400)
+
+        scripted = self._script.popleft() if self._script else None
+        if scripted is None or (scripted.body is None and scripted.status == 200 and not scripted.disconnect):
+            delay = scripted.delay if scripted else 0.0
+            scripted = dataclasses.replace(await self._respond(body, number), delay=delay)
+        if scripted.delay:
+            await self._wait(scripted.delay)
+        if scripted.disconnect:
+            assert request.transport is not None
+            request.transport.close()
+            raise asyncio.CancelledError  # nothing may be written after the hang-up
+        return _to_response(scripted)
+
+    async def _respond(self, body: dict[str, Any], number: int) -> ScriptedResponse:
+        if self.responder is None:
+            return ScriptedResponse(body=completion_json(f"fake reply #{number}", model=self.model))
+        result = self.responder(body)
+        if inspect.isawaitable(result):
+            result = await result
+        return _as_scripted(result)
+
+    async def _wait(self, seconds: float) -> None:
+        assert self._closing is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), seconds)
+
+
+def completion_json(
+    text: str | None,
+    *,
+    tool_calls: list[dict[str, Any]] | None = None,
+    model: str = "fake-model",
+    prompt_tokens: int = 7,
+    completion_tokens: int = 3,
+) -> dict[str, Any]:
+    """A Chat Completions response body as OpenAI sends it."""
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def _as_scripted(response: ScriptedResponse | dict[str, Any] | str) -> ScriptedResponse:
+    if isinstance(response, ScriptedResponse):
+        return response
+    if isinstance(response, str):
+        return ScriptedResponse(body=completion_json(response))
+    if isinstance(response, dict):
+        return ScriptedResponse(body=response)
+    raise TypeError(f"cannot script a {type(response).__name__}; use ScriptedResponse, dict or str")
+
+
+def _to_response(scripted: ScriptedResponse) -> web.Response:
+    if isinstance(scripted.body, bytes):
+        payload = scripted.body
+    else:
+        payload = json.dumps(scripted.body).encode()
+    return web.Response(
+        status=scripted.status, body=payload, headers=scripted.headers, content_type=scripted.content_type
+    )
