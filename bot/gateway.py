@@ -32,6 +32,7 @@ def build_adapters(settings: Settings, companion) -> list:
             handler=companion.handle,
             commands=companion.command_list(),
             base_url=settings.telegram_base_url,
+            state=companion.store,
         ))
     if settings.discord_token:
         from adapters.discord import DiscordAdapter

@@ -54,3 +54,11 @@ class Clock(Protocol):
 class SystemClock:
     def now(self) -> float:
         return time.time()
+
+
+class AdapterStateStore(Protocol):
+    """Durable key/value state for adapters (offsets, cursors); never message content."""
+
+    async def get_adapter_state(self, name: str) -> str | None: ...
+
+    async def set_adapter_state(self, name: str, value: str, now: float) -> None: ...

@@ -407,6 +407,20 @@ class SqliteStore:
             )
             return cur.rowcount
 
+    # --- adapter state (offsets, cursors) -----------------------------------
+
+    async def get_adapter_state(self, name: str) -> str | None:
+        row = await self._one("SELECT value FROM adapter_state WHERE name = ?", (name,))
+        return row[0] if row else None
+
+    async def set_adapter_state(self, name: str, value: str, now: float) -> None:
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO adapter_state (name, value, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                (name, value, now),
+            )
+
     # --- the valve's attempt log -------------------------------------------
 
     async def failed_attempts_since(self, account_id: int, since: float) -> list[float]:
