@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         return _passphrase()
 
     from bot.settings import ConfigError, configure_logging, load_settings
-    from core.errors import StoreError
+    from core.errors import CompanionError
 
     try:
         settings = load_settings()
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         from bot.gateway import run_gateway
 
         return asyncio.run(run_gateway(settings))
-    except (StoreError, ConfigError) as exc:
+    except (CompanionError, ConfigError) as exc:
         print(f"companion: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:

@@ -1,0 +1,32 @@
+"""Helpers to talk to a Companion as a platform adapter would."""
+
+from __future__ import annotations
+
+from core.companion import Companion
+from core.model import InboundMessage, Reply
+
+
+async def say(
+    companion: Companion,
+    text: str,
+    *,
+    platform: str = "terminal",
+    chat: str = "terminal",
+    user: str = "owner",
+    direct: bool = True,
+) -> Reply | None:
+    return await companion.handle(InboundMessage(platform, chat, user, text, is_direct=direct))
+
+
+async def conversation_of(companion: Companion, platform: str = "terminal", chat: str = "terminal"):
+    row = await companion.store._one(
+        "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?",
+        (platform, chat),
+    )
+    from core.model import Conversation
+
+    return Conversation(row[0], row[1], row[2], row[3], row[4])
+
+
+async def all_rows(store, sql: str, params: tuple = ()) -> list:
+    return [tuple(r) for r in await store._all(sql, params)]
