@@ -1,0 +1,93 @@
+"""The SQLite store: PRAGMAs, migrations, cascades."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import aiosqlite
+import pytest
+
+from adapters.storage.migrate import Migration, known_migrations, migrate
+from adapters.storage.sqlite import SqliteStore
+from core.errors import MigrationError
+
+
+async def pragma(store: SqliteStore, name: str):
+    return (await store._one(f"PRAGMA {name}"))[0]
+
+
+async def test_every_connection_enforces_foreign_keys_wal_secure_delete_and_full_sync(store):
+    assert await pragma(store, "foreign_keys") == 1
+    assert await pragma(store, "journal_mode") == "wal"
+    assert await pragma(store, "secure_delete") == 1
+    assert await pragma(store, "synchronous") == 2  # FULL
+    assert await pragma(store, "busy_timeout") == 5000
+
+
+async def test_database_folder_is_created(tmp_path):
+    async with SqliteStore(tmp_path / "a" / "b" / "c.db") as store:
+        assert store.path.exists()
+
+
+async def test_fresh_database_gets_every_migration_recorded_with_time(store):
+    rows = await store._all("SELECT name, applied_at FROM schema_migrations ORDER BY name")
+    assert [r[0] for r in rows] == [m.name for m in known_migrations()]
+    assert all(r[1] > 0 for r in rows)
+
+
+async def test_migrations_rerun_apply_nothing(tmp_path):
+    path = tmp_path / "db"
+    async with SqliteStore(path):
+        pass
+    async with aiosqlite.connect(path, isolation_level=None) as db:
+        assert await migrate(db) == []
+
+
+async def test_database_with_an_unknown_newer_migration_refuses_to_start(tmp_path):
+    path = tmp_path / "db"
+    async with SqliteStore(path):
+        pass
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO schema_migrations VALUES ('9999_from_the_future', 0)")
+    with pytest.raises(MigrationError, match="9999_from_the_future.*does not know"):
+        await SqliteStore(path).start()
+
+
+async def test_a_failing_migration_is_rolled_back_whole(tmp_path):
+    broken = Migration("0500_broken.sql", "CREATE TABLE half (x);\nINSERT INTO nowhere VALUES (1);\n")
+    async with aiosqlite.connect(tmp_path / "db", isolation_level=None) as db:
+        with pytest.raises(MigrationError, match="0500_broken"):
+            await migrate(db, [broken])
+        async with db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half'") as cur:
+            assert (await cur.fetchone())[0] == 0
+        async with db.execute("SELECT count(*) FROM schema_migrations") as cur:
+            assert (await cur.fetchone())[0] == 0
+
+
+async def test_migration_files_are_numbered_and_ordered():
+    names = [m.name for m in known_migrations()]
+    assert names == sorted(names) and names[0].startswith("0001_")
+    assert len({n[:4] for n in names}) == len(names)
+
+
+async def test_every_child_table_cascades_from_its_owner(store):
+    tables = [r[0] for r in await store._all(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    for table in tables:
+        for fk in await store._all(f"PRAGMA foreign_key_list({table})"):
+            column, on_delete = fk["from"], fk["on_delete"]
+            # account_id on messages only attributes authorship; it is SET NULL so that
+            # an account's removal never silently deletes a shared group timeline.
+            if (table, column) == ("messages", "account_id"):
+                assert on_delete == "SET NULL"
+            else:
+                assert on_delete == "CASCADE", f"{table}.{column} does not cascade"
+
+
+async def test_a_private_message_cannot_be_stored_as_pending_for_capture(store):
+    await store.ensure_conversation(__import__("core.model").model.ConversationKey("terminal", "t"), "direct", None, 1.0)
+    segment = await store.open_segment(1, 1.0, None)
+    with pytest.raises(sqlite3.IntegrityError):
+        await store._all(
+            "INSERT INTO messages (conversation_id, segment_id, mode, role, text, capture, created_at)"
+            " VALUES (1, ?, 'private', 'user', 'x', 'pending', 1.0)", (segment.id,))

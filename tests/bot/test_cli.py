@@ -1,0 +1,71 @@
+"""The command line end to end, in real subprocesses."""
+
+from __future__ import annotations
+
+from core.secrets import PassphraseHash
+from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.proc import companion_env, run_companion
+
+
+def test_piped_chat_answers_offline_one_reply_per_line_in_order(tmp_path):
+    result = run_companion(["chat"], companion_env(tmp_path), stdin="hello\nhow are you\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2
+    assert all("offline responder, not a language model" in line for line in lines)
+    assert "1 visible message," in lines[0] and "3 visible messages" in lines[1]
+    assert result.stderr == ""
+
+
+def test_piped_chat_prints_the_model_servers_reply(tmp_path):
+    with FakeOpenAIServer.run_in_thread() as server:
+        server.reply_text("Hello from the model server.")
+        env = companion_env(tmp_path, COMPANION_LLM_BASE_URL=server.base_url, COMPANION_LLM_MODEL="tiny")
+        result = run_companion(["chat"], env, stdin="hello\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "Hello from the model server."
+    assert server.requests[0]["model"] == "tiny"
+
+
+def test_chat_commands_work_in_the_terminal(tmp_path):
+    result = run_companion(["chat"], companion_env(tmp_path), stdin="/help\n/mode\n")
+    assert result.returncode == 0
+    assert "/private PASSPHRASE [EXPIRY]" in result.stdout and "You are in normal mode." in result.stdout
+
+
+def test_an_unreachable_model_server_gives_a_short_apology_and_loses_nothing(tmp_path):
+    import sqlite3
+
+    env = companion_env(tmp_path, COMPANION_LLM_BASE_URL="http://127.0.0.1:9/v1", COMPANION_LLM_TIMEOUT="2")
+    result = run_companion(["chat"], env, stdin="keep this\n")
+    assert result.returncode == 0
+    assert "couldn't reach my language model" in result.stdout
+    with sqlite3.connect(tmp_path / "companion.db") as db:
+        assert db.execute("SELECT text FROM messages").fetchall() == [("keep this",)]
+
+
+def test_run_with_nothing_configured_says_what_to_set(tmp_path):
+    result = run_companion(["run"], companion_env(tmp_path))
+    assert result.returncode == 2
+    assert "COMPANION_TELEGRAM_TOKEN" in result.stderr and "COMPANION_DISCORD_TOKEN" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_passphrase_prints_a_hash_that_verifies(tmp_path):
+    result = run_companion(["passphrase"], companion_env(tmp_path), stdin="correct-horse\n")
+    assert result.returncode == 0
+    parsed = PassphraseHash.parse(result.stdout.strip())
+    assert parsed.verify("correct-horse") and not parsed.verify("wrong")
+    assert "correct-horse" not in result.stdout
+
+
+def test_a_database_from_a_newer_version_refuses_to_start_with_one_line(tmp_path):
+    import sqlite3
+
+    env = companion_env(tmp_path)
+    assert run_companion(["chat"], env, stdin="hi\n").returncode == 0
+    with sqlite3.connect(tmp_path / "companion.db") as db:
+        db.execute("INSERT INTO schema_migrations VALUES ('9999_future', 0)")
+    result = run_companion(["chat"], env, stdin="hi\n")
+    assert result.returncode == 2
+    assert "9999_future" in result.stderr and "Traceback" not in result.stderr

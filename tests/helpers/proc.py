@@ -1,0 +1,37 @@
+"""Run the real `companion` command line in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def companion_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPANION_")}
+    env["COMPANION_DB_PATH"] = str(tmp_path / "companion.db")
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(extra)
+    return env
+
+
+def run_companion(args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60,
+                  cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bot", *args], input=stdin, env=env, cwd=cwd or env_cwd(env),
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def env_cwd(env: dict[str, str]) -> Path:
+    return Path(env["COMPANION_DB_PATH"]).parent
+
+
+def spawn_companion(args: list[str], env: dict[str, str], **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bot", *args], env=env, cwd=env_cwd(env),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs,
+    )
