@@ -1,0 +1,296 @@
+"""The valve (seed 000): boot lands normal, every failure lands normal, entry verified, exit free."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from core import copy
+from core.companion import Companion, CompanionConfig
+from core.valve import LOCKOUT_DURATION
+from tests.conftest import PASSPHRASE
+from tests.helpers.chat import all_rows, conversation_of, say
+from tests.helpers.fakes import request_text
+
+
+async def mode_of(companion: Companion) -> str:
+    return (await companion.valve.read(await conversation_of(companion))).mode.value
+
+
+async def test_entering_with_the_passphrase_opens_private_mode(companion):
+    reply = await say(companion, f"/private {PASSPHRASE} 2h")
+    assert "Private mode is on" in reply.text and reply.delete_inbound
+    assert await mode_of(companion) == "private"
+
+
+async def test_boot_lands_in_normal_mode_and_never_resumes_private(companion, store, provider, clock):
+    await say(companion, f"/private {PASSPHRASE} 7d")
+    assert await mode_of(companion) == "private"
+    restarted = Companion(store, provider, companion.config, clock=clock)
+    await restarted.start()
+    assert await mode_of(restarted) == "normal"
+    reply = await say(restarted, "/mode")
+    assert reply.text.startswith("You are in normal mode.")
+
+
+async def test_crash_open_interval_is_closed_at_the_end_of_the_stored_record(companion, store, provider, clock):
+    await say(companion, f"/private {PASSPHRASE}")
+    clock.advance(10)
+    await say(companion, "a private line")
+    last_private_write = clock.now()
+    clock.advance(3600)  # the process was dead for an hour
+    restarted = Companion(store, provider, companion.config, clock=clock)
+    await restarted.start()
+    (segment,) = await store.segments_of((await conversation_of(restarted)).id)
+    assert segment.ended_at == last_private_write and segment.end_reason == "restart"
+
+
+async def test_content_after_a_restart_stays_outside_the_crash_open_interval(companion, store, provider, clock):
+    await say(companion, f"/private {PASSPHRASE}")
+    await say(companion, "inside the interval")
+    restarted = Companion(store, provider, companion.config, clock=clock)
+    await restarted.start()
+    await say(restarted, "after the restart")
+    rows = await all_rows(store, "SELECT text, mode FROM messages WHERE kind = 'chat' AND role = 'user'")
+    assert rows == [("inside the interval", "private"), ("after the restart", "normal")]
+    assert "inside the interval" not in request_text(provider.last_reply_request())
+
+
+class FailingModeStore:
+    """A store whose mode state cannot be read (everything else works)."""
+
+    def __init__(self, store, *, hang: bool = False, fail_close: bool = False) -> None:
+        self._store = store
+        self._hang = hang
+        self._fail_close = fail_close
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def open_segment_of(self, conversation_id):
+        if self._hang:
+            await asyncio.sleep(3600)
+        raise OSError("disk I/O error")
+
+    async def close_open_segments(self, *args):
+        if self._fail_close:
+            raise OSError("disk I/O error")
+        return await self._store.close_open_segments(*args)
+
+    async def close_segment(self, *args):
+        if self._fail_close:
+            raise OSError("disk I/O error")
+        return await self._store.close_segment(*args)
+
+
+async def test_a_mode_read_error_lands_in_normal_mode(companion, store, provider, clock):
+    await say(companion, f"/private {PASSPHRASE}")
+    broken = Companion(FailingModeStore(store), provider, companion.config, clock=clock)
+    await say(broken, "typed while the mode could not be read")
+    assert "normal" == (await all_rows(store, "SELECT mode FROM messages ORDER BY id DESC LIMIT 1"))[0][0]
+    assert copy.PRIVATE_SYSTEM_LINE not in request_text(provider.last_reply_request())
+
+
+async def test_a_mode_read_timeout_lands_in_normal_mode(companion, store, provider, clock):
+    await say(companion, f"/private {PASSPHRASE}")
+    hanging = Companion(FailingModeStore(store, hang=True), provider, companion.config, clock=clock)
+    hanging.valve._read_timeout = 0.05
+    state = await hanging.valve.read(await conversation_of(companion))
+    assert state.mode.value == "normal" and state.segment is None
+
+
+async def test_an_unknown_mode_state_value_lands_in_normal_mode(companion, store):
+    await say(companion, f"/private {PASSPHRASE}")
+    await store._all("UPDATE segments SET expires_at = 'tomorrow-ish'")
+    assert await mode_of(companion) == "normal"
+
+
+async def test_without_a_configured_passphrase_private_mode_is_unavailable(make_companion):
+    companion = await make_companion(passphrase_hash=None)
+    reply = await say(companion, "/private anything")
+    assert "Private mode is unavailable" in reply.text and "COMPANION_PRIVATE_PASSPHRASE_HASH" in reply.text
+    assert reply.delete_inbound
+    assert await mode_of(companion) == "normal"
+
+
+async def test_an_invalid_configured_hash_makes_private_mode_unavailable(make_companion):
+    companion = await make_companion(passphrase_hash="md5$deadbeef")
+    reply = await say(companion, f"/private {PASSPHRASE}")
+    assert "Private mode is unavailable" in reply.text
+    assert await mode_of(companion) == "normal"
+
+
+async def test_a_wrong_passphrase_is_refused_and_changes_nothing(companion, store):
+    reply = await say(companion, "/private not-it")
+    assert "not right" in reply.text and "4 more wrong tries" in reply.text and reply.delete_inbound
+    assert await mode_of(companion) == "normal"
+    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+
+
+async def test_a_bad_expiry_is_refused_before_the_passphrase_is_checked(companion, store):
+    reply = await say(companion, f"/private {PASSPHRASE} someday")
+    assert "not an expiry" in reply.text and "Nothing changed" in reply.text
+    assert await all_rows(store, "SELECT count(*) FROM valve_attempts") == [(0,)]
+    assert await mode_of(companion) == "normal"
+
+
+async def test_five_wrong_passphrases_lock_entry_for_fifteen_minutes(companion, clock):
+    for _ in range(5):
+        reply = await say(companion, "/private wrong")
+        clock.advance(30)
+    assert "locked" in reply.text
+    reply = await say(companion, f"/private {PASSPHRASE}")  # even the right one is refused now
+    assert "locked" in reply.text and await mode_of(companion) == "normal"
+    clock.advance(LOCKOUT_DURATION)
+    reply = await say(companion, f"/private {PASSPHRASE}")
+    assert "Private mode is on" in reply.text
+
+
+async def test_the_lockout_survives_a_restart(companion, store, provider, clock):
+    for _ in range(5):
+        await say(companion, "/private wrong")
+    restarted = Companion(store, provider, companion.config, clock=clock)
+    await restarted.start()
+    reply = await say(restarted, f"/private {PASSPHRASE}")
+    assert "locked" in reply.text and await mode_of(restarted) == "normal"
+
+
+async def test_private_mode_is_refused_in_a_group_and_nothing_changes(make_companion, store):
+    companion = await make_companion(allowed_accounts=frozenset({"telegram:5"}))
+    reply = await say(companion, f"/private {PASSPHRASE}", platform="telegram", chat="-100", user="5", direct=False)
+    assert "only possible in a one-to-one chat" in reply.text and reply.delete_inbound
+    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(store, "SELECT count(*) FROM valve_attempts") == [(0,)]
+
+
+async def test_the_passphrase_is_never_stored(companion, store):
+    await say(companion, "/private a-wrong-guess-phrase")
+    await say(companion, f"/private {PASSPHRASE} 1h")
+    await store.aclose()
+    for path in store.path.parent.iterdir():
+        raw = path.read_bytes()
+        assert PASSPHRASE.encode() not in raw and b"a-wrong-guess-phrase" not in raw, path.name
+    await store.start()
+    assert await all_rows(store, "SELECT text FROM messages") == [("/private [redacted]",)] * 2
+
+
+async def test_the_passphrase_is_never_logged(companion, caplog):
+    caplog.set_level(logging.DEBUG)
+    await say(companion, "/private a-wrong-guess-phrase")
+    await say(companion, f"/private {PASSPHRASE}")
+    assert PASSPHRASE not in caplog.text and "a-wrong-guess-phrase" not in caplog.text
+    assert caplog.records  # the turns were logged, by ids and sizes
+
+
+async def test_the_passphrase_never_reaches_the_provider(companion, provider):
+    await say(companion, "before")
+    await say(companion, f"/private {PASSPHRASE}")
+    await say(companion, "inside")
+    await say(companion, "/normal")
+    await say(companion, "after")
+    assert all(PASSPHRASE not in request_text(r) for r in provider.requests)
+
+
+async def test_leaving_needs_no_verification_and_returns_the_transition_line(companion, provider):
+    await say(companion, f"/private {PASSPHRASE}")
+    await say(companion, "something private")
+    reply = await say(companion, "/normal")
+    assert reply.text.startswith("reply")  # the provider wrote it
+    transition = provider.requests[-1]
+    assert transition.purpose == "transition"
+    assert transition.messages[0].content == copy.TRANSITION_INSTRUCTION
+    assert "something private" not in request_text(transition)
+    assert await mode_of(companion) == "normal"
+
+
+async def test_the_transition_input_is_the_same_constant_every_time(companion, provider):
+    texts = []
+    for word in ("alpha", "bravo"):
+        await say(companion, f"/private {PASSPHRASE}")
+        await say(companion, f"secret {word}")
+        await say(companion, "/normal")
+        texts.append(request_text(provider.requests[-1]))
+    assert texts[0] == texts[1]
+
+
+async def test_the_transition_line_falls_back_to_a_constant_when_the_provider_fails(companion, provider):
+    await say(companion, f"/private {PASSPHRASE}")
+    provider.fail_all = True
+    reply = await say(companion, "/normal")
+    assert reply.text == copy.TRANSITION_FALLBACK
+    assert await mode_of(companion) == "normal"
+
+
+async def test_normal_always_works_even_when_storage_misbehaves(companion, store, provider, clock):
+    await say(companion, f"/private {PASSPHRASE}")
+    broken = Companion(FailingModeStore(store, fail_close=True), provider, companion.config, clock=clock)
+    reply = await say(broken, "/normal")
+    assert reply.text  # a transition line, not an error
+    conversation = await conversation_of(broken)
+    assert (await broken.valve.read(conversation)).mode.value == "normal"
+
+
+async def test_idle_timeout_returns_the_conversation_to_normal(make_companion, clock, store):
+    companion = await make_companion(private_idle_seconds=600)
+    await say(companion, f"/private {PASSPHRASE} 7d")
+    clock.advance(601)
+    reply = await say(companion, "are you there?")
+    assert reply.text.startswith("Private mode ended after 10 minutes without messages")
+    assert (await all_rows(store, "SELECT end_reason FROM segments")) == [("idle",)]
+    assert (await all_rows(store, "SELECT mode FROM messages ORDER BY id DESC LIMIT 1")) == [("normal",)]
+
+
+async def test_expiry_returns_the_conversation_to_normal(make_companion, clock):
+    companion = await make_companion(private_idle_seconds=None)
+    await say(companion, f"/private {PASSPHRASE} 45s")
+    clock.advance(46)
+    reply = await say(companion, "still private?")
+    assert "its time ran out" in reply.text
+    assert await mode_of(companion) == "normal"
+
+
+async def test_nothing_automatic_ever_enters_private_mode(make_companion, clock, store):
+    companion = await make_companion(private_idle_seconds=60)
+    await say(companion, f"/private {PASSPHRASE} 1h")
+    clock.advance(61)
+    await say(companion, "hello")  # idle ended it
+    await companion.sweep()
+    await companion.start()
+    for _ in range(3):
+        await say(companion, "more talk")
+        clock.advance(3600)
+    assert await mode_of(companion) == "normal"
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE mode = 'private'") == [(0,)]
+
+
+async def test_mode_tells_the_mode_and_when_private_mode_ends(make_companion, clock):
+    companion = await make_companion(private_idle_seconds=None, timezone="UTC")
+    await say(companion, f"/private {PASSPHRASE} 2h")
+    reply = await say(companion, "/mode")
+    assert reply.text.startswith("You are in private mode. It ends at ")
+    assert copy.PRIVATE_MODE_MEANS in reply.text
+
+
+async def test_help_and_mode_describe_the_modes_in_the_same_words(companion):
+    help_text = (await say(companion, "/help")).text
+    assert copy.NORMAL_MODE_MEANS in help_text and copy.PRIVATE_MODE_MEANS in help_text
+    assert copy.NORMAL_MODE_MEANS in (await say(companion, "/mode")).text
+    assert "incognito, not a blank slate" in copy.PRIVATE_MODE_MEANS
+
+
+async def test_a_group_conversation_drops_an_open_segment_toward_normal(companion, store, clock):
+    from core.model import ConversationKey
+
+    conversation = await store.ensure_conversation(ConversationKey("telegram", "-5"), "group", None, clock.now())
+    await store.open_segment(conversation.id, clock.now(), None)  # should never exist; automation tightens
+    assert (await companion.valve.read(conversation)).mode.value == "normal"
+    assert (await all_rows(store, "SELECT end_reason FROM segments")) == [("group",)]
+
+
+def test_config_is_frozen():
+    import dataclasses
+
+    import pytest
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        CompanionConfig().passphrase_hash = "x"  # type: ignore[misc]
