@@ -1,0 +1,137 @@
+"""Property tests: for every interleaving of normal talk, entries, exits, expiries, idles,
+crashes and restarts, normal mode never receives private text, sees exactly one placeholder
+per interval, and keeps its own history on both sides."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapters.storage.sqlite import SqliteStore
+from core import copy
+from core.companion import Companion, CompanionConfig
+from core.context import ContextBudget
+from core.model import InboundMessage
+from tests.conftest import PASSPHRASE
+from tests.helpers.fakes import FakeClock, FakeProvider, placeholders, request_text
+
+_HASH: list[str] = []
+
+
+def passphrase_hash() -> str:
+    if not _HASH:
+        from core.secrets import hash_passphrase
+
+        _HASH.append(hash_passphrase(PASSPHRASE))
+    return _HASH[0]
+
+
+OPS = st.lists(
+    st.one_of(
+        st.just(("talk",)),
+        st.just(("talk",)),
+        st.tuples(st.just("enter"), st.sampled_from(["45s", "1h", "never"])),
+        st.just(("exit",)),
+        st.tuples(st.just("advance"), st.sampled_from([5.0, 50.0, 700.0, 4000.0])),
+        st.just(("restart",)),
+        st.just(("sweep",)),
+    ),
+    min_size=1,
+    max_size=22,
+)
+
+
+async def scenario(ops, budget: ContextBudget, exact: bool) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        store = SqliteStore(Path(folder) / "db")
+        await store.start()
+        try:
+            await run_ops(store, ops, budget, exact)
+        finally:
+            await store.aclose()
+
+
+async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
+    clock, provider = FakeClock(), FakeProvider()
+    config = CompanionConfig(passphrase_hash=passphrase_hash(), private_idle_seconds=600.0, budget=budget)
+    companion = Companion(store, provider, config, clock=clock)
+    await companion.start()
+    counter = itertools.count()
+    canaries: list[str] = []
+    normal_lines: list[str] = []
+
+    async def say(text: str):
+        reply = await companion.handle(InboundMessage("terminal", "terminal", "owner", text, is_direct=True))
+        await companion.aclose()  # let any fold finish before the next step
+        return reply
+
+    for op in ops:
+        kind = op[0]
+        if kind == "talk":
+            conversation = await store.ensure_conversation(
+                InboundMessage("terminal", "terminal", "owner", "", True).key, "direct", None, clock.now())
+            private = (await companion.valve.read(conversation)).is_private
+            if private:
+                text = f"CANARY{next(counter)}X"
+                canaries.append(text)
+            else:
+                text = f"normal line {next(counter)}"
+            before = len(provider.requests)
+            await say(text)
+            request = next(r for r in provider.requests[before:] if r.purpose == "reply")
+            in_private = copy.PRIVATE_SYSTEM_LINE in request_text(request)
+            if not in_private:
+                normal_lines.append(text)
+                check_normal_request(request, canaries, normal_lines, exact, await count_segments(store))
+            else:
+                assert private
+        elif kind == "enter":
+            await say(f"/private {PASSPHRASE} {op[1]}")
+        elif kind == "exit":
+            await say("/normal")
+        elif kind == "advance":
+            clock.advance(op[1])
+        elif kind == "restart":
+            companion = Companion(store, provider, config, clock=clock)
+            await companion.start()
+        elif kind == "sweep":
+            await companion.sweep()
+        # The normal summary is what normal mode reads later: it must never hold private text.
+        for row in await store._all("SELECT text FROM summaries WHERE mode = 'normal'"):
+            assert not any(c in row[0] for c in canaries)
+    for request in provider.requests:
+        if request.purpose == "transition":
+            assert not any(c in request_text(request) for c in canaries)
+
+
+async def count_segments(store) -> int:
+    return (await store._one("SELECT count(*) FROM segments"))[0]
+
+
+def check_normal_request(request, canaries, normal_lines, exact: bool, segments: int) -> None:
+    text = request_text(request)
+    assert not any(c in text for c in canaries), "private text reached a normal-mode request"
+    users = [m.content for m in request.messages if m.role == "user"]
+    if exact:
+        assert placeholders(request) == segments  # exactly one per interval that still exists
+        assert users == normal_lines  # normal history on both sides of every interval
+    else:
+        assert placeholders(request) <= segments
+        assert users and users[-1] == normal_lines[-1]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPS)
+def test_normal_mode_never_sees_private_text_and_sees_one_placeholder_per_interval(ops):
+    asyncio.run(scenario(ops, ContextBudget(total_tokens=100_000), exact=True))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(OPS)
+def test_folding_under_a_tight_budget_never_carries_private_text_into_normal_mode(ops):
+    asyncio.run(scenario(ops, ContextBudget(total_tokens=300, fold_min=2, fold_batch=4), exact=False))
