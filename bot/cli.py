@@ -16,6 +16,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("chat", help="talk with the companion in this terminal (works piped: one line a message)")
     sub.add_parser("run", help="run the gateway: every configured platform adapter and the scheduler")
+    sub.add_parser("report", help="print the structural report of normal turns (counts, errors, latencies; no text)")
     sub.add_parser("passphrase", help="read a passphrase on stdin and print the hash for COMPANION_PRIVATE_PASSPHRASE_HASH")
     return parser
 
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "chat":
             return asyncio.run(_chat(settings))
+        if args.command == "report":
+            return asyncio.run(_report(settings))
         from bot.gateway import run_gateway
 
         return asyncio.run(run_gateway(settings))
@@ -53,6 +56,17 @@ async def _chat(settings) -> int:
 
     async with open_companion(settings) as companion:
         await TerminalChat(companion.handle).run()
+        await companion.aclose()  # let a pending summary fold finish first
+        await companion.capture.run_once()  # the gateway does this on a schedule
+    return 0
+
+
+async def _report(settings) -> int:
+    from adapters.storage.sqlite import SqliteStore
+    from core.analytics import render_report
+
+    async with SqliteStore(settings.db_path) as store:
+        print(render_report(await store.report_rows()))
     return 0
 
 

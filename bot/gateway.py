@@ -60,7 +60,10 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             pass
     async with AsyncExitStack() as stack:
         companion = await stack.enter_async_context(open_companion(settings))
-        scheduler = SchedulerService([Job("expiry-sweep", 60.0, companion.sweep)])
+        scheduler = SchedulerService([
+            Job("expiry-sweep", 60.0, companion.sweep),
+            Job("capture", 300.0, companion.capture.run_once),
+        ])
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)
         for adapter in build_adapters(settings, companion):

@@ -31,6 +31,7 @@ class CommandInfo:
     usage: str
     description: str  # short: Telegram's setMyCommands allows 256 characters
     secret: bool = False  # the arguments carry a secret: never stored, message deleted
+    lasting: bool = False  # reads or writes lasting memory: refused in private mode
 
 
 COMMANDS: tuple[CommandInfo, ...] = (
@@ -38,7 +39,19 @@ COMMANDS: tuple[CommandInfo, ...] = (
     CommandInfo("mode", "/mode", "Which mode this conversation is in, and until when"),
     CommandInfo("private", "/private PASSPHRASE [EXPIRY]", "Enter private mode (one-to-one chats only)", secret=True),
     CommandInfo("normal", "/normal", "Leave private mode"),
+    CommandInfo("memory", "/memory", "What I keep about you: memories, goals, follow-ups"),
+    CommandInfo("remember", "/remember TEXT", "Keep a fact about you", lasting=True),
+    CommandInfo("recall", "/recall WORDS", "Search our earlier conversations and notes", lasting=True),
+    CommandInfo("forget", "/forget N|TEXT", "Remove a memory", lasting=True),
+    CommandInfo("goals", "/goals", "List your active goals", lasting=True),
+    CommandInfo("goal", "/goal TITLE | done N | drop N", "Set or close a goal", lasting=True),
+    CommandInfo("followups", "/followups", "List scheduled follow-ups", lasting=True),
+    CommandInfo("followup", "/followup WHEN TEXT | pause N | cancel N", "Schedule or change a follow-up",
+                lasting=True),
+    CommandInfo("watch", "/watch EVENT", "Ask me to follow up on an upcoming event", lasting=True),
 )
+
+MEMORY_COMMANDS = frozenset({"memory", "remember", "recall", "forget", "goals", "goal", "followups", "followup", "watch"})
 
 # Telegram sends /start when a person first opens the chat.
 ALIASES = {"start": "help"}

@@ -9,9 +9,12 @@ import weakref
 from dataclasses import dataclass, field
 
 from core import copy
-from core.commands import COMMANDS, command_info, parse_command
+from core.analytics import RunRecorder
+from core.capture import CaptureService
+from core.commands import COMMANDS, MEMORY_COMMANDS, command_info, parse_command
 from core.context import ContextAssembler, ContextBudget, Persona
-from core.errors import ProviderError
+from core.errors import PrivateWriteRefused, ProviderError
+from core.memory import run_memory_command
 from core.model import (
     Account,
     ChatMessage,
@@ -78,6 +81,7 @@ class Companion:
             idle_seconds=self.config.private_idle_seconds,
         )
         self.context = ContextAssembler(store, self.config.persona, self.config.budget, self.clock)
+        self.capture = CaptureService(store, provider, self.clock, self.config.timezone)
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
         self._refused: set[str] = set()
         self._background: set[asyncio.Task] = set()
@@ -148,34 +152,70 @@ class Companion:
             conversation.id, "user", turn.message.text, self.clock.now(),
             segment_id=segment_id, account_id=turn.account.id,
         )
+        # A private run has no analytics context at all: nothing below can write an event for it.
+        recorder = None if state.is_private else await RunRecorder.start(self.store, self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
         try:
-            text = await self._complete_with_tools(conversation, state, list(context.messages))
+            text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
         except ProviderError as exc:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
+            if recorder:
+                await recorder.event("error", type(exc).__name__, "error")
+                await recorder.finish("error")
             return Reply(_with_notice(state, copy.PROVIDER_FAILED))
         await self.store.add_message(conversation.id, "assistant", text, self.clock.now(), segment_id=segment_id)
+        if recorder:
+            await recorder.finish("ok")
         if context.needs_fold:
             self._spawn(self._fold(conversation, state))
         return Reply(_with_notice(state, text))
 
     async def _complete_with_tools(
-        self, conversation: Conversation, state: ModeState, messages: list[ChatMessage]
+        self, conversation: Conversation, state: ModeState, messages: list[ChatMessage],
+        recorder: RunRecorder | None,
     ) -> str:
         offered = self.tools.tools_for(conversation, state)
         specs = tuple(t.spec for t in offered)
-        for _ in range(self.config.max_tool_rounds):
-            completion = await self.provider.complete(CompletionRequest(tuple(messages), specs))
-            if not completion.tool_calls:
+        segment_id = state.segment.id if state.is_private else None
+        for round_ in range(self.config.max_tool_rounds + 1):
+            last = round_ == self.config.max_tool_rounds
+            # Out of rounds: one last answer, with no tools to call.
+            request = CompletionRequest(tuple(messages), () if last else specs)
+            completion = await self._call(request, recorder)
+            if not completion.tool_calls or last:
                 return completion.text.strip() or "…"
             messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
-            tool_context = ToolContext(conversation, state, self.clock.now(), self.config.timezone)
+            tool_context = ToolContext(conversation, state, self.clock.now(), self.config.timezone, self.store)
             for call in completion.tool_calls:
+                started = time.perf_counter()
                 result = await run_tool_call(offered, call, tool_context)
+                status = "error" if result.startswith("error") else "ok"
+                await self.store.record_tool_operation(
+                    conversation.id, segment_id, call.name[:64], status,
+                    len(call.arguments.encode()), len(result.encode()), self.clock.now(),
+                )
+                if recorder:
+                    await recorder.event("tool_call", call.name[:64], status,
+                                         duration_ms=(time.perf_counter() - started) * 1e3,
+                                         size_in=len(call.arguments.encode()), size_out=len(result.encode()))
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
-        # Out of rounds: one last answer, with no tools to call.
-        completion = await self.provider.complete(CompletionRequest(tuple(messages)))
-        return completion.text.strip() or "…"
+        raise AssertionError("unreachable")
+
+    async def _call(self, request: CompletionRequest, recorder: RunRecorder | None):
+        started = time.perf_counter()
+        try:
+            completion = await self.provider.complete(request)
+        except ProviderError:
+            if recorder:
+                await recorder.event("provider_call", self.provider.name, "error",
+                                     duration_ms=(time.perf_counter() - started) * 1e3)
+            raise
+        if recorder:
+            await recorder.event(
+                "provider_call", self.provider.name, "ok", duration_ms=(time.perf_counter() - started) * 1e3,
+                size_in=sum(len(m.content or "") for m in request.messages), size_out=len(completion.text),
+            )
+        return completion
 
     async def _fold(self, conversation: Conversation, state: ModeState) -> None:
         lock = self._locks.get((conversation.platform, conversation.chat_id))
@@ -207,11 +247,26 @@ class Companion:
             )
         except Exception as exc:  # noqa: BLE001 - /normal must work even when storage misbehaves
             log.warning("storing a /%s command failed (%s)", info.name, type(exc).__name__)
-        handler = getattr(self, f"_cmd_{info.name}")
-        reply: Reply = await handler(turn, args, state)
+        if info.lasting and state.is_private:
+            reply = Reply(copy.PRIVATE_REFUSES.format(command=info.name))
+        elif info.name in MEMORY_COMMANDS:
+            reply = await self._memory_command(turn, info.name, args, state)
+        else:
+            handler = getattr(self, f"_cmd_{info.name}")
+            reply = await handler(turn, args, state)
         if info.secret and args:
             reply.delete_inbound = True
         return reply
+
+    async def _memory_command(self, turn: Turn, name: str, args: str, state: ModeState) -> Reply:
+        context = ToolContext(turn.conversation, state, self.clock.now(), self.config.timezone, self.store)
+        try:
+            return Reply(await run_memory_command(name, args, context))
+        except PrivateWriteRefused:
+            return Reply(copy.PRIVATE_REFUSES.format(command=name))
+        except ValueError as exc:
+            text = str(exc)
+            return Reply(text if text.startswith("Usage") else f"{text[0].upper()}{text[1:]}. Nothing changed.")
 
     async def _cmd_help(self, turn: Turn, args: str, state: ModeState) -> Reply:
         lines = ["I'm your companion. Talk to me in plain words; these commands work everywhere:"]

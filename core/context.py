@@ -129,7 +129,7 @@ class ContextAssembler:
             log.warning("summary fold for conversation %s failed (%s); will retry later",
                         conversation.id, type(exc).__name__)
             return False
-        text, facts = parse_summary(completion.text)
+        text, facts = split_facts(completion.text, "SUMMARY")
         new = Summary(text or context.summary.text, batch[-1].position)
         if state.is_private:
             await self._store.save_summary(
@@ -156,16 +156,16 @@ def summary_request(previous: str, items: list[TimelineItem]) -> CompletionReque
 _FACT_LINE = re.compile(r"^\s*[-*]\s+(.+?)\s*$")
 
 
-def parse_summary(text: str) -> tuple[str, tuple[str, ...]]:
-    """Split a `SUMMARY:` / `FACTS:` answer; a model that ignores the form gives a summary only."""
-    summary_part, _, facts_part = text.partition("FACTS:")
-    summary = summary_part.replace("SUMMARY:", "", 1).strip()
+def split_facts(text: str, label: str, limit: int = 4000) -> tuple[str, tuple[str, ...]]:
+    """Split a `LABEL:` ... `FACTS:` answer; a model that ignores the form gives a body only."""
+    body_part, _, facts_part = text.partition("FACTS:")
+    body = body_part.replace(f"{label}:", "", 1).strip()
     facts = []
     for line in facts_part.splitlines():
         match = _FACT_LINE.match(line)
         if match and match.group(1).lower() not in {"none", "(none)", "n/a"}:
             facts.append(match.group(1)[:300])
-    return summary[:4000], tuple(facts[:10])
+    return body[:limit], tuple(facts[:10])
 
 
 def _fit(items: list[TimelineItem], budget_tokens: int) -> list[TimelineItem]:

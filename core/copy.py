@@ -67,3 +67,14 @@ PRIVATE_MODE_MEANS = (
     "but what you say here is not added to normal memory, recall, goals or follow-ups, is never "
     "shown to normal mode (it sees one placeholder line instead), and is deleted when it expires."
 )
+
+CAPTURE_INSTRUCTION = (
+    "Below are messages from today's ordinary conversation with the person. Write a short daily "
+    "note of what mattered, and list stable facts about the person worth keeping long-term. "
+    "Answer in this form:\nNOTE:\n<two to five sentences>\nFACTS:\n- <one fact per line, or none>"
+)
+
+PRIVATE_REFUSES = (
+    "Private mode writes nothing that outlives it, so /{command} is not available here. "
+    "/normal leaves private mode."
+)

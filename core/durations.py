@@ -36,3 +36,45 @@ def describe_seconds(seconds: float) -> str:
             count = seconds // size
             return f"{count} {unit}{'s' if count != 1 else ''}"
     return f"{seconds} second{'s' if seconds != 1 else ''}"
+
+
+_RELATIVE = re.compile(r"^(?:in\s+)?(\d{1,6})\s*([smhd])$")
+_ABSOLUTE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:[ T](\d{1,2}):(\d{2}))?$")
+
+
+def parse_when(text: str, now: float, timezone: str) -> float:
+    """A moment people type: `30m`, `in 2h`, `3d`, `2026-12-24`, `2026-12-24 18:00` (local time).
+
+    Raises:
+        ValueError: with a message fit to show the user.
+    """
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    value = text.strip().lower()
+    match = _RELATIVE.match(value)
+    if match:
+        seconds = int(match.group(1)) * _UNITS[match.group(2)]
+        if not 0 < seconds <= 5 * 366 * 86400:
+            raise ValueError("a time must be between now and five years from now")
+        return now + seconds
+    match = _ABSOLUTE.match(value)
+    if match:
+        hour, minute = int(match.group(2) or 9), int(match.group(3) or 0)
+        try:
+            moment = datetime.fromisoformat(match.group(1)).replace(
+                hour=hour, minute=minute, tzinfo=ZoneInfo(timezone)
+            )
+        except ValueError:
+            raise ValueError(f"'{text}' is not a real date and time") from None
+        if moment.timestamp() <= now:
+            raise ValueError(f"'{text}' is in the past")
+        return moment.timestamp()
+    raise ValueError(f"'{text}' is not a time; use 30m, 2h, 3d, 2026-12-24 or 2026-12-24 18:00")
+
+
+def format_moment(timestamp: float, timezone: str) -> str:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    return datetime.fromtimestamp(timestamp, ZoneInfo(timezone)).strftime("%Y-%m-%d %H:%M %Z")

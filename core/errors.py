@@ -7,7 +7,8 @@
     │   ├── ProviderRejected     4xx other than 429 (bad key, unknown model, bad request)
     │   └── ProviderBadResponse  the reply was not the JSON we expect
     ├── StoreError               the database failed or refused
-    │   └── MigrationError       the schema cannot be brought to this code's version
+    │   ├── MigrationError       the schema cannot be brought to this code's version
+    │   └── PrivateWriteRefused  a lasting write was attempted while the conversation is private
     └── CommandError             a chat command had bad arguments (the message says which)
 """
 
@@ -48,6 +49,15 @@ class StoreError(CompanionError):
 
 class MigrationError(StoreError):
     """The database schema cannot be used by this version of the code."""
+
+
+class PrivateWriteRefused(StoreError):
+    """A write that outlives the turn (memory, goal, follow-up, delivery, binding) was
+    attempted from a conversation in private mode; the store refused it."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"private mode writes no {what}")
+        self.what = what
 
 
 class CommandError(CompanionError):

@@ -185,3 +185,28 @@ class PadEntry:
     mode: Mode
     text: str
     segment_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHit:
+    source: str  # message | note | pad
+    ref: int
+    text: str
+    rank: float
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    id: int
+    title: str
+    status: str
+    due_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    id: int
+    kind: str  # reminder | watch
+    text: str
+    due_at: float | None
+    status: str

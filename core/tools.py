@@ -29,6 +29,7 @@ class ToolContext:
     state: ModeState
     now: float
     timezone: str = "UTC"
+    store: object = None
 
 
 ToolHandler = Callable[[ToolContext, dict], Awaitable[str]]
@@ -106,4 +107,6 @@ CURRENT_TIME = Tool(
 
 
 def default_tools() -> ToolRegistry:
-    return ToolRegistry([CURRENT_TIME])
+    from core.memory import MEMORY_TOOLS
+
+    return ToolRegistry([CURRENT_TIME, *MEMORY_TOOLS])

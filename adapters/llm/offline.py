@@ -39,6 +39,8 @@ class OfflineProvider:
             return Completion(line)
         if request.purpose == "summary":
             return Completion(_fold(request))
+        if request.purpose == "capture":
+            return Completion(_capture(request))
         return Completion(_digest(request))
 
     async def aclose(self) -> None:
@@ -74,6 +76,18 @@ def _count_entries(system: str, header: str) -> int:
     return sum(1 for line in section.splitlines() if line.startswith("- "))
 
 
+def _facts(conversation: str) -> str:
+    facts = [match.group(1).strip() for match in _FACT.finditer(conversation)]
+    return "\n".join(f"- {fact}" for fact in facts) or "- none"
+
+
+def _capture(request: CompletionRequest) -> str:
+    lines = [line for line in (request.messages[-1].content or "").splitlines() if line.startswith("Person: ")]
+    said = "; ".join(line.removeprefix("Person: ")[:80] for line in lines[:8])
+    note = f"{len(lines)} message{'s' if len(lines) != 1 else ''} from the person" + (f": {said}" if said else ".")
+    return f"NOTE:\n{note}\nFACTS:\n{_facts(request.messages[-1].content or '')}"
+
+
 def _fold(request: CompletionRequest) -> str:
     body = request.messages[-1].content or ""
     previous, _, conversation = body.partition("\n\nConversation to fold in:\n")
@@ -84,6 +98,4 @@ def _fold(request: CompletionRequest) -> str:
     summary = "\n".join(filter(None, [previous, *lines]))
     if len(summary) > 3000:  # keep the newest part: the summary is rolling
         summary = "..." + summary[-3000:]
-    facts = [match.group(1).strip() for match in _FACT.finditer(conversation)]
-    facts_text = "\n".join(f"- {fact}" for fact in facts) or "- none"
-    return f"SUMMARY:\n{summary}\nFACTS:\n{facts_text}"
+    return f"SUMMARY:\n{summary}\nFACTS:\n{_facts(conversation)}"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from adapters.storage.memory import MemoryQueries
 from adapters.storage.migrate import migrate
 from core.errors import StoreError
 from core.model import (
@@ -31,7 +32,7 @@ _SEGMENT_COLUMNS = (
 )
 
 
-class SqliteStore:
+class SqliteStore(MemoryQueries):
     """One aiosqlite connection, serialised by a lock so transactions never interleave.
 
     PRAGMAs, set on every connection:

@@ -1,0 +1,263 @@
+"""SQL of the memory paths (pads, notes, goals, follow-ups, recall, capture, analytics).
+
+Every statement that could touch private text says so in its own WHERE clause:
+recall joins back to the source row and requires it to be normal; capture joins
+against the conversation kind and the segments; turn-originated writes refuse
+while the originating conversation has an open private segment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.errors import PrivateWriteRefused
+from core.model import Goal, FollowUp, RecallHit
+
+# A write that comes from a turn must not happen while that conversation is private.
+_NO_OPEN_SEGMENT = "NOT EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = :origin AND s.ended_at IS NULL)"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCapture:
+    message_id: int
+    person_id: int
+    role: str
+    text: str
+    created_at: float
+
+
+class MemoryQueries:
+    """Mixed into SqliteStore; uses its `_tx`, `_one` and `_all`."""
+
+    # --- normal pad ---------------------------------------------------------
+
+    async def remember(self, person_id: int, origin: int, text: str, now: float) -> int:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+                f" SELECT :person, NULL, 'normal', :text, :now WHERE {_NO_OPEN_SEGMENT}",
+                {"person": person_id, "text": text, "now": now, "origin": origin},
+            )
+            if cur.rowcount == 0:
+                raise PrivateWriteRefused("memory")
+            return cur.lastrowid
+
+    async def forget_pad_entry(self, person_id: int, entry_id: int) -> int:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "DELETE FROM pad_entries WHERE id = ? AND person_id = ? AND mode = 'normal'", (entry_id, person_id)
+            )
+            return cur.rowcount
+
+    async def forget_pad_matching(self, person_id: int, text: str) -> int:
+        pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        async with self._tx() as db:
+            cur = await db.execute(
+                "DELETE FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND text LIKE ? ESCAPE '\\'",
+                (person_id, pattern),
+            )
+            return cur.rowcount
+
+    # --- recall ---------------------------------------------------------------
+
+    async def recall(self, person_id: int, match: str, limit: int = 8) -> list[RecallHit]:
+        """Ranked full-text recall. The privacy predicates are part of this statement: a hit
+        from a message counts only if that message is normal, outside every segment; a hit
+        from the pad only if the entry is normal. Nothing private is read, even to drop it."""
+        rows = await self._all(
+            "SELECT f.source, f.rowid / 4 AS ref, f.text, bm25(recall_fts) AS rank"
+            " FROM recall_fts f"
+            " LEFT JOIN messages m ON f.source = 'message' AND m.id = f.rowid / 4"
+            " LEFT JOIN pad_entries p ON f.source = 'pad' AND p.id = f.rowid / 4"
+            " WHERE recall_fts MATCH :match AND f.person_id = :person"
+            "   AND (f.source <> 'message' OR (m.mode <> 'private' AND m.segment_id IS NULL))"
+            "   AND (f.source <> 'pad' OR (p.mode <> 'private' AND p.segment_id IS NULL))"
+            " ORDER BY rank LIMIT :limit",
+            {"match": match, "person": person_id, "limit": limit},
+        )
+        return [RecallHit(r["source"], r["ref"], r["text"], r["rank"]) for r in rows]
+
+    # --- goals ------------------------------------------------------------------
+
+    async def add_goal(self, person_id: int, origin: int, title: str, due_at: float | None, now: float) -> int:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "INSERT INTO goals (person_id, conversation_id, title, due_at, created_at, updated_at)"
+                f" SELECT :person, :origin, :title, :due, :now, :now WHERE {_NO_OPEN_SEGMENT}",
+                {"person": person_id, "origin": origin, "title": title, "due": due_at, "now": now},
+            )
+            if cur.rowcount == 0:
+                raise PrivateWriteRefused("goal")
+            return cur.lastrowid
+
+    async def goals(self, person_id: int, *, include_closed: bool = False) -> list[Goal]:
+        status = "" if include_closed else " AND status = 'active'"
+        rows = await self._all(
+            f"SELECT id, title, status, due_at FROM goals WHERE person_id = ?{status} ORDER BY id", (person_id,)
+        )
+        return [Goal(r["id"], r["title"], r["status"], r["due_at"]) for r in rows]
+
+    async def update_goal(
+        self, person_id: int, origin: int, goal_id: int, now: float, *, status: str | None = None,
+        title: str | None = None,
+    ) -> bool:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE goals SET status = coalesce(:status, status), title = coalesce(:title, title),"
+                f" updated_at = :now WHERE id = :id AND person_id = :person AND {_NO_OPEN_SEGMENT}",
+                {"status": status, "title": title, "now": now, "id": goal_id, "person": person_id, "origin": origin},
+            )
+            return cur.rowcount > 0
+
+    # --- follow-ups and event watches ----------------------------------------
+
+    async def add_followup(
+        self, person_id: int, origin: int, kind: str, text: str, due_at: float | None, now: float
+    ) -> int:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "INSERT INTO followups (person_id, conversation_id, kind, text, due_at, created_at, updated_at)"
+                f" SELECT :person, :origin, :kind, :text, :due, :now, :now WHERE {_NO_OPEN_SEGMENT}",
+                {"person": person_id, "origin": origin, "kind": kind, "text": text, "due": due_at, "now": now},
+            )
+            if cur.rowcount == 0:
+                raise PrivateWriteRefused("follow-up")
+            return cur.lastrowid
+
+    async def followups(self, person_id: int) -> list[FollowUp]:
+        rows = await self._all(
+            "SELECT id, kind, text, due_at, status FROM followups"
+            " WHERE person_id = ? AND status IN ('scheduled', 'paused') ORDER BY coalesce(due_at, 1e18), id",
+            (person_id,),
+        )
+        return [FollowUp(r["id"], r["kind"], r["text"], r["due_at"], r["status"]) for r in rows]
+
+    async def set_followup_status(self, person_id: int, origin: int, followup_id: int, status: str, now: float) -> bool:
+        async with self._tx() as db:
+            cur = await db.execute(
+                f"UPDATE followups SET status = :status, updated_at = :now"
+                f" WHERE id = :id AND person_id = :person AND status IN ('scheduled', 'paused') AND {_NO_OPEN_SEGMENT}",
+                {"status": status, "now": now, "id": followup_id, "person": person_id, "origin": origin},
+            )
+            return cur.rowcount > 0
+
+    # --- tool operations ------------------------------------------------------
+
+    async def record_tool_operation(
+        self, conversation_id: int, segment_id: int | None, tool: str, status: str,
+        args_bytes: int, result_bytes: int, now: float,
+    ) -> None:
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO tool_operations (conversation_id, segment_id, tool, status, args_bytes, result_bytes,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, segment_id, tool, status, args_bytes, result_bytes, now),
+            )
+
+    # --- capture --------------------------------------------------------------
+
+    async def pending_capture(self, limit: int) -> list[PendingCapture]:
+        """Normal messages waiting for capture. Two checks: the capture mark, and this join,
+        which also refuses any row in a private segment, inside a segment's time span, or
+        outside a direct conversation, so a caller that forgot the mark still cannot feed
+        private text to capture."""
+        async with self._tx() as db:
+            # What the join refuses is marked skipped, so it is not looked at again.
+            await db.execute(
+                "UPDATE messages SET capture = 'skipped' WHERE capture = 'pending' AND ("
+                " mode <> 'normal' OR segment_id IS NOT NULL"
+                " OR NOT EXISTS (SELECT 1 FROM conversations c WHERE c.id = messages.conversation_id"
+                "   AND c.kind = 'direct' AND c.person_id IS NOT NULL)"
+                " OR EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = messages.conversation_id"
+                "   AND messages.created_at >= s.started_at"
+                "   AND (s.ended_at IS NULL OR messages.created_at < s.ended_at)))"
+            )
+            async with db.execute(
+                "SELECT m.id, c.person_id, m.role, m.text, m.created_at"
+                " FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+                " WHERE m.capture = 'pending' AND m.mode = 'normal' AND m.segment_id IS NULL AND m.kind = 'chat'"
+                "   AND c.kind = 'direct' AND c.person_id IS NOT NULL"
+                "   AND NOT EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = m.conversation_id"
+                "     AND m.created_at >= s.started_at AND (s.ended_at IS NULL OR m.created_at < s.ended_at))"
+                " ORDER BY m.id LIMIT ?",
+                (limit,),
+            ) as cur:
+                rows = await cur.fetchall()
+        return [PendingCapture(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    async def save_capture(
+        self, person_id: int, day: str, note: str, facts: tuple[str, ...], message_ids: list[int], now: float
+    ) -> int:
+        """One note, its sources, new pad facts, and the capture marks, in one transaction."""
+        async with self._tx() as db:
+            cur = await db.execute(
+                "INSERT INTO notes (person_id, day, text, created_at) VALUES (?, ?, ?, ?)", (person_id, day, note, now)
+            )
+            note_id = cur.lastrowid
+            await db.executemany(
+                "INSERT INTO note_sources (note_id, message_id) SELECT ?, id FROM messages"
+                " WHERE id = ? AND mode = 'normal' AND segment_id IS NULL",
+                [(note_id, mid) for mid in message_ids],
+            )
+            for fact in facts:
+                await db.execute(
+                    "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+                    " SELECT ?, NULL, 'normal', ?, ? WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
+                    "  WHERE person_id = ? AND mode = 'normal' AND lower(text) = lower(?))",
+                    (person_id, fact, now, person_id, fact),
+                )
+            await db.executemany(
+                "UPDATE messages SET capture = 'done' WHERE id = ? AND capture = 'pending'",
+                [(mid,) for mid in message_ids],
+            )
+            return note_id
+
+    async def notes(self, person_id: int, limit: int = 20) -> list[tuple[int, str, str]]:
+        rows = await self._all(
+            "SELECT id, day, text FROM notes WHERE person_id = ? ORDER BY id DESC LIMIT ?", (person_id, limit)
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    # --- analytics ------------------------------------------------------------
+
+    async def start_run(self, conversation_id: int, now: float) -> int:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "INSERT INTO agent_runs (conversation_id, started_at) VALUES (?, ?)", (conversation_id, now)
+            )
+            return cur.lastrowid
+
+    async def add_event(
+        self, run_id: int, kind: str, name: str, status: str, now: float, *,
+        duration_ms: float | None = None, size_in: int | None = None, size_out: int | None = None,
+    ) -> None:
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO agent_events (run_id, kind, name, status, duration_ms, size_in, size_out, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, kind, name, status, duration_ms, size_in, size_out, now),
+            )
+
+    async def end_run(self, run_id: int, status: str, now: float) -> None:
+        async with self._tx() as db:
+            await db.execute("UPDATE agent_runs SET ended_at = ?, status = ? WHERE id = ?", (now, status, run_id))
+
+    async def report_rows(self) -> dict:
+        turns = await self._one("SELECT count(*), sum(status = 'ok'), sum(status = 'error') FROM agent_runs")
+        tools = await self._all(
+            "SELECT name, count(*), sum(status <> 'ok') FROM agent_events WHERE kind = 'tool_call'"
+            " GROUP BY name ORDER BY count(*) DESC, name"
+        )
+        errors = await self._all(
+            "SELECT name, count(*) FROM agent_events WHERE kind = 'error' GROUP BY name ORDER BY count(*) DESC, name"
+        )
+        latencies = await self._all(
+            "SELECT duration_ms FROM agent_events WHERE kind = 'provider_call' AND duration_ms IS NOT NULL"
+            " ORDER BY duration_ms"
+        )
+        return {
+            "turns": turns[0] or 0, "ok": turns[1] or 0, "failed": turns[2] or 0,
+            "tools": [(r[0], r[1], r[2]) for r in tools],
+            "errors": [(r[0], r[1]) for r in errors],
+            "latencies": [r[0] for r in latencies],
+        }

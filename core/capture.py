@@ -1,0 +1,58 @@
+"""Capture: normal messages become daily notes, and stable facts join the normal pad.
+
+Private text cannot reach this path: private messages are inserted 'skipped', and the
+store's pending query also joins against the conversation kind and the segments.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from core import copy
+from core.context import split_facts
+from core.errors import ProviderError
+from core.model import ChatMessage, CompletionRequest
+from core.ports import BaseProvider, Clock
+
+log = logging.getLogger(__name__)
+
+
+class CaptureService:
+    def __init__(self, store, provider: BaseProvider, clock: Clock, timezone: str = "UTC", batch: int = 200) -> None:
+        self._store = store
+        self._provider = provider
+        self._clock = clock
+        self._tz = ZoneInfo(timezone)
+        self._batch = batch
+
+    async def run_once(self) -> int:
+        """Capture what is pending; returns how many messages were captured."""
+        pending = await self._store.pending_capture(self._batch)
+        groups: dict[tuple[int, str], list] = defaultdict(list)
+        for item in pending:
+            day = datetime.fromtimestamp(item.created_at, self._tz).strftime("%Y-%m-%d")
+            groups[(item.person_id, day)].append(item)
+        captured = 0
+        for (person_id, day), items in groups.items():
+            lines = "\n".join(f"{'Person' if i.role == 'user' else 'Companion'}: {i.text}" for i in items)
+            request = CompletionRequest(
+                messages=(ChatMessage("system", copy.CAPTURE_INSTRUCTION), ChatMessage("user", lines)),
+                purpose="capture", temperature=0.2,
+            )
+            try:
+                completion = await self._provider.complete(request)
+            except ProviderError as exc:
+                log.warning("capture for person %s failed (%s); stays pending", person_id, type(exc).__name__)
+                continue
+            note, facts = split_facts(completion.text, "NOTE", limit=2000)
+            if not note:
+                note = f"{len(items)} messages."
+            await self._store.save_capture(person_id, day, note, facts, [i.message_id for i in items],
+                                           self._clock.now())
+            captured += len(items)
+        if captured:
+            log.info("captured %d messages into %d notes", captured, len(groups))
+        return captured

@@ -1,0 +1,260 @@
+"""Memory that serves normal mode: the tools and the operations behind the chat commands.
+
+Every operation here writes or reads lasting memory, so none is offered to a private
+turn (tags in PRIVATE_FORBIDDEN), the chat commands refuse in private mode, and the
+store refuses the write while the conversation has an open private segment.
+"""
+
+from __future__ import annotations
+
+import re
+
+from core.durations import format_moment, parse_when
+from core.tools import Tool, ToolContext
+
+MAX_ENTRY = 500
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_query(text: str) -> str | None:
+    """Turn what a person typed into a safe FTS5 query: each word becomes a quoted string
+    (no operator, column filter or syntax can come through), any word may match."""
+    words = _WORD.findall(text)[:16]
+    if not words:
+        return None
+    return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
+
+
+def _text(arguments: dict, name: str, *, required: bool = True, limit: int = MAX_ENTRY) -> str | None:
+    value = arguments.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise ValueError(f"'{name}' is required")
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"'{name}' must be text")
+    value = " ".join(value.split())
+    if len(value) > limit:
+        raise ValueError(f"'{name}' is longer than {limit} characters")
+    return value
+
+
+def _id(arguments: dict, name: str) -> int:
+    value = arguments.get(name)
+    if isinstance(value, str) and value.strip().lstrip("#").isdigit():
+        value = int(value.strip().lstrip("#"))
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"'{name}' must be a positive whole number")
+    return value
+
+
+def _person(context: ToolContext) -> int:
+    if context.conversation.person_id is None:
+        raise ValueError("memory is personal: use it in a one-to-one chat")
+    return context.conversation.person_id
+
+
+# --- operations (shared by tools and commands) ------------------------------
+
+
+async def remember(context: ToolContext, arguments: dict) -> str:
+    text = _text(arguments, "text")
+    entry = await context.store.remember(_person(context), context.conversation.id, text, context.now)
+    return f"Remembered (#{entry}): {text}"
+
+
+async def recall(context: ToolContext, arguments: dict) -> str:
+    query = fts_query(_text(arguments, "query", limit=200))
+    if query is None:
+        raise ValueError("'query' needs at least one word")
+    hits = await context.store.recall(_person(context), query)
+    if not hits:
+        return "Nothing found."
+    return "\n".join(f"- [{hit.source}] {_clip(hit.text)}" for hit in hits)
+
+
+async def forget(context: ToolContext, arguments: dict) -> str:
+    person = _person(context)
+    if arguments.get("entry_id") is not None:
+        entry = _id(arguments, "entry_id")
+        removed = await context.store.forget_pad_entry(person, entry)
+        return f"Forgot memory #{entry}." if removed else f"There is no memory #{entry}."
+    text = _text(arguments, "text", limit=200)
+    removed = await context.store.forget_pad_matching(person, text)
+    return f"Forgot {removed} memor{'y' if removed == 1 else 'ies'}." if removed else "No memory matched that."
+
+
+async def list_goals(context: ToolContext, arguments: dict) -> str:
+    goals = await context.store.goals(_person(context))
+    if not goals:
+        return "No active goals."
+    return "\n".join(
+        f"#{g.id} {g.title}" + (f" (by {format_moment(g.due_at, context.timezone)})" if g.due_at else "")
+        for g in goals
+    )
+
+
+async def set_goal(context: ToolContext, arguments: dict) -> str:
+    title = _text(arguments, "title", limit=200)
+    due_text = _text(arguments, "due", required=False, limit=40)
+    due = parse_when(due_text, context.now, context.timezone) if due_text else None
+    goal = await context.store.add_goal(_person(context), context.conversation.id, title, due, context.now)
+    return f"Goal #{goal} set: {title}"
+
+
+async def update_goal(context: ToolContext, arguments: dict) -> str:
+    goal = _id(arguments, "goal_id")
+    status = _text(arguments, "status", required=False, limit=10)
+    if status is not None and status not in {"active", "done", "dropped"}:
+        raise ValueError("'status' must be active, done or dropped")
+    title = _text(arguments, "title", required=False, limit=200)
+    if status is None and title is None:
+        raise ValueError("give a new 'status' or 'title'")
+    changed = await context.store.update_goal(
+        _person(context), context.conversation.id, goal, context.now, status=status, title=title
+    )
+    return f"Goal #{goal} updated." if changed else f"There is no goal #{goal}."
+
+
+async def schedule_followup(context: ToolContext, arguments: dict) -> str:
+    text = _text(arguments, "text", limit=300)
+    due = parse_when(_text(arguments, "when", limit=40), context.now, context.timezone)
+    item = await context.store.add_followup(
+        _person(context), context.conversation.id, "reminder", text, due, context.now
+    )
+    return f"Follow-up #{item} scheduled for {format_moment(due, context.timezone)}: {text}"
+
+
+async def watch_event(context: ToolContext, arguments: dict) -> str:
+    text = _text(arguments, "description", limit=300)
+    when = _text(arguments, "when", required=False, limit=40)
+    due = parse_when(when, context.now, context.timezone) if when else None
+    item = await context.store.add_followup(_person(context), context.conversation.id, "watch", text, due, context.now)
+    return f"Watching for #{item}: {text}"
+
+
+async def list_followups(context: ToolContext, arguments: dict) -> str:
+    items = await context.store.followups(_person(context))
+    if not items:
+        return "No follow-ups."
+    lines = []
+    for f in items:
+        when = format_moment(f.due_at, context.timezone) if f.due_at else "when it happens"
+        paused = " (paused)" if f.status == "paused" else ""
+        lines.append(f"#{f.id} {f.kind} {when}: {f.text}{paused}")
+    return "\n".join(lines)
+
+
+async def pause_followup(context: ToolContext, arguments: dict) -> str:
+    item = _id(arguments, "followup_id")
+    changed = await context.store.set_followup_status(
+        _person(context), context.conversation.id, item, "paused", context.now
+    )
+    return f"Follow-up #{item} paused." if changed else f"There is no open follow-up #{item}."
+
+
+async def memory_overview(context: ToolContext) -> str:
+    person = _person(context)
+    pad = await context.store.normal_pad(person)
+    parts = ["What I keep about you (normal memory):"]
+    parts += [f"#{e.id} {e.text}" for e in pad] or ["(nothing yet)"]
+    parts += ["", "Goals:", await list_goals(context, {}), "", "Follow-ups:", await list_followups(context, {})]
+    parts += ["", "/forget N or /forget TEXT removes a memory; /goal drop N; /followup cancel N."]
+    return "\n".join(parts)
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _schema(properties: dict, required: list[str]) -> dict:
+    return {"type": "object", "properties": properties, "required": required}
+
+
+_S = {"type": "string"}
+_I = {"type": "integer"}
+
+MEMORY_TOOLS = (
+    Tool("remember", "Store a lasting fact about the person.", _schema({"text": _S}, ["text"]),
+         frozenset({"memory-write"}), remember),
+    Tool("recall", "Search earlier conversations, notes and memory.", _schema({"query": _S}, ["query"]),
+         frozenset({"memory-read"}), recall),
+    Tool("forget", "Remove a memory by id or matching text.", _schema({"entry_id": _I, "text": _S}, []),
+         frozenset({"memory-write"}), forget),
+    Tool("list_goals", "List the person's active goals.", _schema({}, []), frozenset({"goal"}), list_goals),
+    Tool("set_goal", "Set a goal; due like 3d or 2026-12-24.", _schema({"title": _S, "due": _S}, ["title"]),
+         frozenset({"goal"}), set_goal),
+    Tool("update_goal", "Change a goal's status (active/done/dropped) or title.",
+         _schema({"goal_id": _I, "status": {"type": "string", "enum": ["active", "done", "dropped"]}, "title": _S},
+                 ["goal_id"]), frozenset({"goal"}), update_goal),
+    Tool("schedule_followup", "Remind the person later; when like 30m, 2h, 3d or 2026-12-24 18:00.",
+         _schema({"text": _S, "when": _S}, ["text", "when"]), frozenset({"follow-up"}), schedule_followup),
+    Tool("watch_event", "Remember to ask about an upcoming event.", _schema({"description": _S, "when": _S},
+         ["description"]), frozenset({"follow-up"}), watch_event),
+    Tool("list_followups", "List scheduled follow-ups.", _schema({}, []), frozenset({"follow-up"}), list_followups),
+    Tool("pause_followup", "Pause a follow-up by id.", _schema({"followup_id": _I}, ["followup_id"]),
+         frozenset({"follow-up"}), pause_followup),
+)
+
+
+async def cancel_followup(context: ToolContext, arguments: dict) -> str:
+    item = _id(arguments, "followup_id")
+    changed = await context.store.set_followup_status(
+        _person(context), context.conversation.id, item, "cancelled", context.now
+    )
+    return f"Follow-up #{item} cancelled." if changed else f"There is no open follow-up #{item}."
+
+
+def _first_word_id(args: str) -> tuple[str, str]:
+    head, _, rest = args.strip().partition(" ")
+    return head.lower(), rest.strip()
+
+
+async def run_memory_command(name: str, args: str, context: ToolContext) -> str:
+    """The chat commands for people whose model cannot call tools; same operations, same checks.
+
+    Raises:
+        ValueError: bad arguments, in words fit for the user (nothing changed).
+        core.errors.PrivateWriteRefused: the conversation is private.
+    """
+    if name == "memory":
+        return await memory_overview(context)
+    if name == "remember":
+        return await remember(context, {"text": args})
+    if name == "recall":
+        return await recall(context, {"query": args})
+    if name == "forget":
+        if not args:
+            raise ValueError("Usage: /forget N (a memory's number from /memory) or /forget TEXT")
+        key = "entry_id" if args.lstrip("#").isdigit() else "text"
+        return await forget(context, {key: args})
+    if name == "goals":
+        return await list_goals(context, {})
+    if name == "goal":
+        verb, rest = _first_word_id(args)
+        if verb in {"done", "drop", "dropped", "reopen"} and rest:
+            status = {"done": "done", "drop": "dropped", "dropped": "dropped", "reopen": "active"}[verb]
+            return await update_goal(context, {"goal_id": rest, "status": status})
+        if not args:
+            raise ValueError("Usage: /goal TITLE, /goal done N or /goal drop N")
+        return await set_goal(context, {"title": args})
+    if name == "followups":
+        return await list_followups(context, {})
+    if name == "followup":
+        verb, rest = _first_word_id(args)
+        if verb == "cancel" and rest:
+            return await cancel_followup(context, {"followup_id": rest})
+        if verb == "pause" and rest:
+            return await pause_followup(context, {"followup_id": rest})
+        when, _, text = args.partition(" ")
+        if when.lower() == "in":
+            amount, _, text = text.partition(" ")
+            when = f"in {amount}"
+        if not text.strip():
+            raise ValueError("Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d or 2026-12-24), "
+                             "/followup pause N or /followup cancel N")
+        return await schedule_followup(context, {"text": text, "when": when})
+    if name == "watch":
+        return await watch_event(context, {"description": args})
+    raise ValueError(f"unknown memory command /{name}")
