@@ -170,7 +170,7 @@ class MemoryQueries:
                 "   AND c.kind = 'direct' AND c.person_id IS NOT NULL)"
                 " OR EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = messages.conversation_id"
                 "   AND messages.created_at >= s.started_at"
-                "   AND (s.ended_at IS NULL OR messages.created_at < s.ended_at)))"
+                "   AND (s.ended_at IS NULL OR messages.created_at <= s.ended_at)))"
             )
             async with db.execute(
                 "SELECT m.id, c.person_id, m.role, m.text, m.created_at"
@@ -178,7 +178,7 @@ class MemoryQueries:
                 " WHERE m.capture = 'pending' AND m.mode = 'normal' AND m.segment_id IS NULL AND m.kind = 'chat'"
                 "   AND c.kind = 'direct' AND c.person_id IS NOT NULL"
                 "   AND NOT EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = m.conversation_id"
-                "     AND m.created_at >= s.started_at AND (s.ended_at IS NULL OR m.created_at < s.ended_at))"
+                "     AND m.created_at >= s.started_at AND (s.ended_at IS NULL OR m.created_at <= s.ended_at))"
                 " ORDER BY m.id LIMIT ?",
                 (limit,),
             ) as cur:

@@ -30,6 +30,11 @@ def messages_of(raw: bytes) -> list[dict]:
     return json.loads(raw)["messages"]
 
 
+def replies_only(raws: list[bytes]) -> list[bytes]:
+    """Reply requests: without the capture pass `companion chat` makes at the end of input."""
+    return [raw for raw in raws if copy.CAPTURE_INSTRUCTION not in json.loads(raw)["messages"][0]["content"]]
+
+
 def test_a_private_canary_never_reaches_a_normal_request_on_the_wire(tmp_path, pass_hash):
     with FakeOpenAIServer.run_in_thread() as server:
         env = companion_env(tmp_path, COMPANION_LLM_BASE_URL=server.base_url,
@@ -46,7 +51,7 @@ def test_a_private_canary_never_reaches_a_normal_request_on_the_wire(tmp_path, p
     after = raws[transition_index:]
     assert all(CANARY not in wire_text(raw) for raw in after)
     assert all(PASS not in wire_text(raw) for raw in raws)
-    last = messages_of(after[-1])
+    last = messages_of(replies_only(after)[-1])
     contents = [m["content"] for m in last]
     assert contents.count(copy.PLACEHOLDER) == 1
     assert "hello before" in contents and contents[-1] == "hello after"
@@ -77,8 +82,40 @@ def test_after_sigkill_in_private_mode_the_restart_is_normal_and_the_canary_stay
         raws = list(server.raw_requests)[count:]
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("You are in normal mode.")
-    assert len(raws) == 1 and CANARY not in wire_text(raws[0])
+    assert all(CANARY not in wire_text(raw) for raw in raws)  # the capture pass included
+    raws = replies_only(raws)
+    assert len(raws) == 1
     contents = [m["content"] for m in messages_of(raws[0])]
     assert contents.count(copy.PLACEHOLDER) == 1
     assert "hello before the crash" in contents and contents[-1] == "hello after the restart"
     assert copy.PRIVATE_SYSTEM_LINE not in wire_text(raws[0])
+
+
+LASTING_TOOLS = {"remember", "recall", "forget", "list_goals", "set_goal", "update_goal",
+                 "schedule_followup", "watch_event", "list_followups", "pause_followup"}
+
+
+def test_the_tool_set_on_the_wire_has_no_lasting_tools_in_private_mode(tmp_path, pass_hash):
+    import sqlite3
+
+    with FakeOpenAIServer.run_in_thread() as server:
+        env = companion_env(tmp_path, COMPANION_LLM_BASE_URL=server.base_url,
+                            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash)
+        script = (f"/remember my sister is Ana\nhello\n/private {PASS}\nnote {CANARY}\n/remember {CANARY}\n"
+                  f"/normal\n/recall {CANARY}\n/recall Ana\n/memory\n")
+        result = run_companion(["chat"], env, stdin=script)
+        bodies = [json.loads(raw) for raw in server.raw_requests]
+        report = run_companion(["report"], env)
+    assert result.returncode == 0, result.stderr
+    normal = next(b for b in bodies if any(m.get("content") == "hello" for m in b["messages"]))
+    private = next(b for b in bodies if any(CANARY in (m.get("content") or "") for m in b["messages"]))
+    assert LASTING_TOOLS <= {t["function"]["name"] for t in normal.get("tools", [])}
+    assert LASTING_TOOLS.isdisjoint({t["function"]["name"] for t in private.get("tools", [])})
+    assert "Private mode writes nothing that outlives it" in result.stdout
+    assert "my sister is Ana" in result.stdout  # recalled and listed
+    assert result.stdout.count(CANARY) == 0  # not recalled, not in /memory
+    assert CANARY not in report.stdout and report.returncode == 0
+    with sqlite3.connect(tmp_path / "companion.db") as db:
+        for table in ("pad_entries", "notes", "agent_events", "agent_runs", "recall_fts"):
+            rows = db.execute(f"SELECT * FROM {table}").fetchall()
+            assert CANARY not in repr(rows), table
