@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
@@ -27,12 +28,14 @@ class TerminalChat:
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         interactive: bool | None = None,
+        files_dir: Path | None = None,
     ) -> None:
         self._handler = handler
         self._stdin = stdin or sys.stdin
         self._stdout = stdout or sys.stdout
         self._interactive = self._stdin.isatty() if interactive is None else interactive
         self._count = 0
+        self._files_dir = files_dir or Path.cwd()
 
     async def run(self) -> None:
         """Answer each line in order until end of input."""
@@ -61,7 +64,10 @@ class TerminalChat:
                 self._write(_ERASE_PREVIOUS_LINE + PROMPT + "/private [hidden]\n")
             self._write(reply.text + "\n")
             for attachment in reply.attachments:
-                self._write(f"[file {attachment.filename}, {len(attachment.data)} bytes]\n")
+                # The terminal's way of sending a file: save it beside the person.
+                path = self._files_dir / Path(attachment.filename).name
+                path.write_bytes(attachment.data)
+                self._write(f"[saved {path} ({len(attachment.data)} bytes)]\n")
 
     def _write(self, text: str) -> None:
         self._stdout.write(text)

@@ -36,6 +36,8 @@ def companion_config(settings: Settings) -> CompanionConfig:
         allowed_accounts=settings.allowed_accounts,
         timezone=settings.timezone,
         budget=ContextBudget(total_tokens=settings.context_tokens),
+        allow_private_export=settings.allow_private_export,
+        artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 
 EXIT_CONFIG = 2
 
@@ -16,6 +17,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("chat", help="talk with the companion in this terminal (works piped: one line a message)")
     sub.add_parser("run", help="run the gateway: every configured platform adapter and the scheduler")
+    backup = sub.add_parser("backup", help="write a snapshot without any private row; prune old backups")
+    backup.add_argument("path", help="a folder (recommended; ends with / or exists) or a file name")
+    restore = sub.add_parser("restore", help="replace the database with a backup (stop the gateway first)")
+    restore.add_argument("path")
     sub.add_parser("report", help="print the structural report of normal turns (counts, errors, latencies; no text)")
     sub.add_parser("passphrase", help="read a passphrase on stdin and print the hash for COMPANION_PRIVATE_PASSPHRASE_HASH")
     return parser
@@ -40,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_chat(settings))
         if args.command == "report":
             return asyncio.run(_report(settings))
+        if args.command in ("backup", "restore"):
+            return _backup_or_restore(settings, args.command, args.path)
         from bot.gateway import run_gateway
 
         return asyncio.run(run_gateway(settings))
@@ -59,6 +66,29 @@ async def _chat(settings) -> int:
         await companion.aclose()  # let a pending summary fold finish first
         await companion.capture.run_once()  # the gateway does this on a schedule
     return 0
+
+
+def _backup_or_restore(settings, command: str, where: str) -> int:
+    from adapters.storage.backup import backup, restore
+
+    path = Path(where)
+    if command == "backup":
+        folder = where.endswith(("/", "\\")) or path.is_dir() or not path.suffix
+        result = backup(settings.db_path, path, folder=folder, retention_days=settings.backup_retention_days)
+        print(f"backup written to {result.path} ({result.size} bytes, no private rows); "
+              f"{len(result.pruned)} backups older than {settings.backup_retention_days:g} days pruned")
+        return 0
+    restore(path, settings.db_path)
+    asyncio.run(_apply_migrations(settings))
+    print(f"restored {path} into {settings.db_path}; private rows dropped and expiry applied")
+    return 0
+
+
+async def _apply_migrations(settings) -> None:
+    from adapters.storage.sqlite import SqliteStore
+
+    async with SqliteStore(settings.db_path):
+        pass
 
 
 async def _report(settings) -> int:

@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     private_default_expiry: str = "24h"
     private_idle_minutes: float = Field(30.0, ge=0, le=7 * 24 * 60)
     context_tokens: int = Field(3000, ge=256, le=1_000_000)
+    allow_private_export: bool = False
+    artifact_retention_days: float = Field(30.0, ge=0, le=3650)
+    backup_retention_days: float = Field(14.0, ge=0, le=3650)
 
     @field_validator("log_level")
     @classmethod
@@ -154,5 +157,25 @@ def _raise(line: str) -> Settings:
     raise ConfigError(line.splitlines()[0])
 
 
+# Libraries that log payloads (SQL parameters, request bodies, gateway events, URLs with
+# the bot token) at DEBUG or INFO: their floor is raised whatever the level, because a log
+# line is a data path and private text must not reach it.
+_FLOORS = {
+    "aiosqlite": logging.WARNING,
+    "httpx": logging.WARNING,
+    "httpcore": logging.WARNING,
+    "hpack": logging.WARNING,
+    "telegram": logging.INFO,
+    "discord": logging.INFO,
+    "discord.gateway": logging.WARNING,
+    "discord.http": logging.WARNING,
+    "apscheduler": logging.WARNING,
+    "asyncio": logging.WARNING,
+}
+
+
 def configure_logging(level: str) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    numeric = logging.getLevelName(level)
+    for name, floor in _FLOORS.items():
+        logging.getLogger(name).setLevel(max(numeric, floor))

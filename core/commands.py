@@ -42,13 +42,15 @@ COMMANDS: tuple[CommandInfo, ...] = (
     CommandInfo("memory", "/memory", "What I keep about you: memories, goals, follow-ups"),
     CommandInfo("remember", "/remember TEXT", "Keep a fact about you", lasting=True),
     CommandInfo("recall", "/recall WORDS", "Search our earlier conversations and notes", lasting=True),
-    CommandInfo("forget", "/forget N|TEXT", "Remove a memory", lasting=True),
+    CommandInfo("forget", "/forget N|TEXT|private", "Remove a memory, or delete every private interval now",
+                lasting=True),
     CommandInfo("goals", "/goals", "List your active goals", lasting=True),
     CommandInfo("goal", "/goal TITLE | done N | drop N", "Set or close a goal", lasting=True),
     CommandInfo("followups", "/followups", "List scheduled follow-ups", lasting=True),
     CommandInfo("followup", "/followup WHEN TEXT | pause N | cancel N", "Schedule or change a follow-up",
                 lasting=True),
     CommandInfo("watch", "/watch EVENT", "Ask me to follow up on an upcoming event", lasting=True),
+    CommandInfo("export", "/export", "A file of our normal conversation (private intervals masked)"),
 )
 
 MEMORY_COMMANDS = frozenset({"memory", "remember", "recall", "forget", "goals", "goal", "followups", "followup", "watch"})

@@ -42,6 +42,8 @@ class CompanionConfig:
     timezone: str = "UTC"
     budget: ContextBudget = field(default_factory=ContextBudget)
     max_tool_rounds: int = 4
+    allow_private_export: bool = False
+    artifact_retention_seconds: float | None = 30 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,9 @@ class Companion:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     async def sweep(self) -> int:
-        """Scheduled: delete expired segments. Idle and expiry also end private mode at read time."""
+        """Scheduled: delete expired segments and artifacts past their retention.
+        Idle and expiry also end private mode at read time."""
+        await self.store.delete_expired_artifacts(self.clock.now())
         return await self.store.delete_expired_segments(self.clock.now())
 
     def command_list(self) -> list[tuple[str, str]]:
@@ -247,7 +251,9 @@ class Companion:
             )
         except Exception as exc:  # noqa: BLE001 - /normal must work even when storage misbehaves
             log.warning("storing a /%s command failed (%s)", info.name, type(exc).__name__)
-        if info.lasting and state.is_private:
+        if info.name == "forget" and args.strip().lower() == "private":
+            reply = await self._forget_private(turn)
+        elif info.lasting and state.is_private:
             reply = Reply(copy.PRIVATE_REFUSES.format(command=info.name))
         elif info.name in MEMORY_COMMANDS:
             reply = await self._memory_command(turn, info.name, args, state)
@@ -267,6 +273,18 @@ class Companion:
         except ValueError as exc:
             text = str(exc)
             return Reply(text if text.startswith("Usage") else f"{text[0].upper()}{text[1:]}. Nothing changed.")
+
+    async def _forget_private(self, turn: Turn) -> Reply:
+        await self.valve.leave(turn.conversation, reason="forget")
+        deleted = await self.store.delete_segments_of(turn.conversation.id)
+        return Reply(f"Private mode is off, and {deleted} private interval{'s' if deleted != 1 else ''} "
+                     "of this conversation {} deleted now, with everything derived from {}."
+                     .format("was" if deleted == 1 else "were", "it" if deleted == 1 else "them"))
+
+    async def _cmd_export(self, turn: Turn, args: str, state: ModeState) -> Reply:
+        from core.crossing import export_reply
+
+        return await export_reply(self, turn.conversation, state, args)
 
     async def _cmd_help(self, turn: Turn, args: str, state: ModeState) -> Reply:
         lines = ["I'm your companion. Talk to me in plain words; these commands work everywhere:"]

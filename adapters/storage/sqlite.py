@@ -13,6 +13,7 @@ import aiosqlite
 
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.migrate import migrate
+from adapters.storage.privacy import PrivacyQueries
 from core.errors import StoreError
 from core.model import (
     Account,
@@ -32,7 +33,7 @@ _SEGMENT_COLUMNS = (
 )
 
 
-class SqliteStore(MemoryQueries):
+class SqliteStore(MemoryQueries, PrivacyQueries):
     """One aiosqlite connection, serialised by a lock so transactions never interleave.
 
     PRAGMAs, set on every connection:
@@ -401,12 +402,17 @@ class SqliteStore(MemoryQueries):
             return cur.rowcount
 
     async def delete_expired_segments(self, now: float) -> int:
-        """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it."""
+        """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it
+        (messages, summaries, pad entries, tool operations, pending crossings), and a checkpoint
+        leaves none of it in the WAL."""
         async with self._tx() as db:
             cur = await db.execute(
                 "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
             )
-            return cur.rowcount
+            deleted = cur.rowcount
+        if deleted:
+            await self.checkpoint()
+        return deleted
 
     # --- adapter state (offsets, cursors) -----------------------------------
 

@@ -1,0 +1,67 @@
+"""Export and boundary crossings (seed 001).
+
+Normal mode exports the masked normal timeline. Private mode exports nothing by
+default; when the operator allows it, a crossing is two steps: the first names the
+destination and says the result is a new non-private artifact with its own
+retention; only `/export confirm` creates it, as a separate artifact row. The
+private segment is never relabelled.
+"""
+
+from __future__ import annotations
+
+from core import copy
+from core.durations import describe_seconds, format_moment
+from core.model import Attachment, Conversation, Reply
+from core.valve import ModeState
+
+CONFIRM_WINDOW = 5 * 60.0
+
+
+def destination_for(platform: str) -> str:
+    if platform == "terminal":
+        return "a file saved in the terminal's current folder"
+    return f"a file sent to you in this {platform} chat"
+
+
+async def export_reply(companion, conversation: Conversation, state: ModeState, args: str) -> Reply:
+    now = companion.clock.now()
+    stamp = format_moment(now, companion.config.timezone)
+    if not state.is_private:
+        lines = [f"Companion export: {conversation.platform} conversation, normal mode, {stamp}.",
+                 "Each private interval appears as one placeholder line.", ""]
+        async for item in companion.store.export_items(conversation.id, visible_segment=None):
+            lines.append(copy.PLACEHOLDER if item.is_placeholder else f"{_speaker(item.role)}: {item.text}")
+        body = "\n".join(lines) + "\n"
+        name = f"companion-export-{int(now)}.txt"
+        return Reply(f"Here is our normal conversation ({len(lines) - 3} entries).",
+                     attachments=[Attachment(name, body.encode("utf-8"))])
+    if not companion.config.allow_private_export:
+        return Reply("Export is not available in private mode: what is said here does not leave this "
+                     "private thread. (An operator can allow confirmed crossings with COMPANION_ALLOW_PRIVATE_EXPORT.)")
+    segment = state.segment
+    retention = companion.config.artifact_retention_seconds
+    kept = f"kept for {describe_seconds(retention)}" if retention else "kept until deleted"
+    if args.strip().lower() != "confirm":
+        destination = destination_for(conversation.platform)
+        await companion.store.request_crossing(segment.id, destination, now, now + CONFIRM_WINDOW)
+        return Reply(
+            f"Crossing the boundary: this creates a NEW, NON-PRIVATE artifact, {destination}, holding this "
+            f"private conversation. It will not be private: it is {kept}, on its own schedule, and survives "
+            "this private interval's expiry and backups. This interval itself stays private. To create it, "
+            "send /export confirm within 5 minutes; anything else cancels nothing and creates nothing."
+        )
+    items = await companion.store.segment_items(segment.id)
+    body = "\n".join([f"Companion crossing artifact (non-private), created {stamp}.", ""]
+                     + [f"{_speaker(i.role)}: {i.text}" for i in items]) + "\n"
+    name = f"companion-crossing-{int(now)}.txt"
+    artifact = await companion.store.confirm_crossing(
+        segment.id, conversation.id, name, body, now, None if retention is None else now + retention
+    )
+    if artifact is None:
+        return Reply("There is no crossing waiting for confirmation (it lasts 5 minutes). Send /export first.")
+    return Reply(f"Created non-private artifact #{artifact}, {kept}.",
+                 attachments=[Attachment(name, body.encode("utf-8"))])
+
+
+def _speaker(role: str | None) -> str:
+    return "Companion" if role == "assistant" else "You"
