@@ -60,12 +60,14 @@ NOT_ALLOWED = (
 
 # One sentence per mode, used by /help and /mode alike, so the copy never drifts.
 NORMAL_MODE_MEANS = (
-    "Normal mode: I keep a rolling summary of our conversation and use it in later turns."
+    "Normal mode: I keep a rolling summary of our conversation, daily notes and long-term memory "
+    "about you, and use them later; /memory shows what I keep and /forget removes it."
 )
 PRIVATE_MODE_MEANS = (
     "Private mode is incognito, not a blank slate: I still read what I already know about you, "
-    "but what you say here is not added to normal memory, recall, goals or follow-ups, is never "
-    "shown to normal mode (it sees one placeholder line instead), and is deleted when it expires."
+    "but nothing said here is added to memory, notes, recall, goals, follow-ups or analytics, "
+    "nothing is delivered elsewhere, normal mode sees one placeholder line in its place, "
+    "and it is deleted when its expiry comes."
 )
 
 CAPTURE_INSTRUCTION = (

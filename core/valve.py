@@ -109,6 +109,10 @@ class ModeValve:
         now = self._clock.now()
         if segment.expires_at is not None and now >= segment.expires_at:
             await self._close_quietly(segment, "expired")
+            try:  # its life is over: delete it now rather than at the next sweep
+                await self._store.delete_expired_segments(now)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("deleting expired segments failed (%s); the sweep retries", type(exc).__name__)
             return ModeState(Mode.NORMAL, notice="Private mode ended: its time ran out. You are in normal mode now.")
         if self._idle is not None and now - segment.last_activity_at >= self._idle:
             await self._close_quietly(segment, "idle")

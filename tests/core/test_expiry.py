@@ -1,0 +1,136 @@
+"""Nothing outlives a private interval (seed 001): expiry by cascade, and gone means gone."""
+
+from __future__ import annotations
+
+from core.model import Summary
+from tests.conftest import PASSPHRASE
+from tests.helpers.chat import all_rows, conversation_of, say
+
+# Tables that by design never hold data derived from a private interval. Everything
+# else must have a cascading foreign-key path to `segments`, so a table added later
+# cannot escape expiry silently: this list is the one place to argue otherwise.
+NEVER_PRIVATE = {
+    "schema_migrations": "migration names",
+    "people": "owners; their private rows hang off segments",
+    "accounts": "platform ids",
+    "conversations": "owners of segments",
+    "valve_attempts": "times of failed entries, no secret",
+    "adapter_state": "platform offsets",
+    "notes": "capture reads only normal rows (two checks, tests/core/test_memory.py)",
+    "note_sources": "link notes to normal messages",
+    "goals": "the store refuses the write while a conversation is private",
+    "followups": "the store refuses the write while a conversation is private",
+    "agent_runs": "private turns have no analytics context",
+    "agent_events": "private turns have no analytics context",
+    "artifacts": "a confirmed crossing: a new non-private artifact with its own retention",
+    "recall_fts": "private rows are never indexed (trigger WHEN clauses) nor matched (SQL predicates)",
+}
+
+
+async def cascade_paths(store) -> dict[str, set[str]]:
+    tables = [r[0] for r in await store._all(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        " AND name NOT LIKE 'recall_fts_%'")]
+    parents: dict[str, set[str]] = {}
+    for table in tables:
+        parents[table] = {fk["table"] for fk in await store._all(f"PRAGMA foreign_key_list({table})")
+                          if fk["on_delete"] == "CASCADE"}
+    return parents
+
+
+def reaches(parents: dict[str, set[str]], table: str, target: str, seen: frozenset = frozenset()) -> bool:
+    if table == target:
+        return True
+    return any(reaches(parents, p, target, seen | {table}) for p in parents.get(table, ()) if p not in seen)
+
+
+async def test_every_table_that_can_hold_private_derived_data_cascades_from_segments(store):
+    parents = await cascade_paths(store)
+    assert set(NEVER_PRIVATE) <= set(parents), "the allowlist names a table that no longer exists"
+    escaping = [t for t in parents if t not in NEVER_PRIVATE and not reaches(parents, t, "segments")]
+    assert escaping == [], f"tables with no cascading path to segments: {escaping}"
+
+
+async def populate_private(companion, store, clock) -> int:
+    """A private interval with a row in every table that hangs off it."""
+    from core.model import Completion, ToolCall
+
+    await say(companion, "normal before")
+    await say(companion, f"/private {PASSPHRASE} 1h")
+    companion.provider.script = [Completion("", (ToolCall("c1", "current_time", "{}"),)), Completion("ok")]
+    await say(companion, "PRIVATE-EXPIRY-CANARY words")
+    conversation = await conversation_of(companion)
+    (segment,) = await store.segments_of(conversation.id)
+    await store.save_summary(conversation.id, Summary("PRIVATE-EXPIRY-CANARY summary", 1), clock.now(),
+                             segment_id=segment.id, pad_person_id=conversation.person_id,
+                             pad_facts=("PRIVATE-EXPIRY-CANARY fact",))
+    await store.request_crossing(segment.id, "somewhere", clock.now(), clock.now() + 300)
+    return segment.id
+
+
+async def test_every_dependent_row_goes_when_a_segment_expires(companion, store, clock):
+    segment_id = await populate_private(companion, store, clock)
+    parents = await cascade_paths(store)
+    dependent = [t for t in parents if t != "segments" and reaches(parents, t, "segments")
+                 and "segment_id" in {c[1] for c in await all_rows(store, f"PRAGMA table_info({t})")}]
+    assert set(dependent) >= {"messages", "summaries", "pad_entries", "tool_operations", "crossings"}
+    for table in dependent:
+        assert await all_rows(store, f"SELECT count(*) FROM {table} WHERE segment_id = ?", (segment_id,)) != [(0,)], table
+    clock.advance(3601)
+    assert await companion.sweep() == 1
+    for table in dependent:
+        assert await all_rows(store, f"SELECT count(*) FROM {table} WHERE segment_id IS NOT NULL") == [(0,)], table
+    assert await all_rows(store, "SELECT text FROM messages WHERE kind = 'chat' AND role = 'user'") == [("normal before",)]
+
+
+async def test_private_text_is_gone_from_the_database_files_after_expiry(companion, store, clock):
+    await populate_private(companion, store, clock)
+    clock.advance(3601)
+    await companion.sweep()
+    files = [p for p in store.path.parent.iterdir() if p.name.startswith(store.path.name)]
+    assert any(p.name.endswith("-wal") for p in files)  # still open: the WAL is searched too
+    for path in files:
+        assert b"PRIVATE-EXPIRY-CANARY" not in path.read_bytes(), path.name
+
+
+async def test_a_segment_that_expired_while_down_is_deleted_at_start_up(companion, store, provider, clock):
+    from core.companion import Companion
+
+    await populate_private(companion, store, clock)
+    clock.advance(7200)
+    restarted = Companion(store, provider, companion.config, clock=clock)
+    await restarted.start()
+    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+
+
+async def test_expiry_during_a_conversation_deletes_the_interval_at_once(companion, store, clock):
+    await say(companion, f"/private {PASSPHRASE} 45s")
+    await say(companion, "short-lived")
+    clock.advance(46)
+    await say(companion, "hello?")
+    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'short-lived'") == [(0,)]
+
+
+async def test_never_means_kept_until_forgotten(companion, store, clock):
+    await say(companion, f"/private {PASSPHRASE} never")
+    await say(companion, "kept")
+    await say(companion, "/normal")
+    clock.advance(400 * 86400)
+    await companion.sweep()
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'kept'") == [(1,)]
+    reply = await say(companion, "/forget private")
+    assert "1 private interval of this conversation was deleted now" in reply.text
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'kept'") == [(0,)]
+
+
+async def test_forget_private_works_inside_private_mode_and_ends_it(companion, store):
+    await say(companion, f"/private {PASSPHRASE}")
+    await say(companion, "one")
+    await say(companion, "/normal")
+    await say(companion, f"/private {PASSPHRASE}")
+    await say(companion, "two")
+    reply = await say(companion, "/forget private")
+    assert reply.text.startswith("Private mode is off, and 2 private intervals")
+    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert (await say(companion, "/mode")).text.startswith("You are in normal mode.")
