@@ -15,33 +15,31 @@ log = logging.getLogger(__name__)
 
 
 class RunRecorder:
-    def __init__(self, store, clock: Clock, run_id: int) -> None:
+    """Collects a normal turn's events in memory and writes them with the run in one
+    transaction when the turn ends (one commit, not one per event)."""
+
+    def __init__(self, store, clock: Clock, conversation_id: int) -> None:
         self._store = store
         self._clock = clock
-        self.run_id = run_id
+        self._conversation_id = conversation_id
+        self._started_at = clock.now()
+        self._events: list[tuple] = []
 
     @classmethod
-    async def start(cls, store, clock: Clock, conversation_id: int) -> RunRecorder | None:
-        try:
-            return cls(store, clock, await store.start_run(conversation_id, clock.now()))
-        except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
-            log.warning("analytics run could not start (%s)", type(exc).__name__)
-            return None
+    def start(cls, store, clock: Clock, conversation_id: int) -> RunRecorder:
+        return cls(store, clock, conversation_id)
 
-    async def event(self, kind: str, name: str, status: str, *, duration_ms: float | None = None,
-                    size_in: int | None = None, size_out: int | None = None) -> None:
-        try:
-            await self._store.add_event(self.run_id, kind, name, status, self._clock.now(),
-                                        duration_ms=duration_ms, size_in=size_in, size_out=size_out)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("analytics event could not be written (%s)", type(exc).__name__)
+    def event(self, kind: str, name: str, status: str, *, duration_ms: float | None = None,
+              size_in: int | None = None, size_out: int | None = None) -> None:
+        self._events.append((kind, name, status, duration_ms, size_in, size_out, self._clock.now()))
 
     async def finish(self, status: str) -> None:
-        await self.event("terminal", "turn", status)
+        self.event("terminal", "turn", status)
         try:
-            await self._store.end_run(self.run_id, status, self._clock.now())
-        except Exception as exc:  # noqa: BLE001
-            log.warning("analytics run could not end (%s)", type(exc).__name__)
+            await self._store.save_run(self._conversation_id, self._started_at, self._clock.now(), status,
+                                       self._events)
+        except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
+            log.warning("analytics run could not be written (%s)", type(exc).__name__)
 
 
 def render_report(rows: dict) -> str:

@@ -157,14 +157,14 @@ class Companion:
             segment_id=segment_id, account_id=turn.account.id,
         )
         # A private run has no analytics context at all: nothing below can write an event for it.
-        recorder = None if state.is_private else await RunRecorder.start(self.store, self.clock, conversation.id)
+        recorder = None if state.is_private else RunRecorder.start(self.store, self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
         try:
             text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
         except ProviderError as exc:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
             if recorder:
-                await recorder.event("error", type(exc).__name__, "error")
+                recorder.event("error", type(exc).__name__, "error")
                 await recorder.finish("error")
             return Reply(_with_notice(state, copy.PROVIDER_FAILED))
         await self.store.add_message(conversation.id, "assistant", text, self.clock.now(), segment_id=segment_id)
@@ -199,7 +199,7 @@ class Companion:
                     len(call.arguments.encode()), len(result.encode()), self.clock.now(),
                 )
                 if recorder:
-                    await recorder.event("tool_call", call.name[:64], status,
+                    recorder.event("tool_call", call.name[:64], status,
                                          duration_ms=(time.perf_counter() - started) * 1e3,
                                          size_in=len(call.arguments.encode()), size_out=len(result.encode()))
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
@@ -211,11 +211,11 @@ class Companion:
             completion = await self.provider.complete(request)
         except ProviderError:
             if recorder:
-                await recorder.event("provider_call", self.provider.name, "error",
+                recorder.event("provider_call", self.provider.name, "error",
                                      duration_ms=(time.perf_counter() - started) * 1e3)
             raise
         if recorder:
-            await recorder.event(
+            recorder.event(
                 "provider_call", self.provider.name, "ok", duration_ms=(time.perf_counter() - started) * 1e3,
                 size_in=sum(len(m.content or "") for m in request.messages), size_out=len(completion.text),
             )

@@ -220,27 +220,23 @@ class MemoryQueries:
 
     # --- analytics ------------------------------------------------------------
 
-    async def start_run(self, conversation_id: int, now: float) -> int:
+    async def save_run(
+        self, conversation_id: int, started_at: float, ended_at: float, status: str, events: list[tuple]
+    ) -> int:
+        """A normal turn's run and its events, in one transaction at the end of the turn.
+        Each event: (kind, name, status, duration_ms, size_in, size_out, created_at)."""
         async with self._tx() as db:
             cur = await db.execute(
-                "INSERT INTO agent_runs (conversation_id, started_at) VALUES (?, ?)", (conversation_id, now)
+                "INSERT INTO agent_runs (conversation_id, started_at, ended_at, status) VALUES (?, ?, ?, ?)",
+                (conversation_id, started_at, ended_at, status),
             )
-            return cur.lastrowid
-
-    async def add_event(
-        self, run_id: int, kind: str, name: str, status: str, now: float, *,
-        duration_ms: float | None = None, size_in: int | None = None, size_out: int | None = None,
-    ) -> None:
-        async with self._tx() as db:
-            await db.execute(
+            run_id = cur.lastrowid
+            await db.executemany(
                 "INSERT INTO agent_events (run_id, kind, name, status, duration_ms, size_in, size_out, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, kind, name, status, duration_ms, size_in, size_out, now),
+                [(run_id, *event) for event in events],
             )
-
-    async def end_run(self, run_id: int, status: str, now: float) -> None:
-        async with self._tx() as db:
-            await db.execute("UPDATE agent_runs SET ended_at = ?, status = ? WHERE id = ?", (now, status, run_id))
+            return run_id
 
     async def report_rows(self) -> dict:
         turns = await self._one("SELECT count(*), sum(status = 'ok'), sum(status = 'error') FROM agent_runs")

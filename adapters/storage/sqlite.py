@@ -116,50 +116,50 @@ class SqliteStore(MemoryQueries, PrivacyQueries):
                 await db.execute("COMMIT")
 
     async def _one(self, sql: str, params: tuple | dict = ()) -> aiosqlite.Row | None:
-        async with self._lock:
-            async with self.db.execute(sql, params) as cur:
-                return await cur.fetchone()
+        rows = await self._all(sql, params)
+        return rows[0] if rows else None
 
     async def _all(self, sql: str, params: tuple | dict = ()) -> list[aiosqlite.Row]:
-        async with self._lock:
-            async with self.db.execute(sql, params) as cur:
-                return list(await cur.fetchall())
+        async with self._lock:  # one round trip to the connection's thread
+            return list(await self.db.execute_fetchall(sql, params))
 
     # --- people, accounts, conversations -----------------------------------
 
     async def ensure_account(self, platform: str, user_id: str, display_name: str | None, now: float) -> Account:
+        row = await self._one(
+            "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?", (platform, user_id)
+        )
+        if row is not None:  # the common case reads only
+            return Account(row["id"], row["person_id"], platform, user_id)
         async with self._tx() as db:
             async with db.execute(
                 "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?",
                 (platform, user_id),
             ) as cur:
                 row = await cur.fetchone()
-            if row is None:
-                cur = await db.execute(
-                    "INSERT INTO people (display_name, created_at) VALUES (?, ?)", (display_name, now)
-                )
-                person_id = cur.lastrowid
-                cur = await db.execute(
-                    "INSERT INTO accounts (person_id, platform, platform_user_id, created_at) VALUES (?, ?, ?, ?)",
-                    (person_id, platform, user_id, now),
-                )
-                return Account(cur.lastrowid, person_id, platform, user_id)
-            return Account(row["id"], row["person_id"], platform, user_id)
+            if row is not None:
+                return Account(row["id"], row["person_id"], platform, user_id)
+            cur = await db.execute("INSERT INTO people (display_name, created_at) VALUES (?, ?)", (display_name, now))
+            person_id = cur.lastrowid
+            cur = await db.execute(
+                "INSERT INTO accounts (person_id, platform, platform_user_id, created_at) VALUES (?, ?, ?, ?)",
+                (person_id, platform, user_id, now),
+            )
+            return Account(cur.lastrowid, person_id, platform, user_id)
 
     async def ensure_conversation(
         self, key: ConversationKey, kind: str, person_id: int | None, now: float
     ) -> Conversation:
-        async with self._tx() as db:
-            await db.execute(
-                "INSERT INTO conversations (platform, chat_id, kind, person_id, created_at)"
-                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (platform, chat_id) DO NOTHING",
-                (key.platform, key.chat_id, kind, person_id if kind == "direct" else None, now),
-            )
-            async with db.execute(
-                "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?",
-                (key.platform, key.chat_id),
-            ) as cur:
-                row = await cur.fetchone()
+        select = "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?"
+        row = await self._one(select, (key.platform, key.chat_id))
+        if row is None:
+            async with self._tx() as db:
+                await db.execute(
+                    "INSERT INTO conversations (platform, chat_id, kind, person_id, created_at)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (platform, chat_id) DO NOTHING",
+                    (key.platform, key.chat_id, kind, person_id if kind == "direct" else None, now),
+                )
+            row = await self._one(select, (key.platform, key.chat_id))
         return Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
 
     # --- the timeline -------------------------------------------------------
@@ -247,12 +247,18 @@ class SqliteStore(MemoryQueries, PrivacyQueries):
     async def has_items_before(
         self, conversation_id: int, *, visible_segment: int | None, after: int, before: int, at_least: int
     ) -> bool:
-        """Whether at least `at_least` messages of the view lie strictly between the watermark and `before`."""
+        """Whether at least `at_least` messages of the view lie strictly between the watermark and `before`.
+        Two branches rather than an OR, so each uses the whole timeline index: the cost stays
+        flat however long the history is."""
+        params = {"c": conversation_id, "s": visible_segment, "after": after, "before": before, "n": at_least}
         row = await self._one(
-            "SELECT count(*) FROM (SELECT 1 FROM messages"
-            " WHERE conversation_id = :c AND kind = 'chat' AND id > :after AND id < :before"
-            " AND (segment_id IS NULL OR segment_id IS :s) LIMIT :n)",
-            {"c": conversation_id, "s": visible_segment, "after": after, "before": before, "n": at_least},
+            "SELECT count(*) FROM ("
+            " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id IS NULL"
+            "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n)"
+            " UNION ALL"
+            " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id = :s"
+            "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n))",
+            params,
         )
         return row[0] >= at_least
 

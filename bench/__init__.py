@@ -1,0 +1,1 @@
+"""Benchmarks of the companion: run `python -m bench.run` (see bench/README.md)."""

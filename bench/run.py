@@ -1,0 +1,217 @@
+"""Run the benchmarks, print a Markdown table and write bench/results/latest.json.
+
+    python -m bench.run            # the full run (about two minutes on two cores)
+    python -m bench.run --quick    # a smoke run with small sizes (well under 30 s)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as `python bench/run.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import assembly, cli_run, gateway_rss, request_size, turn  # noqa: E402
+from bench._common import ROOT, environment  # noqa: E402
+
+MEASUREMENTS = {
+    "turn": turn.run,
+    "assembly": assembly.run,
+    "cli": cli_run.run,
+    "request": request_size.run,
+    "gateway": gateway_rss.run,
+}
+
+
+def _status(ok: bool | None, bad: str = "OVER") -> str:
+    return "skipped" if ok is None else ("ok" if ok else bad)
+
+
+def _size_label(n: int | str) -> str:
+    n = int(n)
+    exponent = len(str(n)) - 1
+    return f"1e{exponent}" if n == 10**exponent else str(n)
+
+
+def table(results: dict) -> list[str]:
+    rows = [
+        "| # | Measurement | Result | Baseline (same run) | Ratio | Target | Status |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def add(*cells: object) -> None:
+        rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+
+    def failed(number: int, name: str, key: str) -> bool:
+        result = results.get(key)
+        if result is None:
+            return True
+        if "error" in result:
+            add(number, name, "error: " + result["error"].splitlines()[-1][:80], "", "", "", "error")
+            return True
+        if result.get("status") in ("skipped", "failed"):
+            add(number, name, result["note"], "", "", "", result["status"])
+            return True
+        return False
+
+    if not failed(1, "Per-turn core overhead", "turn"):
+        t = results["turn"]
+        add(1, f"`Companion.handle()` per turn, median of {t['turns']}", f"{t['core_median_ms']:.2f} ms",
+            f"bare SQLite turn {t['baseline_median_ms']:.2f} ms", f"{t['ratio_median']:.2f}×",
+            f"< {t['target_ratio']:g}×", _status(t["ok"]))
+        add(1, "… p95", f"{t['core_p95_ms']:.2f} ms", f"{t['baseline_p95_ms']:.2f} ms",
+            f"{t['ratio_p95']:.2f}×", "", "info")
+    if not failed(2, "Context assembly", "assembly"):
+        a = results["assembly"]
+        small, large = _size_label(a["sizes"][0]), _size_label(a["sizes"][-1])
+        for case, c in a["cases"].items():
+            sizes = " · ".join(f"{_size_label(n)}: {v:.2f} ms" for n, v in c["median_ms_by_size"].items())
+            label = case[0].upper() + case[1:] if case == assembly.TURN_CASE else f"Context assembly, {case}"
+            add(2, label, sizes,
+                f"window SQL at {small}: {a['baseline_window_sql_ms']:.2f} ms",
+                f"{large}/{small} {c['ratio_largest_smallest']:.2f}× (vs baseline {c['ratio_smallest_to_baseline']:.1f}×)",
+                f"≤ {a['target_ratio']:g}× ({large}/{small})", _status(c["flat"], "NOT FLAT"))
+        if a.get("foreign_private_items"):
+            add(2, "Masking sanity (private text in another mode's window)",
+                f"{a['foreign_private_items']} items", "", "", "0", "LEAK")
+    if not failed(3, "CLI one-message run", "cli"):
+        c = results["cli"]
+        base = c["baseline"]
+        for kind, label in (("cold", "cold, creates the DB"), ("warm", "warm")):
+            k = c[kind]
+            add(3, f"`printf 'hello\\n' \\| companion chat`, {label}: wall, median of {k['runs']}",
+                f"{k['wall_median_s']:.3f} s", f"`python -c pass` {base['wall_median_s']:.3f} s",
+                f"{k['wall_ratio']:.1f}×", f"< {c['wall_budget_s']:g} s",
+                _status(k["wall_median_s"] < c["wall_budget_s"] and not k["failed"]))
+            add(3, f"… {label}: peak RSS (max of {k['runs']})", f"{k['rss_max_mib']:.1f} MiB",
+                f"{base['rss_median_mib']:.1f} MiB", f"{k['rss_ratio']:.1f}×", f"< {c['rss_budget_mib']:g} MiB",
+                _status(k["rss_max_mib"] < c["rss_budget_mib"]))
+        if "shim_warm" in c:
+            s = c["shim_warm"]
+            add(3, f"… warm, through `{c['shim']}`", f"{s['wall_median_s']:.3f} s, {s['rss_max_mib']:.1f} MiB",
+                "", f"{s['wall_median_s'] / base['wall_median_s']:.1f}×", f"< {c['wall_budget_s']:g} s",
+                "info")
+        i = c["imports"]
+        found = ", ".join(i["forbidden_imported"]) or "none"
+        add(3, "Imports of `companion chat` (no LLM URL)", f"{i['modules_imported']} modules; forbidden: {found}",
+            "", "", "no telegram, discord, apscheduler, httpx", _status(i["ok"], "FAIL"))
+    if not failed(4, "First model request", "request"):
+        r = results["request"]
+        b = r["breakdown_bytes"]
+        add(4, "First request body for `hello`, fresh DB", f"{r['bytes']} B",
+            f"(messages {b['messages']} B, tools {b['tools']} B)", "", f"< {r['budget_bytes']} B", _status(r["ok"]))
+    if not failed(5, "Idle gateway RSS", "gateway"):
+        g = results["gateway"]
+        add(5, f"`companion run` (Telegram, fake Bot API) VmRSS after {g['idle_seconds']:g} s",
+            f"{g['rss_mb']:.1f} MB ({g['rss_mib']:.1f} MiB)", f"idle `python` {g['baseline_idle_python_mb']:.1f} MB",
+            f"{g['ratio']:.1f}×", f"< {g['budget_mb']:g} MB", _status(g["ok"]))
+    return rows
+
+
+def details(results: dict) -> list[str]:
+    lines: list[str] = []
+    profile = results.get("turn", {}).get("profile")
+    if profile:
+        verbs = ", ".join(f"{v:g} {k}" for k, v in profile["statements_by_verb"].items())
+        methods = ", ".join(f"{name} {m['calls']:g}× {m['ms']:.2f} ms"
+                            for name, m in profile["store_calls_per_turn"].items())
+        lines += [
+            f"Turn: {profile['statements_per_turn']:g} statements a turn ({verbs}) against the baseline's "
+            f"{results['turn']['baseline_statements_per_turn']}; store time a turn by method: {methods}.",
+            "",
+        ]
+    cli = results.get("cli", {})
+    if "imports" in cli:
+        top = ", ".join(f"{m['module']} {m['ms']:.0f} ms" for m in cli["imports"]["top10_cumulative_ms"])
+        lines.append(f"Top 10 imports of `companion chat` by cumulative time: {top}.")
+    assembly_result = results.get("assembly", {})
+    for case, c in assembly_result.get("cases", {}).items():
+        for s in c["statements_growing"]:
+            steps = ", ".join(f"{_size_label(n)}: {v}" for n, v in s["vm_steps_by_size"].items())
+            times = ", ".join(f"{_size_label(n)}: {v:.3f} ms" for n, v in s["median_ms_by_size"].items())
+            lines += [
+                "",
+                f"Not flat ({case}): statement {s['index']} grows with history; SQLite VM steps {steps}; time {times}.",
+                f"    {s['sql']}",
+                *(f"    QUERY PLAN: {p}" for p in s["plan"]),
+            ]
+    gateway = results.get("gateway", {})
+    chain = gateway.get("imports", {}).get("rss_chain")
+    if chain:
+        steps = ", ".join(
+            f"{c['adds']} {c['peak_rss_mib']:.1f} MiB" if c["marginal_mib"] is None
+            else f"{c['adds']} {c['marginal_mib']:+.1f}" for c in chain
+        )
+        lines += ["", f"Gateway memory by import (peak RSS importing them in order, MiB): {steps}; "
+                      f"= {chain[-1]['peak_rss_mib']:.1f} MiB before any work; running: {gateway['rss_mib']:.1f} MiB."]
+        found = gateway["imports"].get("forbidden_imported")
+        if found:
+            lines.append(f"Gateway imports a platform that is not configured: {', '.join(found)}.")
+    if gateway.get("note"):
+        lines += ["", f"Gateway: {gateway['note']}"]
+    if gateway.get("stderr_tail"):
+        lines += ["    " + line for line in gateway["stderr_tail"].splitlines()[-8:]]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {','.join(MEASUREMENTS)}")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "latest.json")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()] or list(MEASUREMENTS)
+    unknown = [name for name in chosen if name not in MEASUREMENTS]
+    if unknown:
+        parser.error(f"unknown measurement {unknown[0]!r}; choose from {', '.join(MEASUREMENTS)}")
+
+    env = environment()
+    print(f"python {env['python']} ({env['implementation']}), SQLite {env['sqlite']}, aiosqlite {env['aiosqlite']}, "
+          f"{env['cpu_count']} CPUs ({env['usable_cpus']} usable), {env['platform']}"
+          + (" — quick mode" if args.quick else ""), flush=True)
+    results: dict = {}
+    timings: dict[str, float] = {}
+    errors = 0
+    started = time.perf_counter()
+    for name in chosen:
+        t0 = time.perf_counter()
+        print(f"  {name} ...", end="", flush=True, file=sys.stderr)
+        try:
+            results[name] = MEASUREMENTS[name](quick=args.quick)
+        except Exception:  # noqa: BLE001 - one broken measurement must not hide the others
+            errors += 1
+            results[name] = {"error": traceback.format_exc(), "ok": False}
+        timings[name] = round(time.perf_counter() - t0, 1)
+        print(f" {timings[name]:.1f} s", file=sys.stderr, flush=True)
+    total = round(time.perf_counter() - started, 1)
+
+    print()
+    print("\n".join(table(results)))
+    extra = details(results)
+    if extra:
+        print()
+        print("\n".join(extra))
+    for name, result in results.items():
+        if "error" in result:
+            print(f"\n{name} failed:\n{result['error']}", file=sys.stderr)
+
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "quick": args.quick,
+        "environment": env,
+        "seconds": {"total": total, **timings},
+        "results": results,
+    }
+    args.json.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
+    print(f"\n{total:.0f} s in all; JSON written to {args.json}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,203 @@
+"""1. Per-turn core overhead: `Companion.handle()` on the real store with a zero-latency provider,
+against the bare SQLite reads and writes one turn needs, in the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import tempfile
+import time
+from pathlib import Path
+
+import aiosqlite
+
+from adapters.storage.sqlite import SqliteStore
+from bench._common import (
+    INSERT_MESSAGE_SQL,
+    STORE_PRAGMAS,
+    WINDOW_LIMIT,
+    WINDOW_SQL,
+    ZeroLatencyProvider,
+    median,
+    ms,
+    percentile,
+    ratio,
+)
+from core.companion import Companion
+from core.model import InboundMessage
+
+TARGET_RATIO = 3.0
+HELLO = InboundMessage("terminal", "terminal", "owner", "hello", is_direct=True)
+
+
+class _CoreTurns:
+    """The measured side: the real pipeline, store on a temp file."""
+
+    def __init__(self, path: Path) -> None:
+        self.store = SqliteStore(path)
+        self.provider = ZeroLatencyProvider()
+        self.companion = Companion(self.store, self.provider)
+
+    async def start(self) -> None:
+        await self.store.start()
+        await self.companion.start()
+
+    async def turn(self) -> None:
+        reply = await self.companion.handle(HELLO)
+        assert reply is not None and reply.text == "ok", reply
+
+    async def profile(self, turns: int) -> dict:
+        """Where a turn's time goes: the store methods it calls and the statements it executes.
+        A separate pass after the timed one: the wrappers cost a little themselves."""
+        spent: dict[str, float] = collections.defaultdict(float)
+        calls: collections.Counter[str] = collections.Counter()
+        statements: collections.Counter[str] = collections.Counter()
+        originals = {}
+        for name in dir(self.store):
+            method = getattr(self.store, name, None)
+            if name.startswith("_") or not inspect.iscoroutinefunction(method) or name in ("start", "aclose"):
+                continue
+            originals[name] = method
+
+            async def timed(*args, __name=name, __method=method, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return await __method(*args, **kwargs)
+                finally:
+                    spent[__name] += time.perf_counter() - t0
+                    calls[__name] += 1
+
+            setattr(self.store, name, timed)
+        db = self.store.db
+        execute = db.execute
+
+        def counted(sql, parameters=None):
+            statements[sql.split(None, 1)[0].upper()] += 1
+            return execute(sql, parameters)
+
+        db.execute = counted
+        try:
+            await self.companion.aclose()
+            spent.clear(), calls.clear(), statements.clear()
+            for _ in range(turns):
+                await self.turn()
+            await self.companion.aclose()
+        finally:
+            for name in originals:
+                delattr(self.store, name)
+            del db.execute
+        return {
+            "store_calls_per_turn": {
+                name: {"calls": round(calls[name] / turns, 2), "ms": ms(spent[name] / turns)}
+                for name in sorted(spent, key=spent.get, reverse=True)
+            },
+            "statements_per_turn": round(sum(statements.values()) / turns, 1),
+            "statements_by_verb": {k: round(v / turns, 2) for k, v in statements.most_common()},
+        }
+
+    async def aclose(self) -> None:
+        await self.companion.aclose()
+        await self.store.aclose()
+
+
+class _BareTurns:
+    """The baseline: insert the user message, read the window, insert the reply; each write its
+    own BEGIN IMMEDIATE transaction, on the same schema with the same PRAGMAs."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.db: aiosqlite.Connection | None = None
+
+    async def start(self) -> None:
+        async with SqliteStore(self.path):  # the schema, from the same migrations
+            pass
+        db = self.db = await aiosqlite.connect(self.path, isolation_level=None)
+        for pragma in STORE_PRAGMAS:
+            await db.execute(pragma)
+        await db.execute("INSERT INTO people (id, display_name, created_at) VALUES (1, 'owner', 0)")
+        await db.execute(
+            "INSERT INTO accounts (id, person_id, platform, platform_user_id, created_at)"
+            " VALUES (1, 1, 'terminal', 'owner', 0)"
+        )
+        await db.execute(
+            "INSERT INTO conversations (id, platform, chat_id, kind, person_id, created_at)"
+            " VALUES (1, 'terminal', 'terminal', 'direct', 1, 0)"
+        )
+
+    async def _insert(self, role: str, text: str) -> None:
+        assert self.db is not None
+        await self.db.execute("BEGIN IMMEDIATE")
+        await self.db.execute(INSERT_MESSAGE_SQL, (1, 1 if role == "user" else None, role, text,
+                                                  "pending", time.time()))
+        await self.db.execute("COMMIT")
+
+    async def turn(self) -> None:
+        assert self.db is not None
+        await self._insert("user", "hello")
+        async with self.db.execute(WINDOW_SQL, (1, 0, WINDOW_LIMIT)) as cur:
+            await cur.fetchall()
+        await self._insert("assistant", "ok")
+
+    async def aclose(self) -> None:
+        db, self.db = self.db, None
+        if db is not None:
+            await db.close()
+
+
+async def _measure(turns: int, warmup: int, block: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-turn-") as tmp:
+        core = _CoreTurns(Path(tmp) / "core.db")
+        bare = _BareTurns(Path(tmp) / "bare.db")
+        await core.start()
+        await bare.start()
+        try:
+            for _ in range(warmup):
+                await core.turn()
+                await bare.turn()
+            samples: dict[str, list[float]] = {"core": [], "bare": []}
+            # Alternate blocks so drift (page cache, CPU frequency, neighbours) hits both sides alike.
+            done = 0
+            started = time.perf_counter()
+            while done < turns:
+                n = min(block, turns - done)
+                for name, side in (("core", core), ("bare", bare)):
+                    for _ in range(n):
+                        t0 = time.perf_counter()
+                        await side.turn()
+                        samples[name].append(time.perf_counter() - t0)
+                done += n
+            await core.companion.aclose()  # wait for background folds before the totals
+            elapsed = time.perf_counter() - started
+            profile = await core.profile(50)
+        finally:
+            await core.aclose()
+            await bare.aclose()
+    core_med, bare_med = median(samples["core"]), median(samples["bare"])
+    core_p95, bare_p95 = percentile(samples["core"], 95), percentile(samples["bare"], 95)
+    result = {
+        "turns": turns,
+        "warmup": warmup,
+        "core_median_ms": ms(core_med),
+        "core_p95_ms": ms(core_p95),
+        "core_mean_ms": ms(sum(samples["core"]) / len(samples["core"])),
+        "baseline_median_ms": ms(bare_med),
+        "baseline_p95_ms": ms(bare_p95),
+        "baseline_mean_ms": ms(sum(samples["bare"]) / len(samples["bare"])),
+        "ratio_median": round(ratio(core_med, bare_med), 3),
+        "ratio_p95": round(ratio(core_p95, bare_p95), 3),
+        "target_ratio": TARGET_RATIO,
+        "provider_calls": dict(core.provider.calls),  # 'summary' calls are the background folds
+        "wall_s": round(elapsed, 3),
+        # The baseline's statements per turn: BEGIN, INSERT, COMMIT, SELECT, BEGIN, INSERT, COMMIT.
+        "baseline_statements_per_turn": 7,
+        "profile": profile,
+    }
+    result["ok"] = result["ratio_median"] < TARGET_RATIO
+    return result
+
+
+def run(quick: bool = False) -> dict:
+    if quick:
+        return asyncio.run(_measure(turns=60, warmup=10, block=20))
+    return asyncio.run(_measure(turns=300, warmup=30, block=50))
