@@ -1,0 +1,469 @@
+"""DiscordAdapter: DMs and mentions on Discord through discord.py, turned into core messages at the edge."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import secrets
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+import aiohttp
+
+# The library, not this module: imports are absolute and `adapters/` itself is never on
+# sys.path. Only this module imports discord.py (the terminal chat never loads it).
+import discord
+import yarl
+from discord.gateway import DiscordWebSocket
+from discord.http import HTTPClient, Route
+
+from adapters.text import split_message
+from core.copy import DELETE_SECRET_NOTE
+from core.errors import CompanionError
+from core.model import Attachment, InboundMessage, Reply
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "discord"
+MESSAGE_LIMIT = 2000
+NO_MENTIONS = discord.AllowedMentions.none()
+
+# Failures worth sending again with the same nonce. discord.py already retries 429s
+# (after `retry_after`) and 500/502/504/524 (up to five tries); what reaches us here is
+# a dropped connection, a timeout, or a server error that outlasted those tries.
+_TRANSIENT = (discord.DiscordServerError, discord.RateLimited, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+Handler = Callable[[InboundMessage], Awaitable[Reply | None]]
+
+
+class DiscordStartError(CompanionError):
+    """Discord could not be used at start-up; the message is one line saying what to fix."""
+
+
+class DiscordAdapter:
+    """The companion on Discord: answers DMs, and mentions or replies in guild channels.
+
+    `start()` logs in, connects to the gateway and returns once READY arrived (or
+    raises DiscordStartError); the gateway connection then runs in a background task
+    with discord.py's own reconnect loop. `aclose()` stops taking messages, lets the
+    turns in flight finish sending (up to `shutdown_grace` seconds) and disconnects.
+
+    Args:
+        token: the bot token (COMPANION_DISCORD_TOKEN).
+        handler: the core's turn handler; it receives InboundMessage, never a discord.py object.
+        commands: (name, description) of the chat commands. On Discord they are text commands
+            the core parses (`/help`, `/private ...`), so nothing is registered with Discord.
+        api_base: REST base including the version (default https://discord.com/api/v10).
+        gateway_url: websocket URL of the gateway. Unset: asked from `{api_base}/gateway/bot`
+            when api_base is set, else Discord's.
+        retry_delays: pauses before sending a message again after a transient failure.
+    """
+
+    name = PLATFORM
+
+    def __init__(
+        self,
+        token: str,
+        handler: Handler,
+        commands: Iterable[tuple[str, str]] = (),
+        *,
+        api_base: str | None = None,
+        gateway_url: str | None = None,
+        ready_timeout: float = 60.0,
+        guild_ready_timeout: float = 2.0,
+        retry_delays: Sequence[float] = (1.0, 4.0, 15.0),
+        typing_interval: float = 8.0,
+        shutdown_grace: float = 10.0,
+    ) -> None:
+        self._token = token
+        self._handler = handler
+        self.commands = tuple(commands)
+        self._api_base = api_base.rstrip("/") if api_base else None
+        self._gateway_url = gateway_url
+        self._ready_timeout = ready_timeout
+        self._guild_ready_timeout = guild_ready_timeout
+        self._retry_delays = tuple(retry_delays)
+        self._typing_interval = typing_interval
+        self._shutdown_grace = shutdown_grace
+        self._client: _CompanionClient | None = None
+        self._connection: asyncio.Task | None = None
+        self._turns: set[asyncio.Task] = set()
+        self._channel_locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._closing = False
+
+    @property
+    def bot_user_id(self) -> int | None:
+        user = self._client.user if self._client is not None else None
+        return user.id if user is not None else None
+
+    # --- lifecycle --------------------------------------------------------
+
+    async def start(self) -> None:
+        """Log in and connect; return once the gateway is READY. Raises DiscordStartError."""
+        if self._client is not None:
+            return
+        self._closing = False
+        # discord.py logs whole gateway payloads and request bodies at DEBUG, message text
+        # included; a log line is a data path, so its loggers never go below INFO.
+        library_log = logging.getLogger("discord")
+        if library_log.getEffectiveLevel() < logging.INFO:
+            library_log.setLevel(logging.INFO)
+        self._client = _CompanionClient(
+            self, api_base=self._api_base, gateway_url=self._gateway_url,
+            guild_ready_timeout=self._guild_ready_timeout,
+        )
+        try:
+            await self._log_in(self._client)
+            await self._connect(self._client)
+        except BaseException:
+            await self.aclose()
+            raise
+        log.info("discord: connected as bot %s", self.bot_user_id)
+
+    async def aclose(self) -> None:
+        """Stop taking messages, finish the turns in flight, disconnect; safe to call twice."""
+        self._closing = True
+        client, self._client = self._client, None
+        if client is None:
+            return
+        if self._turns:
+            done, pending = await asyncio.wait(set(self._turns), timeout=self._shutdown_grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("discord: %d turns still running at shutdown were cancelled", len(pending))
+                await asyncio.gather(*pending, return_exceptions=True)
+        await client.close()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            done, _ = await asyncio.wait({connection}, timeout=5.0)
+            if not done:
+                connection.cancel()
+                await asyncio.wait({connection})
+            if not connection.cancelled():
+                connection.exception()  # it ended as it ended; retrieving it keeps asyncio quiet
+
+    async def _log_in(self, client: _CompanionClient) -> None:
+        where = self._api_base or Route.BASE
+        try:
+            await client.login(self._token)
+        except discord.LoginFailure as exc:
+            raise DiscordStartError(
+                "COMPANION_DISCORD_TOKEN was rejected by Discord (401 Unauthorized); "
+                "copy the bot token again from the Developer Portal (Bot > Reset Token)"
+            ) from exc
+        except discord.HTTPException as exc:
+            hint = " (it includes the version, like https://discord.com/api/v10)" if exc.status == 404 else ""
+            raise DiscordStartError(
+                f"the Discord API at {where} answered {exc.status} at login; "
+                f"{self._check('COMPANION_DISCORD_API_BASE')}{hint}"
+            ) from exc
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise DiscordStartError(
+                f"cannot reach the Discord API at {where} ({type(exc).__name__}); "
+                f"{self._check('COMPANION_DISCORD_API_BASE')}"
+            ) from exc
+        if self._gateway_url is None and self._api_base is not None:
+            # Another REST base (a Discord-compatible server) names its own gateway.
+            try:
+                _, url, _ = await client.http.get_bot_gateway()
+            except (discord.GatewayNotFound, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                raise DiscordStartError(
+                    f"the Discord API at {where} named no gateway (GET /gateway/bot failed); "
+                    "set COMPANION_DISCORD_GATEWAY_URL"
+                ) from exc
+            client.http.gateway_url = yarl.URL(url)
+
+    async def _connect(self, client: _CompanionClient) -> None:
+        gateway = str(client.http.gateway_url or DiscordWebSocket.DEFAULT_GATEWAY)
+        self._connection = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
+        ready = asyncio.create_task(client.wait_until_ready(), name="discord-ready")
+        try:
+            done, _ = await asyncio.wait({self._connection, ready}, timeout=self._ready_timeout,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+            await asyncio.gather(ready, return_exceptions=True)
+        if ready in done and not ready.cancelled():
+            self._connection.add_done_callback(self._connection_ended)
+            return
+        if self._connection not in done:
+            raise DiscordStartError(
+                f"the Discord gateway at {gateway} sent no READY within {self._ready_timeout:g} s; "
+                f"{self._check('COMPANION_DISCORD_GATEWAY_URL')}"
+            )
+        exc = self._connection.exception()
+        if isinstance(exc, discord.PrivilegedIntentsRequired):
+            raise DiscordStartError(
+                "Discord refused the Message Content intent for this bot (close code 4014); enable "
+                "Bot > Privileged Gateway Intents > Message Content Intent in the Developer Portal"
+            ) from exc
+        if isinstance(exc, discord.ConnectionClosed) and exc.code == 4004:
+            raise DiscordStartError(
+                "COMPANION_DISCORD_TOKEN was rejected by the Discord gateway (close code 4004)"
+            ) from exc
+        check = self._check("COMPANION_DISCORD_GATEWAY_URL")
+        unreachable = _network_cause(exc)
+        if unreachable is not None:
+            # discord.py does not retry a first connection that fails (it raises AttributeError
+            # with the network error as its context), so this is where an unreachable gateway lands.
+            raise DiscordStartError(
+                f"cannot reach the Discord gateway at {gateway} ({type(unreachable).__name__}); {check}"
+            ) from exc
+        reason = f"close code {exc.code}" if isinstance(exc, discord.ConnectionClosed) else type(exc).__name__
+        raise DiscordStartError(
+            f"the Discord gateway at {gateway} ended the connection during start-up ({reason}); {check}"
+        ) from exc
+
+    def _check(self, variable: str) -> str:
+        configured = self._api_base if variable.endswith("API_BASE") else self._gateway_url
+        return f"check {variable}" if configured else "check the network connection"
+
+    def _connection_ended(self, task: asyncio.Task) -> None:
+        if self._closing or task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, discord.PrivilegedIntentsRequired):
+            log.error("discord: the gateway refused the Message Content intent; Discord messages stop here")
+        elif exc is not None:
+            log.error("discord: the gateway connection ended (%s); Discord messages stop here", type(exc).__name__)
+        else:
+            log.error("discord: the gateway connection ended; Discord messages stop here")
+
+    # --- inbound ------------------------------------------------------------
+
+    def _on_message(self, message: discord.Message) -> None:
+        if self._closing or self._client is None:
+            return
+        inbound = self._to_inbound(message)
+        if inbound is None:
+            return
+        task = asyncio.create_task(self._serve(message, inbound), name=f"discord-turn-{message.id}")
+        self._turns.add(task)
+        task.add_done_callback(self._turns.discard)
+
+    def _to_inbound(self, message: discord.Message) -> InboundMessage | None:
+        """The core's view of a message this bot should answer, or None to stay out of it."""
+        assert self._client is not None
+        me = self._client.user
+        author = message.author
+        if me is None or author.bot or author.id == me.id or message.webhook_id is not None:
+            return None
+        if message.type not in (discord.MessageType.default, discord.MessageType.reply):
+            return None  # joins, pins, boosts and other system messages
+        channel = message.channel
+        text = message.content
+        if isinstance(channel, discord.DMChannel):
+            direct = True
+        elif message.guild is not None or getattr(channel, "guild_id", None) is not None:
+            direct = False
+            tokens = self._mention_tokens(message)
+            addressed = any(token in text for token in tokens) or self._replies_to_me(message)
+            if not addressed:
+                return None
+            for token in tokens:
+                text = text.replace(token, " ")
+        else:
+            return None  # group DMs: a bot is never in one
+        text = text.strip()
+        if not text:
+            return None
+        return InboundMessage(
+            platform=PLATFORM,
+            chat_id=str(channel.id),
+            user_id=str(author.id),
+            text=text,
+            is_direct=direct,
+            message_id=str(message.id),
+            user_name=author.display_name,
+        )
+
+    def _mention_tokens(self, message: discord.Message) -> list[str]:
+        """How a message can mention this bot: its user, or the role Discord gives the bot in the guild."""
+        assert self._client is not None and self._client.user is not None
+        me = self._client.user.id
+        tokens = [f"<@{me}>", f"<@!{me}>"]
+        role = message.guild.self_role if message.guild is not None else None
+        if role is not None:
+            tokens.append(f"<@&{role.id}>")
+        return tokens
+
+    def _replies_to_me(self, message: discord.Message) -> bool:
+        assert self._client is not None and self._client.user is not None
+        reference = message.reference
+        if reference is None:
+            return False
+        resolved = reference.resolved
+        return isinstance(resolved, discord.Message) and resolved.author.id == self._client.user.id
+
+    async def _serve(self, message: discord.Message, inbound: InboundMessage) -> None:
+        """One turn: typing while the core works, then the reply, strictly in order per channel."""
+        channel = message.channel
+        lock = self._channel_locks.get(channel.id)
+        if lock is None:
+            lock = self._channel_locks[channel.id] = asyncio.Lock()
+        async with lock:
+            typing = asyncio.create_task(self._keep_typing(channel))
+            try:
+                reply = await self._handler(inbound)
+            except Exception as exc:  # noqa: BLE001 - one failed turn must not end the adapter
+                log.error("discord: message %s in channel %s failed in the core (%s)",
+                          message.id, channel.id, type(exc).__name__)
+                return
+            finally:
+                typing.cancel()
+                await asyncio.gather(typing, return_exceptions=True)
+            if reply is not None:
+                await self._deliver(message, inbound, reply)
+
+    async def _keep_typing(self, channel: discord.abc.Messageable) -> None:
+        """The typing indicator lasts about ten seconds on Discord; renew it until cancelled."""
+        while True:
+            try:
+                await channel.typing()
+            except (discord.HTTPException, *_TRANSIENT) as exc:
+                log.debug("discord: typing in channel %s failed (%s)", getattr(channel, "id", "?"), type(exc).__name__)
+            await asyncio.sleep(self._typing_interval)
+
+    # --- outbound -----------------------------------------------------------
+
+    async def _deliver(self, message: discord.Message, inbound: InboundMessage, reply: Reply) -> None:
+        channel = message.channel
+        text = reply.text
+        reference = None
+        if reply.delete_inbound:
+            # The message carried the passphrase: gone first, then the answer.
+            if not await self._delete_secret(message):
+                text = f"{text}\n\n{DELETE_SECRET_NOTE}"
+        elif not inbound.is_direct:
+            reference = message.to_reference(fail_if_not_exists=False)
+        chunks: list[str | None] = list(split_message(text, MESSAGE_LIMIT))
+        if not chunks and not reply.attachments:
+            return
+        chunks = chunks or [None]
+        for index, chunk in enumerate(chunks):
+            last = index == len(chunks) - 1
+            sent = await self._send(
+                channel, chunk,
+                reference=reference if index == 0 else None,
+                attachments=reply.attachments if last else (),
+            )
+            if not sent:
+                # A gap in the middle would read wrong; the rest stays unsent.
+                log.error("discord: reply to message %s stopped after %d of %d parts", message.id, index, len(chunks))
+                return
+        log.info("discord: answered message %s in channel %s with %d parts (%d chars)",
+                 message.id, channel.id, len(chunks), len(text))
+
+    async def _delete_secret(self, message: discord.Message) -> bool:
+        """Delete the user's message that carried a secret; False when the bot cannot."""
+        if isinstance(message.channel, discord.DMChannel):
+            return False  # Discord lets no bot delete the other person's messages in a DM
+        try:
+            await message.delete()
+        except discord.NotFound:
+            return True  # already gone
+        except (discord.HTTPException, *_TRANSIENT) as exc:
+            log.warning("discord: could not delete message %s that carried a secret (%s)",
+                        message.id, type(exc).__name__)
+            return False
+        log.info("discord: deleted message %s that carried a secret", message.id)
+        return True
+
+    async def _send(
+        self,
+        channel: discord.abc.Messageable,
+        content: str | None,
+        *,
+        reference: discord.MessageReference | None,
+        attachments: Sequence[Attachment],
+    ) -> bool:
+        """Send one message, again after transient failures; the nonce makes a repeat a no-op at Discord."""
+        nonce = secrets.randbits(63)  # enforce_nonce: Discord returns the first message for a repeated nonce
+        attempts = (0.0, *self._retry_delays)
+        for attempt, delay in enumerate(attempts, start=1):
+            if delay:
+                await asyncio.sleep(delay)
+            # discord.File is closed after a send, so every attempt gets fresh ones.
+            files = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments] or None
+            try:
+                await channel.send(
+                    content, reference=reference, allowed_mentions=NO_MENTIONS, nonce=nonce, files=files,
+                )
+                return True
+            except _TRANSIENT as exc:
+                log.warning("discord: sending to channel %s failed (%s), attempt %d of %d",
+                            getattr(channel, "id", "?"), type(exc).__name__, attempt, len(attempts))
+            except discord.HTTPException as exc:
+                log.error("discord: channel %s refused a message (%s, code %s)",
+                          getattr(channel, "id", "?"), exc.status, exc.code)
+                return False
+        return False
+
+
+def _network_cause(exc: BaseException | None) -> BaseException | None:
+    """The connection failure behind `exc`, if one is in its chain."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, (aiohttp.ClientError, OSError, asyncio.TimeoutError)):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+class _RoutedHTTPClient(HTTPClient):
+    """discord.py's HTTP client, pointed at another REST base and gateway for this client only.
+
+    discord.py keeps both addresses in class attributes (`Route.BASE`,
+    `DiscordWebSocket.DEFAULT_GATEWAY`); rewriting them per request instead of
+    setting them keeps the change inside this client and out of the process.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, api_base: str | None, gateway_url: str | None) -> None:
+        super().__init__(loop)
+        self.api_base = api_base
+        self.gateway_url: yarl.URL | None = yarl.URL(gateway_url) if gateway_url else None
+
+    async def request(self, route: Route, **kwargs):
+        if self.api_base and route.url.startswith(Route.BASE):
+            route.url = self.api_base + route.url[len(Route.BASE):]
+        return await super().request(route, **kwargs)
+
+    async def ws_connect(self, url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:
+        target = yarl.URL(url)
+        # The first connection and the one after an invalidated session go to the default
+        # gateway; resuming goes to READY's resume_gateway_url, which the server chose.
+        if self.gateway_url is not None and target.with_query(None) == DiscordWebSocket.DEFAULT_GATEWAY:
+            url = str(self.gateway_url.with_query(target.query))
+        return await super().ws_connect(url, compress=compress)
+
+
+class _CompanionClient(discord.Client):
+    """A discord.Client that hands messages to the adapter and keeps no message cache."""
+
+    def __init__(
+        self, adapter: DiscordAdapter, *, api_base: str | None, gateway_url: str | None, guild_ready_timeout: float
+    ) -> None:
+        # No voice here: without these, every start logs two warnings about voice libraries.
+        discord.VoiceClient.warn_nacl = False
+        discord.VoiceClient.warn_dave = False
+        intents = discord.Intents.none()
+        intents.guilds = True  # the channel cache, and the guild role a mention may use
+        intents.guild_messages = True
+        intents.dm_messages = True
+        intents.message_content = True  # privileged: enabled per bot in the Developer Portal
+        super().__init__(
+            intents=intents,
+            allowed_mentions=NO_MENTIONS,
+            max_messages=None,  # the cache would hold message text in memory; replies carry what we need
+            chunk_guilds_at_startup=False,
+            guild_ready_timeout=guild_ready_timeout,
+        )
+        self.http = _RoutedHTTPClient(self.loop, api_base=api_base, gateway_url=gateway_url)
+        self._connection.http = self.http
+        self._adapter = adapter
+
+    async def on_message(self, message: discord.Message) -> None:
+        self._adapter._on_message(message)
