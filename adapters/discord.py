@@ -19,7 +19,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 
 from adapters.text import split_message
-from core.copy import DELETE_SECRET_NOTE
+from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.errors import CompanionError
 from core.model import Attachment, InboundMessage, Reply
 
@@ -310,7 +310,7 @@ class DiscordAdapter:
             except Exception as exc:  # noqa: BLE001 - one failed turn must not end the adapter
                 log.error("discord: message %s in channel %s failed in the core (%s)",
                           message.id, channel.id, type(exc).__name__)
-                return
+                reply = Reply(HANDLER_FAILED, delete_inbound=inbound.text.lstrip().lower().startswith("/private"))
             finally:
                 typing.cancel()
                 await asyncio.gather(typing, return_exceptions=True)

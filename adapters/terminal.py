@@ -9,6 +9,7 @@ from pathlib import Path
 from collections.abc import Awaitable, Callable
 from typing import TextIO
 
+from core.copy import HANDLER_FAILED
 from core.model import InboundMessage, Reply
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,13 @@ class TerminalChat:
             if not text.strip():
                 continue
             self._count += 1
-            reply = await self._handler(
-                InboundMessage("terminal", "terminal", "owner", text, is_direct=True, message_id=str(self._count))
-            )
+            try:
+                reply = await self._handler(
+                    InboundMessage("terminal", "terminal", "owner", text, is_direct=True, message_id=str(self._count))
+                )
+            except Exception as exc:  # noqa: BLE001 - one failed turn must not end the chat
+                log.error("terminal: turn %d failed in the core (%s)", self._count, type(exc).__name__)
+                reply = Reply(HANDLER_FAILED)
             if reply is None:
                 continue
             if reply.delete_inbound and self._interactive:

@@ -1,0 +1,19 @@
+"""The Telegram adapter; python-telegram-bot is imported only here, and only when Telegram is configured."""
+
+from adapters.telegram.adapter import HANDLER_FAILED, TelegramAdapter, TelegramStartError
+from adapters.telegram.delivery import Delivery, TelegramDeliveryError
+from adapters.telegram.ledger import UpdateLedger
+from adapters.telegram.text import MAX_MESSAGE_LENGTH, Entity, group_text, split_message
+
+__all__ = [
+    "HANDLER_FAILED",
+    "MAX_MESSAGE_LENGTH",
+    "Delivery",
+    "Entity",
+    "TelegramAdapter",
+    "TelegramDeliveryError",
+    "TelegramStartError",
+    "UpdateLedger",
+    "group_text",
+    "split_message",
+]

@@ -1,0 +1,448 @@
+"""TelegramAdapter: python-telegram-bot's Application, long polling, updates converted to core values at the edge."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+
+from telegram import BotCommand, Message, Update
+from telegram.constants import ChatAction, ChatType
+from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
+from telegram.ext import Application, ContextTypes, ExtBot, MessageHandler, filters
+
+from adapters.telegram.delivery import Delivery, Sleep, TelegramDeliveryError, retry_after_seconds
+from adapters.telegram.ledger import UpdateLedger
+from adapters.telegram.text import Entity, group_text
+from core.commands import command_info, parse_command
+from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
+from core.errors import CompanionError
+from core.model import InboundMessage, Reply
+from core.ports import AdapterStateStore
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[InboundMessage], Awaitable["Reply | None"]]
+
+
+class TelegramStartError(CompanionError):
+    """Telegram rejected the token or could not be reached at start-up; the message is one line."""
+
+
+class TelegramAdapter:
+    """Talks through one Telegram bot; implements core.ports.BaseChatAdapter.
+
+    Updates are fetched by long polling. There is no webhook mode: polling needs no public
+    HTTPS endpoint, and the restart guarantees rest on confirming offsets ourselves. An
+    update is confirmed to Telegram (the getUpdates offset) and recorded in `state` only
+    once it was handled, so updates that arrived while the gateway was down are handled
+    once and a restart does not handle one again. Turns of one chat run in order;
+    different chats run concurrently. Replies go out through `Delivery` (flood control,
+    retries, plain text in parts).
+    """
+
+    name = "telegram"
+
+    def __init__(
+        self,
+        token: str,
+        handler: Handler,
+        commands: Sequence[tuple[str, str]] = (),
+        base_url: str | None = None,
+        state: AdapterStateStore | None = None,
+        *,
+        poll_timeout: float = 25.0,
+        repoll_interval: float = 1.0,
+        typing_interval: float = 4.0,
+        drain_timeout: float = 30.0,
+        read_timeout: float = 15.0,
+        max_attempts: int = 5,
+        backoff: float = 0.5,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._token = token
+        self._handler = handler
+        self._commands = [(name.lower(), description) for name, description in commands]
+        self._base_url = base_url
+        self._state = state
+        self._poll_timeout = poll_timeout
+        self._repoll_interval = repoll_interval
+        self._typing_interval = typing_interval
+        self._drain_timeout = drain_timeout
+        self._read_timeout = read_timeout
+        self._max_attempts = max_attempts
+        self._backoff = backoff
+        self._sleep = sleep
+        self._app: Application | None = None
+        self._delivery: Delivery | None = None
+        self._poll_task: asyncio.Task | None = None
+        self._closing = False
+        self._queues: dict[int, deque[Update]] = {}
+        self._workers: dict[int, asyncio.Task] = {}
+        self._ledger = UpdateLedger()
+        self._progress = asyncio.Event()
+        self._persist_lock = asyncio.Lock()
+        self._persisted: str | None = None
+        self._log_filter = _RedactToken(token)
+
+    # --- lifecycle ----------------------------------------------------------
+
+    @property
+    def username(self) -> str:
+        """The bot's @username (without the @), known after start()."""
+        return self._bot.username
+
+    @property
+    def _bot(self) -> ExtBot:
+        if self._app is None:
+            raise RuntimeError("TelegramAdapter is not started")
+        return self._app.bot
+
+    @property
+    def _state_key(self) -> str:
+        # Keyed by bot id: update ids of another bot (a changed token) say nothing about this one.
+        return f"telegram:offset:{self._bot.id}"
+
+    async def start(self) -> None:
+        """Check the token (getMe), register the commands, and begin polling.
+
+        Raises:
+            TelegramStartError: the token was rejected or the Bot API server was unreachable.
+        """
+        if self._app is not None:
+            return
+        _guard_logs(self._log_filter)
+        self._closing = False
+        self._queues.clear()
+        self._app = self._build_application()
+        self._delivery = Delivery(self._app.bot, sleep=self._sleep, max_attempts=self._max_attempts,
+                                  backoff=self._backoff)
+        try:
+            await self._initialize()
+            await self._register_commands()
+            await self._drop_webhook()
+            if self._state is not None:
+                self._ledger = UpdateLedger.parse(await self._state.get_adapter_state(self._state_key))
+                self._persisted = self._ledger.dump()
+        except BaseException:
+            await self._shutdown_application()
+            raise
+        self._poll_task = asyncio.create_task(self._poll(), name="telegram-polling")
+        log.info("telegram: polling as bot %s", self._bot.id)
+
+    async def aclose(self) -> None:
+        """Stop polling, let running turns finish (bounded), confirm what was handled; safe to call twice."""
+        if self._app is None:
+            return
+        self._closing = True
+        poll, self._poll_task = self._poll_task, None
+        if poll is not None:
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poll
+        workers = list(self._workers.values())
+        log.info("telegram: polling stopped; %d chats still answering", len(workers))
+        if workers:
+            _, late = await asyncio.wait(workers, timeout=self._drain_timeout)
+            for task in late:  # left unconfirmed, so Telegram delivers them again after the restart
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        await self._confirm_handled()
+        await self._shutdown_application()
+        log.info("telegram: stopped")
+
+    async def send(self, chat_id: int | str, text: str, *, reply_to: int | None = None,
+                   thread_id: int | None = None) -> list[int]:
+        """Send `text` to a chat as plain text, in parts Telegram accepts, in order.
+
+        Returns:
+            The message ids of the parts sent.
+        Raises:
+            TelegramDeliveryError: a part could not be sent after the retries; later parts were not sent.
+        """
+        if self._delivery is None or self._app is None:
+            raise RuntimeError("TelegramAdapter is not started")
+        return await self._delivery.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id)
+
+    def _build_application(self) -> Application:
+        builder = (
+            Application.builder()
+            .token(self._token)
+            .updater(None)  # we poll ourselves, to confirm an update only once it is handled
+            .job_queue(None)
+            .read_timeout(self._read_timeout)
+            .write_timeout(self._read_timeout)
+            .connect_timeout(10.0)
+            .pool_timeout(5.0)
+        )
+        if self._base_url:
+            builder = builder.base_url(self._base_url).base_file_url(_file_url(self._base_url))
+        app = builder.build()
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT, self._on_message))
+        app.add_error_handler(self._on_error)
+        return app
+
+    async def _initialize(self) -> None:
+        assert self._app is not None and self._delivery is not None
+        where = f"the Bot API server at {self._base_url}" if self._base_url else "Telegram (api.telegram.org)"
+        # `from None` below: python-telegram-bot's own InvalidToken message quotes the token.
+        try:
+            await self._delivery.call("getMe", self._app.initialize, attempts=3)
+        except InvalidToken:
+            hint = ""
+            if self._base_url and "bot" not in self._base_url.rstrip("/").rpartition("/")[2]:
+                hint = " (or COMPANION_TELEGRAM_BASE_URL lacks the /bot part, as in http://127.0.0.1:8081/bot)"
+            raise TelegramStartError(f"COMPANION_TELEGRAM_TOKEN: {where} rejected the token{hint}") from None
+        except TelegramError as exc:
+            reason = type(exc).__name__
+            if self._base_url:
+                raise TelegramStartError(f"COMPANION_TELEGRAM_BASE_URL: cannot reach {where} ({reason})") from None
+            raise TelegramStartError(f"cannot reach {where} ({reason}); check the network, "
+                                     "or point COMPANION_TELEGRAM_BASE_URL at a Bot API server") from None
+
+    async def _register_commands(self) -> None:
+        assert self._delivery is not None
+        commands = [BotCommand(name, description[:256]) for name, description in self._commands
+                    if re.fullmatch(r"[a-z0-9_]{1,32}", name) and description]
+        if not commands:
+            return
+        try:
+            await self._delivery.call("setMyCommands", lambda: self._bot.set_my_commands(commands))
+        except TelegramError as exc:
+            log.warning("telegram: setMyCommands failed (%s); commands still work when typed", type(exc).__name__)
+
+    async def _drop_webhook(self) -> None:
+        assert self._delivery is not None
+        try:  # a webhook left set would make every getUpdates fail with 409 Conflict
+            await self._delivery.call("deleteWebhook", lambda: self._bot.delete_webhook(drop_pending_updates=False))
+        except TelegramError as exc:
+            log.warning("telegram: deleteWebhook failed (%s)", type(exc).__name__)
+
+    async def _shutdown_application(self) -> None:
+        app, self._app, self._delivery = self._app, None, None
+        try:
+            if app is not None:
+                with contextlib.suppress(Exception):
+                    await app.shutdown()
+                with contextlib.suppress(Exception):  # when initialize() failed, the app skips its bot
+                    await app.bot.shutdown()
+        finally:
+            _unguard_logs(self._log_filter)
+
+    # --- polling and restart semantics -----------------------------------------
+
+    async def _poll(self) -> None:
+        failures = 0
+        while not self._closing:
+            waiting = bool(self._ledger.pending)
+            try:
+                updates = await self._bot.get_updates(
+                    offset=self._ledger.next_offset,
+                    # While a turn runs its update stays unconfirmed and comes back at once:
+                    # poll briefly then, or the next chat would wait for that turn.
+                    timeout=0 if waiting else self._poll_timeout,
+                    allowed_updates=["message"],
+                )
+            except RetryAfter as exc:
+                await self._sleep(retry_after_seconds(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - polling must outlive every failure but cancellation
+                failures += 1
+                level = logging.WARNING if isinstance(exc, NetworkError) else logging.ERROR
+                log.log(level, "telegram: getUpdates failed (%s), attempt %d", type(exc).__name__, failures)
+                await self._sleep(min(self._backoff * 2 ** min(failures, 7), 60.0))
+                continue
+            failures = 0
+            fresh = [u for u in updates if not self._ledger.is_known(u.update_id)]
+            for update in fresh:
+                self._dispatch(update)
+            if self._ledger.pending and not fresh:
+                self._progress.clear()
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that arrives as the event is set, and aclose would then wait out a long poll.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._repoll_interval):
+                        await self._progress.wait()
+
+    def _dispatch(self, update: Update) -> None:
+        self._ledger.begin(update.update_id)
+        chat = update.effective_chat
+        key = chat.id if chat is not None else 0
+        self._queues.setdefault(key, deque()).append(update)
+        if key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._drain(key), name=f"telegram-chat-{key}")
+
+    async def _drain(self, key: int) -> None:
+        """Handle one chat's updates in order; the worker ends when its queue is empty."""
+        queue = self._queues[key]
+        try:
+            while queue:
+                update = queue[0]
+                await self._process(update)
+                queue.popleft()
+                self._ledger.finish(update.update_id)
+                self._progress.set()
+                await self._persist()
+        finally:
+            self._workers.pop(key, None)
+            if not queue:
+                self._queues.pop(key, None)
+
+    async def _process(self, update: Update) -> None:
+        assert self._app is not None
+        try:
+            await self._app.process_update(update)
+        except Exception as exc:  # noqa: BLE001 - one bad update must not stop its chat
+            log.error("telegram: update %s failed (%s)", update.update_id, type(exc).__name__)
+
+    async def _persist(self) -> None:
+        if self._state is None:
+            return
+        async with self._persist_lock:
+            value = self._ledger.dump()
+            if value == self._persisted:
+                return
+            try:
+                await self._state.set_adapter_state(self._state_key, value, time.time())
+            except Exception as exc:  # noqa: BLE001 - Telegram still holds the unconfirmed updates
+                log.warning("telegram: storing the update ledger failed (%s)", type(exc).__name__)
+                return
+            self._persisted = value
+
+    async def _confirm_handled(self) -> None:
+        """Tell Telegram what was handled, so it does not offer it again after a restart."""
+        offset = self._ledger.next_offset
+        if offset is None or self._app is None:
+            return
+        try:
+            await self._bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=["message"])
+        except TelegramError as exc:  # the stored ledger still skips them
+            log.info("telegram: confirming handled updates failed (%s)", type(exc).__name__)
+
+    # --- one inbound message ------------------------------------------------
+
+    async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.message
+        inbound = self._inbound(message) if message is not None else None
+        if inbound is None or self._delivery is None:
+            return
+        delivery = self._delivery
+        log.info("telegram: update %s, %s chat, %d chars", update.update_id,
+                 "direct" if inbound.is_direct else "group", len(inbound.text))
+        typing = asyncio.create_task(self._keep_typing(message.chat_id))
+        try:
+            reply = await self._handler(inbound)
+        except Exception as exc:  # noqa: BLE001 - the user gets an answer, the log gets the kind only
+            log.error("telegram: update %s: the handler failed (%s)", update.update_id, type(exc).__name__)
+            reply = Reply(HANDLER_FAILED, delete_inbound=_carries_secret(inbound.text))
+        finally:
+            typing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await typing
+        if reply is None:
+            return
+        text = reply.text
+        # Right after the verification attempt, before the answer: the secret leaves the chat first.
+        if reply.delete_inbound and not await delivery.delete(message.chat_id, message.message_id):
+            text = f"{text}\n\n{DELETE_SECRET_NOTE}"
+        reply_to = None if (inbound.is_direct or reply.delete_inbound) else message.message_id
+        thread = message.message_thread_id if message.is_topic_message else None
+        try:
+            await delivery.send_text(message.chat_id, text, reply_to=reply_to, thread_id=thread)
+            for attachment in reply.attachments:
+                await delivery.call("sendDocument", lambda a=attachment: self._bot.send_document(
+                    message.chat_id, document=a.data, filename=a.filename, message_thread_id=thread))
+        except (TelegramDeliveryError, TelegramError) as exc:
+            log.error("telegram: update %s: the reply could not be sent (%s)", update.update_id, type(exc).__name__)
+
+    def _inbound(self, message: Message) -> InboundMessage | None:
+        """The core's view of a message, or None when the companion should not answer it."""
+        user = message.from_user
+        if message.text is None or user is None or user.is_bot:
+            return None
+        if message.chat.type == ChatType.PRIVATE:
+            text, is_direct = message.text, True
+        elif message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
+            replied = message.reply_to_message
+            text = group_text(
+                message.text,
+                [Entity(e.type, e.offset, e.length, e.user.id if e.user else None) for e in message.entities],
+                username=self._bot.username,
+                bot_id=self._bot.id,
+                replied_to_bot=bool(replied and replied.from_user and replied.from_user.id == self._bot.id),
+                commands={name for name, _ in self._commands},
+            )
+            if text is None:
+                return None
+            is_direct = False
+        else:
+            return None
+        return InboundMessage(
+            platform="telegram",
+            chat_id=str(message.chat_id),
+            user_id=str(user.id),
+            text=text,
+            is_direct=is_direct,
+            message_id=str(message.message_id),
+            user_name=user.first_name,
+        )
+
+    async def _keep_typing(self, chat_id: int) -> None:
+        while True:
+            try:
+                await self._bot.send_chat_action(chat_id, ChatAction.TYPING)
+            except TelegramError as exc:  # typing is courtesy: never retried, never fatal
+                log.debug("telegram: sendChatAction failed (%s)", type(exc).__name__)
+            await asyncio.sleep(self._typing_interval)
+
+    async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("telegram: error while processing an update (%s)", type(context.error).__name__)
+
+
+def _carries_secret(text: str) -> bool:
+    command = parse_command(text)
+    info = command_info(command.name) if command else None
+    return bool(info and info.secret and command.args)
+
+
+def _file_url(base_url: str) -> str:
+    """http://host:8081/bot -> http://host:8081/file/bot, as a self-hosted Bot API server serves files."""
+    head, _, tail = base_url.rstrip("/").rpartition("/")
+    return f"{head}/file/{tail}" if head else base_url
+
+
+# --- the token stays out of the logs ---------------------------------------------
+
+_GUARDED = ("httpx", "telegram")
+
+
+class _RedactToken(logging.Filter):
+    """httpx logs every request URL at INFO, and the Bot API puts the token in the URL."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self._token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._token:
+            message = record.getMessage()
+            if self._token in message:
+                record.msg, record.args = message.replace(self._token, "<token>"), None
+        return True
+
+
+def _guard_logs(token_filter: _RedactToken) -> None:
+    for name in _GUARDED:
+        logging.getLogger(name).addFilter(token_filter)
+    # python-telegram-bot logs request parameters (message text included) at DEBUG.
+    library = logging.getLogger("telegram")
+    library.setLevel(max(library.level, logging.INFO))
+
+
+def _unguard_logs(token_filter: _RedactToken) -> None:
+    for name in _GUARDED:
+        logging.getLogger(name).removeFilter(token_filter)

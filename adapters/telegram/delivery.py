@@ -1,0 +1,127 @@
+"""Bot API calls with flood control and retries, and sending text in parts Telegram accepts."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import warnings
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from telegram import Bot, ReplyParameters
+from telegram.error import (
+    BadRequest,
+    ChatMigrated,
+    Conflict,
+    EndPointNotFound,
+    Forbidden,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TelegramError,
+)
+from telegram.warnings import PTBDeprecationWarning
+
+from adapters.telegram.text import sendable, split_message
+from core.errors import CompanionError
+
+log = logging.getLogger(__name__)
+
+# Opt in to python-telegram-bot's timedelta time periods: the int form warns since v22.2, even
+# inside the library when it builds a RetryAfter. This module reads both forms.
+os.environ.setdefault("PTB_TIMEDELTA", "true")
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+
+# BadRequest subclasses NetworkError in python-telegram-bot, but repeating a bad request cannot help.
+_NOT_TRANSIENT = (BadRequest, Forbidden, InvalidToken, ChatMigrated, Conflict, EndPointNotFound)
+
+
+class TelegramDeliveryError(CompanionError):
+    """A message could not be sent after the allowed retries; `delivered` parts went out before it."""
+
+    def __init__(self, message: str, delivered: int) -> None:
+        super().__init__(message)
+        self.delivered = delivered
+
+
+class Delivery:
+    """Runs Bot API calls for the adapter: 429 waits retry_after, 5xx and network errors back off.
+
+    A request whose answer timed out may have been delivered; it is retried anyway, since a
+    lost reply (which the timeline already holds) is worse than a rare duplicate. Parts of a
+    long text already delivered are never sent again.
+    """
+
+    def __init__(self, bot: Bot, *, sleep: Sleep = asyncio.sleep, max_attempts: int = 5,
+                 backoff: float = 0.5) -> None:
+        self._bot = bot
+        self._sleep = sleep
+        self._max_attempts = max_attempts
+        self._backoff = backoff
+
+    async def call(self, what: str, action: Callable[[], Awaitable[T]], *, attempts: int | None = None) -> T:
+        """Run `action` (one Bot API call), retrying what can succeed on a later attempt.
+
+        Raises:
+            telegram.error.TelegramError: the last failure, when it is not transient or attempts ran out.
+        """
+        attempts = attempts or self._max_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                return await action()
+            except _NOT_TRANSIENT:
+                raise
+            except RetryAfter as exc:
+                if attempt == attempts:
+                    raise
+                delay, reason = retry_after_seconds(exc), "flood control"
+            except NetworkError as exc:  # also TimedOut, and every 5xx answer
+                if attempt == attempts:
+                    raise
+                delay, reason = self.backoff(attempt), type(exc).__name__
+            log.info("telegram: %s failed (%s), retry %d in %.1f s", what, reason, attempt, delay)
+            await self._sleep(delay)
+        raise AssertionError("unreachable")
+
+    def backoff(self, attempt: int) -> float:
+        return min(self._backoff * 2 ** (attempt - 1), 30.0)
+
+    async def send_text(self, chat_id: int | str, text: str, *, reply_to: int | None = None,
+                        thread_id: int | None = None) -> list[int]:
+        """Send `text` as plain text (no parse mode, so formatting cannot fail), in parts, in order.
+
+        Returns:
+            The message ids of the parts sent.
+        Raises:
+            TelegramDeliveryError: a part could not be sent; the parts after it were not sent.
+        """
+        sent: list[int] = []
+        for number, part in enumerate(split_message(sendable(text))):
+            reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if (reply_to and number == 0) else None
+            try:
+                message = await self.call("sendMessage", lambda p=part, r=reply: self._bot.send_message(
+                    chat_id, p, reply_parameters=r, message_thread_id=thread_id))
+            except TelegramError as exc:
+                raise TelegramDeliveryError(f"sendMessage failed ({type(exc).__name__})", len(sent)) from exc
+            sent.append(message.message_id)
+        return sent
+
+    async def delete(self, chat_id: int, message_id: int) -> bool:
+        """Delete a message; False when Telegram refused (too old, no rights) or kept failing."""
+        try:
+            await self.call("deleteMessage", lambda: self._bot.delete_message(chat_id, message_id))
+        except TelegramError as exc:
+            log.info("telegram: a message could not be deleted (%s)", type(exc).__name__)
+            return False
+        return True
+
+
+def retry_after_seconds(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():  # the int form is deprecated since v22.2; both forms are read
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value: Any = exc.retry_after
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)

@@ -1,0 +1,598 @@
+"""TelegramAdapter: the real python-telegram-bot Application and core against fake Bot API and model servers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.storage.sqlite import SqliteStore
+from adapters.telegram import (
+    HANDLER_FAILED,
+    MAX_MESSAGE_LENGTH,
+    Entity,
+    TelegramAdapter,
+    TelegramStartError,
+    UpdateLedger,
+    group_text,
+    split_message,
+)
+from core import copy
+from core.companion import Companion, CompanionConfig
+from core.errors import StoreError
+from core.model import Attachment, InboundMessage, Reply
+from core.secrets import hash_passphrase
+from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.fake_telegram import FakeTelegramServer
+
+USER, OTHER, GROUP = 111, 333, -100500
+STRANGER = 987650123  # distinctive, so finding it in a stored row means something
+BOT = "companion_test_bot"
+CANARY = "canary-5d1e my private words"
+
+
+class RecordingSleep:
+    """Stands in for asyncio.sleep in the adapter's retries: records each delay, waits only a moment."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def passphrase_hash() -> str:
+    return hash_passphrase("sesame")
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer(username=BOT) as server:
+        yield server
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    async with SqliteStore(tmp_path / "companion.db") as db:
+        yield db
+
+
+CompanionFactory = Callable[[], Awaitable[Companion]]
+
+
+@pytest.fixture
+async def new_companion(store: SqliteStore, model: FakeOpenAIServer,
+                        passphrase_hash: str) -> AsyncIterator[CompanionFactory]:
+    """A started Companion on the shared store; calling it again is what a restarted process does."""
+    opened: list[tuple[Companion, OpenAICompatibleProvider]] = []
+
+    async def make() -> Companion:
+        provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
+        companion = Companion(store, provider, CompanionConfig(
+            allowed_accounts=frozenset({f"telegram:{USER}", f"telegram:{OTHER}"}),
+            passphrase_hash=passphrase_hash))
+        await companion.start()
+        opened.append((companion, provider))
+        return companion
+
+    yield make
+    for companion, provider in opened:
+        await companion.aclose()
+        await provider.aclose()
+
+
+@pytest.fixture
+async def companion(new_companion: CompanionFactory) -> Companion:
+    return await new_companion()
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    return RecordingSleep()
+
+
+AdapterFactory = Callable[..., Awaitable[TelegramAdapter]]
+
+
+@pytest.fixture
+async def new_adapter(telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep,
+                      new_companion: CompanionFactory) -> AsyncIterator[AdapterFactory]:
+    """Adapters on the fake server; they close before the companions (they depend on them) do."""
+    made: list[TelegramAdapter] = []
+
+    async def make(companion: Companion, *, token: str | None = None, base_url: str | None = None) -> TelegramAdapter:
+        adapter = TelegramAdapter(
+            token=token or telegram.token,
+            handler=companion.handle,
+            commands=companion.command_list(),
+            base_url=base_url or telegram.base_url,
+            state=store,
+            poll_timeout=2.0,
+            repoll_interval=0.05,
+            sleep=sleep,
+        )
+        made.append(adapter)
+        await adapter.start()
+        return adapter
+
+    yield make
+    for adapter in made:
+        await adapter.aclose()
+
+
+@pytest.fixture
+async def adapter(new_adapter: AdapterFactory, companion: Companion) -> TelegramAdapter:
+    return await new_adapter(companion)
+
+
+async def say(telegram: FakeTelegramServer, text: str, *, chat: int = USER, user: int = USER,
+              **kwargs) -> str:
+    """Send `text` as the user and return the text of the one reply it gets."""
+    before = len(telegram.sent)
+    telegram.send_text(chat, user, text, chat_type="private" if chat > 0 else "supergroup", **kwargs)
+    sent = await telegram.wait_for_sent(before + 1)
+    return sent[before].text
+
+
+def user_texts(request: dict) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+# --- a conversation ---------------------------------------------------------
+
+
+async def test_a_conversation_is_answered_through_send_message(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    model.reply_text("Hello! How are you today?")
+    assert await say(telegram, "hi there") == "Hello! How are you today?"
+    model.reply_text("Glad to hear it.")
+    assert await say(telegram, "I'm fine, thanks") == "Glad to hear it."
+
+    assert user_texts(model.requests[-1])[-2:] == ["hi there", "I'm fine, thanks"]
+    assert [m.chat_id for m in telegram.sent] == [USER, USER]
+    assert all(m.reply_to is None for m in telegram.sent)  # one-to-one: no reply threading
+
+
+async def test_commands_are_registered_with_short_descriptions(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, companion: Companion
+) -> None:
+    assert [c["command"] for c in telegram.commands] == [name for name, _ in companion.command_list()]
+    assert {"help", "private", "normal", "mode"} <= {c["command"] for c in telegram.commands}
+    assert all(0 < len(c["description"]) <= 256 for c in telegram.commands)
+
+
+@pytest.mark.parametrize("command", ["/help", "/mode", "/normal", "/private", "/start"])
+async def test_each_command_answers_exactly_as_in_the_terminal_chat(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, companion: Companion, command: str
+) -> None:
+    terminal = await companion.handle(InboundMessage("terminal", "terminal", "owner", command, is_direct=True))
+    assert await say(telegram, command) == terminal.text
+
+
+async def test_a_typing_action_is_shown_while_the_model_works(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    model.reply_text("Thought about it.", delay=0.3)
+    await say(telegram, "a hard question")
+    methods = [name for name, _ in telegram.calls]
+    assert telegram.chat_actions[0] == (USER, "typing")
+    assert methods.index("sendChatAction") < methods.index("sendMessage")
+
+
+async def test_different_chats_run_concurrently_and_each_chat_stays_in_order(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    async def respond(body: dict) -> str:
+        last = user_texts(body)[-1]
+        if last == "slow one":
+            await asyncio.sleep(0.5)
+        return f"re: {last}"
+
+    model.responder = respond
+    telegram.send_text(USER, USER, "slow one")
+    telegram.send_text(USER, USER, "then this")
+    await telegram.wait_for(lambda: len(telegram.calls_of("sendChatAction")) >= 1)
+    telegram.send_text(OTHER, OTHER, "quick")
+    sent = await telegram.wait_for_sent(3)
+    assert [m.text for m in sent] == ["re: quick", "re: slow one", "re: then this"]
+
+
+# --- output -------------------------------------------------------------------
+
+
+async def test_a_long_reply_is_split_on_paragraphs_in_order(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    paragraphs = [f"Paragraph {n}. " + ("word " * 600).strip() for n in range(4)]  # ~3000 chars each
+    model.reply_text("\n\n".join(paragraphs))
+    telegram.send_text(USER, USER, "tell me a long story")
+    sent = await telegram.wait_for_sent(4)
+    await asyncio.sleep(0.2)
+    assert [m.text for m in telegram.sent] == paragraphs
+    assert all(len(m.text) <= MAX_MESSAGE_LENGTH for m in sent)
+
+
+async def test_text_with_markup_characters_is_sent_plain_and_unchanged(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    tricky = "Use *stars*, _under_scores_, [brackets](not a link), <b>tags</b> & `ticks`"
+    model.reply_text(tricky)
+    assert await say(telegram, "format <this> *please*") == tricky
+    assert all("parse_mode" not in params for params in telegram.calls_of("sendMessage"))
+
+
+async def test_flood_control_retry_after_is_honoured_and_the_reply_is_sent_once(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, sleep: RecordingSleep
+) -> None:
+    telegram.fail_next("sendMessage", 429, retry_after=3)
+    model.reply_text("worth the wait")
+    assert await say(telegram, "hello") == "worth the wait"
+    await asyncio.sleep(0.2)
+    assert 3.0 in sleep.delays
+    assert [p["text"] for p in telegram.calls_of("sendMessage")] == ["worth the wait"] * 2
+    assert telegram.texts_to(USER) == ["worth the wait"]
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+async def test_a_5xx_is_retried_with_backoff_until_the_reply_is_sent(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    sleep: RecordingSleep, status: int,
+) -> None:
+    telegram.fail_next("sendMessage", status, times=2)
+    model.reply_text("made it")
+    assert await say(telegram, "hello") == "made it"
+    await asyncio.sleep(0.2)
+    assert telegram.texts_to(USER) == ["made it"]
+    assert len(sleep.delays) >= 2 and sleep.delays[1] > sleep.delays[0]
+
+
+async def test_a_part_already_sent_is_not_sent_again_when_a_later_part_is_retried(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    paragraphs = ["First part. " + "a" * 4000, "Second part. " + "b" * 4000]
+    model.reply_text("\n\n".join(paragraphs))
+    telegram.fail_next("sendMessage", 502, after=1)
+    telegram.send_text(USER, USER, "long please")
+    await telegram.wait_for_sent(2)
+    await asyncio.sleep(0.2)
+    assert telegram.texts_to(USER) == paragraphs
+
+
+# --- who it talks to --------------------------------------------------------
+
+
+async def test_an_unknown_user_is_refused_once_and_nothing_of_it_is_stored(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+) -> None:
+    secret = "stranger-words-4c2"
+    assert await say(telegram, f"hello, {secret}", chat=STRANGER, user=STRANGER) == copy.NOT_ALLOWED
+    telegram.send_text(STRANGER, STRANGER, f"again {secret}")
+    assert await say(telegram, "and me?") != copy.NOT_ALLOWED  # the allowed user is still answered after it
+    await asyncio.sleep(0.2)  # the stranger's second message had time to be (not) answered
+    assert telegram.texts_to(STRANGER) == [copy.NOT_ALLOWED]
+    assert all(secret not in raw.decode() for raw in model.raw_requests)
+    assert not _rows_mentioning(store.path, [secret, str(STRANGER)])
+
+
+async def test_in_a_group_it_answers_only_when_mentioned_or_replied_to(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    for ignored in ["hello everyone", "/help@some_other_bot", "what does @someone_else think"]:
+        telegram.send_text(GROUP, USER, ignored, chat_type="supergroup")
+    model.reply_text("Hi group!")
+    mention = telegram.send_text(GROUP, USER, f"@{BOT} how are you?", chat_type="supergroup")
+    first = (await telegram.wait_for_sent(1))[0]
+    assert (first.text, first.reply_to) == ("Hi group!", mention)
+    assert user_texts(model.requests[-1])[-1] == "how are you?"  # the @mention is stripped
+
+    model.reply_text("Replying to a reply.")
+    assert await say(telegram, "and you?", chat=GROUP, reply_to_bot=True) == "Replying to a reply."
+    help_text = await say(telegram, f"/help@{BOT}", chat=GROUP)
+    assert help_text.startswith("I'm your companion")
+    assert len(model.requests) == 2  # the ignored messages never reached the model
+    assert len(telegram.sent) == 3
+
+
+async def test_private_mode_is_refused_in_a_group_with_the_reason(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    message = telegram.send_text(GROUP, USER, f"/private@{BOT} sesame", chat_type="supergroup")
+    reply = (await telegram.wait_for_sent(1))[0].text
+    assert "only possible in a one-to-one chat" in reply
+    assert (GROUP, message) in telegram.deleted
+    mode = await say(telegram, f"/mode@{BOT}", chat=GROUP)
+    assert mode.startswith("You are in normal mode")
+
+
+# --- private mode -------------------------------------------------------------
+
+
+async def test_private_mode_flow_deletes_the_passphrase_and_keeps_the_canary_out_of_normal_requests(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    assert (await say(telegram, "a normal hello")).startswith("fake reply")
+    before = len(telegram.sent)
+    message = telegram.send_text(USER, USER, "/private sesame")
+    entered = (await telegram.wait_for_sent(before + 1))[-1].text
+    assert entered.startswith("Private mode is on")
+    assert telegram.deleted == [(USER, message)]
+    await say(telegram, f"something only for now: {CANARY}")
+    assert CANARY in model.raw_requests[-1].decode()  # the wire check can see the canary at all
+
+    first_normal = len(model.raw_requests)
+    model.reply_text("Welcome back; maybe a glass of water?")
+    assert await say(telegram, "/normal") == "Welcome back; maybe a glass of water?"
+    assert (await say(telegram, "/mode")).startswith("You are in normal mode")
+    await say(telegram, "what were we talking about?")
+    normal_requests = model.raw_requests[first_normal:]
+    assert len(normal_requests) == 2  # the transition line and the normal reply
+    assert all(CANARY.encode() not in raw for raw in normal_requests)
+    assert all("sesame" not in m.text for m in telegram.sent)
+
+
+async def test_passphrase_message_is_deleted_after_a_failed_attempt(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer
+) -> None:
+    before = len(telegram.sent)
+    message = telegram.send_text(USER, USER, "/private not-the-passphrase")
+    reply = (await telegram.wait_for_sent(before + 1))[-1].text
+    assert reply.startswith("That passphrase is not right")
+    assert telegram.deleted == [(USER, message)]
+    assert copy.DELETE_SECRET_NOTE not in reply
+    methods = [name for name, _ in telegram.calls]
+    assert methods.index("deleteMessage") < methods.index("sendMessage")
+
+
+async def test_when_the_passphrase_message_cannot_be_deleted_the_reply_asks_the_user_to(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer
+) -> None:
+    telegram.fail_next("deleteMessage", 400, description="Bad Request: message can't be deleted")
+    reply = await say(telegram, "/private sesame")
+    assert reply.startswith("Private mode is on")
+    assert reply.endswith(copy.DELETE_SECRET_NOTE)
+    assert telegram.deleted == []
+
+
+# --- restart --------------------------------------------------------------------
+
+
+async def test_restart_does_not_handle_updates_again(
+    new_adapter: AdapterFactory, new_companion: CompanionFactory, companion: Companion,
+    telegram: FakeTelegramServer, model: FakeOpenAIServer,
+) -> None:
+    first = await new_adapter(companion)
+    await say(telegram, "one")
+    await say(telegram, "two")
+    await first.aclose()
+    telegram.redeliver()  # as if Telegram had not seen the confirmations
+    telegram.send_text(USER, USER, "three, sent while the gateway was down")
+
+    await new_adapter(await new_companion())
+    await telegram.wait_for_sent(3)
+    await asyncio.sleep(0.3)
+    assert len(telegram.sent) == 3
+    assert len(model.requests) == 3
+    assert user_texts(model.requests[-1])[-1] == "three, sent while the gateway was down"
+
+
+async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_nor_skipped(
+    new_adapter: AdapterFactory, companion: Companion, telegram: FakeTelegramServer,
+    model: FakeOpenAIServer, store: SqliteStore,
+) -> None:
+    for text in ["u1", "u2", "u3", "u4"]:
+        telegram.send_text(USER, USER, text)
+    # The ledger a crash left: 1 handled, 3 handled (another chat finished first), 2 still running.
+    await store.set_adapter_state(f"telegram:offset:{telegram.bot_id}", "1 3", 0.0)
+    await new_adapter(companion)
+    await telegram.wait_for_sent(2)
+    await asyncio.sleep(0.3)
+    assert len(telegram.sent) == 2
+    assert [user_texts(r)[-1] for r in model.requests] == ["u2", "u4"]
+
+
+async def test_updates_that_arrived_while_down_are_handled_once_and_land_in_normal_mode(
+    new_adapter: AdapterFactory, new_companion: CompanionFactory, companion: Companion,
+    telegram: FakeTelegramServer, model: FakeOpenAIServer,
+) -> None:
+    first = await new_adapter(companion)
+    assert (await say(telegram, "/private sesame")).startswith("Private mode is on")
+    await say(telegram, CANARY)
+    await first.aclose()  # the gateway goes down while private mode is on
+
+    telegram.send_text(USER, USER, "are you still there?")
+    telegram.send_text(USER, USER, "/mode")
+    requests_before = len(model.raw_requests)
+    await new_adapter(await new_companion())  # start-up closes the open segment
+    sent = await telegram.wait_for_sent(4)
+    await asyncio.sleep(0.3)
+    assert len(telegram.sent) == 4
+    assert sent[3].text.startswith("You are in normal mode")
+    assert len(model.raw_requests) == requests_before + 1
+    assert CANARY.encode() not in model.raw_requests[-1]
+
+
+# --- the handler boundary ----------------------------------------------------------
+
+
+async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_is_still_deleted(
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+) -> None:
+    async def failing(message: InboundMessage) -> Reply | None:
+        raise StoreError("disk full")
+
+    adapter = TelegramAdapter(telegram.token, failing, base_url=telegram.base_url, state=store,
+                              poll_timeout=2.0, sleep=sleep)
+    await adapter.start()
+    try:
+        message = telegram.send_text(USER, USER, "/private sesame")
+        sent = await telegram.wait_for_sent(1)
+    finally:
+        await adapter.aclose()
+    assert sent[0].text == HANDLER_FAILED
+    assert telegram.deleted == [(USER, message)]
+
+
+async def test_attachments_of_a_reply_are_sent_as_documents_after_its_text(
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+) -> None:
+    async def exporting(message: InboundMessage) -> Reply | None:
+        return Reply("Here is your export.", attachments=[Attachment("export.txt", b"normal notes")])
+
+    adapter = TelegramAdapter(telegram.token, exporting, base_url=telegram.base_url, state=store,
+                              poll_timeout=2.0, sleep=sleep)
+    await adapter.start()
+    try:
+        telegram.send_text(USER, USER, "/export")
+        sent = await telegram.wait_for_sent(2)
+    finally:
+        await adapter.aclose()
+    assert [m.text for m in sent] == ["Here is your export.", "[document export.txt]"]
+
+
+# --- start-up -------------------------------------------------------------------
+
+
+async def test_a_rejected_token_stops_start_up_with_one_clear_line(
+    new_adapter: AdapterFactory, companion: Companion, telegram: FakeTelegramServer
+) -> None:
+    with pytest.raises(TelegramStartError) as caught:
+        await new_adapter(companion, token="123456:WRONG-secret-token")
+    line = str(caught.value)
+    assert "\n" not in line
+    assert line.startswith("COMPANION_TELEGRAM_TOKEN:") and "rejected the token" in line
+    assert "WRONG-secret-token" not in line
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+async def test_an_unreachable_bot_api_server_stops_start_up_naming_the_base_url(
+    new_adapter: AdapterFactory, companion: Companion, unused_tcp_port: int
+) -> None:
+    with pytest.raises(TelegramStartError) as caught:
+        await new_adapter(companion, base_url=f"http://127.0.0.1:{unused_tcp_port}/bot")
+    assert str(caught.value).startswith("COMPANION_TELEGRAM_BASE_URL: cannot reach")
+
+
+async def test_neither_the_token_nor_message_text_reaches_the_logs(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx")  # whatever another test configured
+    await say(telegram, f"hello {CANARY}")
+    await say(telegram, "/private sesame")
+    # aiosqlite logs SQL parameters at DEBUG: the store's concern, configured at the entry point.
+    lines = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("aiosqlite"))
+    assert "HTTP Request" in lines  # httpx did log the requests, with the token redacted
+    assert telegram.token not in lines
+    assert CANARY not in lines and "sesame" not in lines
+
+
+async def test_start_and_aclose_are_safe_to_call_twice(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer
+) -> None:
+    await adapter.start()
+    assert len(telegram.calls_of("getMe")) == 1
+    await adapter.aclose()
+    await adapter.aclose()
+
+
+# --- pure parts -------------------------------------------------------------------
+
+
+def _units(text: str) -> int:
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.sampled_from("ab .!?\n\t😀é") | st.characters(), max_size=400),
+       limit=st.integers(min_value=2, max_value=60))
+def test_split_message_keeps_every_character_in_order_within_the_limit(text: str, limit: int) -> None:
+    parts = split_message(text, limit)
+    assert all(part and part == part.strip() for part in parts)
+    assert all(_units(part) <= limit for part in parts)
+    position = 0
+    for part in parts:  # only whitespace lies between and around the parts
+        found = text.find(part, position)
+        assert found >= 0 and text[position:found].strip() == ""
+        position = found + len(part)
+    assert text[position:].strip() == ""
+    if _units(text.strip()) <= limit:
+        assert parts == ([text.strip()] if text.strip() else [])
+
+
+def test_split_message_prefers_paragraphs_then_sentences_then_words() -> None:
+    assert split_message("First paragraph here.\n\nSecond one.", 30) == ["First paragraph here.", "Second one."]
+    assert split_message("One sentence. Another sentence here", 20) == ["One sentence.", "Another sentence", "here"]
+    assert split_message("abcdefghij", 4) == ["abcd", "efgh", "ij"]
+    assert split_message("😀😀😀", 4) == ["😀😀", "😀"]  # an emoji counts as two UTF-16 units
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.permutations(range(1, 9)), st.integers(min_value=0, max_value=8))
+def test_a_ledger_restored_after_any_crash_skips_exactly_the_handled_updates(
+    order: list[int], crashed_after: int
+) -> None:
+    ledger = UpdateLedger()
+    for update_id in range(1, 9):
+        ledger.begin(update_id)
+    handled = set(order[:crashed_after])
+    for update_id in order[:crashed_after]:
+        ledger.finish(update_id)
+    restored = UpdateLedger.parse(ledger.dump())
+    assert {i for i in range(1, 9) if restored.is_known(i)} == handled
+    offset = restored.next_offset or 1
+    assert all(i >= offset for i in range(1, 9) if i not in handled)  # Telegram still delivers the rest
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (f"@{BOT} how are you?", "how are you?"),
+    (f"hey @{BOT} how are you?", "hey how are you?"),
+    (f"@{BOT.upper()}, tell me", "tell me"),
+    (f"@{BOT}", f"@{BOT}"),
+    ("no mention at all", None),
+    (f"/help@{BOT}", f"/help@{BOT}"),
+    ("/help@another_bot", None),
+    ("/mode", "/mode"),
+    ("/unknowncommand", None),
+])
+def test_group_text_answers_only_messages_addressed_to_the_bot(text: str, expected: str | None) -> None:
+    from tests.helpers.fake_telegram import _entities
+
+    entities = [Entity(e["type"], e["offset"], e["length"]) for e in _entities(text)]
+    assert group_text(text, entities, username=BOT, bot_id=1, replied_to_bot=False,
+                      commands={"help", "mode"}) == expected
+
+
+def test_group_text_strips_a_mention_after_characters_outside_the_basic_plane() -> None:
+    text = f"😀😀 @{BOT} hi"
+    entity = Entity("mention", 5, len(BOT) + 1)  # two emoji are four UTF-16 units, then a space
+    assert group_text(text, [entity], username=BOT, bot_id=1, replied_to_bot=False, commands=set()) == "😀😀 hi"
+
+
+def _rows_mentioning(path: Path, needles: list[str]) -> list[tuple]:
+    """Every row of every table that holds one of `needles` in any column."""
+    found = []
+    with sqlite3.connect(path) as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        for table in tables:
+            for row in db.execute(f'SELECT * FROM "{table}"'):
+                if any(needle in str(value) for value in row for needle in needles):
+                    found.append((table, row))
+    db.close()
+    return found
+
