@@ -67,10 +67,27 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)
         for adapter in build_adapters(settings, companion):
-            await adapter.start()
-            stack.push_async_callback(adapter.aclose)
+            stack.push_async_callback(adapter.aclose)  # safe to call even if start never finished
+            if not await _unless_stopped(adapter.start(), stop):
+                log.info("stopped while adapter %s was starting", adapter.name)
+                return 0
             log.info("adapter %s started", adapter.name)
         log.info("gateway running")
         await stop.wait()
         log.info("stopping")
     return 0
+
+
+async def _unless_stopped(coro, stop: asyncio.Event) -> bool:
+    """Run `coro` unless a stop signal comes first (a slow start must not delay SIGTERM)."""
+    work = asyncio.ensure_future(coro)
+    waiter = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if work in done:
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        work.result()  # a failed start raises here, with its one-line message
+        return True
+    work.cancel()
+    await asyncio.gather(work, return_exceptions=True)
+    return False
