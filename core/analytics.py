@@ -6,40 +6,41 @@ no code path can write an event row for it.
 
 from __future__ import annotations
 
-import logging
 import statistics
+from dataclasses import dataclass
 
 from core.ports import Clock
 
-log = logging.getLogger(__name__)
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A finished normal turn's run and its events: (kind, name, status, duration_ms,
+    size_in, size_out, created_at). Ids, kinds, timings and sizes only."""
+
+    conversation_id: int
+    started_at: float
+    ended_at: float
+    status: str
+    events: tuple[tuple, ...]
 
 
 class RunRecorder:
-    """Collects a normal turn's events in memory and writes them with the run in one
-    transaction when the turn ends (one commit, not one per event)."""
+    """Collects a normal turn's events in memory; the store writes them with the run in the
+    same transaction as the turn's reply (one commit, not one per event)."""
 
-    def __init__(self, store, clock: Clock, conversation_id: int) -> None:
-        self._store = store
+    def __init__(self, clock: Clock, conversation_id: int) -> None:
         self._clock = clock
         self._conversation_id = conversation_id
         self._started_at = clock.now()
         self._events: list[tuple] = []
 
-    @classmethod
-    def start(cls, store, clock: Clock, conversation_id: int) -> RunRecorder:
-        return cls(store, clock, conversation_id)
-
     def event(self, kind: str, name: str, status: str, *, duration_ms: float | None = None,
               size_in: int | None = None, size_out: int | None = None) -> None:
         self._events.append((kind, name, status, duration_ms, size_in, size_out, self._clock.now()))
 
-    async def finish(self, status: str) -> None:
+    def finish(self, status: str) -> RunRecord:
         self.event("terminal", "turn", status)
-        try:
-            await self._store.save_run(self._conversation_id, self._started_at, self._clock.now(), status,
-                                       self._events)
-        except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
-            log.warning("analytics run could not be written (%s)", type(exc).__name__)
+        return RunRecord(self._conversation_id, self._started_at, self._clock.now(), status, tuple(self._events))
 
 
 def render_report(rows: dict) -> str:

@@ -157,7 +157,7 @@ class Companion:
             segment_id=segment_id, account_id=turn.account.id,
         )
         # A private run has no analytics context at all: nothing below can write an event for it.
-        recorder = None if state.is_private else RunRecorder.start(self.store, self.clock, conversation.id)
+        recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
         try:
             text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
@@ -165,11 +165,10 @@ class Companion:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
             if recorder:
                 recorder.event("error", type(exc).__name__, "error")
-                await recorder.finish("error")
+                await self._save_run(recorder.finish("error"))
             return Reply(_with_notice(state, copy.PROVIDER_FAILED))
-        await self.store.add_message(conversation.id, "assistant", text, self.clock.now(), segment_id=segment_id)
-        if recorder:
-            await recorder.finish("ok")
+        await self.store.add_message(conversation.id, "assistant", text, self.clock.now(), segment_id=segment_id,
+                                     run=recorder.finish("ok") if recorder else None)
         if context.needs_fold:
             self._spawn(self._fold(conversation, state))
         return Reply(_with_notice(state, text))
@@ -204,6 +203,12 @@ class Companion:
                                          size_in=len(call.arguments.encode()), size_out=len(result.encode()))
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
         raise AssertionError("unreachable")
+
+    async def _save_run(self, run) -> None:
+        try:
+            await self.store.save_run(run)
+        except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
+            log.warning("analytics run could not be written (%s)", type(exc).__name__)
 
     async def _call(self, request: CompletionRequest, recorder: RunRecorder | None):
         started = time.perf_counter()

@@ -220,23 +220,10 @@ class MemoryQueries:
 
     # --- analytics ------------------------------------------------------------
 
-    async def save_run(
-        self, conversation_id: int, started_at: float, ended_at: float, status: str, events: list[tuple]
-    ) -> int:
-        """A normal turn's run and its events, in one transaction at the end of the turn.
-        Each event: (kind, name, status, duration_ms, size_in, size_out, created_at)."""
+    async def save_run(self, run) -> None:
+        """A normal turn's run and its events (a core.analytics.RunRecord), in one transaction."""
         async with self._tx() as db:
-            cur = await db.execute(
-                "INSERT INTO agent_runs (conversation_id, started_at, ended_at, status) VALUES (?, ?, ?, ?)",
-                (conversation_id, started_at, ended_at, status),
-            )
-            run_id = cur.lastrowid
-            await db.executemany(
-                "INSERT INTO agent_events (run_id, kind, name, status, duration_ms, size_in, size_out, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, *event) for event in events],
-            )
-            return run_id
+            await insert_run(db, run)
 
     async def report_rows(self) -> dict:
         turns = await self._one("SELECT count(*), sum(status = 'ok'), sum(status = 'error') FROM agent_runs")
@@ -257,3 +244,18 @@ class MemoryQueries:
             "errors": [(r[0], r[1]) for r in errors],
             "latencies": [r[0] for r in latencies],
         }
+
+
+async def insert_run(db, run) -> int:
+    """Write a core.analytics.RunRecord inside the caller's transaction."""
+    cur = await db.execute(
+        "INSERT INTO agent_runs (conversation_id, started_at, ended_at, status) VALUES (?, ?, ?, ?)",
+        (run.conversation_id, run.started_at, run.ended_at, run.status),
+    )
+    run_id = cur.lastrowid
+    await db.executemany(
+        "INSERT INTO agent_events (run_id, kind, name, status, duration_ms, size_in, size_out, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(run_id, *event) for event in run.events],
+    )
+    return run_id

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiosqlite
 
-from adapters.storage.memory import MemoryQueries
+from adapters.storage.memory import MemoryQueries, insert_run
 from adapters.storage.migrate import migrate
 from adapters.storage.privacy import PrivacyQueries
 from core.errors import StoreError
@@ -174,9 +174,13 @@ class SqliteStore(MemoryQueries, PrivacyQueries):
         segment_id: int | None = None,
         kind: str = "chat",
         account_id: int | None = None,
+        run=None,
     ) -> int:
         """Append a message. A message with a segment is private: its capture is 'skipped' here,
-        whatever any caller wants, and the schema's CHECK refuses anything else."""
+        whatever any caller wants, and the schema's CHECK refuses anything else. `run` (a normal
+        turn's analytics record) is written in the same transaction; a private one cannot be."""
+        if run is not None and segment_id is not None:
+            raise ValueError("a private turn has no analytics run")
         mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
         capture = "pending" if (mode == "normal" and kind == "chat") else "skipped"
         async with self._tx() as db:
@@ -185,11 +189,14 @@ class SqliteStore(MemoryQueries, PrivacyQueries):
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, segment_id, account_id, mode, role, kind, text, capture, now),
             )
+            message_id = cur.lastrowid
             if segment_id is not None:
                 await db.execute(
                     "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
                 )
-            return cur.lastrowid
+            if run is not None:
+                await insert_run(db, run)
+            return message_id
 
     async def view(
         self,

@@ -24,14 +24,15 @@ import dataclasses
 import itertools
 import json
 import re
-import threading
 import time
 import zlib
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from aiohttp import WSMsgType, web
+
+from tests.helpers.serving import LoopbackServer
 
 T = TypeVar("T")
 
@@ -113,7 +114,7 @@ class _Session:
         await self.send({"op": 0, "t": event, "s": self.sequence, "d": data})
 
 
-class FakeDiscordServer:
+class FakeDiscordServer(LoopbackServer):
     """A Discord REST API and gateway on 127.0.0.1 (`async with`, or `run_in_thread()` for subprocesses).
 
     Records: `sent` (SentMessage), `typing` (channel ids), `deleted` ((channel, message)
@@ -221,51 +222,6 @@ class FakeDiscordServer:
             with contextlib.suppress(Exception):
                 await session.ws.close(code=1001)
         await runner.cleanup()
-
-    async def __aenter__(self) -> FakeDiscordServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    @classmethod
-    @contextlib.contextmanager
-    def run_in_thread(cls, **kwargs: Any) -> Iterator[FakeDiscordServer]:
-        """Serve from a background thread with its own loop; drive it with `server.call(coro)`."""
-        server = cls(**kwargs)
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        control: dict[str, Any] = {}
-
-        async def serve() -> None:
-            stop = asyncio.Event()
-            control["loop"], control["stop"] = asyncio.get_running_loop(), stop
-            try:
-                await server.start()
-            except BaseException as exc:
-                failure.append(exc)
-                ready.set()
-                return
-            ready.set()
-            try:
-                await stop.wait()
-            finally:
-                await server.aclose()
-
-        thread = threading.Thread(target=asyncio.run, args=(serve(),), name="FakeDiscordServer", daemon=True)
-        thread.start()
-        ready.wait(timeout=10)
-        if failure:
-            thread.join(timeout=10)
-            raise failure[0]
-        if not server.port:
-            raise RuntimeError("FakeDiscordServer did not start within 10 s")
-        try:
-            yield server
-        finally:
-            control["loop"].call_soon_threadsafe(control["stop"].set)
-            thread.join(timeout=10)
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
         """Run `coro` on the server's loop from another thread and return its result."""

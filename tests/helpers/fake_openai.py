@@ -9,12 +9,13 @@ import dataclasses
 import inspect
 import itertools
 import json
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDict
+
+from tests.helpers.serving import LoopbackServer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +37,7 @@ class ScriptedResponse:
 Responder = Callable[[dict[str, Any]], Any]
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackServer):
     """A real HTTP server on 127.0.0.1 speaking the Chat Completions wire format.
 
     `async with FakeOpenAIServer() as server:` (or `with FakeOpenAIServer.run_in_thread()`
@@ -145,51 +146,6 @@ class FakeOpenAIServer:
         if self._closing is not None:
             self._closing.set()
         await runner.cleanup()
-
-    async def __aenter__(self) -> FakeOpenAIServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    @classmethod
-    @contextlib.contextmanager
-    def run_in_thread(cls, **kwargs: Any) -> Iterator[FakeOpenAIServer]:
-        """Serve from a background thread with its own event loop, for subprocess tests."""
-        server = cls(**kwargs)
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        control: dict[str, Any] = {}
-
-        async def serve() -> None:
-            stop = asyncio.Event()
-            control["loop"], control["stop"] = asyncio.get_running_loop(), stop
-            try:
-                await server.start()
-            except BaseException as exc:
-                failure.append(exc)
-                ready.set()
-                return
-            ready.set()
-            try:
-                await stop.wait()
-            finally:
-                await server.aclose()
-
-        thread = threading.Thread(target=asyncio.run, args=(serve(),), name="FakeOpenAIServer", daemon=True)
-        thread.start()
-        ready.wait(timeout=10)
-        if failure:
-            thread.join(timeout=10)
-            raise failure[0]
-        if not server.base_url:
-            raise RuntimeError("FakeOpenAIServer did not start within 10 s")
-        try:
-            yield server
-        finally:
-            control["loop"].call_soon_threadsafe(control["stop"].set)
-            thread.join(timeout=10)
 
     # --- handlers ----------------------------------------------------------------
 

@@ -10,12 +10,13 @@ import dataclasses
 import itertools
 import json
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+
+from tests.helpers.serving import LoopbackServer
 
 _STATUS_TEXT = {400: "Bad Request", 401: "Unauthorized", 409: "Conflict", 429: "Too Many Requests",
                 500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
@@ -39,7 +40,7 @@ class Failure:
     retry_after: int | None = None
 
 
-class FakeTelegramServer:
+class FakeTelegramServer(LoopbackServer):
     """A real HTTP server speaking the Bot API at `{base_url}{token}/{method}`.
 
     `async with FakeTelegramServer() as server:` (or `with FakeTelegramServer.run_in_thread()`
@@ -167,51 +168,6 @@ class FakeTelegramServer:
         if runner is not None:
             self._notify()
             await runner.cleanup()
-
-    async def __aenter__(self) -> FakeTelegramServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    @classmethod
-    @contextlib.contextmanager
-    def run_in_thread(cls, **kwargs: Any) -> Iterator[FakeTelegramServer]:
-        """Serve from a background thread with its own event loop, for subprocess tests."""
-        server = cls(**kwargs)
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        control: dict[str, Any] = {}
-
-        async def serve() -> None:
-            stop = asyncio.Event()
-            control["loop"], control["stop"] = asyncio.get_running_loop(), stop
-            try:
-                await server.start()
-            except BaseException as exc:
-                failure.append(exc)
-                ready.set()
-                return
-            ready.set()
-            try:
-                await stop.wait()
-            finally:
-                await server.aclose()
-
-        thread = threading.Thread(target=asyncio.run, args=(serve(),), name="FakeTelegramServer", daemon=True)
-        thread.start()
-        ready.wait(timeout=10)
-        if failure:
-            thread.join(timeout=10)
-            raise failure[0]
-        if not server.base_url:
-            raise RuntimeError("FakeTelegramServer did not start within 10 s")
-        try:
-            yield server
-        finally:
-            control["loop"].call_soon_threadsafe(control["stop"].set)
-            thread.join(timeout=10)
 
     # --- the Bot API -------------------------------------------------------------
 
