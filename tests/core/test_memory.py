@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import copy
 from core.analytics import render_report
 from core.errors import PrivateWriteRefused
 from core.memory import fts_query
