@@ -86,7 +86,8 @@ async def run_tool_call(offered: list[Tool], call: ToolCall, context: ToolContex
     except ValueError as exc:
         return f"error: {exc}"
     except Exception as exc:  # noqa: BLE001 - a tool bug must not end the turn
-        log.exception("tool %s failed (%s)", tool.name, type(exc).__name__)
+        # The type only: a traceback or message could quote the arguments, and logs carry no text.
+        log.error("tool %s failed (%s)", tool.name, type(exc).__name__)
         return "error: the tool failed"
 
 
