@@ -24,7 +24,7 @@ def build_provider(settings: Settings) -> BaseProvider:
     return OfflineProvider()
 
 
-def companion_config(settings: Settings) -> CompanionConfig:
+def companion_config(settings: Settings, platforms: frozenset[str] | None = None) -> CompanionConfig:
     persona = Persona(private_additions=settings.private_persona_text())
     if normal := settings.persona_text():
         persona = Persona(normal, persona.private_additions)
@@ -38,12 +38,14 @@ def companion_config(settings: Settings) -> CompanionConfig:
         budget=ContextBudget(total_tokens=settings.context_tokens),
         allow_private_export=settings.allow_private_export,
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
+        platforms=platforms,
     )
 
 
 @asynccontextmanager
-async def open_companion(settings: Settings) -> AsyncIterator[Companion]:
-    """Store, provider and core, started in order and closed in reverse, also on failure."""
+async def open_companion(settings: Settings, platforms: frozenset[str]) -> AsyncIterator[Companion]:
+    """Store, provider and core, started in order and closed in reverse, also on failure.
+    `platforms`: what this process serves (its crash recovery touches only those)."""
     from adapters.storage.sqlite import SqliteStore
 
     async with AsyncExitStack() as stack:
@@ -52,7 +54,7 @@ async def open_companion(settings: Settings) -> AsyncIterator[Companion]:
         stack.push_async_callback(store.aclose)
         provider = build_provider(settings)
         stack.push_async_callback(provider.aclose)
-        companion = Companion(store, provider, companion_config(settings))
+        companion = Companion(store, provider, companion_config(settings, platforms))
         await companion.start()
         stack.push_async_callback(companion.aclose)
         yield companion

@@ -61,7 +61,7 @@ async def _chat(settings) -> int:
     from adapters.terminal import TerminalChat
     from bot.bootstrap import open_companion
 
-    async with open_companion(settings) as companion:
+    async with open_companion(settings, frozenset({"terminal"})) as companion:
         await TerminalChat(companion.handle).run()
         await companion.aclose()  # let a pending summary fold finish first
         await companion.capture.run_once()  # the gateway does this on a schedule

@@ -59,7 +59,10 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         except (NotImplementedError, RuntimeError):  # not the main thread, or not POSIX
             pass
     async with AsyncExitStack() as stack:
-        companion = await stack.enter_async_context(open_companion(settings))
+        platforms = frozenset(
+            name for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token)) if token
+        )
+        companion = await stack.enter_async_context(open_companion(settings, platforms))
         scheduler = SchedulerService([
             Job("expiry-sweep", 60.0, companion.sweep),
             Job("capture", 300.0, companion.capture.run_once),

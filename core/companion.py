@@ -43,6 +43,9 @@ class CompanionConfig:
     budget: ContextBudget = field(default_factory=ContextBudget)
     max_tool_rounds: int = 4
     allow_private_export: bool = False
+    # The platforms this process serves; at start-up only their open segments are closed,
+    # so `companion chat` never drops a Telegram conversation out of private mode. None: all.
+    platforms: frozenset[str] | None = None
     artifact_retention_seconds: float | None = 30 * 86400.0
 
 
@@ -87,15 +90,18 @@ class Companion:
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
         self._refused: set[str] = set()
         self._background: set[asyncio.Task] = set()
+        # Conversations whose private mode the restart ended: their next reply says so first.
+        self._restart_closed: set[int] = set()
 
     # --- lifecycle --------------------------------------------------------
 
     async def start(self) -> None:
         """Crash semantics first: close intervals left open, delete what expired while down."""
-        closed = await self.store.close_crash_open_segments()
+        closed = await self.store.close_crash_open_segments(self.config.platforms)
+        self._restart_closed.update(closed)
         expired = await self.store.delete_expired_segments(self.clock.now())
         if closed or expired:
-            log.info("start-up: closed %d open segments, deleted %d expired", closed, expired)
+            log.info("start-up: closed open segments in %d conversations, deleted %d expired", len(closed), expired)
 
     async def aclose(self) -> None:
         if self._background:
@@ -138,11 +144,15 @@ class Companion:
                 message.key, "direct" if message.is_direct else "group", account.person_id, now
             )
             turn = Turn(message, account, conversation)
+            restart_notice = conversation.id in self._restart_closed
+            self._restart_closed.discard(conversation.id)
             command = parse_command(message.text)
             if command is not None and command_info(command.name) is not None:
                 reply = await self._command(turn, command.name, command.args)
             else:
                 reply = await self._chat(turn)
+            if restart_notice:
+                reply.text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{reply.text}"
             log.info("conversation %s: turn of %d chars answered with %d chars in %.0f ms",
                      conversation.id, len(message.text), len(reply.text), (time.perf_counter() - started) * 1e3)
             return reply

@@ -50,6 +50,8 @@ PROVIDER_FAILED = (
     "Sorry, I couldn't reach my language model just now. Your message is saved; please try again in a moment."
 )
 
+RESTART_ENDED_PRIVATE = "I restarted, so private mode ended. You are in normal mode now."
+
 HANDLER_FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 
 DELETE_SECRET_NOTE = (

@@ -403,16 +403,26 @@ class SqliteStore(MemoryQueries, PrivacyQueries):
             )
             return cur.rowcount
 
-    async def close_crash_open_segments(self) -> int:
-        """At start-up: close every open segment at the end of its stored record (its newest
-        message, or its start when it holds none). Nothing after the restart falls inside it."""
+    async def close_crash_open_segments(self, platforms: frozenset[str] | None = None) -> list[int]:
+        """At start-up: close every open segment (of conversations on `platforms`, or all) at the
+        end of its stored record (its newest message, or its start when it holds none). Nothing
+        after the restart falls inside it. Returns the conversations whose segment was closed."""
+        scope = "" if platforms is None else (
+            " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"
+            f" ({', '.join('?' for _ in platforms)}))"
+        )
+        params = () if platforms is None else tuple(sorted(platforms))
         async with self._tx() as db:
-            cur = await db.execute(
+            async with db.execute(f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope}",
+                                  params) as cur:
+                conversations = [row[0] for row in await cur.fetchall()]
+            await db.execute(
                 "UPDATE segments SET end_reason = 'restart', ended_at = max(started_at, last_activity_at,"
                 " coalesce((SELECT max(created_at) FROM messages WHERE messages.segment_id = segments.id), 0))"
-                " WHERE ended_at IS NULL"
+                f" WHERE ended_at IS NULL{scope}",
+                params,
             )
-            return cur.rowcount
+            return conversations
 
     async def delete_expired_segments(self, now: float) -> int:
         """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it

@@ -81,7 +81,7 @@ def test_after_sigkill_in_private_mode_the_restart_is_normal_and_the_canary_stay
         result = run_companion(["chat"], env, stdin="/mode\nhello after the restart\n")
         raws = list(server.raw_requests)[count:]
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("You are in normal mode.")
+    assert result.stdout.startswith(f"{copy.RESTART_ENDED_PRIVATE}\n\nYou are in normal mode.")
     assert all(CANARY not in wire_text(raw) for raw in raws)  # the capture pass included
     raws = replies_only(raws)
     assert len(raws) == 1

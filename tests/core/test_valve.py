@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from core import copy
@@ -30,7 +31,22 @@ async def test_boot_lands_in_normal_mode_and_never_resumes_private(companion, st
     await restarted.start()
     assert await mode_of(restarted) == "normal"
     reply = await say(restarted, "/mode")
-    assert reply.text.startswith("You are in normal mode.")
+    assert reply.text.startswith(f"{copy.RESTART_ENDED_PRIVATE}\n\nYou are in normal mode.")
+    assert (await say(restarted, "/mode")).text.startswith("You are in normal mode.")  # said once
+
+
+async def test_start_up_closes_only_the_segments_of_the_platforms_it_serves(make_companion, store, provider, clock):
+    companion = await make_companion(allowed_accounts=frozenset({"telegram:7"}))
+    await say(companion, f"/private {PASSPHRASE}", platform="telegram", chat="7", user="7")
+    await say(companion, f"/private {PASSPHRASE}")
+    # `companion chat` starts beside a running gateway: the Telegram interval stays open.
+    config = dataclasses.replace(companion.config, platforms=frozenset({"terminal"}))
+    chat = Companion(store, provider, config, clock=clock)
+    await chat.start()
+    telegram = await conversation_of(chat, "telegram", "7")
+    terminal = await conversation_of(chat)
+    assert (await chat.valve.read(telegram)).is_private
+    assert not (await chat.valve.read(terminal)).is_private
 
 
 async def test_crash_open_interval_is_closed_at_the_end_of_the_stored_record(companion, store, provider, clock):
