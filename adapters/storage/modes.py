@@ -1,0 +1,148 @@
+"""SQL of the mode state: private segments, the valve's attempt log, and adapter offsets."""
+
+from __future__ import annotations
+
+import aiosqlite
+
+from core.model import Segment
+
+_SEGMENT_COLUMNS = (
+    "id, conversation_id, anchor_message_id, started_at, last_activity_at, ended_at, end_reason, expires_at"
+)
+
+
+class ModeQueries:
+    """Mixed into SqliteStore; uses its `_tx`, `_one`, `_all` and `checkpoint`."""
+
+    # --- private segments (the mode state) ---------------------------------
+
+    async def open_segment(self, conversation_id: int, now: float, expires_at: float | None) -> Segment:
+        async with self._tx() as db:
+            async with db.execute(
+                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL",
+                (conversation_id,),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None:
+                return _segment(row)
+            async with db.execute(
+                "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
+            ) as cur:
+                anchor = (await cur.fetchone())[0]
+            cur = await db.execute(
+                "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, anchor, now, now, expires_at),
+            )
+            return Segment(cur.lastrowid, conversation_id, anchor, now, now, None, None, expires_at)
+
+    async def open_segment_of(self, conversation_id: int) -> Segment | None:
+        row = await self._one(
+            f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL"
+            " ORDER BY id DESC LIMIT 1",
+            (conversation_id,),
+        )
+        return _segment(row) if row else None
+
+    async def segments_of(self, conversation_id: int) -> list[Segment]:
+        rows = await self._all(
+            f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        )
+        return [_segment(r) for r in rows]
+
+    async def close_segment(self, segment_id: int, now: float, reason: str) -> bool:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE segments SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
+                (now, reason, segment_id),
+            )
+            return cur.rowcount > 0
+
+    async def close_open_segments(self, conversation_id: int, now: float, reason: str) -> int:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE segments SET ended_at = ?, end_reason = ? WHERE conversation_id = ? AND ended_at IS NULL",
+                (now, reason, conversation_id),
+            )
+            return cur.rowcount
+
+    async def close_crash_open_segments(self, platforms: frozenset[str] | None = None) -> list[int]:
+        """At start-up: close every open segment (of conversations on `platforms`, or all) at the
+        end of its stored record (its newest message, or its start when it holds none). Nothing
+        after the restart falls inside it. Returns the conversations whose segment was closed."""
+        scope = "" if platforms is None else (
+            " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"
+            f" ({', '.join('?' for _ in platforms)}))"
+        )
+        params = () if platforms is None else tuple(sorted(platforms))
+        async with self._tx() as db:
+            async with db.execute(f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope}",
+                                  params) as cur:
+                conversations = [row[0] for row in await cur.fetchall()]
+            await db.execute(
+                "UPDATE segments SET end_reason = 'restart', ended_at = max(started_at, last_activity_at,"
+                " coalesce((SELECT max(created_at) FROM messages WHERE messages.segment_id = segments.id), 0))"
+                f" WHERE ended_at IS NULL{scope}",
+                params,
+            )
+            return conversations
+
+    async def delete_expired_segments(self, now: float) -> int:
+        """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it
+        (messages, summaries, pad entries, tool operations, pending crossings), and a checkpoint
+        leaves none of it in the WAL."""
+        async with self._tx() as db:
+            cur = await db.execute(
+                "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
+            )
+            deleted = cur.rowcount
+        if deleted:
+            await self.checkpoint()
+        return deleted
+
+    # --- adapter state (offsets, cursors) -----------------------------------
+
+    async def get_adapter_state(self, name: str) -> str | None:
+        row = await self._one("SELECT value FROM adapter_state WHERE name = ?", (name,))
+        return row[0] if row else None
+
+    async def set_adapter_state(self, name: str, value: str, now: float) -> None:
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO adapter_state (name, value, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                (name, value, now),
+            )
+
+    # --- the valve's attempt log -------------------------------------------
+
+    async def failed_attempts_since(self, account_id: int, since: float) -> list[float]:
+        rows = await self._all(
+            "SELECT attempted_at FROM valve_attempts WHERE account_id = ? AND attempted_at > ? ORDER BY attempted_at",
+            (account_id, since),
+        )
+        return [r[0] for r in rows]
+
+    async def record_failed_attempt(self, account_id: int, now: float, keep_after: float) -> None:
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO valve_attempts (account_id, attempted_at) VALUES (?, ?)", (account_id, now)
+            )
+            await db.execute("DELETE FROM valve_attempts WHERE attempted_at <= ?", (keep_after,))
+
+    async def clear_failed_attempts(self, account_id: int) -> None:
+        async with self._tx() as db:
+            await db.execute("DELETE FROM valve_attempts WHERE account_id = ?", (account_id,))
+
+
+def _segment(row: aiosqlite.Row) -> Segment:
+    return Segment(
+        row["id"],
+        row["conversation_id"],
+        row["anchor_message_id"],
+        row["started_at"],
+        row["last_activity_at"],
+        row["ended_at"],
+        row["end_reason"],
+        row["expires_at"],
+    )
