@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,8 +42,8 @@ def gateway_env(tmp_path: Path, telegram: FakeTelegramServer, model: FakeOpenAIS
 
 
 def spawn(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    command = shutil.which("companion")
-    argv = [command, "run"] if command else [sys.executable, "-m", "bot", "run"]
+    # This interpreter, not whatever `companion` is first on PATH: the code under test.
+    argv = [sys.executable, "-m", "bot", "run"]
     # cwd: a directory without a .env, so only `env` configures the process.
     return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -144,3 +143,15 @@ def test_companion_run_with_a_rejected_token_stops_with_one_clear_line(
     assert lines == ["companion: COMPANION_TELEGRAM_TOKEN: the Bot API server at "
                      f"{telegram.base_url} rejected the token"]
     assert "Traceback" not in stderr and "not-the-token" not in stderr
+
+
+def test_companion_run_stops_cleanly_on_sigint(tmp_path, servers):
+    telegram, model = servers
+    process = spawn(gateway_env(tmp_path, telegram, model), tmp_path)
+    try:
+        assert say(telegram, process, "hello")  # up and answering
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
