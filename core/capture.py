@@ -15,13 +15,13 @@ from core import copy
 from core.context import split_facts
 from core.errors import ProviderError
 from core.model import ChatMessage, CompletionRequest
-from core.ports import BaseProvider, Clock
+from core.ports import BaseProvider, Clock, MemoryStore
 
 log = logging.getLogger(__name__)
 
 
 class CaptureService:
-    def __init__(self, store, provider: BaseProvider, clock: Clock, timezone: str = "UTC", batch: int = 200) -> None:
+    def __init__(self, store: MemoryStore, provider: BaseProvider, clock: Clock, timezone: str = "UTC", batch: int = 200) -> None:
         self._store = store
         self._provider = provider
         self._clock = clock

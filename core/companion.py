@@ -23,7 +23,7 @@ from core.model import (
     InboundMessage,
     Reply,
 )
-from core.ports import BaseProvider, Clock, SystemClock
+from core.ports import BaseProvider, BaseStore, Clock, SystemClock
 from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
 from core.valve import ModeState, ModeValve
 
@@ -67,7 +67,7 @@ class Companion:
 
     def __init__(
         self,
-        store,
+        store: BaseStore,
         provider: BaseProvider,
         config: CompanionConfig | None = None,
         *,

@@ -17,8 +17,14 @@ from dataclasses import dataclass
 
 from core import copy
 from core.errors import ProviderError
-from core.model import ChatMessage, CompletionRequest, Conversation, Summary, TimelineItem
-from core.ports import BaseProvider, Clock
+from core.model import (
+    ChatMessage,
+    CompletionRequest,
+    Conversation,
+    Summary,
+    TimelineItem,
+)
+from core.ports import BaseProvider, Clock, TimelineStore
 from core.valve import ModeState
 
 log = logging.getLogger(__name__)
@@ -54,7 +60,7 @@ class AssembledContext:
 
 
 class ContextAssembler:
-    def __init__(self, store, persona: Persona, budget: ContextBudget, clock: Clock) -> None:
+    def __init__(self, store: TimelineStore, persona: Persona, budget: ContextBudget, clock: Clock) -> None:
         self._store = store
         self._persona = persona
         self._budget = budget

@@ -210,3 +210,14 @@ class FollowUp:
     text: str
     due_at: float | None
     status: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCapture:
+    """A normal message waiting for the capture job."""
+
+    message_id: int
+    person_id: int
+    role: str
+    text: str
+    created_at: float

@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
-from core.model import Completion, CompletionRequest, InboundMessage, Reply
+from core.model import (
+    Account,
+    Completion,
+    CompletionRequest,
+    Conversation,
+    ConversationKey,
+    FollowUp,
+    Goal,
+    InboundMessage,
+    PadEntry,
+    PendingCapture,
+    RecallHit,
+    Reply,
+    Segment,
+    Summary,
+    TimelineItem,
+)
 
 
 @runtime_checkable
@@ -62,3 +79,134 @@ class AdapterStateStore(Protocol):
     async def get_adapter_state(self, name: str) -> str | None: ...
 
     async def set_adapter_state(self, name: str, value: str, now: float) -> None: ...
+
+
+class TimelineStore(Protocol):
+    """People, conversations, the timeline and its views, summaries and pads."""
+
+    async def ensure_account(self, platform: str, user_id: str, display_name: str | None, now: float) -> Account: ...
+
+    async def ensure_conversation(
+        self, key: ConversationKey, kind: str, person_id: int | None, now: float
+    ) -> Conversation: ...
+
+    async def add_message(
+        self, conversation_id: int, role: str, text: str, now: float, *, segment_id: int | None = None,
+        kind: str = "chat", account_id: int | None = None, run: object | None = None,
+    ) -> int:
+        """Append a message; with a segment it is private and can only be 'skipped' for capture."""
+        ...
+
+    async def view(
+        self, conversation_id: int, *, visible_segment: int | None, after: int, upto: int | None = None,
+        limit: int, newest_first: bool = True,
+    ) -> list[TimelineItem]:
+        """The conversation as one mode sees it: other segments as exactly one placeholder each."""
+        ...
+
+    async def has_items_before(
+        self, conversation_id: int, *, visible_segment: int | None, after: int, before: int, at_least: int
+    ) -> bool: ...
+
+    async def normal_summary(self, conversation_id: int) -> Summary | None: ...
+
+    async def private_summary(self, segment_id: int) -> Summary | None: ...
+
+    async def save_summary(
+        self, conversation_id: int, summary: Summary, now: float, *, segment_id: int | None = None,
+        pad_person_id: int | None = None, pad_facts: tuple[str, ...] = (),
+    ) -> None: ...
+
+    async def normal_pad(self, person_id: int) -> list[PadEntry]: ...
+
+    async def private_pad(self, person_id: int) -> list[PadEntry]: ...
+
+
+class ModeStore(Protocol):
+    """The mode state (open segments) and the valve's attempt log."""
+
+    async def open_segment(self, conversation_id: int, now: float, expires_at: float | None) -> Segment: ...
+
+    async def open_segment_of(self, conversation_id: int) -> Segment | None: ...
+
+    async def close_segment(self, segment_id: int, now: float, reason: str) -> bool: ...
+
+    async def close_open_segments(self, conversation_id: int, now: float, reason: str) -> int: ...
+
+    async def close_crash_open_segments(self, platforms: frozenset[str] | None = None) -> list[int]: ...
+
+    async def delete_expired_segments(self, now: float) -> int: ...
+
+    async def failed_attempts_since(self, account_id: int, since: float) -> list[float]: ...
+
+    async def record_failed_attempt(self, account_id: int, now: float, keep_after: float) -> None: ...
+
+    async def clear_failed_attempts(self, account_id: int) -> None: ...
+
+
+class MemoryStore(Protocol):
+    """Normal-mode memory. Turn-originated writes raise PrivateWriteRefused while the
+    originating conversation (`origin`) has an open segment."""
+
+    async def remember(self, person_id: int, origin: int, text: str, now: float) -> int: ...
+
+    async def forget_pad_entry(self, person_id: int, entry_id: int) -> int: ...
+
+    async def forget_pad_matching(self, person_id: int, text: str) -> int: ...
+
+    async def recall(self, person_id: int, match: str, limit: int = 8) -> list[RecallHit]: ...
+
+    async def add_goal(self, person_id: int, origin: int, title: str, due_at: float | None, now: float) -> int: ...
+
+    async def goals(self, person_id: int, *, include_closed: bool = False) -> list[Goal]: ...
+
+    async def update_goal(
+        self, person_id: int, origin: int, goal_id: int, now: float, *, status: str | None = None,
+        title: str | None = None,
+    ) -> bool: ...
+
+    async def add_followup(
+        self, person_id: int, origin: int, kind: str, text: str, due_at: float | None, now: float
+    ) -> int: ...
+
+    async def followups(self, person_id: int) -> list[FollowUp]: ...
+
+    async def set_followup_status(
+        self, person_id: int, origin: int, followup_id: int, status: str, now: float
+    ) -> bool: ...
+
+    async def record_tool_operation(
+        self, conversation_id: int, segment_id: int | None, tool: str, status: str, args_bytes: int,
+        result_bytes: int, now: float,
+    ) -> None: ...
+
+    async def pending_capture(self, limit: int) -> list[PendingCapture]: ...
+
+    async def save_capture(
+        self, person_id: int, day: str, note: str, facts: tuple[str, ...], message_ids: list[int], now: float
+    ) -> int: ...
+
+    async def save_run(self, run: object) -> None: ...
+
+
+class LifetimeStore(Protocol):
+    """Forgetting, export and confirmed crossings."""
+
+    async def delete_segments_of(self, conversation_id: int) -> int: ...
+
+    async def delete_expired_artifacts(self, now: float) -> int: ...
+
+    def export_items(self, conversation_id: int, *, visible_segment: int | None) -> AsyncIterator[TimelineItem]: ...
+
+    async def segment_items(self, segment_id: int) -> list[TimelineItem]: ...
+
+    async def request_crossing(self, segment_id: int, destination: str, now: float, confirm_by: float) -> int: ...
+
+    async def confirm_crossing(
+        self, segment_id: int, conversation_id: int, filename: str, content: str, now: float,
+        expires_at: float | None,
+    ) -> int | None: ...
+
+
+class BaseStore(TimelineStore, ModeStore, MemoryStore, LifetimeStore, Protocol):
+    """Everything the core asks of storage; adapters.storage.sqlite.SqliteStore implements it."""

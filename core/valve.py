@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from core.durations import describe_seconds, parse_expiry
 from core.model import Account, Conversation, Mode, Segment
-from core.ports import Clock
+from core.ports import Clock, ModeStore
 from core.secrets import InvalidPassphraseHash, PassphraseHash
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class ModeValve:
 
     def __init__(
         self,
-        store,
+        store: ModeStore,
         clock: Clock,
         *,
         passphrase_hash: str | None,

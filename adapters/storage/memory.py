@@ -8,22 +8,11 @@ while the originating conversation has an open private segment.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from core.errors import PrivateWriteRefused
-from core.model import Goal, FollowUp, RecallHit
+from core.model import FollowUp, Goal, PendingCapture, RecallHit
 
 # A write that comes from a turn must not happen while that conversation is private.
 _NO_OPEN_SEGMENT = "NOT EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = :origin AND s.ended_at IS NULL)"
-
-
-@dataclass(frozen=True, slots=True)
-class PendingCapture:
-    message_id: int
-    person_id: int
-    role: str
-    text: str
-    created_at: float
 
 
 class MemoryQueries:
