@@ -20,16 +20,21 @@ class MemoryQueries:
 
     # --- normal pad ---------------------------------------------------------
 
-    async def remember(self, person_id: int, origin: int, text: str, now: float) -> int:
+    async def _insert_unless_private(self, what: str, sql: str, params: dict) -> int:
+        """Run an INSERT ... SELECT ... WHERE <no open segment in :origin>; refuse when it inserted nothing."""
         async with self._tx() as db:
-            cur = await db.execute(
-                "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-                f" SELECT :person, NULL, 'normal', :text, :now WHERE {_NO_OPEN_SEGMENT}",
-                {"person": person_id, "text": text, "now": now, "origin": origin},
-            )
+            cur = await db.execute(f"{sql} WHERE {_NO_OPEN_SEGMENT}", params)
             if cur.rowcount == 0:
-                raise PrivateWriteRefused("memory")
+                raise PrivateWriteRefused(what)
             return cur.lastrowid
+
+    async def remember(self, person_id: int, origin: int, text: str, now: float) -> int:
+        return await self._insert_unless_private(
+            "memory",
+            "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+            " SELECT :person, NULL, 'normal', :text, :now",
+            {"person": person_id, "text": text, "now": now, "origin": origin},
+        )
 
     async def forget_pad_entry(self, person_id: int, entry_id: int) -> int:
         async with self._tx() as db:
@@ -69,15 +74,12 @@ class MemoryQueries:
     # --- goals ------------------------------------------------------------------
 
     async def add_goal(self, person_id: int, origin: int, title: str, due_at: float | None, now: float) -> int:
-        async with self._tx() as db:
-            cur = await db.execute(
-                "INSERT INTO goals (person_id, conversation_id, title, due_at, created_at, updated_at)"
-                f" SELECT :person, :origin, :title, :due, :now, :now WHERE {_NO_OPEN_SEGMENT}",
-                {"person": person_id, "origin": origin, "title": title, "due": due_at, "now": now},
-            )
-            if cur.rowcount == 0:
-                raise PrivateWriteRefused("goal")
-            return cur.lastrowid
+        return await self._insert_unless_private(
+            "goal",
+            "INSERT INTO goals (person_id, conversation_id, title, due_at, created_at, updated_at)"
+            " SELECT :person, :origin, :title, :due, :now, :now",
+            {"person": person_id, "origin": origin, "title": title, "due": due_at, "now": now},
+        )
 
     async def goals(self, person_id: int, *, include_closed: bool = False) -> list[Goal]:
         status = "" if include_closed else " AND status = 'active'"
@@ -103,15 +105,12 @@ class MemoryQueries:
     async def add_followup(
         self, person_id: int, origin: int, kind: str, text: str, due_at: float | None, now: float
     ) -> int:
-        async with self._tx() as db:
-            cur = await db.execute(
-                "INSERT INTO followups (person_id, conversation_id, kind, text, due_at, created_at, updated_at)"
-                f" SELECT :person, :origin, :kind, :text, :due, :now, :now WHERE {_NO_OPEN_SEGMENT}",
-                {"person": person_id, "origin": origin, "kind": kind, "text": text, "due": due_at, "now": now},
-            )
-            if cur.rowcount == 0:
-                raise PrivateWriteRefused("follow-up")
-            return cur.lastrowid
+        return await self._insert_unless_private(
+            "follow-up",
+            "INSERT INTO followups (person_id, conversation_id, kind, text, due_at, created_at, updated_at)"
+            " SELECT :person, :origin, :kind, :text, :due, :now, :now",
+            {"person": person_id, "origin": origin, "kind": kind, "text": text, "due": due_at, "now": now},
+        )
 
     async def followups(self, person_id: int) -> list[FollowUp]:
         rows = await self._all(

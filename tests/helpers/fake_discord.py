@@ -202,16 +202,7 @@ class FakeDiscordServer(LoopbackServer):
         app.router.add_delete(f"{api}/channels/{{channel_id}}/messages/{{message_id}}", self._delete_message)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/gateway/", self._gateway)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self.port = runner.addresses[0][1]
+        await self._bind(app)
 
     async def aclose(self) -> None:
         """Close every gateway connection and stop serving; safe to call twice."""

@@ -125,17 +125,7 @@ class FakeOpenAIServer(LoopbackServer):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_get("/v1/models", self._models)
-        # handler_cancellation: a client that gave up (timeout) ends its delayed handler.
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self.port = runner.addresses[0][1]
+        await self._bind(app)
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     async def aclose(self) -> None:

@@ -150,16 +150,7 @@ class FakeTelegramServer(LoopbackServer):
         self._loop = asyncio.get_running_loop()
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self.port = runner.addresses[0][1]
+        await self._bind(app)
         self.base_url = f"http://127.0.0.1:{self.port}/bot"
 
     async def aclose(self) -> None:

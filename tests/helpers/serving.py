@@ -15,6 +15,22 @@ class LoopbackServer:
     """Subclasses implement `start()` (binding 127.0.0.1, setting `port`) and `aclose()`."""
 
     port: int | None = None
+    _runner = None
+
+    async def _bind(self, app) -> None:
+        """Serve `app` on 127.0.0.1 at a free port; set `port`. Cleans up if binding fails."""
+        from aiohttp import web
+
+        # handler_cancellation: a client that gave up (timeout) ends its delayed handler.
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = runner.addresses[0][1]
 
     async def start(self) -> None:
         raise NotImplementedError
