@@ -62,3 +62,11 @@ ALIASES = {"start": "help"}
 def command_info(name: str) -> CommandInfo | None:
     name = ALIASES.get(name, name)
     return next((c for c in COMMANDS if c.name == name), None)
+
+
+def looks_like_secret_command(name: str) -> bool:
+    """A mistyped secret command (`/privte PASS`) may carry the secret too: treat it as one."""
+    import difflib
+
+    secret = [c.name for c in COMMANDS if c.secret]
+    return bool(difflib.get_close_matches(name, secret, n=1, cutoff=0.7))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from core import copy
 from core.analytics import RunRecorder
 from core.capture import CaptureService
-from core.commands import COMMANDS, MEMORY_COMMANDS, command_info, parse_command
+from core.commands import COMMANDS, MEMORY_COMMANDS, command_info, looks_like_secret_command, parse_command
 from core.context import ContextAssembler, ContextBudget, Persona
 from core.errors import PrivateWriteRefused, ProviderError
 from core.memory import run_memory_command
@@ -149,6 +149,11 @@ class Companion:
             command = parse_command(message.text)
             if command is not None and command_info(command.name) is not None:
                 reply = await self._command(turn, command.name, command.args)
+            elif command is not None:
+                # Not stored, not sent to the model: a mistyped /private may carry the passphrase.
+                secret = looks_like_secret_command(command.name) and bool(command.args)
+                reply = Reply(f"I don't know /{command.name}. /help lists the commands."
+                              + (" Nothing of that message was kept." if secret else ""), delete_inbound=secret)
             else:
                 reply = await self._chat(turn)
             if restart_notice:

@@ -310,3 +310,12 @@ def test_config_is_frozen():
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         CompanionConfig().passphrase_hash = "x"  # type: ignore[misc]
+
+
+async def test_a_mistyped_private_command_is_neither_stored_nor_sent_and_is_deleted(companion, store, provider):
+    reply = await say(companion, "/privte my-passphrase")
+    assert reply.text.startswith("I don't know /privte") and reply.delete_inbound
+    assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]
+    assert provider.requests == []
+    other = await say(companion, "/shrug")
+    assert other.text.startswith("I don't know /shrug") and not other.delete_inbound
