@@ -250,7 +250,10 @@ class Companion:
             current = await self.valve.read(conversation)
             if current.mode is not state.mode or (state.is_private and current.segment.id != state.segment.id):
                 return
-            await self.context.fold(conversation, current, self.provider)
+            try:
+                await self.context.fold(conversation, current, self.provider)
+            except Exception as exc:  # noqa: BLE001 - e.g. the segment expired meanwhile; retried next turn
+                log.warning("summary fold for conversation %s failed (%s)", conversation.id, type(exc).__name__)
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
