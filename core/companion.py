@@ -92,6 +92,7 @@ class Companion:
         self._background: set[asyncio.Task] = set()
         # Conversations whose private mode the restart ended: their next reply says so first.
         self._restart_closed: set[int] = set()
+        self._resolved: dict[tuple[str, str, str], tuple[Account, Conversation]] = {}
 
     # --- lifecycle --------------------------------------------------------
 
@@ -139,10 +140,7 @@ class Companion:
         async with lock:
             started = time.perf_counter()
             now = self.clock.now()
-            account = await self.store.ensure_account(message.platform, message.user_id, message.user_name, now)
-            conversation = await self.store.ensure_conversation(
-                message.key, "direct" if message.is_direct else "group", account.person_id, now
-            )
+            account, conversation = await self._resolve(message, now)
             turn = Turn(message, account, conversation)
             restart_notice = conversation.id in self._restart_closed
             self._restart_closed.discard(conversation.id)
@@ -161,6 +159,22 @@ class Companion:
             log.info("conversation %s: turn of %d chars answered with %d chars in %.0f ms",
                      conversation.id, len(message.text), len(reply.text), (time.perf_counter() - started) * 1e3)
             return reply
+
+    async def _resolve(self, message: InboundMessage, now: float) -> tuple[Account, Conversation]:
+        """The account and conversation of a message; ids never change, so they are cached
+        (bounded) and the common turn reads neither table."""
+        key = (message.platform, message.user_id, message.chat_id)
+        known = self._resolved.get(key)
+        if known is not None:
+            return known
+        account = await self.store.ensure_account(message.platform, message.user_id, message.user_name, now)
+        conversation = await self.store.ensure_conversation(
+            message.key, "direct" if message.is_direct else "group", account.person_id, now
+        )
+        if len(self._resolved) >= 4096:
+            self._resolved.clear()
+        self._resolved[key] = (account, conversation)
+        return account, conversation
 
     async def _chat(self, turn: Turn) -> Reply:
         conversation = turn.conversation
