@@ -7,7 +7,7 @@ import io
 import logging
 import secrets
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import aiohttp
 
@@ -22,6 +22,7 @@ from adapters.text import split_message
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.errors import CompanionError
 from core.model import Attachment, InboundMessage, Reply
+from core.ports import MessageHandler
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +34,6 @@ NO_MENTIONS = discord.AllowedMentions.none()
 # (after `retry_after`) and 500/502/504/524 (up to five tries); what reaches us here is
 # a dropped connection, a timeout, or a server error that outlasted those tries.
 _TRANSIENT = (discord.DiscordServerError, discord.RateLimited, aiohttp.ClientError, OSError, asyncio.TimeoutError)
-
-Handler = Callable[[InboundMessage], Awaitable[Reply | None]]
 
 
 class DiscordStartError(CompanionError):
@@ -65,7 +64,7 @@ class DiscordAdapter:
     def __init__(
         self,
         token: str,
-        handler: Handler,
+        handler: MessageHandler,
         commands: Iterable[tuple[str, str]] = (),
         *,
         api_base: str | None = None,

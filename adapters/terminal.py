@@ -6,11 +6,11 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from collections.abc import Awaitable, Callable
 from typing import TextIO
 
 from core.copy import HANDLER_FAILED
 from core.model import InboundMessage, Reply
+from core.ports import MessageHandler
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class TerminalChat:
 
     def __init__(
         self,
-        handler: Callable[[InboundMessage], Awaitable[Reply | None]],
+        handler: MessageHandler,
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         interactive: bool | None = None,

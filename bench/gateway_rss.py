@@ -20,6 +20,7 @@ from aiohttp import web
 
 from bench._common import child_env
 from bench._proc import console_script, import_report, parse_importtime, run_child
+from tests.helpers.serving import LoopbackServer
 
 BUDGET_MB = 60.0  # decimal megabytes, as the budget is written
 TOKEN = "123456:BENCH-fake-token"
@@ -28,7 +29,7 @@ _OK_TRUE = {"ok": True, "result": True}
 _ME = {"ok": True, "result": {"id": 1, "is_bot": True, "first_name": "b", "username": "b_bot"}}
 
 
-class FakeBotApi:
+class FakeBotApi(LoopbackServer):
     """Just enough of the Telegram Bot API for an adapter to start and idle: getMe, webhook and
     command calls succeed, getUpdates long-polls a second and returns nothing."""
 
@@ -44,16 +45,9 @@ class FakeBotApi:
             return
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, "127.0.0.1", 0).start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
+        await self._bind(app)
         # python-telegram-bot's convention: base_url + token + "/" + method.
-        self.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}/bot"
+        self.base_url = f"http://127.0.0.1:{self.port}/bot"
 
     async def aclose(self) -> None:
         runner, self._runner = self._runner, None

@@ -13,9 +13,6 @@ class ParsedCommand:
     name: str
     args: str
 
-    def words(self) -> list[str]:
-        return self.args.split()
-
 
 def parse_command(text: str) -> ParsedCommand | None:
     """`/name args`, also `/name@botname args` as Telegram writes it in groups."""

@@ -6,10 +6,9 @@
     │   ├── ProviderRateLimited  429 after retries
     │   ├── ProviderRejected     4xx other than 429 (bad key, unknown model, bad request)
     │   └── ProviderBadResponse  the reply was not the JSON we expect
-    ├── StoreError               the database failed or refused
-    │   ├── MigrationError       the schema cannot be brought to this code's version
-    │   └── PrivateWriteRefused  a lasting write was attempted while the conversation is private
-    └── CommandError             a chat command had bad arguments (the message says which)
+    └── StoreError               the database failed or refused
+        ├── MigrationError       the schema cannot be brought to this code's version
+        └── PrivateWriteRefused  a lasting write was attempted while the conversation is private
 """
 
 from __future__ import annotations
@@ -58,7 +57,3 @@ class PrivateWriteRefused(StoreError):
     def __init__(self, what: str) -> None:
         super().__init__(f"private mode writes no {what}")
         self.what = what
-
-
-class CommandError(CompanionError):
-    """A chat command was used wrongly; the message is shown to the user as is."""

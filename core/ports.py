@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from core.model import (
@@ -58,8 +58,8 @@ class BaseChatAdapter(Protocol):
         ...
 
 
-class MessageHandler(Protocol):
-    async def __call__(self, message: InboundMessage) -> Reply | None: ...
+# What an adapter calls with each inbound message (Companion.handle).
+MessageHandler = Callable[[InboundMessage], Awaitable[Reply | None]]
 
 
 class Clock(Protocol):

@@ -339,14 +339,6 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         )
         return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
 
-    async def add_normal_pad_entry(self, person_id: int, text: str, now: float) -> int:
-        async with self._tx() as db:
-            cur = await db.execute(
-                "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, NULL, 'normal', ?, ?)",
-                (person_id, text, now),
-            )
-            return cur.lastrowid
-
 def _timeline_order(item: TimelineItem) -> tuple[int, int, int]:
     # A placeholder stands right after the message that preceded its interval.
     return (item.position, 1 if item.is_placeholder else 0, item.masked_segment_id or 0)

@@ -8,7 +8,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
@@ -23,10 +23,9 @@ from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.errors import CompanionError
 from core.model import InboundMessage, Reply
 from core.ports import AdapterStateStore
+from core.ports import MessageHandler as CoreHandler
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[InboundMessage], Awaitable["Reply | None"]]
 
 
 class TelegramStartError(CompanionError):
@@ -50,7 +49,7 @@ class TelegramAdapter:
     def __init__(
         self,
         token: str,
-        handler: Handler,
+        handler: CoreHandler,
         commands: Sequence[tuple[str, str]] = (),
         base_url: str | None = None,
         state: AdapterStateStore | None = None,

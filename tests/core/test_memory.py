@@ -41,8 +41,7 @@ async def test_a_private_turn_never_receives_memory_goal_or_followup_tools(compa
 def test_the_private_tool_set_is_decided_by_capability_tags_alone():
     # "A goal tool is hidden while scheduling tools remain exposed" cannot happen: every tool
     # is in the private set exactly when none of its tags is forbidden there.
-    from core.model import Conversation
-    from core.model import Segment
+    from core.model import Conversation, Segment
 
     registry = default_tools()
     conversation = Conversation(1, "terminal", "t", "direct", 1)

@@ -150,7 +150,7 @@ async def test_normal_summary_input_holds_zero_private_characters(make_companion
 async def test_the_private_pad_is_never_loaded_in_normal_mode(companion, store, provider):
     await say(companion, "hi")
     conversation = await conversation_of(companion)
-    await store.add_normal_pad_entry(conversation.person_id, "likes tea", 1.0)
+    await store.remember(conversation.person_id, conversation.id, "likes tea", 1.0)
     await say(companion, f"/private {PASSPHRASE}")
     await say(companion, "x")
     (segment,) = await store.segments_of(conversation.id)
@@ -211,7 +211,7 @@ async def test_a_group_conversation_never_loads_a_personal_pad(make_companion, s
     companion = await make_companion(allowed_accounts=frozenset({"telegram:5"}))
     await say(companion, "hi", platform="telegram", chat="5", user="5")
     direct = await conversation_of(companion, "telegram", "5")
-    await store.add_normal_pad_entry(direct.person_id, "PERSONAL-FACT", 1.0)
+    await store.remember(direct.person_id, direct.id, "PERSONAL-FACT", 1.0)
     await say(companion, "hi all", platform="telegram", chat="-100", user="5", direct=False)
     assert "PERSONAL-FACT" not in request_text(provider.last_reply_request())
 
