@@ -20,8 +20,9 @@ from discord.http import HTTPClient, Route
 
 from adapters.text import split_message
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
-from core.errors import CompanionError
-from core.model import Attachment, InboundMessage, Reply
+from core.errors import CompanionError, DeliveryFailed
+from core.model import Attachment, InboundMessage, OutboundDelivery, Reply
+from core.outbox import Outbox
 from core.ports import MessageHandler
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class DiscordAdapter:
         retry_delays: Sequence[float] = (1.0, 4.0, 15.0),
         typing_interval: float = 8.0,
         shutdown_grace: float = 10.0,
+        outbox: Outbox | None = None,
     ) -> None:
         self._token = token
         self._handler = handler
@@ -85,6 +87,7 @@ class DiscordAdapter:
         self._retry_delays = tuple(retry_delays)
         self._typing_interval = typing_interval
         self._shutdown_grace = shutdown_grace
+        self._outbox = outbox
         self._client: _CompanionClient | None = None
         self._connection: asyncio.Task | None = None
         self._turns: set[asyncio.Task] = set()
@@ -118,6 +121,8 @@ class DiscordAdapter:
         except BaseException:
             await self.aclose()
             raise
+        if self._outbox is not None:
+            self._outbox.register(self)
         log.info("discord: connected as bot %s", self.bot_user_id)
 
     async def aclose(self) -> None:
@@ -127,12 +132,16 @@ class DiscordAdapter:
         if client is None:
             return
         if self._turns:
+            # Turns in flight may finish (bounded); one cut off stays an open turn in the store,
+            # and the next start answers it.
             done, pending = await asyncio.wait(set(self._turns), timeout=self._shutdown_grace)
             for task in pending:
                 task.cancel()
             if pending:
                 log.warning("discord: %d turns still running at shutdown were cancelled", len(pending))
                 await asyncio.gather(*pending, return_exceptions=True)
+        if self._outbox is not None:
+            self._outbox.unregister(self)
         await client.close()
         connection, self._connection = self._connection, None
         if connection is not None:
@@ -276,6 +285,7 @@ class DiscordAdapter:
             is_direct=direct,
             message_id=str(message.id),
             user_name=author.display_name,
+            sent_at=message.created_at.timestamp(),
         )
 
     def _mention_tokens(self, message: discord.Message) -> list[str]:
@@ -327,6 +337,29 @@ class DiscordAdapter:
 
     # --- outbound -----------------------------------------------------------
 
+    async def send_delivery(self, delivery: OutboundDelivery) -> int:
+        """core.ports.BaseSender: send an outbox row from part `parts_sent` on. Each part carries a
+        nonce derived from the row, so a part sent again after a crash between send and mark
+        is not doubled (Discord keeps nonces for a few minutes)."""
+        client = self._client
+        if client is None:
+            raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
+        target = delivery.target
+        channel = client.get_channel(int(target.chat_id)) or client.get_partial_messageable(int(target.chat_id))
+        chunks = split_message(delivery.text, MESSAGE_LIMIT)
+        for index in range(delivery.parts_sent, len(chunks)):
+            reference = None
+            if index == 0 and target.reply_to:
+                reference = discord.MessageReference(
+                    message_id=int(target.reply_to), channel_id=int(target.chat_id), fail_if_not_exists=False
+                )
+            try:
+                await self._send_part(channel, chunks[index], reference=reference, attachments=(),
+                                      nonce=f"{delivery.nonce}{index:03d}")
+            except DeliveryFailed as exc:
+                raise DeliveryFailed(exc.kind, permanent=exc.permanent, parts_sent=index) from exc
+        return len(chunks)
+
     async def _deliver(self, message: discord.Message, inbound: InboundMessage, reply: Reply) -> None:
         channel = message.channel
         text = reply.text
@@ -337,6 +370,14 @@ class DiscordAdapter:
                 text = f"{text}\n\n{DELETE_SECRET_NOTE}"
         elif not inbound.is_direct:
             reference = message.to_reference(fail_if_not_exists=False)
+        if reply.delivery_id is not None and self._outbox is not None:
+            # A pending outbox row already: sent and marked now, or later by the dispatcher.
+            if text != reply.text:
+                await self._outbox.append_text(reply.delivery_id, text[len(reply.text):])
+            await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
+            if reply.attachments:
+                await self._send(channel, None, reference=None, attachments=reply.attachments)
+            return
         chunks: list[str | None] = list(split_message(text, MESSAGE_LIMIT))
         if not chunks and not reply.attachments:
             return
@@ -378,9 +419,30 @@ class DiscordAdapter:
         reference: discord.MessageReference | None,
         attachments: Sequence[Attachment],
     ) -> bool:
-        """Send one message, again after transient failures; the nonce makes a repeat a no-op at Discord."""
-        nonce = secrets.randbits(63)  # enforce_nonce: Discord returns the first message for a repeated nonce
+        """Send one message directly (no outbox row); False when it could not be sent."""
+        try:
+            await self._send_part(channel, content, reference=reference, attachments=attachments,
+                                  nonce=str(secrets.randbits(63)))
+        except DeliveryFailed:
+            return False
+        return True
+
+    async def _send_part(
+        self,
+        channel: discord.abc.Messageable,
+        content: str | None,
+        *,
+        reference: discord.MessageReference | None,
+        attachments: Sequence[Attachment],
+        nonce: str,
+    ) -> None:
+        """Send one message, again after transient failures; the nonce makes a repeat a no-op at Discord.
+
+        Raises:
+            DeliveryFailed: permanent when Discord refused it (4xx), else transient.
+        """
         attempts = (0.0, *self._retry_delays)
+        last = "unknown"
         for attempt, delay in enumerate(attempts, start=1):
             if delay:
                 await asyncio.sleep(delay)
@@ -390,15 +452,16 @@ class DiscordAdapter:
                 await channel.send(
                     content, reference=reference, allowed_mentions=NO_MENTIONS, nonce=nonce, files=files,
                 )
-                return True
+                return
             except _TRANSIENT as exc:
+                last = type(exc).__name__
                 log.warning("discord: sending to channel %s failed (%s), attempt %d of %d",
-                            getattr(channel, "id", "?"), type(exc).__name__, attempt, len(attempts))
+                            getattr(channel, "id", "?"), last, attempt, len(attempts))
             except discord.HTTPException as exc:
                 log.error("discord: channel %s refused a message (%s, code %s)",
                           getattr(channel, "id", "?"), exc.status, exc.code)
-                return False
-        return False
+                raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
+        raise DeliveryFailed(last, permanent=False, parts_sent=0)
 
 
 def _network_cause(exc: BaseException | None) -> BaseException | None:

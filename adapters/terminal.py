@@ -57,7 +57,8 @@ class TerminalChat:
             self._count += 1
             try:
                 reply = await self._handler(
-                    InboundMessage("terminal", "terminal", "owner", text, is_direct=True, message_id=str(self._count))
+                    # No message id: a line has no platform id to deduplicate by (and none survives a restart).
+                    InboundMessage("terminal", "terminal", "owner", text, is_direct=True)
                 )
             except Exception as exc:  # noqa: BLE001 - one failed turn must not end the chat
                 log.error("terminal: turn %d failed in the core (%s)", self._count, type(exc).__name__)

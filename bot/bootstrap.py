@@ -54,7 +54,15 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
         stack.push_async_callback(store.aclose)
         provider = build_provider(settings)
         stack.push_async_callback(provider.aclose)
-        companion = Companion(store, provider, companion_config(settings, platforms))
+        outbox = None
+        if platforms - {"terminal"}:  # the terminal prints its replies; nothing to deliver later
+            from adapters.storage.outbox import SqliteOutboxStore
+            from core.outbox import Outbox
+            from core.ports import SystemClock
+
+            outbox = Outbox(SqliteOutboxStore(store), SystemClock(), base_delay=settings.outbox_retry_seconds,
+                            max_delay=settings.outbox_max_retry_seconds)
+        companion = Companion(store, provider, companion_config(settings, platforms), outbox=outbox)
         await companion.start()
         stack.push_async_callback(companion.aclose)
         yield companion

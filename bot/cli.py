@@ -60,11 +60,14 @@ def main(argv: list[str] | None = None) -> int:
 async def _chat(settings) -> int:
     from adapters.terminal import TerminalChat
     from bot.bootstrap import open_companion
+    from bot.instance import CHAT, InstanceLock
 
-    async with open_companion(settings, frozenset({"terminal"})) as companion:
-        await TerminalChat(companion.handle).run()
-        await companion.aclose()  # let a pending summary fold finish first
-        await companion.capture.run_once()  # the gateway does this on a schedule
+    # Before the store opens: a second chat's start-up would close the first one's private segment.
+    with InstanceLock(settings.db_path, CHAT):
+        async with open_companion(settings, frozenset({"terminal"})) as companion:
+            await TerminalChat(companion.handle).run()
+            await companion.aclose()  # let a pending summary fold finish first
+            await companion.capture.run_once()  # the gateway does this on a schedule
     return 0
 
 
@@ -78,8 +81,13 @@ def _backup_or_restore(settings, command: str, where: str) -> int:
         print(f"backup written to {result.path} ({result.size} bytes, no private rows); "
               f"{len(result.pruned)} backups older than {settings.backup_retention_days:g} days pruned")
         return 0
-    restore(path, settings.db_path)
-    asyncio.run(_apply_migrations(settings))
+    from bot.instance import CHAT, RUN, InstanceLock
+
+    # Both roles' locks: nothing may serve from the database while it is replaced.
+    with InstanceLock(settings.db_path, RUN, purpose="restore"), \
+            InstanceLock(settings.db_path, CHAT, purpose="restore"):
+        restore(path, settings.db_path)
+        asyncio.run(_apply_migrations(settings))
     print(f"restored {path} into {settings.db_path}; private rows dropped and expiry applied")
     return 0
 

@@ -9,6 +9,7 @@ import sys
 from contextlib import AsyncExitStack
 
 from bot.bootstrap import open_companion
+from bot.instance import RUN, InstanceLock
 from bot.scheduler import Job, SchedulerService
 from bot.settings import Settings
 
@@ -33,6 +34,8 @@ def build_adapters(settings: Settings, companion) -> list:
             commands=companion.command_list(),
             base_url=settings.telegram_base_url,
             state=companion.store,
+            outbox=companion.outbox,
+            drain_timeout=settings.llm_timeout,
         ))
     if settings.discord_token:
         from adapters.discord import DiscordAdapter
@@ -43,6 +46,8 @@ def build_adapters(settings: Settings, companion) -> list:
             commands=companion.command_list(),
             api_base=settings.discord_api_base,
             gateway_url=settings.discord_gateway_url,
+            outbox=companion.outbox,
+            shutdown_grace=settings.llm_timeout,
         ))
     return adapters
 
@@ -59,26 +64,52 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         except (NotImplementedError, RuntimeError):  # not the main thread, or not POSIX
             pass
     async with AsyncExitStack() as stack:
+        # Before the store opens: a second gateway would answer every message again.
+        stack.enter_context(InstanceLock(settings.db_path, RUN))
         platforms = frozenset(
             name for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token)) if token
         )
         companion = await stack.enter_async_context(open_companion(settings, platforms))
-        scheduler = SchedulerService([
+        jobs = [
             Job("expiry-sweep", 60.0, companion.sweep),
             Job("capture", 300.0, companion.capture.run_once),
-        ])
+        ]
+        if companion.outbox is not None:
+            jobs.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
+            jobs.append(Job("outbox-prune", 3600.0, companion.outbox.prune))
+        scheduler = SchedulerService(jobs)
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)
-        for adapter in build_adapters(settings, companion):
-            stack.push_async_callback(adapter.aclose)  # safe to call even if start never finished
+        adapters = build_adapters(settings, companion)
+        # Stopped together, so each one's in-flight turns get the whole grace period (the
+        # model timeout); safe to call even if a start never finished.
+        stack.push_async_callback(_close_all, adapters)
+        for adapter in adapters:
             if not await _unless_stopped(adapter.start(), stop):
                 log.info("stopped while adapter %s was starting", adapter.name)
                 return 0
             log.info("adapter %s started", adapter.name)
+        # Turns the last process died in, answered now that replies can be sent.
+        recovery = asyncio.create_task(companion.answer_open_turns(), name="answer-open-turns")
+        stack.push_async_callback(_finish_task, recovery)
+        if companion.outbox is not None:
+            await _unless_stopped(companion.outbox.dispatch_due(), stop)  # what the last process left pending
         log.info("gateway running")
         await stop.wait()
         log.info("stopping")
     return 0
+
+
+async def _close_all(adapters: list) -> None:
+    results = await asyncio.gather(*(adapter.aclose() for adapter in adapters), return_exceptions=True)
+    for adapter, result in zip(adapters, results):
+        if isinstance(result, Exception):
+            log.warning("adapter %s did not close cleanly (%s)", adapter.name, type(result).__name__)
+
+
+async def _finish_task(task: asyncio.Task) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _unless_stopped(coro, stop: asyncio.Event) -> bool:

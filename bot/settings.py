@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = None
     llm_model: str = "default"
     llm_timeout: float = Field(60.0, gt=0, le=600)
+    # The outbox: how often due deliveries are sent again, and the backoff between tries.
+    outbox_tick_seconds: float = Field(5.0, gt=0, le=3600)
+    outbox_retry_seconds: float = Field(2.0, gt=0, le=3600)
+    outbox_max_retry_seconds: float = Field(300.0, gt=0, le=86400)
 
     telegram_token: SecretStr | None = None
     telegram_base_url: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import weakref
@@ -20,9 +21,12 @@ from core.model import (
     ChatMessage,
     CompletionRequest,
     Conversation,
+    DeliveryTarget,
     InboundMessage,
+    OpenTurn,
     Reply,
 )
+from core.outbox import Outbox
 from core.ports import BaseProvider, BaseStore, Clock, SystemClock
 from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
 from core.valve import ModeState, ModeValve
@@ -30,6 +34,11 @@ from core.valve import ModeState, ModeValve
 log = logging.getLogger(__name__)
 
 OWNER_PLATFORMS = frozenset({"terminal"})  # the person at the terminal is the owner
+# Platform timestamps (Telegram's are whole seconds) and our clock may differ a little; a message
+# this close to a restart is taken to be from before it (the fail-closed direction).
+SENT_AT_MARGIN = 5.0
+# A turn a restart cut off is answered when it is younger than this; older ones are asked again.
+ANSWER_CUT_OFF_TURNS_WITHIN = 10 * 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,7 @@ class Turn:
     message: InboundMessage
     account: Account
     conversation: Conversation
+    restart_notice: bool = False  # a restart ended this conversation's private mode: say so first
 
 
 class Companion:
@@ -73,12 +83,14 @@ class Companion:
         *,
         clock: Clock | None = None,
         tools: ToolRegistry | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.config = config or CompanionConfig()
         self.store = store
         self.provider = provider
         self.clock = clock or SystemClock()
         self.tools = tools or default_tools()
+        self.outbox = outbox
         self.valve = ModeValve(
             store, self.clock,
             passphrase_hash=self.config.passphrase_hash,
@@ -93,26 +105,69 @@ class Companion:
         # Conversations whose private mode the restart ended: their next reply says so first.
         self._restart_closed: set[int] = set()
         self._resolved: dict[tuple[str, str, str], tuple[Account, Conversation]] = {}
+        # Conversations whose private interval this start closed: a message sent before the start
+        # belongs to that interval, also when its segment expired (was deleted) at this start.
+        self._closed_at_start: set[int] = set()
+        self._started_at = self.clock.now()
 
     # --- lifecycle --------------------------------------------------------
 
     async def start(self) -> None:
-        """Crash semantics first: close intervals left open, delete what expired while down."""
-        closed = await self.store.close_crash_open_segments(self.config.platforms)
+        """Crash semantics first: close intervals left open, delete what expired while down
+        (segments and crossing artifacts); each deletion also finishes a checkpoint a reader
+        blocked before the stop, so deleted text leaves the database files."""
+        self._started_at = self.clock.now()
+        closed = await self.store.close_crash_open_segments(self.config.platforms, now=self._started_at)
         self._restart_closed.update(closed)
+        self._closed_at_start.update(closed)
         expired = await self.store.delete_expired_segments(self.clock.now())
-        if closed or expired:
-            log.info("start-up: closed open segments in %d conversations, deleted %d expired", len(closed), expired)
+        artifacts = await self.store.delete_expired_artifacts(self.clock.now())
+        if closed or expired or artifacts:
+            log.info("start-up: closed open segments in %d conversations, deleted %d expired segments"
+                     " and %d expired artifacts", len(closed), expired, artifacts)
 
     async def aclose(self) -> None:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
     async def sweep(self) -> int:
-        """Scheduled: delete expired segments and artifacts past their retention.
+        """Scheduled: delete expired segments and artifacts past their retention, and finish a
+        checkpoint a reader blocked earlier (the store keeps it owed in a durable flag).
         Idle and expiry also end private mode at read time."""
         await self.store.delete_expired_artifacts(self.clock.now())
         return await self.store.delete_expired_segments(self.clock.now())
+
+    async def answer_open_turns(self) -> int:
+        """After start-up, once the adapters can send: answer each normal turn the last process
+        died in (younger than ten minutes), or ask for it again (older). Returns how many."""
+        turns = await self.store.open_turns(self.config.platforms)
+        for open_turn in turns:
+            try:
+                await self._answer_open_turn(open_turn)
+            except Exception as exc:  # noqa: BLE001 - one conversation must not stop the others
+                log.warning("conversation %s: answering a cut-off turn failed (%s)",
+                            open_turn.conversation.id, type(exc).__name__)
+        if turns:
+            log.info("start-up: %d turns cut off by the last stop were answered", len(turns))
+        return len(turns)
+
+    async def _answer_open_turn(self, open_turn: OpenTurn) -> None:
+        conversation = open_turn.conversation
+        message = InboundMessage(conversation.platform, conversation.chat_id, "", "", conversation.is_direct,
+                                 message_id=open_turn.platform_message_id)
+        account = Account(open_turn.account_id or 0, conversation.person_id or 0, conversation.platform, "")
+        async with self._lock_of(conversation.platform, conversation.chat_id):
+            state = await self.valve.read(conversation)
+            if state.is_private or state.unreadable:
+                return  # the person went on in private mode meanwhile: that turn is left unread
+            turn = Turn(message, account, conversation)
+            if self.clock.now() - open_turn.created_at < ANSWER_CUT_OFF_TURNS_WITHIN:
+                reply = await self._answer(turn, state, open_turn.message_id)
+            else:
+                reply = await self._finish(turn, copy.MISSED_IN_RESTART, stored_text=copy.MISSED_IN_RESTART,
+                                           answers=open_turn.message_id)
+        if reply.delivery_id is not None and self.outbox is not None:
+            await self.outbox.deliver(conversation.id, reply.delivery_id)
 
     def command_list(self) -> list[tuple[str, str]]:
         return [(c.name, c.description) for c in COMMANDS]
@@ -125,7 +180,8 @@ class Companion:
     # --- the turn ---------------------------------------------------------
 
     async def handle(self, message: InboundMessage) -> Reply | None:
-        """Answer one inbound message. Returns None when the companion stays silent."""
+        """Answer one inbound message. Returns None when the companion stays silent (a
+        redelivered message, a repeated refusal)."""
         if not self.is_allowed(message):
             # Nothing of it is stored; one refusal per account per run, then silence.
             if message.account in self._refused:
@@ -133,32 +189,36 @@ class Companion:
             self._refused.add(message.account)
             log.info("refused %s account (not allowed)", message.platform)
             return Reply(copy.NOT_ALLOWED)
-        key = (message.platform, message.chat_id)
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        async with lock:
+        async with self._lock_of(message.platform, message.chat_id):
             started = time.perf_counter()
             now = self.clock.now()
             account, conversation = await self._resolve(message, now)
-            turn = Turn(message, account, conversation)
-            restart_notice = conversation.id in self._restart_closed
-            self._restart_closed.discard(conversation.id)
+            turn = Turn(message, account, conversation, restart_notice=conversation.id in self._restart_closed)
             command = parse_command(message.text)
             if command is not None and command_info(command.name) is not None:
                 reply = await self._command(turn, command.name, command.args)
             elif command is not None:
                 # Not stored, not sent to the model: a mistyped /private may carry the passphrase.
                 secret = looks_like_secret_command(command.name) and bool(command.args)
-                reply = Reply(f"I don't know /{command.name}. /help lists the commands."
-                              + (" Nothing of that message was kept." if secret else ""), delete_inbound=secret)
+                reply = await self._finish(turn, f"I don't know /{command.name}. /help lists the commands."
+                                           + (" Nothing of that message was kept." if secret else ""),
+                                           delete_inbound=secret)
             else:
                 reply = await self._chat(turn)
-            if restart_notice:
-                reply.text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{reply.text}"
+            if reply is None:
+                log.info("conversation %s: message %s is stored already; not handled again",
+                         conversation.id, message.message_id)
+                return None
+            self._restart_closed.discard(conversation.id)
             log.info("conversation %s: turn of %d chars answered with %d chars in %.0f ms",
                      conversation.id, len(message.text), len(reply.text), (time.perf_counter() - started) * 1e3)
             return reply
+
+    def _lock_of(self, platform: str, chat_id: str) -> asyncio.Lock:
+        lock = self._locks.get((platform, chat_id))
+        if lock is None:
+            lock = self._locks[(platform, chat_id)] = asyncio.Lock()
+        return lock
 
     async def _resolve(self, message: InboundMessage, now: float) -> tuple[Account, Conversation]:
         """The account and conversation of a message; ids never change, so they are cached
@@ -176,15 +236,57 @@ class Companion:
         self._resolved[key] = (account, conversation)
         return account, conversation
 
-    async def _chat(self, turn: Turn) -> Reply:
-        conversation = turn.conversation
+    async def _chat(self, turn: Turn) -> Reply | None:
+        conversation, message = turn.conversation, turn.message
+        if message.sent_at is not None and message.sent_at < self._started_at + SENT_AT_MARGIN:
+            kept = await self._keep_in_restarted_interval(turn)
+            if kept is not False:
+                return kept
         state = await self.valve.read(conversation)
+        if state.unreadable:
+            # It may belong to an open private interval: stored nowhere, shown to no model.
+            return await self._finish(turn, copy.MODE_UNREADABLE)
         segment_id = state.segment.id if state.is_private else None
         # Stored before the provider is called: a provider failure loses nothing.
-        await self.store.add_message(
-            conversation.id, "user", turn.message.text, self.clock.now(),
-            segment_id=segment_id, account_id=turn.account.id,
+        message_id = await self.store.add_inbound(
+            conversation.id, message.text, self.clock.now(), segment_id=segment_id, account_id=turn.account.id,
+            platform_message_id=message.message_id,
         )
+        if message_id is None:
+            return None
+        return await self._answer(turn, state, message_id)
+
+    async def _keep_in_restarted_interval(self, turn: Turn) -> Reply | None | bool:
+        """A message sent before this process started, into a conversation whose private interval
+        a restart closed after it was sent, belongs to that interval: stored there (masked,
+        expiring with it), never read. Returns False when the rule does not apply."""
+        conversation, message = turn.conversation, turn.message
+        if not conversation.is_direct:
+            return False
+        turn = dataclasses.replace(turn, restart_notice=False)  # the reply says it already
+        # The platform's clock and ours may differ a little: the margin errs toward the interval.
+        segment_id = await self.store.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
+        if segment_id is not None:
+            message_id = await self.store.add_inbound(
+                conversation.id, message.text, self.clock.now(), segment_id=segment_id,
+                account_id=turn.account.id, platform_message_id=message.message_id,
+            )
+            if message_id is None:
+                return None
+            log.info("conversation %s: a message from before the restart was kept in segment %s unread",
+                     conversation.id, segment_id)
+            return await self._finish(turn, copy.RESTART_KEPT_PRIVATE, segment_id=segment_id, answers=message_id)
+        if conversation.id in self._closed_at_start:
+            # Its interval expired while the process was down and is deleted: the message is not kept.
+            log.info("conversation %s: a message from an expired interval was dropped unread", conversation.id)
+            return await self._finish(turn, copy.RESTART_KEPT_PRIVATE)
+        return False
+
+    async def _answer(self, turn: Turn, state: ModeState, message_id: int) -> Reply:
+        """Run the model on the view that ends with the stored user message and write the reply
+        (message, run, answered turn and delivery) in one transaction."""
+        conversation = turn.conversation
+        segment_id = state.segment.id if state.is_private else None
         # A private run has no analytics context at all: nothing below can write an event for it.
         recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
@@ -195,12 +297,38 @@ class Companion:
             if recorder:
                 recorder.event("error", type(exc).__name__, "error")
                 await self._save_run(recorder.finish("error"))
-            return Reply(_with_notice(state, copy.PROVIDER_FAILED))
-        await self.store.add_message(conversation.id, "assistant", text, self.clock.now(), segment_id=segment_id,
-                                     run=recorder.finish("ok") if recorder else None)
+            return await self._finish(turn, _with_notice(state, copy.PROVIDER_FAILED), segment_id=segment_id,
+                                      answers=message_id)
+        reply = await self._finish(
+            turn, _with_notice(state, text), stored_text=text, segment_id=segment_id, answers=message_id,
+            run=recorder.finish("ok") if recorder else None,
+        )
         if context.needs_fold:
             self._spawn(self._fold(conversation, state))
-        return Reply(_with_notice(state, text))
+        return reply
+
+    async def _finish(
+        self, turn: Turn, text: str, *, stored_text: str | None = None, segment_id: int | None = None,
+        answers: int | None = None, run=None, delete_inbound: bool = False,
+    ) -> Reply:
+        """Write the turn's outcome and, where the platform sends through the outbox, its
+        pending delivery, in one transaction; the adapter then sends and marks it."""
+        if turn.restart_notice:
+            text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{text}"
+        message = turn.message
+        target = None
+        if self.outbox is not None and self.outbox.serves(message.platform):
+            # In a group the reply quotes the message it answers; a deleted one cannot be quoted.
+            reply_to = None if (turn.conversation.is_direct or delete_inbound) else message.message_id
+            target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)
+        if stored_text is None and answers is None and target is None and run is None:
+            return Reply(text, delete_inbound=delete_inbound)
+        _, delivery_id = await self.store.record_reply(
+            turn.conversation.id, text, self.clock.now(), stored_text=stored_text, segment_id=segment_id,
+            run=run, answers=answers, target=target,
+        )
+        return Reply(text, delete_inbound=delete_inbound, delivery_id=delivery_id,
+                     conversation_id=turn.conversation.id)
 
     async def _complete_with_tools(
         self, conversation: Conversation, state: ModeState, messages: list[ChatMessage],
@@ -256,13 +384,12 @@ class Companion:
         return completion
 
     async def _fold(self, conversation: Conversation, state: ModeState) -> None:
-        lock = self._locks.get((conversation.platform, conversation.chat_id))
-        if lock is None:
-            lock = self._locks[(conversation.platform, conversation.chat_id)] = asyncio.Lock()
-        async with lock:
+        async with self._lock_of(conversation.platform, conversation.chat_id):
             # Re-read the mode: the fold must run in the mode it was planned for, or not at all.
             current = await self.valve.read(conversation)
-            if current.mode is not state.mode or (state.is_private and current.segment.id != state.segment.id):
+            if current.unreadable or current.mode is not state.mode or (
+                state.is_private and current.segment.id != state.segment.id
+            ):
                 return
             try:
                 await self.context.fold(conversation, current, self.provider)
@@ -276,18 +403,24 @@ class Companion:
 
     # --- commands ---------------------------------------------------------
 
-    async def _command(self, turn: Turn, name: str, args: str) -> Reply:
+    async def _command(self, turn: Turn, name: str, args: str) -> Reply | None:
         info = command_info(name)
-        stored = f"/{info.name} [redacted]" if (info.secret and args) else turn.message.text
+        carries_secret = info.secret and bool(args)
+        stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text
         state = await self.valve.read(turn.conversation)
+        if state.unreadable and info.name != "normal":
+            return await self._finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret)
         try:
-            await self.store.add_message(
+            stored_id = await self.store.add_message(
                 turn.conversation.id, "user", stored, self.clock.now(),
                 segment_id=state.segment.id if state.is_private else None, kind="command",
-                account_id=turn.account.id,
+                account_id=turn.account.id, platform_message_id=turn.message.message_id,
             )
         except Exception as exc:  # noqa: BLE001 - /normal must work even when storage misbehaves
             log.warning("storing a /%s command failed (%s)", info.name, type(exc).__name__)
+        else:
+            if stored_id is None:
+                return None  # a redelivered command ran already
         if info.name == "forget" and args.strip().lower() == "private":
             reply = await self._forget_private(turn)
         elif info.lasting and state.is_private:
@@ -297,9 +430,17 @@ class Companion:
         else:
             handler = getattr(self, f"_cmd_{info.name}")
             reply = await handler(turn, args, state)
-        if info.secret and args:
-            reply.delete_inbound = True
-        return reply
+        try:
+            # The answer stays in the private thread when the command left it private.
+            segment = await self.store.open_segment_of(turn.conversation.id)
+            final = await self._finish(turn, reply.text, segment_id=segment.id if segment else None,
+                                       delete_inbound=carries_secret)
+        except Exception as exc:  # noqa: BLE001 - the answer is sent directly, without an outbox row
+            log.warning("writing the delivery of a /%s answer failed (%s)", info.name, type(exc).__name__)
+            text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{reply.text}" if turn.restart_notice else reply.text
+            final = Reply(text, delete_inbound=carries_secret)
+        final.attachments = reply.attachments
+        return final
 
     async def _memory_command(self, turn: Turn, name: str, args: str, state: ModeState) -> Reply:
         context = ToolContext(turn.conversation, state, self.clock.now(), self.config.timezone, self.store)

@@ -52,6 +52,23 @@ PROVIDER_FAILED = (
 
 RESTART_ENDED_PRIVATE = "I restarted, so private mode ended. You are in normal mode now."
 
+# A message sent before a restart ended private mode, arriving only now (a redelivery, or
+# one sent while the companion was down): it belongs to the interval and is not read.
+RESTART_KEPT_PRIVATE = (
+    "Private mode ended when I restarted. Your message was sent before that, so I kept it "
+    "private with the rest of that interval and did not read it. Send it again to talk about "
+    "it in normal mode, or use /private to go back to private mode first."
+)
+
+# The mode could not be read: the message was neither stored nor shown to the model.
+MODE_UNREADABLE = (
+    "Sorry, I couldn't check which mode this conversation is in just now, so I didn't read or "
+    "keep your message. Please send it again in a moment."
+)
+
+# A turn that a restart cut off long ago (more than ten minutes): asked again, not guessed at.
+MISSED_IN_RESTART = "I was restarted and missed this; could you say it again?"
+
 HANDLER_FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 
 DELETE_SECRET_NOTE = (

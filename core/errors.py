@@ -6,6 +6,7 @@
     │   ├── ProviderRateLimited  429 after retries
     │   ├── ProviderRejected     4xx other than 429 (bad key, unknown model, bad request)
     │   └── ProviderBadResponse  the reply was not the JSON we expect
+    ├── DeliveryFailed           a platform did not take an outbound message (permanent or not)
     └── StoreError               the database failed or refused
         ├── MigrationError       the schema cannot be brought to this code's version
         └── PrivateWriteRefused  a lasting write was attempted while the conversation is private
@@ -40,6 +41,21 @@ class ProviderRejected(ProviderError):
 
 class ProviderBadResponse(ProviderError):
     """The provider answered, but not with a completion we can read."""
+
+
+class DeliveryFailed(CompanionError):
+    """A platform did not take an outbound message.
+
+    `permanent`: sending again cannot help (blocked, chat not found); the outbox gives up.
+    `kind`: a short name for the reason, recorded on the delivery (never message text).
+    `parts_sent`: how many parts of the text went out, counted from the first part.
+    """
+
+    def __init__(self, kind: str, *, permanent: bool, parts_sent: int) -> None:
+        super().__init__(f"delivery failed ({kind})")
+        self.kind = kind
+        self.permanent = permanent
+        self.parts_sent = parts_sent
 
 
 class StoreError(CompanionError):

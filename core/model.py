@@ -32,8 +32,10 @@ class InboundMessage:
     user_id: str
     text: str
     is_direct: bool
-    message_id: str | None = None
+    message_id: str | None = None  # the platform's id: the inbox key (None: no dedupe, e.g. terminal)
     user_name: str | None = None
+    sent_at: float | None = None  # the platform's timestamp (Telegram `date`, Discord snowflake time)
+    thread_id: str | None = None  # a forum topic or thread the reply belongs in
 
     @property
     def key(self) -> ConversationKey:
@@ -64,6 +66,34 @@ class Reply:
     text: str
     delete_inbound: bool = False
     attachments: list[Attachment] = field(default_factory=list)
+    # The outbox row carrying `text`, when the platform sends through the outbox: the
+    # adapter hands it to the outbox (send, then mark) instead of sending `text` itself.
+    delivery_id: int | None = None
+    conversation_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryTarget:
+    """Where an outbound message goes: a chat, optionally as a reply to a platform message."""
+
+    platform: str
+    chat_id: str
+    reply_to: str | None = None
+    thread_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundDelivery:
+    """One outbox row to send: `text` from part `parts_sent` on (earlier parts went out)."""
+
+    id: int
+    conversation_id: int
+    kind: str  # reply | mirror | reminder | nudge
+    target: DeliveryTarget
+    nonce: str
+    text: str
+    parts_sent: int
+    attempts: int
 
 
 # --- the model side -------------------------------------------------------
@@ -221,3 +251,14 @@ class PendingCapture:
     role: str
     text: str
     created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTurn:
+    """A normal user message whose turn never wrote its reply (the process died mid-turn)."""
+
+    message_id: int
+    conversation: Conversation
+    account_id: int | None
+    created_at: float
+    platform_message_id: str | None = None

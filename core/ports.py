@@ -12,9 +12,12 @@ from core.model import (
     CompletionRequest,
     Conversation,
     ConversationKey,
+    DeliveryTarget,
     FollowUp,
     Goal,
     InboundMessage,
+    OpenTurn,
+    OutboundDelivery,
     PadEntry,
     PendingCapture,
     RecallHit,
@@ -58,6 +61,42 @@ class BaseChatAdapter(Protocol):
         ...
 
 
+class BaseSender(Protocol):
+    """The sending half of a chat adapter, used by the outbox (core.outbox.Outbox)."""
+
+    name: str
+
+    async def send_delivery(self, delivery: OutboundDelivery) -> int:
+        """Send `delivery.text` from part `delivery.parts_sent` on, in order.
+
+        Returns:
+            The number of parts of the whole text now sent.
+        Raises:
+            core.errors.DeliveryFailed: with `permanent` when sending again cannot help, and
+                `parts_sent` counting the parts that did go out.
+        """
+        ...
+
+
+class OutboxStore(Protocol):
+    """Delivery rows: read what is pending, mark what happened. Rows are written by the
+    timeline's `record_reply`, in the transaction of what they carry."""
+
+    async def pending_of(self, conversation_id: int, upto: int) -> list[OutboundDelivery]: ...
+
+    async def due(self, platforms: frozenset[str], now: float, limit: int = 200) -> list[tuple[int, int]]: ...
+
+    async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None: ...
+
+    async def mark_retry(self, delivery_id: int, parts_sent: int, error: str, next_attempt_at: float) -> None: ...
+
+    async def mark_failed(self, delivery_id: int, parts_sent: int, error: str, now: float) -> None: ...
+
+    async def append_text(self, delivery_id: int, suffix: str) -> None: ...
+
+    async def prune_settled(self, before: float) -> int: ...
+
+
 # What an adapter calls with each inbound message (Companion.handle).
 MessageHandler = Callable[[InboundMessage], Awaitable[Reply | None]]
 
@@ -93,9 +132,30 @@ class TimelineStore(Protocol):
     async def add_message(
         self, conversation_id: int, role: str, text: str, now: float, *, segment_id: int | None = None,
         kind: str = "chat", account_id: int | None = None, run: object | None = None,
-    ) -> int:
-        """Append a message; with a segment it is private and can only be 'skipped' for capture."""
+        platform_message_id: str | None = None,
+    ) -> int | None:
+        """Append a message; with a segment it is private and can only be 'skipped' for capture.
+        Returns None when `platform_message_id` names a message stored already."""
         ...
+
+    async def add_inbound(
+        self, conversation_id: int, text: str, now: float, *, segment_id: int | None, account_id: int | None,
+        platform_message_id: str | None,
+    ) -> int | None:
+        """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
+        Returns None when it is stored already (a redelivery)."""
+        ...
+
+    async def record_reply(
+        self, conversation_id: int, send_text: str, now: float, *, stored_text: str | None = None,
+        segment_id: int | None = None, run: object | None = None, answers: int | None = None,
+        target: DeliveryTarget | None = None,
+    ) -> tuple[int | None, int | None]:
+        """One transaction: the assistant message, the run, the answered turns, the delivery.
+        Returns (message id, delivery id)."""
+        ...
+
+    async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]: ...
 
     async def view(
         self, conversation_id: int, *, visible_segment: int | None, after: int, upto: int | None = None,
@@ -133,7 +193,11 @@ class ModeStore(Protocol):
 
     async def close_open_segments(self, conversation_id: int, now: float, reason: str) -> int: ...
 
-    async def close_crash_open_segments(self, platforms: frozenset[str] | None = None) -> list[int]: ...
+    async def close_crash_open_segments(
+        self, platforms: frozenset[str] | None = None, now: float | None = None
+    ) -> list[int]: ...
+
+    async def restart_segment_for(self, conversation_id: int, sent_at: float) -> int | None: ...
 
     async def delete_expired_segments(self, now: float) -> int: ...
 

@@ -27,6 +27,9 @@ class ModeState:
     mode: Mode
     segment: Segment | None = None
     notice: str | None = None
+    # The mode could not be read (store error or timeout): normal mode, and the message that
+    # asked is not used at all, since it may have been meant for an open private interval.
+    unreadable: bool = False
 
     @property
     def is_private(self) -> bool:
@@ -34,6 +37,7 @@ class ModeState:
 
 
 NORMAL = ModeState(Mode.NORMAL)
+UNREADABLE = ModeState(Mode.NORMAL, unreadable=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +99,9 @@ class ModeValve:
         try:
             segment = await asyncio.wait_for(self._store.open_segment_of(conversation.id), self._read_timeout)
         except Exception as exc:  # noqa: BLE001 - the failure direction is the point
-            log.warning("mode read failed for conversation %s (%s); normal mode", conversation.id, type(exc).__name__)
-            return NORMAL
+            log.warning("mode read failed for conversation %s (%s); normal mode, message not used",
+                        conversation.id, type(exc).__name__)
+            return UNREADABLE
         if segment is None:
             return NORMAL
         if not _well_formed(segment):

@@ -1,10 +1,13 @@
 """Backups without private rows, and restores that can never bring one back.
 
-Both work on a copy made with SQLite's online backup API (consistent while the
-gateway writes), delete every segment in the copy (the cascades remove every
-private row with it), and VACUUM, so nothing of a private row survives in a free
-page of the file. Seed 001: expiry in the live database does not erase a row from
-an existing backup, so backups never hold private rows in the first place.
+Both copy the database with SQLite's online backup API (consistent while the
+gateway writes) into a database that lives only in memory (so they need RAM the
+size of the database), delete every segment there (the cascades remove every
+private row with it) and VACUUM; only then is the copy written to a partial file
+that is renamed into place. No file ever holds a private row, so a kill at any
+stage leaves at most a private-free partial file, which the next run removes.
+Seed 001: expiry in the live database does not erase a row from an existing
+backup, so backups never hold private rows in the first place.
 """
 
 from __future__ import annotations
@@ -49,20 +52,13 @@ def backup(
         target.parent.mkdir(parents=True, exist_ok=True)
         dest = target
     partial = dest.with_name(dest.name + ".partial")
-    partial.unlink(missing_ok=True)
-    source = sqlite3.connect(db_path)
+    _remove_leftovers(dest.parent, f"{BACKUP_PREFIX}*.partial", partial)
+    copy = _copy_into_memory(sqlite3.connect(db_path))
     try:
-        copy = sqlite3.connect(partial)
-        try:
-            source.backup(copy)
-            _drop_private_rows(copy)
-        finally:
-            copy.close()
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
+        _drop_private_rows(copy)
+        _write_file(copy, partial)
     finally:
-        source.close()
+        copy.close()
     os.replace(partial, dest)
     pruned = _prune(dest.parent, retention_days, now, keep=dest)
     log.info("backup written (%d bytes), %d old backups pruned", dest.stat().st_size, len(pruned))
@@ -77,22 +73,48 @@ def restore(backup_path: Path, db_path: Path) -> Path:
     source = sqlite3.connect(f"file:{backup_path}?mode=ro", uri=True)
     try:
         _check_is_companion(source, backup_path)
-        db_path.parent.mkdir(parents=True, exist_ok=True)
-        staging = db_path.with_name(db_path.name + ".restoring")
-        staging.unlink(missing_ok=True)
-        copy = sqlite3.connect(staging)
-        try:
-            source.backup(copy)
-            _drop_private_rows(copy, now=time.time())
-        finally:
-            copy.close()
-    finally:
+    except BaseException:
         source.close()
+        raise
+    copy = _copy_into_memory(source)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    staging = db_path.with_name(db_path.name + ".restoring")
+    _remove_leftovers(db_path.parent, staging.name)
+    try:
+        _drop_private_rows(copy, now=time.time())
+        _write_file(copy, staging)
+    finally:
+        copy.close()
     for suffix in ("-wal", "-shm"):
         Path(str(db_path) + suffix).unlink(missing_ok=True)
     os.replace(staging, db_path)
     log.info("restored a backup of %d bytes", db_path.stat().st_size)
     return db_path
+
+
+# --- the stages; each leaves on disk nothing that holds a private row --------------
+
+
+def _remove_leftovers(folder: Path, pattern: str, *also: Path) -> None:
+    """Partial files a killed backup or restore left (private-free, but not a backup)."""
+    for path in {*folder.glob(pattern), *also}:
+        for leftover in (path, Path(f"{path}-journal")):
+            leftover.unlink(missing_ok=True)
+
+
+def _copy_into_memory(source: sqlite3.Connection) -> sqlite3.Connection:
+    """Copy the database (closing `source`) into one that lives only in memory: temp_store
+    MEMORY keeps the statement journals and VACUUM's scratch database off the disk too."""
+    copy = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        copy.execute("PRAGMA temp_store = MEMORY")
+        source.backup(copy)
+    except BaseException:
+        copy.close()
+        raise
+    finally:
+        source.close()
+    return copy
 
 
 def _drop_private_rows(db: sqlite3.Connection, now: float | None = None) -> None:
@@ -116,8 +138,25 @@ def _drop_private_rows(db: sqlite3.Connection, now: float | None = None) -> None
         db.execute("ROLLBACK")
         raise StoreError(f"{leftovers} private rows did not cascade away; refusing to write this copy")
     db.execute("COMMIT")
-    db.execute("PRAGMA journal_mode = DELETE")
     db.execute("VACUUM")
+
+
+def _write_file(copy: sqlite3.Connection, path: Path) -> None:
+    """Write the private-free copy to `path` (rollback-journal mode, so it is one file)."""
+    path.unlink(missing_ok=True)
+    dest = sqlite3.connect(path, isolation_level=None)
+    try:
+        copy.backup(dest, pages=_PAGES_PER_STEP, progress=_written)
+        dest.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        dest.close()
+
+
+_PAGES_PER_STEP = 256
+
+
+def _written(status: int, remaining: int, total: int) -> None:
+    log.debug("backup copy: %d of %d pages written", total - remaining, total)
 
 
 def _has_table(db: sqlite3.Connection, name: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import aiosqlite
 
+from adapters.storage.privacy import owe_checkpoint
 from core.model import Segment
 
 _SEGMENT_COLUMNS = (
@@ -12,7 +13,7 @@ _SEGMENT_COLUMNS = (
 
 
 class ModeQueries:
-    """Mixed into SqliteStore; uses its `_tx`, `_one`, `_all` and `checkpoint`."""
+    """Mixed into SqliteStore; uses its `_tx`, `_one`, `_all` and `checkpoint_if_owed`."""
 
     # --- private segments (the mode state) ---------------------------------
 
@@ -66,10 +67,14 @@ class ModeQueries:
             )
             return cur.rowcount
 
-    async def close_crash_open_segments(self, platforms: frozenset[str] | None = None) -> list[int]:
+    async def close_crash_open_segments(
+        self, platforms: frozenset[str] | None = None, now: float | None = None
+    ) -> list[int]:
         """At start-up: close every open segment (of conversations on `platforms`, or all) at the
         end of its stored record (its newest message, or its start when it holds none). Nothing
-        after the restart falls inside it. Returns the conversations whose segment was closed."""
+        after the restart falls inside it; `now` is kept as the segment's `restart_at`, so a
+        message sent before it that arrives later is known to belong to it. Returns the
+        conversations whose segment was closed."""
         scope = "" if platforms is None else (
             " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"
             f" ({', '.join('?' for _ in platforms)}))"
@@ -80,24 +85,40 @@ class ModeQueries:
                                   params) as cur:
                 conversations = [row[0] for row in await cur.fetchall()]
             await db.execute(
-                "UPDATE segments SET end_reason = 'restart', ended_at = max(started_at, last_activity_at,"
+                "UPDATE segments SET end_reason = 'restart', restart_at = ?, ended_at = max(started_at,"
+                " last_activity_at,"
                 " coalesce((SELECT max(created_at) FROM messages WHERE messages.segment_id = segments.id), 0))"
                 f" WHERE ended_at IS NULL{scope}",
-                params,
+                (now, *params),
             )
             return conversations
+
+    async def restart_segment_for(self, conversation_id: int, sent_at: float) -> int | None:
+        """The segment a message sent at `sent_at` (platform time) belongs to although it arrives
+        only now: the conversation's newest segment, when a restart closed it after `sent_at`.
+        Turns of a chat run in order, so a message not stored yet was sent after every stored
+        one, inside that interval."""
+        row = await self._one(
+            "SELECT id, end_reason, restart_at FROM segments WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
+            (conversation_id,),
+        )
+        if row is None or row["end_reason"] != "restart" or row["restart_at"] is None:
+            return None
+        return row["id"] if sent_at < row["restart_at"] else None
 
     async def delete_expired_segments(self, now: float) -> int:
         """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it
         (messages, summaries, pad entries, tool operations, pending crossings), and a checkpoint
-        leaves none of it in the WAL."""
+        leaves none of it in the WAL (or, blocked by a reader, is owed and finished by the next
+        deletion, sweep or start)."""
         async with self._tx() as db:
             cur = await db.execute(
                 "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
             )
             deleted = cur.rowcount
-        if deleted:
-            await self.checkpoint()
+            if deleted:
+                await owe_checkpoint(db)
+        await self.checkpoint_if_owed()
         return deleted
 
     # --- adapter state (offsets, cursors) -----------------------------------

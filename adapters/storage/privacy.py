@@ -2,38 +2,108 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sqlite3
+import time
+from pathlib import Path
+
+import aiosqlite
 
 from core.model import TimelineItem
 
 log = logging.getLogger(__name__)
 
+# The durable flag (a row of adapter_state): deleted private text may still sit in the WAL or
+# in a page the WAL has not yet overwritten. Its value counts the deletions it covers.
+CHECKPOINT_OWED = "store:checkpoint_owed"
+
+
+async def owe_checkpoint(db: aiosqlite.Connection) -> None:
+    """Record, inside the deleting transaction, that a checkpoint is owed: a crash between the
+    commit and the checkpoint still leaves the debt for the next start or sweep."""
+    await db.execute(
+        "INSERT INTO adapter_state (name, value, updated_at) VALUES (?, '1', ?) ON CONFLICT (name)"
+        " DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT), updated_at = excluded.updated_at",
+        (CHECKPOINT_OWED, time.time()),
+    )
+
+
+def _checkpoint_file(path: Path) -> tuple[int, int, bool]:
+    """On a short-lived connection of its own that never waits (busy timeout 0): copy what it
+    can (PASSIVE), and when nobody reads an older snapshot, empty the WAL (TRUNCATE).
+    Returns (WAL frames, frames copied, whether the WAL was emptied)."""
+    db = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if busy or copied < frames:  # a reader's snapshot still needs the older pages
+            return frames, copied, False
+        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return frames, copied, not busy
+    finally:
+        db.close()
+
 
 class PrivacyQueries:
-    """Mixed into SqliteStore; uses its `_tx`, `_one`, `_all` and `view`."""
+    """Mixed into SqliteStore; uses its `path`, `_tx`, `_one`, `_all`, `view` and `get_adapter_state`."""
 
     async def delete_segments_of(self, conversation_id: int) -> int:
         """`/forget private`: delete every segment of the conversation now; cascades do the rest."""
         async with self._tx() as db:
             cur = await db.execute("DELETE FROM segments WHERE conversation_id = ?", (conversation_id,))
             deleted = cur.rowcount
-        if deleted:
-            await self.checkpoint()
+            if deleted:
+                await owe_checkpoint(db)
+        await self.checkpoint_if_owed()
         return deleted
 
-    async def checkpoint(self) -> None:
-        """Move the WAL into the main file and truncate it, so deleted private text lingers in
-        neither (secure_delete has already overwritten the freed space in the main file)."""
-        async with self._lock:
-            async with self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)") as cur:
-                busy, _, _ = await cur.fetchone()
-        if busy:
-            log.warning("WAL checkpoint was blocked by a reader; it will be retried at the next sweep")
+    async def checkpoint(self) -> bool:
+        """Move the WAL into the main file and truncate it, so deleted text lingers in neither
+        (secure_delete has already overwritten the freed space of the pages themselves).
+
+        Runs in a thread on a connection of its own, holding no store lock, and never waits: a
+        reader in another process holding an older snapshot makes it stop at once, and the
+        durable flag keeps the debt until a later call empties the WAL.
+        Returns whether the WAL was emptied.
+        """
+        owed = await self.get_adapter_state(CHECKPOINT_OWED)
+        try:
+            if str(self.path) == ":memory:":  # no file, no WAL: nothing can linger
+                frames, copied, emptied = 0, 0, True
+            else:
+                frames, copied, emptied = await asyncio.to_thread(_checkpoint_file, self.path)
+        except sqlite3.Error as exc:  # e.g. SQLITE_BUSY opening the file: the same as blocked
+            frames, copied, emptied = -1, -1, False
+            log.warning("WAL checkpoint failed (%s)", type(exc).__name__)
+        if emptied:
+            if owed is not None:  # unless a deletion committed meanwhile owes another one
+                async with self._tx() as db:
+                    await db.execute("DELETE FROM adapter_state WHERE name = ? AND value = ?", (CHECKPOINT_OWED, owed))
+            log.info("WAL checkpoint emptied the log (%d frames)", frames)
+            return True
+        if owed is None:
+            async with self._tx() as db:
+                await owe_checkpoint(db)
+        log.warning("WAL checkpoint blocked by a reader (%d of %d frames copied); owed until a sweep"
+                    " or start completes it", copied, frames)
+        return False
+
+    async def checkpoint_if_owed(self) -> bool:
+        """Finish a checkpoint a deletion owes (the durable flag); True when none is owed now."""
+        if await self.get_adapter_state(CHECKPOINT_OWED) is None:
+            return True
+        return await self.checkpoint()
 
     async def delete_expired_artifacts(self, now: float) -> int:
+        """Delete crossing artifacts past their retention; like every deletion, it also
+        finishes an owed checkpoint, so a sweep or start retries one a reader blocked."""
         async with self._tx() as db:
             cur = await db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
-            return cur.rowcount
+            deleted = cur.rowcount
+            if deleted:
+                await owe_checkpoint(db)
+        await self.checkpoint_if_owed()
+        return deleted
 
     async def export_items(self, conversation_id: int, *, visible_segment: int | None, chunk: int = 1000):
         """The whole view of one mode, oldest first, in chunks (masked for normal mode)."""

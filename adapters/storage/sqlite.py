@@ -13,6 +13,7 @@ import aiosqlite
 
 from adapters.storage.memory import MemoryQueries, insert_run
 from adapters.storage.migrate import migrate
+from adapters.storage.outbox import insert_delivery
 from adapters.storage.modes import ModeQueries
 from adapters.storage.privacy import PrivacyQueries
 from core.errors import StoreError
@@ -20,7 +21,9 @@ from core.model import (
     Account,
     Conversation,
     ConversationKey,
+    DeliveryTarget,
     Mode,
+    OpenTurn,
     PadEntry,
     Summary,
     TimelineItem,
@@ -171,20 +174,27 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         kind: str = "chat",
         account_id: int | None = None,
         run=None,
-    ) -> int:
+        platform_message_id: str | None = None,
+    ) -> int | None:
         """Append a message. A message with a segment is private: its capture is 'skipped' here,
         whatever any caller wants, and the schema's CHECK refuses anything else. `run` (a normal
-        turn's analytics record) is written in the same transaction; a private one cannot be."""
+        turn's analytics record) is written in the same transaction; a private one cannot be.
+        With `platform_message_id` (the inbox key), a message stored already is not stored
+        again and None is returned."""
         if run is not None and segment_id is not None:
             raise ValueError("a private turn has no analytics run")
         mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
         capture = "pending" if (mode == "normal" and kind == "chat") else "skipped"
         async with self._tx() as db:
             cur = await db.execute(
-                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, segment_id, account_id, mode, role, kind, text, capture, now),
+                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
+                " created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
+                " DO NOTHING",
+                (conversation_id, segment_id, account_id, mode, role, kind, text, capture, now, platform_message_id),
             )
+            if cur.rowcount == 0:
+                return None
             message_id = cur.lastrowid
             if segment_id is not None:
                 await db.execute(
@@ -193,6 +203,88 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
             if run is not None:
                 await insert_run(db, run)
             return message_id
+
+    async def add_inbound(
+        self, conversation_id: int, text: str, now: float, *, segment_id: int | None, account_id: int | None,
+        platform_message_id: str | None,
+    ) -> int | None:
+        """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
+        Returns None when that platform message is stored already: a redelivery is a no-op."""
+        mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
+        capture = "pending" if mode == "normal" else "skipped"
+        async with self._tx() as db:
+            cur = await db.execute(
+                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
+                " created_at, platform_message_id, turn) VALUES (?, ?, ?, ?, 'user', 'chat', ?, ?, ?, ?, 'open')"
+                " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
+                " DO NOTHING",
+                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),
+            )
+            if cur.rowcount == 0:
+                return None
+            if segment_id is not None:
+                await db.execute(
+                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
+                )
+            return cur.lastrowid
+
+    async def record_reply(
+        self, conversation_id: int, send_text: str, now: float, *, stored_text: str | None = None,
+        segment_id: int | None = None, run=None, answers: int | None = None,
+        target: DeliveryTarget | None = None,
+    ) -> tuple[int | None, int | None]:
+        """Write the outcome of a turn in one transaction: the assistant message (`stored_text`,
+        if any), the analytics run, the answered turns (every open turn of the conversation up
+        to `answers`) and the pending delivery of `send_text` to `target`.
+        Returns (message id, delivery id)."""
+        if run is not None and segment_id is not None:
+            raise ValueError("a private turn has no analytics run")
+        async with self._tx() as db:
+            message_id = None
+            if stored_text is not None:
+                mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
+                cur = await db.execute(
+                    "INSERT INTO messages (conversation_id, segment_id, mode, role, kind, text, capture, created_at)"
+                    " VALUES (?, ?, ?, 'assistant', 'chat', ?, ?, ?)",
+                    (conversation_id, segment_id, mode, stored_text, "skipped" if segment_id else "pending", now),
+                )
+                message_id = cur.lastrowid
+                if segment_id is not None:
+                    await db.execute(
+                        "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL",
+                        (now, segment_id),
+                    )
+            if run is not None:
+                await insert_run(db, run)
+            if answers is not None:
+                await db.execute(
+                    "UPDATE messages SET turn = 'done' WHERE conversation_id = ? AND turn = 'open' AND id <= ?",
+                    (conversation_id, answers),
+                )
+            delivery_id = None
+            if target is not None:
+                delivery_id = await insert_delivery(
+                    db, conversation_id, target, send_text, now, message_id=message_id, segment_id=segment_id
+                )
+            return message_id, delivery_id
+
+    async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]:
+        """The newest open normal turn of each conversation (on `platforms`, or all): a user
+        message whose reply was never written because the process died mid-turn."""
+        scope = "" if platforms is None else f" AND c.platform IN ({', '.join('?' for _ in platforms)})"
+        rows = await self._all(
+            "SELECT m.id, m.account_id, m.created_at, m.platform_message_id, c.id AS cid, c.platform, c.chat_id, c.kind, c.person_id"
+            " FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE m.turn = 'open' AND m.segment_id IS NULL AND m.mode = 'normal'"
+            " AND m.id = (SELECT max(id) FROM messages WHERE conversation_id = m.conversation_id AND turn = 'open')"
+            f"{scope} ORDER BY m.id",
+            () if platforms is None else tuple(sorted(platforms)),
+        )
+        return [
+            OpenTurn(r["id"], Conversation(r["cid"], r["platform"], r["chat_id"], r["kind"], r["person_id"]),
+                     r["account_id"], r["created_at"], r["platform_message_id"])
+            for r in rows
+        ]
 
     async def view(
         self,

@@ -15,13 +15,21 @@ from telegram.constants import ChatAction, ChatType
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes, ExtBot, MessageHandler, filters
 
-from adapters.telegram.delivery import Delivery, Sleep, TelegramDeliveryError, retry_after_seconds
+from adapters.telegram.delivery import (
+    Delivery,
+    Sleep,
+    TelegramDeliveryError,
+    is_permanent,
+    parts_of,
+    retry_after_seconds,
+)
 from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.text import Entity, group_text
 from core.commands import command_info, parse_command
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
-from core.errors import CompanionError
-from core.model import InboundMessage, Reply
+from core.errors import CompanionError, DeliveryFailed
+from core.model import InboundMessage, OutboundDelivery, Reply
+from core.outbox import Outbox
 from core.ports import AdapterStateStore
 from core.ports import MessageHandler as CoreHandler
 
@@ -54,6 +62,7 @@ class TelegramAdapter:
         base_url: str | None = None,
         state: AdapterStateStore | None = None,
         *,
+        outbox: Outbox | None = None,
         poll_timeout: float = 25.0,
         repoll_interval: float = 1.0,
         typing_interval: float = 4.0,
@@ -68,6 +77,7 @@ class TelegramAdapter:
         self._commands = [(name.lower(), description) for name, description in commands]
         self._base_url = base_url
         self._state = state
+        self._outbox = outbox
         self._poll_timeout = poll_timeout
         self._repoll_interval = repoll_interval
         self._typing_interval = typing_interval
@@ -130,6 +140,8 @@ class TelegramAdapter:
         except BaseException:
             await self._shutdown_application()
             raise
+        if self._outbox is not None:
+            self._outbox.register(self)
         self._poll_task = asyncio.create_task(self._poll(), name="telegram-polling")
         log.info("telegram: polling as bot %s", self._bot.id)
 
@@ -151,6 +163,8 @@ class TelegramAdapter:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
         await self._confirm_handled()
+        if self._outbox is not None:
+            self._outbox.unregister(self)
         await self._shutdown_application()
         log.info("telegram: stopped")
 
@@ -166,6 +180,28 @@ class TelegramAdapter:
         if self._delivery is None or self._app is None:
             raise RuntimeError("TelegramAdapter is not started")
         return await self._delivery.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id)
+
+    async def send_delivery(self, delivery: OutboundDelivery) -> int:
+        """core.ports.BaseSender: send an outbox row from part `parts_sent` on.
+
+        Raises:
+            DeliveryFailed: permanent for 400/403/ChatMigrated, else transient.
+        """
+        if self._delivery is None or self._app is None:
+            raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
+        target = delivery.target
+        try:
+            await self._delivery.send_text(
+                target.chat_id, delivery.text, start=delivery.parts_sent,
+                reply_to=int(target.reply_to) if target.reply_to else None,
+                thread_id=int(target.thread_id) if target.thread_id else None,
+            )
+        except TelegramDeliveryError as exc:
+            cause = exc.__cause__
+            permanent = isinstance(cause, TelegramError) and is_permanent(cause)
+            raise DeliveryFailed(type(cause).__name__ if cause else "unknown", permanent=permanent,
+                                 parts_sent=delivery.parts_sent + exc.delivered) from exc
+        return parts_of(delivery.text)
 
     def _build_application(self) -> Application:
         builder = (
@@ -235,7 +271,9 @@ class TelegramAdapter:
     # --- polling and restart semantics -----------------------------------------
 
     async def _poll(self) -> None:
-        failures = 0
+        from telegram.error import Conflict  # here, not at the top: this edit touches `_poll` only
+
+        failures = conflicts = 0
         while not self._closing:
             waiting = bool(self._ledger.pending)
             try:
@@ -251,11 +289,17 @@ class TelegramAdapter:
                 continue
             except Exception as exc:  # noqa: BLE001 - polling must outlive every failure but cancellation
                 failures += 1
-                level = logging.WARNING if isinstance(exc, NetworkError) else logging.ERROR
+                conflicts = conflicts + 1 if isinstance(exc, Conflict) else 0
+                if conflicts == 3:  # a streak, not one overlap of a restart's long poll: say it once
+                    log.error("telegram: another instance is polling this bot token (409 Conflict); "
+                              "stop the other process (or the other host) using it; still retrying")
+                level = logging.WARNING if isinstance(exc, (NetworkError, Conflict)) else logging.ERROR
                 log.log(level, "telegram: getUpdates failed (%s), attempt %d", type(exc).__name__, failures)
                 await self._sleep(min(self._backoff * 2 ** min(failures, 7), 60.0))
                 continue
-            failures = 0
+            if conflicts >= 3:
+                log.info("telegram: polling again after %d 409 Conflicts", conflicts)
+            failures = conflicts = 0
             fresh = [u for u in updates if not self._ledger.is_known(u.update_id)]
             for update in fresh:
                 self._dispatch(update)
@@ -348,10 +392,17 @@ class TelegramAdapter:
         # Right after the verification attempt, before the answer: the secret leaves the chat first.
         if reply.delete_inbound and not await delivery.delete(message.chat_id, message.message_id):
             text = f"{text}\n\n{DELETE_SECRET_NOTE}"
-        reply_to = None if (inbound.is_direct or reply.delete_inbound) else message.message_id
         thread = message.message_thread_id if message.is_topic_message else None
         try:
-            await delivery.send_text(message.chat_id, text, reply_to=reply_to, thread_id=thread)
+            if reply.delivery_id is not None and self._outbox is not None:
+                # The reply is a pending outbox row already: sent and marked now, or later by the
+                # dispatcher if Telegram cannot take it now. Never lost, never answered twice.
+                if text != reply.text:
+                    await self._outbox.append_text(reply.delivery_id, text[len(reply.text):])
+                await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
+            else:
+                reply_to = None if (inbound.is_direct or reply.delete_inbound) else message.message_id
+                await delivery.send_text(message.chat_id, text, reply_to=reply_to, thread_id=thread)
             for attachment in reply.attachments:
                 await delivery.call("sendDocument", lambda a=attachment: self._bot.send_document(
                     message.chat_id, document=a.data, filename=a.filename, message_thread_id=thread))
@@ -388,6 +439,8 @@ class TelegramAdapter:
             is_direct=is_direct,
             message_id=str(message.message_id),
             user_name=user.first_name,
+            sent_at=message.date.timestamp() if message.date else None,
+            thread_id=str(message.message_thread_id) if message.is_topic_message else None,
         )
 
     async def _keep_typing(self, chat_id: int) -> None:

@@ -91,16 +91,19 @@ class Delivery:
         return min(self._backoff * 2 ** (attempt - 1), 30.0)
 
     async def send_text(self, chat_id: int | str, text: str, *, reply_to: int | None = None,
-                        thread_id: int | None = None) -> list[int]:
-        """Send `text` as plain text (no parse mode, so formatting cannot fail), in parts, in order.
+                        thread_id: int | None = None, start: int = 0) -> list[int]:
+        """Send `text` as plain text (no parse mode, so formatting cannot fail), in parts, in order,
+        from part `start` on (the parts before it went out earlier).
 
         Returns:
-            The message ids of the parts sent.
+            The message ids of the parts sent now.
         Raises:
             TelegramDeliveryError: a part could not be sent; the parts after it were not sent.
         """
         sent: list[int] = []
         for number, part in enumerate(split_message(sendable(text))):
+            if number < start:
+                continue
             reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if (reply_to and number == 0) else None
             try:
                 message = await self.call("sendMessage", lambda p=part, r=reply: self._bot.send_message(
@@ -118,6 +121,16 @@ class Delivery:
             log.info("telegram: a message could not be deleted (%s)", type(exc).__name__)
             return False
         return True
+
+
+def is_permanent(exc: TelegramError) -> bool:
+    """Whether sending again cannot help: the bot is blocked or removed (403), the chat is not
+    found or the request is malformed (400), or the group moved (ChatMigrated)."""
+    return isinstance(exc, (BadRequest, Forbidden, ChatMigrated))
+
+
+def parts_of(text: str) -> int:
+    return len(split_message(sendable(text)))
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:

@@ -5,18 +5,61 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
 
+from adapters.storage import backup as backup_module
 from adapters.storage.backup import BACKUP_PREFIX, backup, restore
 from core.errors import MigrationError
 from core.secrets import hash_passphrase
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
-from tests.helpers.proc import companion_env, run_companion
+from tests.helpers.proc import ROOT, companion_env, run_companion
+from tests.helpers.reader import files_holding
 
 CANARY = b"BACKUP-CANARY-41"
+
+# A backup or restore in a child process that stops for good right after the named stage
+# (`_written` is the copy's progress callback: one page written, the rest not yet).
+_STOPPING = """
+import sys, time
+from pathlib import Path
+import adapters.storage.backup as b
+
+command, source, target, stage = sys.argv[1:5]
+b._PAGES_PER_STEP = 1
+original = getattr(b, stage)
+def stopping(*args, **kwargs):
+    result = original(*args, **kwargs)
+    print(stage, flush=True)
+    time.sleep(600)  # the test SIGKILLs it here
+    return result
+setattr(b, stage, stopping)
+if command == "backup":
+    b.backup(Path(source), Path(target), retention_days=0, now=0.0)  # not the next backup's name
+else:
+    b.restore(Path(source), Path(target))
+"""
+STAGES = {
+    "backup": ["_remove_leftovers", "_copy_into_memory", "_drop_private_rows", "_written", "_write_file", "_prune"],
+    "restore": ["_copy_into_memory", "_remove_leftovers", "_drop_private_rows", "_written", "_write_file"],
+}
+
+
+def kill_at(command: str, source, target, stage: str) -> None:
+    """Run `command` in a child process and SIGKILL it right after `stage`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, "-c", _STOPPING, command, str(source), str(target), stage],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            marker = proc.stdout.readline().strip()
+            assert marker == stage, f"{command} never reached {stage}: {'' if marker else proc.stderr.read()}"
+        finally:
+            proc.kill()  # SIGKILL: no finally, no atexit, no cleanup in the child
+            proc.wait()
 
 
 async def private_history(companion, expiry: str = "1h") -> None:
@@ -101,3 +144,36 @@ def test_backup_and_restore_commands_end_to_end(tmp_path):
         assert CANARY not in file.read_bytes()
     after = run_companion(["chat"], env, stdin="/mode\n")
     assert after.stdout.startswith("You are in normal mode.")
+
+
+@pytest.mark.parametrize("command", ["backup", "restore"])
+async def test_a_backup_or_restore_killed_at_any_stage_leaves_no_private_byte_in_any_file(
+    companion, store, tmp_path, command
+):
+    await private_history(companion, expiry="never")
+    if command == "backup":
+        source, folder = store.path, tmp_path / "backups"
+        target = folder
+    else:
+        source = tmp_path / "raw-copy.db"  # e.g. a file-system snapshot, private rows and all
+        with sqlite3.connect(store.path) as live, sqlite3.connect(source) as dest:
+            live.backup(dest)
+        folder = tmp_path / "restored"
+        target = folder / "companion.db"
+    assert files_holding(sorted(source.parent.glob(f"{source.name}*")), CANARY), "no private row to leak"
+    left_partial = []
+    for stage in STAGES[command]:
+        assert callable(getattr(backup_module, stage)), stage
+        kill_at(command, source, target, stage)
+        files = [p for p in folder.iterdir()] if folder.exists() else []
+        assert files_holding(files, CANARY) == [], f"killed after {stage}"
+        left_partial += [stage for p in files if p.name.endswith((".partial", ".restoring"))]
+        # The next run removes what the killed one left, and writes nothing private either.
+        if command == "backup":
+            backup(source, target, retention_days=0)
+            assert [p.name for p in folder.iterdir() if not p.name.endswith(".db")] == [], f"after {stage}"
+        else:
+            restore(source, target)
+            assert sorted(p.name for p in folder.iterdir()) == ["companion.db"], f"after {stage}"
+        assert files_holding(list(folder.iterdir()), CANARY) == []
+    assert "_write_file" in left_partial, "no kill left a partial file; the test proves nothing"

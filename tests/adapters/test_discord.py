@@ -13,11 +13,14 @@ from hypothesis import strategies as st
 
 from adapters.discord import MESSAGE_LIMIT, DiscordAdapter, DiscordStartError
 from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.storage.outbox import SqliteOutboxStore
 from adapters.text import split_message, text_length
 from core.companion import Companion, CompanionConfig
 from core.copy import DELETE_SECRET_NOTE, NOT_ALLOWED
 from core.errors import CompanionError
 from core.model import Attachment, InboundMessage, Reply
+from core.outbox import Outbox
+from core.ports import SystemClock
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import MESSAGE_CONTENT, FakeDiscordServer, RestFault
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -48,7 +51,7 @@ async def core(store, model, passphrase_hash):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
     companion = Companion(store, provider, CompanionConfig(
         allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash,
-    ))
+    ), outbox=Outbox(SqliteOutboxStore(store), SystemClock()))
     await companion.start()
     yield companion
     await companion.aclose()
@@ -66,7 +69,7 @@ def make_adapter(server: FakeDiscordServer, handler, **options) -> DiscordAdapte
 
 @pytest.fixture
 async def adapter(discord_server, core):
-    adapter = make_adapter(discord_server, core.handle)
+    adapter = make_adapter(discord_server, core.handle, outbox=core.outbox)
     await adapter.start()
     yield adapter
     await adapter.aclose()
@@ -557,3 +560,70 @@ async def test_message_text_never_reaches_the_logs_even_at_debug(discord_server,
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "canary-5d1e" not in logged
     assert any(r.name.startswith("adapters.discord") for r in caplog.records)
+
+
+# --- turns cut off by a stop, and the outbox ---------------------------------------------
+
+
+async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_restart(
+    discord_server, model, store, core, passphrase_hash
+):
+    adapter = make_adapter(discord_server, core.handle, outbox=core.outbox, shutdown_grace=0.05)
+    await adapter.start()
+    model.reply_delay(30)  # the model is slower than the stop's grace period
+    await discord_server.send_dm(FRIEND, "are you still there?")
+    await model_called(model, 1)
+    await adapter.aclose()  # the turn is cut off: its message is stored, its reply never written
+    assert discord_server.sent == []
+    rows = await store._all("SELECT turn FROM messages WHERE text = 'are you still there?'")
+    assert [r[0] for r in rows] == ["open"]
+
+    provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
+    restarted = Companion(store, provider, core.config, outbox=Outbox(SqliteOutboxStore(store), SystemClock()))
+    await restarted.start()
+    again = make_adapter(discord_server, restarted.handle, outbox=restarted.outbox)
+    await again.start()
+    try:
+        model.reply_text("Yes, I'm here.")
+        assert await restarted.answer_open_turns() == 1
+        await discord_server.wait_for_sent(1)
+        assert await restarted.answer_open_turns() == 0  # once
+        assert [m.content for m in discord_server.sent] == ["Yes, I'm here."]
+    finally:
+        await again.aclose()
+        await restarted.aclose()
+        await provider.aclose()
+
+
+async def test_a_reply_discord_keeps_refusing_is_kept_and_sent_once_with_its_nonce(
+    discord_server, model, store, core, adapter
+):
+    for _ in range(3):  # the adapter's own three tries
+        discord_server.fail_next("POST", MESSAGES, 503)
+    model.reply_text("Kept for you.")
+    await discord_server.send_dm(FRIEND, "hello")
+    await wait_for_row(store, "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts = 1")
+    assert discord_server.sent == []
+    await store._all("UPDATE deliveries SET next_attempt_at = 0")
+    await core.outbox.dispatch_due()
+    assert [m.content for m in discord_server.sent] == ["Kept for you."]
+    (nonce,) = [r[0] for r in await store._all("SELECT nonce FROM deliveries")]
+    assert discord_server.sent[0].nonce == f"{nonce}000" and discord_server.sent[0].enforce_nonce
+    # A send repeated after a crash between send and mark carries the same nonce: Discord keeps one message.
+    await store._all("UPDATE deliveries SET status = 'pending', text = 'Kept for you.', next_attempt_at = 0")
+    await core.outbox.dispatch_due()
+    assert len({m.id for m in discord_server.sent}) == 1
+
+
+async def model_called(model, count: int, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while len(model.requests) < count:
+        assert asyncio.get_running_loop().time() < deadline, "the model was not called"
+        await asyncio.sleep(0.01)
+
+
+async def wait_for_row(store, sql: str, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await store._all(sql):
+        assert asyncio.get_running_loop().time() < deadline, f"no row for: {sql}"
+        await asyncio.sleep(0.02)

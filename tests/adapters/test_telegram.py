@@ -24,10 +24,14 @@ from adapters.telegram import (
     group_text,
     split_message,
 )
+from adapters.storage.outbox import SqliteOutboxStore
 from core import copy
 from core.companion import Companion, CompanionConfig
+from core.copy import RESTART_KEPT_PRIVATE
 from core.errors import StoreError
 from core.model import Attachment, InboundMessage, Reply
+from core.outbox import Outbox
+from core.ports import SystemClock
 from core.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
@@ -85,7 +89,7 @@ async def new_companion(store: SqliteStore, model: FakeOpenAIServer,
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
         companion = Companion(store, provider, CompanionConfig(
             allowed_accounts=frozenset({f"telegram:{USER}", f"telegram:{OTHER}"}),
-            passphrase_hash=passphrase_hash))
+            passphrase_hash=passphrase_hash), outbox=Outbox(SqliteOutboxStore(store), SystemClock()))
         await companion.start()
         opened.append((companion, provider))
         return companion
@@ -122,6 +126,7 @@ async def new_adapter(telegram: FakeTelegramServer, store: SqliteStore, sleep: R
             commands=companion.command_list(),
             base_url=base_url or telegram.base_url,
             state=store,
+            outbox=companion.outbox,
             poll_timeout=2.0,
             repoll_interval=0.05,
             sleep=sleep,
@@ -406,25 +411,29 @@ async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_
     assert [user_texts(r)[-1] for r in model.requests] == ["u2", "u4"]
 
 
-async def test_updates_that_arrived_while_down_are_handled_once_and_land_in_normal_mode(
+async def test_messages_sent_while_down_stay_in_the_private_interval_the_restart_closed(
     new_adapter: AdapterFactory, new_companion: CompanionFactory, companion: Companion,
-    telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore,
 ) -> None:
     first = await new_adapter(companion)
     assert (await say(telegram, "/private sesame")).startswith("Private mode is on")
     await say(telegram, CANARY)
     await first.aclose()  # the gateway goes down while private mode is on
 
-    telegram.send_text(USER, USER, "are you still there?")
+    telegram.send_text(USER, USER, f"still private {CANARY}")  # sent while down, meant for the interval
     telegram.send_text(USER, USER, "/mode")
     requests_before = len(model.raw_requests)
     await new_adapter(await new_companion())  # start-up closes the open segment
     sent = await telegram.wait_for_sent(4)
     await asyncio.sleep(0.3)
     assert len(telegram.sent) == 4
+    assert sent[2].text == RESTART_KEPT_PRIVATE
     assert sent[3].text.startswith("You are in normal mode")
-    assert len(model.raw_requests) == requests_before + 1
-    assert CANARY.encode() not in model.raw_requests[-1]
+    assert len(model.raw_requests) == requests_before  # not read: no model request at all
+    rows = await store._all("SELECT mode, segment_id FROM messages WHERE text = ?", (f"still private {CANARY}",))
+    assert [(r["mode"], r["segment_id"] is not None) for r in rows] == [("private", True)]
+    hits = await store._all("SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY}"',))
+    assert hits[0][0] == 0
 
 
 # --- the handler boundary ----------------------------------------------------------
@@ -584,6 +593,31 @@ def test_group_text_strips_a_mention_after_characters_outside_the_basic_plane() 
     assert group_text(text, [entity], username=BOT, bot_id=1, replied_to_bot=False, commands=set()) == "😀😀 hi"
 
 
+async def test_a_persistent_409_conflict_is_named_once_per_streak_and_polling_goes_on(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="adapters.telegram.adapter")
+
+    def named() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "another instance is polling this bot token" in r.getMessage()]
+
+    async def conflicts(times: int) -> None:
+        polls = len(telegram.calls_of("getUpdates"))
+        telegram.fail_next("getUpdates", 409, description="Conflict: terminated by other getUpdates request",
+                           times=times)
+        await telegram.wait_for(lambda: len(telegram.calls_of("getUpdates")) > polls + times)
+
+    await telegram.wait_for_polling()
+    await conflicts(2)  # a brief overlap, as when a restart's old long poll is still open
+    assert named() == []
+    await conflicts(6)
+    assert [(r.levelno, r.getMessage().split(";")[0]) for r in named()] == [
+        (logging.ERROR, "telegram: another instance is polling this bot token (409 Conflict)")]
+    assert await say(telegram, "/mode")  # still polling, still answering
+    await conflicts(3)  # a new streak is named again
+    assert len(named()) == 2
+
+
 def _rows_mentioning(path: Path, needles: list[str]) -> list[tuple]:
     """Every row of every table that holds one of `needles` in any column."""
     found = []
@@ -596,3 +630,55 @@ def _rows_mentioning(path: Path, needles: list[str]) -> list[tuple]:
     db.close()
     return found
 
+
+
+# --- the outbox: replies outlive outages ---------------------------------------------
+
+
+async def test_a_reply_telegram_refuses_for_longer_than_every_retry_is_kept_and_sent_once_when_it_is_back(
+    adapter: TelegramAdapter, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    store: SqliteStore,
+) -> None:
+    model.reply_text("kept for you")
+    telegram.fail_next("sendMessage", 502, times=5)  # every one of the adapter's own attempts
+    telegram.send_text(USER, USER, "hello")
+    await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= 5)
+    await telegram.wait_for(lambda: telegram.pending_updates == 0)  # the update is confirmed: the row holds it
+    rows = await store._all("SELECT status, attempts, error FROM deliveries")
+    assert [tuple(r) for r in rows] == [("pending", 1, "NetworkError")]
+    assert telegram.texts_to(USER) == []
+    await store._all("UPDATE deliveries SET next_attempt_at = 0")  # its backoff has passed
+    await companion.outbox.dispatch_due()
+    await companion.outbox.dispatch_due()
+    assert telegram.texts_to(USER) == ["kept for you"]
+    assert len(model.requests) == 1  # the model was not asked again
+    assert [tuple(r) for r in await store._all("SELECT status, text FROM deliveries")] == [("sent", None)]
+
+
+async def test_a_blocked_bot_gives_up_on_the_reply_and_records_why(
+    adapter: TelegramAdapter, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    store: SqliteStore,
+) -> None:
+    telegram.fail_next("sendMessage", 403, description="Forbidden: bot was blocked by the user")
+    telegram.send_text(USER, USER, "hello")
+    await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= 1)
+    await telegram.wait_for(lambda: telegram.pending_updates == 0)
+    rows = await store._all("SELECT status, error, text FROM deliveries")
+    assert [tuple(r) for r in rows] == [("failed", "Forbidden", None)]
+    assert len(telegram.calls_of("sendMessage")) == 1  # a 403 is not retried
+
+
+async def test_a_redelivered_update_is_not_stored_or_answered_again(
+    new_adapter: AdapterFactory, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    store: SqliteStore,
+) -> None:
+    first = await new_adapter(companion)
+    await say(telegram, "hello once")
+    await first.aclose()
+    await store._all("DELETE FROM adapter_state")  # as if the ledger write was lost in a kill
+    telegram.redeliver()
+    await new_adapter(companion)
+    await telegram.wait_for(lambda: telegram.pending_updates == 0)  # handled (confirmed only after)
+    assert len(telegram.texts_to(USER)) == 1
+    assert len(model.requests) == 1
+    assert [tuple(r) for r in await store._all("SELECT count(*) FROM messages WHERE text = 'hello once'")] == [(1,)]

@@ -66,3 +66,36 @@ def request_text(request: CompletionRequest) -> str:
 
 def placeholders(request: CompletionRequest) -> int:
     return sum(1 for m in request.messages if m.content == PLACEHOLDER)
+
+
+class FakeSender:
+    """A platform's sending half for the outbox (core.ports.BaseSender): records what it sent,
+    part by part (`limit` characters a part), and fails as told: `fail_with` a list of
+    (permanent, kind) consumed one per send attempt, or `down` for every attempt."""
+
+    def __init__(self, name: str = "telegram", limit: int = 4096) -> None:
+        self.name = name
+        self.limit = limit
+        self.sent: list[tuple[str, str, str | None]] = []  # (chat_id, part, reply_to)
+        self.fail_with: list[tuple[bool, str]] = []
+        self.down = False
+        self.fail_after_parts: int | None = None  # fail once after this many parts of one delivery
+
+    async def send_delivery(self, delivery) -> int:
+        from core.errors import DeliveryFailed
+
+        parts = [delivery.text[i:i + self.limit] for i in range(0, len(delivery.text), self.limit)] or [""]
+        if self.down:
+            raise DeliveryFailed("NetworkError", permanent=False, parts_sent=delivery.parts_sent)
+        if self.fail_with:
+            permanent, kind = self.fail_with.pop(0)
+            raise DeliveryFailed(kind, permanent=permanent, parts_sent=delivery.parts_sent)
+        for index in range(delivery.parts_sent, len(parts)):
+            if self.fail_after_parts is not None and index == self.fail_after_parts:
+                self.fail_after_parts = None
+                raise DeliveryFailed("TimedOut", permanent=False, parts_sent=index)
+            self.sent.append((delivery.target.chat_id, parts[index], delivery.target.reply_to if index == 0 else None))
+        return len(parts)
+
+    def texts(self) -> list[str]:
+        return [part for _, part, _ in self.sent]

@@ -1,0 +1,120 @@
+"""The outbox: outbound messages are delivery rows first; this service sends them and marks them.
+
+Every reply (and later every mirror, reminder and nudge) is written as a pending delivery
+in the transaction that stores what it carries. `deliver` sends a conversation's pending
+deliveries in order right after the turn; `dispatch_due` (scheduled) sends what is due
+again, with exponential backoff and jitter, across outages of any length and across
+restarts, and never runs the model again. Only a permanent refusal (blocked, chat not
+found) ends a delivery unsent, recorded by kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import weakref
+from collections.abc import Callable
+
+from core.errors import DeliveryFailed
+from core.ports import BaseSender, Clock, OutboxStore
+
+log = logging.getLogger(__name__)
+
+
+class Outbox:
+    """Sends pending deliveries through the registered senders (one per platform), in order
+    per conversation; a delivery that fails transiently holds back the later ones of its
+    conversation until it went out."""
+
+    def __init__(
+        self,
+        store: OutboxStore,
+        clock: Clock,
+        *,
+        base_delay: float = 2.0,
+        max_delay: float = 300.0,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._base_delay = base_delay
+        self._max_delay = max_delay
+        self._rand = rand
+        self._senders: dict[str, BaseSender] = {}
+        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    # --- senders ------------------------------------------------------------
+
+    def register(self, sender: BaseSender) -> None:
+        self._senders[sender.name] = sender
+
+    def unregister(self, sender: BaseSender) -> None:
+        if self._senders.get(sender.name) is sender:
+            del self._senders[sender.name]
+
+    def serves(self, platform: str) -> bool:
+        return platform in self._senders
+
+    # --- sending --------------------------------------------------------------
+
+    async def append_text(self, delivery_id: int, suffix: str) -> None:
+        await self._store.append_text(delivery_id, suffix)
+
+    async def deliver(self, conversation_id: int, delivery_id: int) -> bool:
+        """Send the conversation's pending deliveries up to `delivery_id`, oldest first.
+        Returns whether they all went out (False: the rest waits for `dispatch_due`)."""
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = self._locks[conversation_id] = asyncio.Lock()
+        async with lock:
+            for delivery in await self._store.pending_of(conversation_id, delivery_id):
+                sender = self._senders.get(delivery.target.platform)
+                if sender is None:
+                    return False
+                if not await self._send_one(sender, delivery):
+                    return False
+            return True
+
+    async def dispatch_due(self) -> int:
+        """Scheduled: send what is due, per conversation in order. Returns how many
+        conversations were fully flushed."""
+        due = await self._store.due(frozenset(self._senders), self._clock.now())
+        flushed = 0
+        for conversation_id, newest in due:
+            if await self.deliver(conversation_id, newest):
+                flushed += 1
+        return flushed
+
+    async def prune(self, keep_seconds: float = 7 * 86400.0) -> int:
+        return await self._store.prune_settled(self._clock.now() - keep_seconds)
+
+    async def _send_one(self, sender: BaseSender, delivery) -> bool:
+        try:
+            parts = await sender.send_delivery(delivery)
+        except DeliveryFailed as exc:
+            return await self._failed(delivery, exc.kind, exc.permanent, max(exc.parts_sent, delivery.parts_sent))
+        except Exception as exc:  # noqa: BLE001 - an unknown failure is retried, never lost
+            return await self._failed(delivery, type(exc).__name__, False, delivery.parts_sent)
+        await self._store.mark_sent(delivery.id, parts, self._clock.now())
+        log.info("delivery %s (%s, conversation %s) sent in %d parts after %d retries",
+                 delivery.id, delivery.kind, delivery.conversation_id, parts, delivery.attempts)
+        return True
+
+    async def _failed(self, delivery, kind: str, permanent: bool, parts_sent: int) -> bool:
+        """Record a failure. A permanent one settles the delivery and lets the next go."""
+        now = self._clock.now()
+        if permanent:
+            await self._store.mark_failed(delivery.id, parts_sent, kind, now)
+            log.warning("delivery %s (conversation %s) given up: %s", delivery.id, delivery.conversation_id, kind)
+            return True
+        delay = self.backoff(delivery.attempts + 1)
+        await self._store.mark_retry(delivery.id, parts_sent, kind, now + delay)
+        log.info("delivery %s (conversation %s) failed (%s), attempt %d; next try in %.0f s",
+                 delivery.id, delivery.conversation_id, kind, delivery.attempts + 1, delay)
+        return False
+
+    def backoff(self, attempt: int) -> float:
+        """Exponential, capped, with jitter: between half and all of base * 2^(attempt-1)."""
+        ceiling = min(self._base_delay * 2 ** min(attempt - 1, 30), self._max_delay)
+        return ceiling * (0.5 + 0.5 * self._rand())

@@ -1,0 +1,102 @@
+"""Nothing lingers, and the mode read never starves: checkpoints that wait for no reader and
+hold no store lock, owed in a durable flag until one empties the WAL (issue 10)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from adapters.storage.privacy import CHECKPOINT_OWED
+from core.companion import Companion
+from tests.conftest import PASSPHRASE
+from tests.helpers.chat import all_rows, conversation_of, say
+from tests.helpers.reader import SnapshotReader, files_holding
+
+CANARY = b"CHECKPOINT-CANARY-7"
+
+
+def holding_canary(store) -> list[str]:
+    """Which of the database file and its -wal (and -shm) file hold the canary in their raw bytes."""
+    files = [p for p in store.path.parent.iterdir() if p.name.startswith(store.path.name)]
+    return sorted(p.name for p in files_holding(files, CANARY))
+
+
+async def two_private_conversations(companion, store):
+    """Conversation A holds the canary in an interval expiring in 1h; B stays private."""
+    await say(companion, "normal line")
+    await say(companion, f"/private {PASSPHRASE} 1h")
+    await say(companion, f"secret {CANARY.decode()}")
+    await say(companion, "/normal")
+    await say(companion, f"/private {PASSPHRASE} never", chat="other")
+    other = await conversation_of(companion, chat="other")
+    (segment,) = await store.segments_of(other.id)
+    return other, segment
+
+
+async def delete_while_reading_the_mode(companion, store, clock, other, segment, how: str) -> None:
+    """Run the deletion, and read the other conversation's mode over and over meanwhile: every
+    read must return its open segment within the valve's 2 s, whatever the checkpoint waits for."""
+    if how == "expiry":
+        clock.advance(3601)
+        deletion = asyncio.create_task(companion.sweep())
+    else:
+        deletion = asyncio.create_task(say(companion, "/forget private"))
+    try:
+        while True:
+            read = await asyncio.wait_for(store.open_segment_of(other.id), 2)
+            assert read is not None and read.id == segment.id
+            if deletion.done():
+                break
+    finally:
+        await asyncio.gather(deletion, return_exceptions=True)
+    await deletion
+
+
+@pytest.mark.parametrize("how", ["expiry", "forget"])
+async def test_deleted_private_text_leaves_db_and_wal_once_a_reader_lets_go(companion, store, clock, how):
+    other, segment = await two_private_conversations(companion, store)
+    with SnapshotReader(store.path) as reader:
+        await delete_while_reading_the_mode(companion, store, clock, other, segment, how)
+        assert await all_rows(store, "SELECT count(*) FROM segments") == [(1,)]
+        # The reader's snapshot still needs the old pages: the text is there, and the debt is recorded.
+        assert holding_canary(store), "the reader did not hold the deleted text back; the test proves nothing"
+        assert await store.get_adapter_state(CHECKPOINT_OWED) is not None
+        reader.release()
+    await companion.sweep()
+    assert holding_canary(store) == []
+    assert await store.get_adapter_state(CHECKPOINT_OWED) is None
+
+
+async def test_an_owed_checkpoint_survives_a_restart_and_the_start_finishes_it(
+    companion, store, provider, clock
+):
+    other, segment = await two_private_conversations(companion, store)
+    with SnapshotReader(store.path) as reader:
+        await delete_while_reading_the_mode(companion, store, clock, other, segment, "expiry")
+        await store.aclose()
+        await store.start()  # reopened before the reader leaves, so its close is not the last one
+        reader.release()
+    assert await store.get_adapter_state(CHECKPOINT_OWED) is not None
+    assert holding_canary(store)
+    restarted = Companion(store, provider, companion.config, clock=clock)
+    await restarted.start()
+    assert holding_canary(store) == []
+    assert await store.get_adapter_state(CHECKPOINT_OWED) is None
+
+
+async def test_expired_artifacts_are_gone_after_a_restart_without_any_sweep(make_companion, store, provider, clock):
+    companion = await make_companion(allow_private_export=True, artifact_retention_seconds=86400.0)
+    await say(companion, f"/private {PASSPHRASE} never")
+    await say(companion, f"crossing {CANARY.decode()}")
+    await say(companion, "/export")
+    assert "Created non-private artifact" in (await say(companion, "/export confirm")).text
+    await say(companion, "/normal")
+    await say(companion, "/forget private")  # the interval goes; the artifact has its own retention
+    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+    assert holding_canary(store), "the artifact's text must be on disk before its expiry"
+    clock.advance(86401)
+    restarted = Companion(store, provider, companion.config, clock=clock)
+    await restarted.start()
+    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
+    assert holding_canary(store) == []
