@@ -15,6 +15,7 @@ import pytest
 from core.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.proc import ROOT
 
 USER = 111
 CANARY = "canary-91b7 what I only say in private"
@@ -36,6 +37,7 @@ def gateway_env(tmp_path: Path, telegram: FakeTelegramServer, model: FakeOpenAIS
         COMPANION_PRIVATE_PASSPHRASE_HASH=hash_passphrase("sesame"),
         COMPANION_DB_PATH=str(tmp_path / "companion.db"),
         COMPANION_LOG_LEVEL="INFO",
+        PYTHONPATH=str(ROOT),  # the tree under test, not whatever is installed
     )
     env.update(extra)
     return env

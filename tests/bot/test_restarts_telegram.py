@@ -1,0 +1,103 @@
+"""`companion run` killed or stopped in the middle of a private turn, then started again: the
+private line never reaches normal mode, and nothing is answered twice (issue 10, real processes)."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bot.test_gateway_telegram import USER, gateway_env, say, servers, spawn, stop, wait_until  # noqa: F401
+from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.fake_telegram import FakeTelegramServer
+
+CANARY = "canary-7c2e said only in private"
+
+
+def rows(tmp_path: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    with sqlite3.connect(tmp_path / "companion.db") as db:
+        return db.execute(sql, params).fetchall()
+
+
+def assert_canary_outside_normal_mode(tmp_path: Path, model: FakeOpenAIServer, since: int) -> None:
+    normal_requests = [raw for raw in model.raw_requests[since:] if b"This conversation is in private mode" not in raw]
+    assert normal_requests, "no normal request after the restart: the test proves nothing"
+    assert all(CANARY.encode() not in raw for raw in normal_requests)
+    assert rows(tmp_path, "SELECT count(*) FROM messages WHERE mode = 'normal' AND text LIKE ?",
+                (f"%{CANARY}%",)) == [(0,)]
+    assert rows(tmp_path, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY.split()[0]}"',)) == [(0,)]
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stop_during_a_slow_private_turn_never_lets_the_private_line_into_normal_mode(
+    servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, how: signal.Signals
+) -> None:
+    telegram, model = servers
+    # A short model timeout: SIGTERM's drain (the model timeout) runs out while the model is slow.
+    env = gateway_env(tmp_path, telegram, model, COMPANION_LLM_TIMEOUT="1")
+    gateway = spawn(env, tmp_path)
+    try:
+        assert say(telegram, gateway, "/private sesame").startswith("Private mode is on")
+        model.reply_delay(30)
+        asked = len(model.raw_requests)
+        telegram.send_text(USER, USER, CANARY)
+        wait_until(telegram, gateway, lambda: len(model.raw_requests) > asked)  # the turn is at the model
+        gateway.send_signal(how)
+        gateway.communicate(timeout=30)
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.communicate()
+
+    telegram.redeliver()  # whatever the stop left unconfirmed comes again
+    telegram.send_text(USER, USER, f"{CANARY} (sent while it was down)")
+    answered, since = len(telegram.sent), len(model.raw_requests)
+    gateway = spawn(env, tmp_path)
+    try:
+        model.reply_text("fresh")
+        wait_until(telegram, gateway, lambda: any(m.text.startswith("Private mode ended when I restarted")
+                                                   for m in telegram.sent[answered:]))
+        time.sleep(2.1)  # Telegram dates are whole seconds: one from the restart's second counts as before it
+        assert say(telegram, gateway, "hello after the restart") == "fresh"
+        assert_canary_outside_normal_mode(tmp_path, model, since)
+        # The private turn is stored once, inside its (closed) segment, and not answered again.
+        assert rows(tmp_path, "SELECT count(*), min(mode) FROM messages WHERE text = ?", (CANARY,)) == [(1, "private")]
+    finally:
+        code, stderr = stop(gateway)
+    assert code == 0, stderr
+    assert CANARY not in stderr
+
+
+def test_a_second_restart_still_keeps_a_late_message_inside_the_interval(
+    servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path
+) -> None:
+    telegram, model = servers
+    env = gateway_env(tmp_path, telegram, model)
+    gateway = spawn(env, tmp_path)
+    try:
+        assert say(telegram, gateway, "/private sesame").startswith("Private mode is on")
+    finally:
+        gateway.kill()
+        gateway.communicate()
+    telegram.send_text(USER, USER, CANARY)  # sent while down; two restarts pass before it is read
+    since = len(model.raw_requests)
+    for _ in range(2):
+        polls = len(telegram.calls_of("getUpdates"))
+        gateway = spawn(env, tmp_path)
+        try:
+            wait_until(telegram, gateway, lambda: len(telegram.calls_of("getUpdates")) > polls + 1)
+        finally:
+            gateway.kill()
+            gateway.communicate()
+    polls = len(telegram.calls_of("getUpdates"))
+    gateway = spawn(env, tmp_path)
+    try:
+        wait_until(telegram, gateway, lambda: len(telegram.calls_of("getUpdates")) > polls)
+        time.sleep(2.1)  # Telegram dates are whole seconds: one from the restart's second counts as before it
+        say(telegram, gateway, "hello again")
+        assert_canary_outside_normal_mode(tmp_path, model, since)
+    finally:
+        stop(gateway)
