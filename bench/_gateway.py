@@ -61,6 +61,9 @@ class ChildProcess:
             return ""
         return self._stderr_path.read_bytes()[-chars:].decode(errors="replace")
 
+    def stderr_text(self) -> str:
+        return self._stderr_path.read_bytes().decode(errors="replace") if self._stderr_path.exists() else ""
+
     def alive(self) -> None:
         if self.proc is None or self.proc.returncode is not None:
             code = None if self.proc is None else self.proc.returncode
@@ -109,13 +112,13 @@ class ChildProcess:
 def gateway(cwd: Path, **settings: str) -> ChildProcess:
     """`companion run` from this interpreter (the code in this checkout), configured by `settings`
     only: cwd is a scratch directory without a .env."""
-    env = child_env(
-        PYTHONPATH=str(ROOT),
-        COMPANION_DB_PATH=str(cwd / "companion.db"),
-        COMPANION_HTTP_PORT="0",
-        COMPANION_LOG_LEVEL="WARNING",
-        **settings,
-    )
+    defaults = {
+        "PYTHONPATH": str(ROOT),
+        "COMPANION_DB_PATH": str(cwd / "companion.db"),
+        "COMPANION_HTTP_PORT": "0",
+        "COMPANION_LOG_LEVEL": "WARNING",
+    }
+    env = child_env(**{**defaults, **settings})
     return ChildProcess("companion run", [sys.executable, "-m", "bot", "run"], env, cwd)
 
 

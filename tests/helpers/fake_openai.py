@@ -111,6 +111,10 @@ class FakeOpenAIServer(LoopbackServer):
         """Queue a hang-up: the connection is closed without any answer."""
         self.script(ScriptedResponse(disconnect=True))
 
+    def forget_script(self) -> None:
+        """Drop the scripted answers not used yet (a test moving on to its next act)."""
+        self._script.clear()
+
     @property
     def pending(self) -> int:
         """Scripted answers not yet used."""

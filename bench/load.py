@@ -1,0 +1,199 @@
+"""7. Many conversations at once through one `companion run`: Telegram chats and Discord DMs
+(half each) write at the same moment, round after round; every reply must arrive exactly once
+and in order per conversation, and the gateway's memory after the last round must stay within
+5 MB of its memory after the first (no growth per turn). A last phase sends a few messages per
+conversation without waiting for the replies (queued behind each other), to check the order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench._gateway import TimedBotApi, gateway
+from tests.helpers.fake_discord import FakeDiscordServer
+from tests.helpers.fake_openai import FakeOpenAIServer
+
+BUDGET_MB = 5.0  # decimal megabytes, as the budget is written
+TELEGRAM_TOKEN = "123456:BENCH-load"
+TELEGRAM_FIRST = 1_000_001  # private chats: chat id = user id
+DISCORD_FIRST = 2_000_001
+_ASKED = re.compile(r"#([td]\d+)/(\d+)")
+
+
+def _echo(body: dict) -> str:
+    """The zero-latency model answers with the tag of the newest user message it was given."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") == "user" and isinstance(message.get("content"), str):
+            match = _ASKED.search(message["content"])
+            return f"echo #{match.group(1)}/{match.group(2)}" if match else "no tag"
+    return "no user message"
+
+
+class _Load:
+    def __init__(self, telegram: TimedBotApi, discord_server: FakeDiscordServer, conversations: int) -> None:
+        self.telegram = telegram
+        self.discord = discord_server
+        half = conversations // 2
+        self.telegram_chats = {f"t{i}": TELEGRAM_FIRST + i for i in range(conversations - half)}
+        self.discord_users = {f"d{i}": DISCORD_FIRST + i for i in range(half)}
+        self.sent_count = 0
+        self._channel_tag: dict[int, str] = {}
+
+    @property
+    def allowed_users(self) -> str:
+        return ",".join([f"telegram:{u}" for u in self.telegram_chats.values()]
+                        + [f"discord:{u}" for u in self.discord_users.values()])
+
+    @property
+    def tags(self) -> list[str]:
+        return [*self.telegram_chats, *self.discord_users]
+
+    def replies(self) -> int:
+        return len(self.telegram.sent) + len(self.discord.sent)
+
+    async def send(self, numbers: range) -> None:
+        """Every conversation sends the messages `numbers`, all at once, both platforms interleaved."""
+        discord_sends = []
+        for k in numbers:
+            for tag, chat in self.telegram_chats.items():
+                self.telegram.send_text(chat, chat, f"#{tag}/{k} how are you?")
+            discord_sends += [self.discord.send_dm(user, f"#{tag}/{k} how are you?")
+                              for tag, user in self.discord_users.items()]
+        for send in discord_sends:  # in order: one conversation's messages must leave in order
+            await send
+        self.sent_count += len(numbers) * len(self.tags)
+
+    def received(self) -> dict[str, list[str]]:
+        """Reply texts per conversation, in the order the fake servers received them."""
+        if not self._channel_tag:
+            self._channel_tag = {self.discord.dm_channel_id(u): tag for tag, u in self.discord_users.items()}
+        by_tag: dict[str, list[str]] = {tag: [] for tag in self.tags}
+        chat_tag = {chat: tag for tag, chat in self.telegram_chats.items()}
+        for message in self.telegram.sent:
+            by_tag.setdefault(chat_tag.get(message.chat_id, f"? telegram {message.chat_id}"), []).append(message.text)
+        for message in self.discord.sent:
+            tag = self._channel_tag.get(message.channel_id, f"? discord {message.channel_id}")
+            by_tag.setdefault(tag, []).append(message.content)
+        return by_tag
+
+
+def _check(received: dict[str, list[str]], expected_numbers: list[int]) -> dict:
+    """Exactly once and in order: each conversation's replies echo exactly its numbers, ascending."""
+    missing = duplicated = out_of_order = unexpected = 0
+    bad_examples: list[str] = []
+    for tag, texts in received.items():
+        numbers = []
+        for text in texts:
+            match = re.fullmatch(r"echo #([td]\d+)/(\d+)", text)
+            if match is None or match.group(1) != tag:
+                unexpected += 1
+                if len(bad_examples) < 3:
+                    bad_examples.append(f"{tag}: {text[:60]!r}")
+                continue
+            numbers.append(int(match.group(2)))
+        missing += len(set(expected_numbers) - set(numbers))
+        duplicated += len(numbers) - len(set(numbers))
+        if numbers != sorted(numbers):
+            out_of_order += 1
+            if len(bad_examples) < 3:
+                bad_examples.append(f"{tag}: {numbers}")
+    return {"missing": missing, "duplicated": duplicated, "conversations_out_of_order": out_of_order,
+            "unexpected_replies": unexpected, "examples": bad_examples}
+
+
+async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round: int) -> dict:
+    async with TimedBotApi(token=TELEGRAM_TOKEN) as telegram, FakeDiscordServer() as discord_server, \
+            FakeOpenAIServer() as model:
+        model.responder = _echo
+        load = _Load(telegram, discord_server, conversations)
+        with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
+            child = gateway(
+                Path(tmp),
+                COMPANION_TELEGRAM_TOKEN=TELEGRAM_TOKEN,
+                COMPANION_TELEGRAM_BASE_URL=telegram.base_url,
+                COMPANION_DISCORD_TOKEN=discord_server.token,
+                COMPANION_DISCORD_API_BASE=discord_server.api_base,
+                COMPANION_DISCORD_GATEWAY_URL=discord_server.gateway_url,
+                COMPANION_LLM_BASE_URL=model.base_url,
+                COMPANION_ALLOWED_USERS=load.allowed_users,
+                # INFO only to see "gateway running": until then the start-up work (answering
+                # turns the last process left open) runs beside the first turns.
+                COMPANION_LOG_LEVEL="INFO",
+            )
+            per_round: list[dict] = []
+            try:
+                await child.start()
+                await child.wait_until(lambda: "gateway running" in child.stderr_text(), 60, "the start-up")
+                started = time.perf_counter()
+                # Rounds: every conversation sends its next message at the same moment; the round
+                # ends when every reply of it arrived. Memory is read after each round.
+                for number in range(1, rounds + 1):
+                    t0 = time.perf_counter()
+                    await load.send(range(number, number + 1))
+                    await child.wait_until(lambda: load.replies() >= load.sent_count, 180,
+                                           f"the replies of round {number}")
+                    wall = time.perf_counter() - t0
+                    await asyncio.sleep(0.3)  # the marks after the last send; then memory is read
+                    per_round.append({"turns": load.sent_count, "wall_s": round(wall, 3),
+                                      "turns_per_s": round(len(load.tags) / wall, 1),
+                                      "rss_mb": round(child.vm_rss() / 1e6, 2)})
+                rounds_wall = time.perf_counter() - started
+                # Queued: each conversation sends `burst` messages without waiting for a reply.
+                t0 = time.perf_counter()
+                await load.send(range(rounds + 1, rounds + 1 + burst))
+                await child.wait_until(lambda: load.replies() >= load.sent_count, 180, "the queued replies")
+                burst_wall = time.perf_counter() - t0
+                await asyncio.sleep(1.0)  # a late duplicate (the outbox dispatcher) would arrive now
+                rss_end = child.vm_rss()
+                received = load.received()
+            finally:
+                code = await child.stop()
+                log_lines = child.stderr_text().splitlines()
+    checks = _check(received, list(range(1, rounds + burst + 1)))
+    first, last = per_round[checkpoint_round - 1], per_round[-1]
+    growth = last["rss_mb"] - first["rss_mb"]
+    total_turns = load.sent_count
+    result = {
+        "conversations": {"telegram": len(load.telegram_chats), "discord": len(load.discord_users)},
+        "rounds": rounds,
+        "queued_per_conversation": burst,
+        "turns": total_turns,
+        "replies": sum(len(v) for v in received.values()),
+        **checks,
+        "rss_checkpoint_turns": first["turns"],
+        "rss_checkpoint_mb": first["rss_mb"],
+        "rss_last_round_turns": last["turns"],
+        "rss_last_round_mb": last["rss_mb"],
+        "rss_growth_mb": round(growth, 2),
+        "rss_after_queued_mb": round(rss_end / 1e6, 2),
+        "budget_mb": BUDGET_MB,
+        "per_round": per_round,
+        "rounds_turns_per_s": round(rounds * len(load.tags) / rounds_wall, 1),
+        "queued_turns_per_s": round(burst * len(load.tags) / burst_wall, 1),
+        "model_requests": len(model.requests),
+        "exit_code": code,
+        "log_warnings": [line[:160] for line in log_lines if " WARNING " in line or " ERROR " in line][:5],
+        "tracebacks": sum("Traceback" in line for line in log_lines),
+    }
+    delivered_ok = not (checks["missing"] or checks["duplicated"] or checks["conversations_out_of_order"]
+                        or checks["unexpected_replies"]) and code == 0
+    result["delivered_ok"] = delivered_ok
+    result["memory_ok"] = growth <= BUDGET_MB
+    result["ok"] = delivered_ok and result["memory_ok"]
+    return result
+
+
+def run(quick: bool = False) -> dict:
+    if quick:  # memory compared between round 1 and round 3 only: an indication, not the budget
+        return asyncio.run(_measure(conversations=20, rounds=3, burst=2, checkpoint_round=1))
+    # 200 conversations: memory after round 1 (200 turns) against round 10 (2,000 turns).
+    return asyncio.run(_measure(conversations=200, rounds=10, burst=3, checkpoint_round=1))
+
+
+if __name__ == "__main__":  # a look at this one alone
+    print(json.dumps(run(quick="--quick" in sys.argv), indent=1))

@@ -1,0 +1,52 @@
+"""`companion run` on Discord stopped in the middle of a turn, then started again: the cut-off
+turn is answered once after the restart (issue 10, real processes)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tests.bot.test_gateway_discord import FRIEND, discord_env, servers, stop  # noqa: F401
+from tests.helpers.proc import spawn_companion
+
+
+def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(tmp_path, servers, passphrase_hash):
+    discord_server, model = servers
+    call = discord_server.call
+    # The stop waits for turns up to the model timeout; this model is slower than every retry.
+    env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_LLM_TIMEOUT="1")
+    for _ in range(4):
+        model.reply_delay(30)
+    proc = spawn_companion(["run"], env)
+    try:
+        call(discord_server.wait_for_ready(timeout=30), timeout=40)
+        call(discord_server.send_dm(FRIEND, "did you get my letter?"))
+        call(discord_server.wait_until(lambda: len(model.requests) >= 1, 20, "the model request"))
+    finally:
+        _, stderr = stop(proc)
+    assert proc.returncode == 0, stderr
+    assert discord_server.sent == []  # cut off: stored, not answered
+    with sqlite3.connect(tmp_path / "companion.db") as db:
+        assert db.execute("SELECT turn FROM messages WHERE text = 'did you get my letter?'").fetchall() == [("open",)]
+
+    model.forget_script()
+    model.reply_text("Yes, I got your letter.")
+    asked = len(model.requests)
+    proc = spawn_companion(["run"], env)
+    try:
+        call(discord_server.wait_for_sent(1, timeout=30), timeout=40)
+        call(discord_server.settle(0.5))
+    finally:
+        _, stderr = stop(proc)
+    assert [m.content for m in discord_server.sent] == ["Yes, I got your letter."]
+    assert len(model.requests) == asked + 1
+    assert model.requests[-1]["messages"][-1]["content"] == "did you get my letter?"
+    assert proc.returncode == 0, stderr
+
+    # A third start has nothing left to answer.
+    proc = spawn_companion(["run"], env)
+    try:
+        call(discord_server.wait_for_ready(timeout=30), timeout=40)
+        call(discord_server.settle(0.5))
+    finally:
+        stop(proc)
+    assert len(discord_server.sent) == 1
