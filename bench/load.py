@@ -129,7 +129,6 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
             try:
                 await child.start()
                 await child.wait_until(lambda: "gateway running" in child.stderr_text(), 60, "the start-up")
-                started = time.perf_counter()
                 # Rounds: every conversation sends its next message at the same moment; the round
                 # ends when every reply of it arrived. Memory is read after each round.
                 for number in range(1, rounds + 1):
@@ -142,7 +141,6 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
                     per_round.append({"turns": load.sent_count, "wall_s": round(wall, 3),
                                       "turns_per_s": round(len(load.tags) / wall, 1),
                                       "rss_mb": round(child.vm_rss() / 1e6, 2)})
-                rounds_wall = time.perf_counter() - started
                 # Queued: each conversation sends `burst` messages without waiting for a reply.
                 t0 = time.perf_counter()
                 await load.send(range(rounds + 1, rounds + 1 + burst))
@@ -173,7 +171,7 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
         "rss_after_queued_mb": round(rss_end / 1e6, 2),
         "budget_mb": BUDGET_MB,
         "per_round": per_round,
-        "rounds_turns_per_s": round(rounds * len(load.tags) / rounds_wall, 1),
+        "rounds_turns_per_s": round(rounds * len(load.tags) / sum(r["wall_s"] for r in per_round), 1),
         "queued_turns_per_s": round(burst * len(load.tags) / burst_wall, 1),
         "model_requests": len(model.requests),
         "exit_code": code,
