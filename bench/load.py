@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from bench._gateway import TimedBotApi, gateway
+from core.copy import MODE_UNREADABLE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 
@@ -32,6 +33,10 @@ def _echo(body: dict) -> str:
             match = _ASKED.search(message["content"])
             return f"echo #{match.group(1)}/{match.group(2)}" if match else "no tag"
     return "no user message"
+
+
+def _db_mb(directory: Path) -> float:
+    return round(sum(p.stat().st_size for p in directory.glob("companion.db*")) / 1e6, 2)
 
 
 class _Load:
@@ -84,26 +89,31 @@ class _Load:
 
 def _check(received: dict[str, list[str]], expected_numbers: list[int]) -> dict:
     """Exactly once and in order: each conversation's replies echo exactly its numbers, ascending."""
-    missing = duplicated = out_of_order = unexpected = 0
+    missing = duplicated = out_of_order = unexpected = unreadable = 0
     bad_examples: list[str] = []
+    missing_by_number: dict[int, int] = {}
     for tag, texts in received.items():
         numbers = []
         for text in texts:
             match = re.fullmatch(r"echo #([td]\d+)/(\d+)", text)
             if match is None or match.group(1) != tag:
                 unexpected += 1
+                unreadable += text == MODE_UNREADABLE
                 if len(bad_examples) < 3:
                     bad_examples.append(f"{tag}: {text[:60]!r}")
                 continue
             numbers.append(int(match.group(2)))
-        missing += len(set(expected_numbers) - set(numbers))
+        for number in set(expected_numbers) - set(numbers):
+            missing += 1
+            missing_by_number[number] = missing_by_number.get(number, 0) + 1
         duplicated += len(numbers) - len(set(numbers))
         if numbers != sorted(numbers):
             out_of_order += 1
             if len(bad_examples) < 3:
                 bad_examples.append(f"{tag}: {numbers}")
     return {"missing": missing, "duplicated": duplicated, "conversations_out_of_order": out_of_order,
-            "unexpected_replies": unexpected, "examples": bad_examples}
+            "unexpected_replies": unexpected, "mode_unreadable_replies": unreadable, "missing_by_message_number": dict(sorted(missing_by_number.items())),
+            "examples": bad_examples}
 
 
 async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round: int) -> dict:
@@ -140,7 +150,7 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
                     await asyncio.sleep(0.3)  # the marks after the last send; then memory is read
                     per_round.append({"turns": load.sent_count, "wall_s": round(wall, 3),
                                       "turns_per_s": round(len(load.tags) / wall, 1),
-                                      "rss_mb": round(child.vm_rss() / 1e6, 2)})
+                                      "rss_mb": round(child.vm_rss() / 1e6, 2), "db_mb": _db_mb(Path(tmp))})
                 # Queued: each conversation sends `burst` messages without waiting for a reply.
                 t0 = time.perf_counter()
                 await load.send(range(rounds + 1, rounds + 1 + burst))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,6 +32,10 @@ from core.model import (
 
 log = logging.getLogger(__name__)
 
+# How long a write waits for another process's write lock in all, and SQLite's own wait per try.
+_BUSY_SECONDS = 5.0
+_BUSY_STEP = 0.05
+
 
 class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
     """One aiosqlite connection, serialised by a lock so transactions never interleave.
@@ -43,7 +48,9 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
       power loss as well as a crash; a chat turn commits a handful of times, and a
       few milliseconds of fsync are nothing beside a model call;
     - secure_delete=ON, so deleted private text is overwritten, not left in free pages;
-    - busy_timeout, so a second process (a backup, `companion chat`) waits instead of failing.
+    - a short busy_timeout: a write that meets another process's write lock (a backup,
+      `companion chat`) waits for it in `_tx`, with the store's lock released between
+      tries, so reads (the valve's mode read above all) never queue behind that wait.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -89,7 +96,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         await db.execute("PRAGMA journal_mode = WAL")
         await db.execute("PRAGMA synchronous = FULL")
         await db.execute("PRAGMA secure_delete = ON")
-        await db.execute("PRAGMA busy_timeout = 5000")
+        await db.execute(f"PRAGMA busy_timeout = {int(_BUSY_STEP * 1000)}")
         async with db.execute("PRAGMA foreign_keys") as cur:
             row = await cur.fetchone()
         if not row or row[0] != 1:
@@ -103,9 +110,26 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
+        """One write transaction. While another process holds the database's write lock, the
+        store's lock is released between tries (up to `_BUSY_SECONDS`), so reads go on."""
+        deadline = asyncio.get_running_loop().time() + _BUSY_SECONDS
+        while True:
+            await self._lock.acquire()
+            try:
+                await self.db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                self._lock.release()
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise StoreError("the database stayed locked by another process") from exc
+                await asyncio.sleep(_BUSY_STEP)
+            except BaseException:
+                self._lock.release()
+                raise
+        try:
             db = self.db
-            await db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
             except BaseException:
@@ -113,6 +137,8 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
                 raise
             else:
                 await db.execute("COMMIT")
+        finally:
+            self._lock.release()
 
     async def _one(self, sql: str, params: tuple | dict = ()) -> aiosqlite.Row | None:
         rows = await self._all(sql, params)

@@ -69,3 +69,31 @@ def files_holding(paths: list[Path], needle: bytes) -> list[Path]:
     found = subprocess.run([sys.executable, "-c", _GREP, needle.decode(), *map(str, paths)],
                            capture_output=True, text=True, check=True, timeout=60)
     return [Path(line) for line in found.stdout.splitlines()]
+
+
+_WRITE = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+db.execute("INSERT OR REPLACE INTO adapter_state (name, value, updated_at) VALUES ('held', 'x', 0)")
+print("holding", flush=True)
+sys.stdin.readline()
+db.execute("ROLLBACK")
+db.close()
+"""
+
+
+class WriteHolder(SnapshotReader):
+    """`with WriteHolder(path) as holder:` holds the database's write lock (BEGIN IMMEDIATE and
+    an uncommitted write) until `release()`, as a backup or a second process writing would."""
+
+    def __enter__(self) -> WriteHolder:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITE, str(self.db_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        line = self.proc.stdout.readline()
+        if line.strip() != "holding":
+            self.proc.kill()
+            raise RuntimeError(f"the writer did not start: {self.proc.communicate()[1]}")
+        return self
