@@ -21,15 +21,22 @@ Waiter = Callable[[Callable[[], bool], float], Awaitable[None]]
 
 class TimedBotApi(FakeTelegramServer):
     """The shared fake Bot API, also noting when each sendMessage arrived (perf_counter), so a
-    round trip ends when the reply reaches the server, not when the waiting task wakes up."""
+    round trip ends when the reply reaches the server, not when the waiting task wakes up; and
+    how many updates its getUpdates answers carried (each one is parsed by the bot)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.sent_at: list[float] = []
+        self.updates_returned = 0
 
     def _api_sendMessage(self, params):
         self.sent_at.append(time.perf_counter())
         return super()._api_sendMessage(params)
+
+    async def _api_getUpdates(self, params):
+        batch = await super()._api_getUpdates(params)
+        self.updates_returned += len(batch)
+        return batch
 
 
 class ChildProcess:

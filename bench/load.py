@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench._common import median, percentile
 from bench._gateway import TimedBotApi, gateway
 from core.copy import MODE_UNREADABLE
 from tests.helpers.fake_discord import FakeDiscordServer
@@ -24,6 +25,7 @@ TELEGRAM_TOKEN = "123456:BENCH-load"
 TELEGRAM_FIRST = 1_000_001  # private chats: chat id = user id
 DISCORD_FIRST = 2_000_001
 _ASKED = re.compile(r"#([td]\d+)/(\d+)")
+_TURN_MS = re.compile(r"answered with \d+ chars in (\d+) ms")
 
 
 def _echo(body: dict) -> str:
@@ -162,8 +164,12 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
             finally:
                 code = await child.stop()
                 log_lines = child.stderr_text().splitlines()
+                getupdates, parsed = len(telegram.calls_of("getUpdates")), telegram.updates_returned
     checks = _check(received, list(range(1, rounds + burst + 1)))
     first, last = per_round[checkpoint_round - 1], per_round[-1]
+    telegram_turns = len(load.telegram_chats) * (rounds + burst)
+    # The core logs each turn's duration (handle(), queueing for the store included) at INFO.
+    turn_ms = [float(m.group(1)) for line in log_lines if (m := _TURN_MS.search(line))]
     growth = last["rss_mb"] - first["rss_mb"]
     total_turns = load.sent_count
     result = {
@@ -184,6 +190,9 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
         "rounds_turns_per_s": round(rounds * len(load.tags) / sum(r["wall_s"] for r in per_round), 1),
         "queued_turns_per_s": round(burst * len(load.tags) / burst_wall, 1),
         "model_requests": len(model.requests),
+        "turn_ms_in_core": {"median": median(turn_ms), "p90": percentile(turn_ms, 90), "max": max(turn_ms, default=0)},
+        "telegram_getupdates_per_turn": round(getupdates / telegram_turns, 2),
+        "telegram_updates_parsed_per_turn": round(parsed / telegram_turns, 1),
         "exit_code": code,
         "log_warnings": [line[:160] for line in log_lines if " WARNING " in line or " ERROR " in line][:5],
         "tracebacks": sum("Traceback" in line for line in log_lines),

@@ -1,7 +1,7 @@
 """Run the benchmarks, print a Markdown table and write bench/results/latest.json.
 
-    python -m bench.run            # the full run (about two minutes on two cores)
-    python -m bench.run --quick    # a smoke run with small sizes (well under 30 s)
+    python -m bench.run            # the full run (about four minutes on two cores)
+    python -m bench.run --quick    # a smoke run with small sizes (under a minute)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import assembly, cli_run, gateway_rss, request_size, turn  # noqa: E402
+from bench import assembly, cli_run, gateway_rss, load, request_size, roundtrip, turn  # noqa: E402
 from bench._common import ROOT, environment  # noqa: E402
 
 MEASUREMENTS = {
@@ -25,6 +25,8 @@ MEASUREMENTS = {
     "cli": cli_run.run,
     "request": request_size.run,
     "gateway": gateway_rss.run,
+    "roundtrip": roundtrip.run,
+    "load": load.run,
 }
 
 
@@ -110,6 +112,25 @@ def table(results: dict) -> list[str]:
         add(5, f"`companion run` (Telegram, fake Bot API) VmRSS after {g['idle_seconds']:g} s",
             f"{g['rss_mb']:.1f} MB ({g['rss_mib']:.1f} MiB)", f"idle `python` {g['baseline_idle_python_mb']:.1f} MB",
             f"{g['ratio']:.1f}×", f"< {g['budget_mb']:g} MB", _status(g["ok"]))
+    if not failed(6, "Telegram round trip", "roundtrip"):
+        r = results["roundtrip"]
+        add(6, f"Telegram round trip through `companion run` (zero-latency model), median of {r['turns']}",
+            f"{r['companion_median_ms']:.1f} ms", f"bare python-telegram-bot + httpx {r['bare_median_ms']:.1f} ms",
+            f"{r['ratio_median']:.2f}×", f"≤ {r['target_ratio']:g}×", _status(r["ok"]))
+        add(6, "… p90", f"{r['companion_p90_ms']:.1f} ms", f"{r['bare_p90_ms']:.1f} ms",
+            f"{r['ratio_p90']:.2f}×", "", "info")
+    if not failed(7, "Many conversations at once", "load"):
+        d = results["load"]
+        c = d["conversations"]
+        bad = d["missing"] + d["duplicated"] + d["conversations_out_of_order"] + d["unexpected_replies"]
+        add(7, f"{c['telegram']} Telegram chats + {c['discord']} Discord DMs at once, {d['turns']} turns: "
+            "each reply once, in order",
+            f"{d['replies']} replies; {d['missing']} missing ({d['mode_unreadable_replies']} 'mode unreadable'), "
+            f"{d['duplicated']} doubled, {d['conversations_out_of_order']} out of order",
+            f"{d['rounds_turns_per_s']:.0f} turns/s", "", "0 wrong", _status(d["delivered_ok"], f"{bad} WRONG"))
+        add(7, f"… gateway VmRSS after {d['rss_last_round_turns']} turns vs after {d['rss_checkpoint_turns']}",
+            f"{d['rss_last_round_mb']:.1f} MB", f"{d['rss_checkpoint_mb']:.1f} MB", f"{d['rss_growth_mb']:+.2f} MB",
+            f"≤ +{d['budget_mb']:g} MB", _status(d["memory_ok"]))
     return rows
 
 
@@ -152,6 +173,36 @@ def details(results: dict) -> list[str]:
         found = gateway["imports"].get("forbidden_imported")
         if found:
             lines.append(f"Gateway imports a platform that is not configured: {', '.join(found)}.")
+    trip = results.get("roundtrip", {})
+    if "bot_api_calls_per_turn" in trip:
+        def calls(name: str) -> str:
+            return ", ".join(f"{v:g} {k}" for k, v in trip["bot_api_calls_per_turn"][name].items())
+        lines += ["", f"Round trip: Bot API calls a turn: companion {calls('companion run')}; bare {calls('bare bot')}; "
+                      f"model request {trip['model_request_bytes'].get('companion run', 0)} B against "
+                      f"{trip['model_request_bytes'].get('bare bot', 0)} B."]
+        strays = {k: v for k, v in trip["stray_replies"].items() if v}
+        if strays:
+            lines.append(f"Round trip: replies that answered no message of the run: {strays}.")
+        traced = trip.get("syscalls", {}).get("companion run")
+        if traced:
+            bare = trip["syscalls"].get("bare bot") or {}
+            lines.append(f"Round trip under strace ({traced['turns']} more turns each): fsync a turn "
+                         f"{traced['fsync_per_turn']:g} (bare {bare.get('fsync_per_turn', '?')}); "
+                         f"syscalls a turn {traced['syscalls_per_turn']:g} (bare {bare.get('syscalls_per_turn', '?')}).")
+    many = results.get("load", {})
+    if "per_round" in many:
+        series = " ".join(f"{r['rss_mb']:.1f}" for r in many["per_round"])
+        t = many["turn_ms_in_core"]
+        lines += ["", f"Load: VmRSS (MB) after each round of {many['per_round'][0]['turns']} "
+                      f"turns: {series}; after the queued phase {many['rss_after_queued_mb']:.1f}. "
+                      f"Turn time in the core (queueing included): median {t['median']:.0f} ms, p90 {t['p90']:.0f} ms, "
+                      f"max {t['max']:.0f} ms. Telegram: {many['telegram_getupdates_per_turn']:g} getUpdates and "
+                      f"{many['telegram_updates_parsed_per_turn']:g} updates parsed a turn."]
+        if many["missing_by_message_number"]:
+            lines.append(f"Load: missing replies by message number: {many['missing_by_message_number']}; "
+                         f"examples: {many['examples']}.")
+        for line in many.get("log_warnings", [])[:3]:
+            lines.append(f"    {line}")
     if gateway.get("note"):
         lines += ["", f"Gateway: {gateway['note']}"]
     if gateway.get("stderr_tail"):

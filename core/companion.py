@@ -34,9 +34,10 @@ from core.valve import ModeState, ModeValve
 log = logging.getLogger(__name__)
 
 OWNER_PLATFORMS = frozenset({"terminal"})  # the person at the terminal is the owner
-# Telegram's timestamps are whole seconds (rounded down): a message from the second in which a
-# restart closed private mode may be from before it, and is taken to be (the fail-closed direction).
-SENT_AT_MARGIN = 1.0
+# A platform's clock and ours may differ a little: a message stamped this close after a restart
+# is taken to be from before it (the fail-closed direction). Telegram's whole-second dates are
+# rounded down, which already errs the same way.
+SENT_AT_MARGIN = 0.5
 # A turn a restart cut off is answered when it is younger than this; older ones are asked again.
 ANSWER_CUT_OFF_TURNS_WITHIN = 10 * 60.0
 

@@ -682,3 +682,32 @@ async def test_a_redelivered_update_is_not_stored_or_answered_again(
     assert len(telegram.texts_to(USER)) == 1
     assert len(model.requests) == 1
     assert [tuple(r) for r in await store._all("SELECT count(*) FROM messages WHERE text = 'hello once'")] == [(1,)]
+
+
+async def test_a_reply_pending_while_the_bot_api_is_unreachable_is_delivered_once_when_it_returns(
+    adapter: TelegramAdapter, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    store: SqliteStore,
+) -> None:
+    model.reply_text("kept for you", delay=0.3)
+    telegram.send_text(USER, USER, "hello")
+    await telegram.wait_for(lambda: len(model.requests) == 1)
+    await telegram.go_down()  # the Bot API goes away while the model answers
+    await wait_for_rows(store, "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts >= 1")
+    for _ in range(3):  # the outage lasts: every due retry fails, nothing is lost
+        await store._all("UPDATE deliveries SET next_attempt_at = 0")
+        await companion.outbox.dispatch_due()
+    (attempts,) = [r[0] for r in await store._all("SELECT attempts FROM deliveries WHERE status = 'pending'")]
+    assert attempts >= 4
+    await telegram.come_back()
+    await store._all("UPDATE deliveries SET next_attempt_at = 0")
+    await companion.outbox.dispatch_due()
+    await companion.outbox.dispatch_due()
+    assert telegram.texts_to(USER) == ["kept for you"]
+    assert len(model.requests) == 1
+
+
+async def wait_for_rows(store: SqliteStore, sql: str, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await store._all(sql):
+        assert asyncio.get_running_loop().time() < deadline, f"no row for: {sql}"
+        await asyncio.sleep(0.02)

@@ -4,6 +4,7 @@ turn is answered once after the restart (issue 10, real processes)."""
 from __future__ import annotations
 
 import sqlite3
+import time
 
 from tests.bot.test_gateway_discord import FRIEND, discord_env, servers, stop  # noqa: F401
 from tests.helpers.proc import spawn_companion
@@ -50,3 +51,44 @@ def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(
     finally:
         stop(proc)
     assert len(discord_server.sent) == 1
+
+
+def test_a_sigkill_during_a_slow_private_discord_turn_keeps_the_private_line_out_of_normal_mode(
+    tmp_path, servers, passphrase_hash
+):
+    from tests.bot.test_gateway_discord import CANARY
+    from tests.conftest import PASSPHRASE
+
+    discord_server, model = servers
+    call = discord_server.call
+    env = discord_env(tmp_path, discord_server, model, passphrase_hash)
+    proc = spawn_companion(["run"], env)
+    try:
+        call(discord_server.wait_for_ready(timeout=30), timeout=40)
+        call(discord_server.send_dm(FRIEND, f"/private {PASSPHRASE}"))
+        call(discord_server.wait_for_sent(1, timeout=20))
+        model.reply_delay(30)
+        call(discord_server.send_dm(FRIEND, CANARY))
+        call(discord_server.wait_until(lambda: len(model.requests) >= 1, 20, "the model request"))
+    finally:
+        proc.kill()
+        proc.communicate()
+
+    model.forget_script()
+    since, identified = len(model.raw_requests), len(discord_server.identifies)
+    proc = spawn_companion(["run"], env)
+    try:
+        call(discord_server.wait_until(
+            lambda: len(discord_server.identifies) > identified
+            and any(s.ready and not s.ws.closed for s in discord_server.sessions), 30, "the new session"), timeout=40)
+        time.sleep(1.0)  # a message stamped within half a second of the restart counts as before it
+        call(discord_server.send_dm(FRIEND, "hello after the restart"))
+        call(discord_server.wait_until(lambda: len(model.raw_requests) > since, 20, "a normal request"))
+        call(discord_server.settle(0.5))
+    finally:
+        stop(proc)
+    assert all(CANARY.encode() not in raw for raw in model.raw_requests[since:])
+    assert model.requests[-1]["messages"][-1]["content"] == "hello after the restart"
+    with sqlite3.connect(tmp_path / "companion.db") as db:
+        assert db.execute("SELECT mode FROM messages WHERE text = ?", (CANARY,)).fetchall() == [("private",)]
+        assert db.execute("SELECT count(*) FROM recall_fts WHERE recall_fts MATCH 'canary'").fetchall() == [(0,)]

@@ -60,7 +60,7 @@ def test_a_stop_during_a_slow_private_turn_never_lets_the_private_line_into_norm
         model.reply_text("fresh")
         wait_until(telegram, gateway, lambda: any(m.text.startswith("Private mode ended when I restarted")
                                                    for m in telegram.sent[answered:]))
-        time.sleep(2.1)  # Telegram dates are whole seconds: one from the restart's second counts as before it
+        time.sleep(2.1)  # Telegram dates are whole seconds, rounded down: wait past the restart's second
         assert say(telegram, gateway, "hello after the restart") == "fresh"
         assert_canary_outside_normal_mode(tmp_path, model, since)
         # The private turn is stored once, inside its (closed) segment, and not answered again.
@@ -96,7 +96,7 @@ def test_a_second_restart_still_keeps_a_late_message_inside_the_interval(
     gateway = spawn(env, tmp_path)
     try:
         wait_until(telegram, gateway, lambda: len(telegram.calls_of("getUpdates")) > polls)
-        time.sleep(2.1)  # Telegram dates are whole seconds: one from the restart's second counts as before it
+        time.sleep(2.1)  # Telegram dates are whole seconds, rounded down: wait past the restart's second
         say(telegram, gateway, "hello again")
         assert_canary_outside_normal_mode(tmp_path, model, since)
     finally:

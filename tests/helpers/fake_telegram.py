@@ -163,6 +163,7 @@ class FakeTelegramServer(LoopbackServer):
     # --- the Bot API -------------------------------------------------------------
 
     async def _dispatch(self, request: web.Request) -> web.Response:
+        self.hang_up_if_down(request)
         if request.match_info["token"] != self.token:
             return _error(Failure(401, "Unauthorized"))
         method = request.match_info["method"]

@@ -31,6 +31,26 @@ class LoopbackServer:
             raise
         self._runner = runner
         self.port = runner.addresses[0][1]
+        self.unreachable = False
+
+    async def go_down(self) -> None:
+        """Become unreachable, as a host that went away: new connections are refused, and a
+        request on a connection kept alive from before is hung up on (see `hang_up_if_down`)."""
+        self.unreachable = True
+        for site in list(self._runner.sites):
+            await site.stop()
+
+    async def come_back(self) -> None:
+        """Listen again on the same port."""
+        from aiohttp import web
+
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        self.unreachable = False
+
+    def hang_up_if_down(self, request) -> None:
+        if getattr(self, "unreachable", False):
+            request.transport.close()
+            raise asyncio.CancelledError  # nothing may be written after the hang-up
 
     async def start(self) -> None:
         raise NotImplementedError
