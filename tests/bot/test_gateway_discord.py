@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 
-import pytest
 
 from core.copy import DELETE_SECRET_NOTE
 from tests.conftest import PASSPHRASE
@@ -15,12 +14,6 @@ from tests.helpers.proc import companion_env, spawn_companion
 
 CANARY = "canary-81c4 the thing I never told anyone"
 FRIEND = 111
-
-
-@pytest.fixture
-def servers():
-    with FakeDiscordServer.run_in_thread() as discord_server, FakeOpenAIServer.run_in_thread() as model:
-        yield discord_server, model
 
 
 def discord_env(tmp_path, discord_server, model, passphrase_hash, **extra: str) -> dict[str, str]:
@@ -52,9 +45,9 @@ def stop(proc: subprocess.Popen) -> tuple[str, str]:
 
 
 def test_companion_run_holds_a_discord_dm_conversation_with_private_mode_and_answers_a_guild_mention(
-    tmp_path, servers, passphrase_hash
+    tmp_path, discord_servers, passphrase_hash
 ):
-    discord_server, model = servers
+    discord_server, model = discord_servers
     call = discord_server.call
     proc = spawn_companion(["run"], discord_env(tmp_path, discord_server, model, passphrase_hash))
     try:
@@ -124,10 +117,10 @@ def test_companion_run_stops_with_one_line_when_the_token_is_invalid(tmp_path, p
     assert err.strip().splitlines()[-1].startswith("companion: COMPANION_DISCORD_TOKEN was rejected")
 
 
-def test_telegram_and_discord_run_side_by_side_in_one_gateway_process(tmp_path, servers, passphrase_hash):
+def test_telegram_and_discord_run_side_by_side_in_one_gateway_process(tmp_path, discord_servers, passphrase_hash):
     from tests.helpers.fake_telegram import FakeTelegramServer
 
-    discord_server, model = servers
+    discord_server, model = discord_servers
     with FakeTelegramServer.run_in_thread() as telegram:
         env = discord_env(
             tmp_path, discord_server, model, passphrase_hash,

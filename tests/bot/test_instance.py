@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -19,6 +17,7 @@ from core import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.proc import companion_env, run_companion, spawn_companion
+from tests.helpers.telegram_gateway import polling, say, stop
 
 USER = 111
 PASS = "instance-sesame"
@@ -30,12 +29,6 @@ def pass_hash() -> str:
     from core.secrets import hash_passphrase
 
     return hash_passphrase(PASS)
-
-
-@pytest.fixture
-def servers() -> Iterator[tuple[FakeTelegramServer, FakeOpenAIServer]]:
-    with FakeTelegramServer.run_in_thread() as telegram, FakeOpenAIServer.run_in_thread() as model:
-        yield telegram, model
 
 
 def shared_env(tmp_path: Path, telegram: FakeTelegramServer, model: FakeOpenAIServer, pass_hash: str) -> dict[str, str]:
@@ -91,44 +84,6 @@ class Output:
                 return line
 
 
-def wait_until(telegram: FakeTelegramServer, process: subprocess.Popen[str], predicate: Callable[[], bool],
-               timeout: float = 30.0) -> None:
-    """Wait for `predicate` at the fake server, failing early (with stderr) if the gateway exits."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if process.poll() is not None:
-            raise AssertionError(f"the gateway exited with {process.returncode}: {process.stderr.read()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError("the gateway did not get there in time")
-        try:
-            telegram.wait_for_blocking(predicate, timeout=0.5)
-        except TimeoutError:
-            pass
-
-
-def polling(telegram: FakeTelegramServer, gateway: subprocess.Popen[str]) -> None:
-    seen = len(telegram.calls_of("getUpdates"))
-    wait_until(telegram, gateway, lambda: len(telegram.calls_of("getUpdates")) > seen)
-
-
-def say(telegram: FakeTelegramServer, gateway: subprocess.Popen[str], text: str) -> str:
-    before = len(telegram.sent)
-    telegram.send_text(USER, USER, text)
-    wait_until(telegram, gateway, lambda: len(telegram.sent) > before)
-    return telegram.sent[before].text
-
-
-def stop(process: subprocess.Popen[str]) -> tuple[int, str]:
-    process.send_signal(signal.SIGTERM)
-    try:
-        _, stderr = process.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        raise
-    return process.returncode, stderr
-
-
 def end_chat(process: subprocess.Popen[str], out: Output) -> tuple[int, str]:
     """End of input ends the chat; returns its exit code and stderr."""
     process.stdin.close()
@@ -175,9 +130,9 @@ def test_an_in_memory_database_takes_no_lock(tmp_path: Path) -> None:
 
 
 def test_a_second_companion_run_on_one_database_exits_2_and_every_message_is_answered_once(
-    servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
 ) -> None:
-    telegram, model = servers
+    telegram, model = telegram_servers
     env = shared_env(tmp_path, telegram, model, pass_hash)
     first = spawn_companion(["run"], env)
     second = None
@@ -239,9 +194,9 @@ def test_a_second_companion_chat_is_refused_and_the_first_stays_private(tmp_path
 
 
 def test_companion_chat_runs_beside_the_gateway_and_leaves_its_private_segment_open(
-    servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
 ) -> None:
-    telegram, model = servers
+    telegram, model = telegram_servers
     env = shared_env(tmp_path, telegram, model, pass_hash)
     gateway = spawn_companion(["run"], env)
     try:
@@ -263,9 +218,9 @@ def test_companion_chat_runs_beside_the_gateway_and_leaves_its_private_segment_o
 
 
 def test_after_sigkill_of_a_gateway_the_lock_is_free_again(
-    servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
 ) -> None:
-    telegram, model = servers
+    telegram, model = telegram_servers
     env = shared_env(tmp_path, telegram, model, pass_hash)
     killed = spawn_companion(["run"], env)
     try:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from tests.bot.test_gateway_discord import FRIEND, discord_env, servers, stop  # noqa: F401
+from tests.bot.test_gateway_discord import FRIEND, discord_env, stop
 from tests.helpers.proc import spawn_companion
 
 
-def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(tmp_path, servers, passphrase_hash):
-    discord_server, model = servers
+def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(tmp_path, discord_servers, passphrase_hash):
+    discord_server, model = discord_servers
     call = discord_server.call
     # The stop waits for turns up to the model timeout; this model is slower than every retry.
     env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_LLM_TIMEOUT="1")
@@ -54,12 +54,12 @@ def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(
 
 
 def test_a_sigkill_during_a_slow_private_discord_turn_keeps_the_private_line_out_of_normal_mode(
-    tmp_path, servers, passphrase_hash
+    tmp_path, discord_servers, passphrase_hash
 ):
     from tests.bot.test_gateway_discord import CANARY
     from tests.conftest import PASSPHRASE
 
-    discord_server, model = servers
+    discord_server, model = discord_servers
     call = discord_server.call
     env = discord_env(tmp_path, discord_server, model, passphrase_hash)
     proc = spawn_companion(["run"], env)

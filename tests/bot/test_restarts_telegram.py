@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.bot.test_gateway_telegram import USER, gateway_env, say, servers, spawn, stop, wait_until  # noqa: F401
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.telegram_gateway import USER, gateway_env, say, spawn, stop, wait_until
 
 CANARY = "canary-7c2e said only in private"
 
@@ -33,9 +33,9 @@ def assert_canary_outside_normal_mode(tmp_path: Path, model: FakeOpenAIServer, s
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_a_stop_during_a_slow_private_turn_never_lets_the_private_line_into_normal_mode(
-    servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, how: signal.Signals
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, how: signal.Signals
 ) -> None:
-    telegram, model = servers
+    telegram, model = telegram_servers
     # A short model timeout: SIGTERM's drain (the model timeout) runs out while the model is slow.
     env = gateway_env(tmp_path, telegram, model, COMPANION_LLM_TIMEOUT="1")
     gateway = spawn(env, tmp_path)
@@ -72,9 +72,9 @@ def test_a_stop_during_a_slow_private_turn_never_lets_the_private_line_into_norm
 
 
 def test_a_second_restart_still_keeps_a_late_message_inside_the_interval(
-    servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path
 ) -> None:
-    telegram, model = servers
+    telegram, model = telegram_servers
     env = gateway_env(tmp_path, telegram, model)
     gateway = spawn(env, tmp_path)
     try:
