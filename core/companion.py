@@ -318,7 +318,7 @@ class Companion:
             text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{text}"
         message = turn.message
         target = None
-        if self.outbox is not None and self.outbox.serves(message.platform):
+        if self._delivers(turn):
             # In a group the reply quotes the message it answers; a deleted one cannot be quoted.
             reply_to = None if (turn.conversation.is_direct or delete_inbound) else message.message_id
             target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)
@@ -330,6 +330,10 @@ class Companion:
         )
         return Reply(text, delete_inbound=delete_inbound, delivery_id=delivery_id,
                      conversation_id=turn.conversation.id)
+
+    def _delivers(self, turn: Turn) -> bool:
+        """Whether this turn's answer goes out through the outbox (the terminal prints it)."""
+        return self.outbox is not None and self.outbox.serves(turn.message.platform)
 
     async def _complete_with_tools(
         self, conversation: Conversation, state: ModeState, messages: list[ChatMessage],
@@ -432,8 +436,8 @@ class Companion:
             handler = getattr(self, f"_cmd_{info.name}")
             reply = await handler(turn, args, state)
         try:
-            # The answer stays in the private thread when the command left it private.
-            segment = await self.store.open_segment_of(turn.conversation.id)
+            # An outbox row of the answer stays in the private thread when the command left it private.
+            segment = await self.store.open_segment_of(turn.conversation.id) if self._delivers(turn) else None
             final = await self._finish(turn, reply.text, segment_id=segment.id if segment else None,
                                        delete_inbound=carries_secret)
         except Exception as exc:  # noqa: BLE001 - the answer is sent directly, without an outbox row
