@@ -61,7 +61,8 @@ class SqliteOutboxStore:
         return [(r[0], r[1]) for r in rows]
 
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None:
-        async with self._store._tx() as db:
+        # Not fsynced: a mark lost to a power cut only sends the reply again (at least once).
+        async with self._store._tx(durable=False) as db:
             await db.execute(
                 "UPDATE deliveries SET status = 'sent', text = NULL, parts_sent = ?, settled_at = ?, error = NULL"
                 " WHERE id = ? AND status = 'pending'",

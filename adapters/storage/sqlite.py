@@ -109,25 +109,29 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         return self._db
 
     @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _tx(self, *, durable: bool = True) -> AsyncIterator[aiosqlite.Connection]:
         """One write transaction. While another process holds the database's write lock, the
-        store's lock is released between tries (up to `_BUSY_SECONDS`), so reads go on."""
+        store's lock is released between tries (up to `_BUSY_SECONDS`), so reads go on.
+
+        `durable=False` commits without an fsync (synchronous=NORMAL for this one commit): it
+        survives a crash of the process, and a power loss only until the next durable commit
+        or checkpoint. Only for marks whose loss repeats an action (a delivery marked sent)."""
         deadline = asyncio.get_running_loop().time() + _BUSY_SECONDS
         while True:
             await self._lock.acquire()
             try:
+                if not durable:
+                    await self.db.execute("PRAGMA synchronous = NORMAL")  # not allowed inside a transaction
                 await self.db.execute("BEGIN IMMEDIATE")
                 break
-            except sqlite3.OperationalError as exc:
-                self._lock.release()
-                if "locked" not in str(exc) and "busy" not in str(exc):
+            except BaseException as exc:
+                await self._release(durable)
+                busy = isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+                if not busy:
                     raise
                 if asyncio.get_running_loop().time() >= deadline:
                     raise StoreError("the database stayed locked by another process") from exc
                 await asyncio.sleep(_BUSY_STEP)
-            except BaseException:
-                self._lock.release()
-                raise
         try:
             db = self.db
             try:
@@ -137,6 +141,14 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
                 raise
             else:
                 await db.execute("COMMIT")
+        finally:
+            await self._release(durable)
+
+    async def _release(self, durable: bool) -> None:
+        """Give the store's lock back, with every commit after this one fsynced again."""
+        try:
+            if not durable:
+                await self.db.execute("PRAGMA synchronous = FULL")
         finally:
             self._lock.release()
 

@@ -10,6 +10,7 @@ import pytest
 from adapters.storage.migrate import Migration, known_migrations, migrate
 from adapters.storage.sqlite import SqliteStore
 from core.errors import MigrationError
+from core.model import ConversationKey
 
 
 async def pragma(store: SqliteStore, name: str):
@@ -91,3 +92,14 @@ async def test_a_private_message_cannot_be_stored_as_pending_for_capture(store):
         await store._all(
             "INSERT INTO messages (conversation_id, segment_id, mode, role, text, capture, created_at)"
             " VALUES (1, ?, 'private', 'user', 'x', 'pending', 1.0)", (segment.id,))
+
+
+async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_full_again(store):
+    from adapters.storage.outbox import SqliteOutboxStore
+    from core.model import DeliveryTarget
+
+    conversation = await store.ensure_conversation(ConversationKey("telegram", "1"), "group", None, 0.0)
+    _, delivery_id = await store.record_reply(conversation.id, "hi", 0.0, target=DeliveryTarget("telegram", "1"))
+    await SqliteOutboxStore(store).mark_sent(delivery_id, 1, 1.0)
+    assert await pragma(store, "synchronous") == 2  # FULL
+    assert [tuple(r) for r in await store._all("SELECT status FROM deliveries")] == [("sent",)]
