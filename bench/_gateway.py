@@ -64,9 +64,10 @@ class ChildProcess:
         return self.proc.pid
 
     def stderr_tail(self, chars: int = 800) -> str:
+        """The end of the child's stderr on one line (" | " between lines), for an error message."""
         if not self._stderr_path.exists():
             return ""
-        return self._stderr_path.read_bytes()[-chars:].decode(errors="replace")
+        return " | ".join(self._stderr_path.read_bytes()[-chars:].decode(errors="replace").splitlines())
 
     def stderr_text(self) -> str:
         return self._stderr_path.read_bytes().decode(errors="replace") if self._stderr_path.exists() else ""
@@ -88,7 +89,7 @@ class ChildProcess:
             if remaining <= 0:
                 raise TimeoutError(f"{self.name}: {what} did not happen within {timeout:g} s; "
                                    f"stderr: {self.stderr_tail(400)}")
-            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            with contextlib.suppress(TimeoutError):
                 await (waiter or _poll)(condition, min(remaining, 0.5))
 
     def vm_rss(self) -> int:
@@ -106,7 +107,7 @@ class ChildProcess:
                 proc.send_signal(signal.SIGTERM)
                 try:
                     await asyncio.wait_for(proc.wait(), timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     proc.kill()
                     await proc.wait()
         finally:

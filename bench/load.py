@@ -64,7 +64,8 @@ class _Load:
         return len(self.telegram.sent) + len(self.discord.sent)
 
     async def send(self, numbers: range) -> None:
-        """Every conversation sends the messages `numbers`, all at once, both platforms interleaved."""
+        """Every conversation sends the messages `numbers` at once: all Telegram updates are queued, then
+        the Discord messages are dispatched (each conversation's in order)."""
         discord_sends = []
         for k in numbers:
             for tag, chat in self.telegram_chats.items():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import json
 import re
 import shutil
@@ -77,22 +76,25 @@ async def _syscalls(side: _Side, turns: int) -> dict | None:
     if strace is None:
         return None
     with tempfile.NamedTemporaryFile(prefix="bench-strace-", suffix=".txt") as out:
-        tracer = subprocess.Popen([strace, "-f", "-c", "-o", out.name, "-p", str(side.child.pid)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tracer = await asyncio.create_subprocess_exec(
+            strace, "-f", "-c", "-o", out.name, "-p", str(side.child.pid),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
         try:
             await asyncio.sleep(0.5)  # attached to every thread before the first message
-            if tracer.poll() is not None:
+            if tracer.returncode is not None:
                 return None
             for _ in range(turns):
                 await side.round_trip()
             await asyncio.sleep(0.2)
         finally:
-            tracer.send_signal(signal.SIGINT)  # detach and write the summary
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                tracer.wait(10)
-            if tracer.poll() is None:
+            if tracer.returncode is None:
+                tracer.send_signal(signal.SIGINT)  # detach and write the summary
+            try:
+                await asyncio.wait_for(tracer.wait(), 10)
+            except TimeoutError:
                 tracer.kill()
-                tracer.wait()
+                await tracer.wait()
         counts = {}
         for line in Path(out.name).read_text().splitlines():
             match = _STRACE_LINE.match(line)

@@ -122,7 +122,9 @@ def table(results: dict) -> list[str]:
     if not failed(7, "Many conversations at once", "load"):
         d = results["load"]
         c = d["conversations"]
-        bad = d["missing"] + d["duplicated"] + d["conversations_out_of_order"] + d["unexpected_replies"]
+        # An unreadable-mode apology is both a missing answer and an unexpected reply: counted once.
+        bad = (d["missing"] + d["duplicated"] + d["conversations_out_of_order"]
+               + d["unexpected_replies"] - d["mode_unreadable_replies"])
         add(7, f"{c['telegram']} Telegram chats + {c['discord']} Discord DMs at once, {d['turns']} turns: "
             "each reply once, in order",
             f"{d['replies']} replies; {d['missing']} missing ({d['mode_unreadable_replies']} 'mode unreadable'), "
@@ -177,9 +179,10 @@ def details(results: dict) -> list[str]:
     if "bot_api_calls_per_turn" in trip:
         def calls(name: str) -> str:
             return ", ".join(f"{v:g} {k}" for k, v in trip["bot_api_calls_per_turn"][name].items())
-        lines += ["", f"Round trip: Bot API calls a turn: companion {calls('companion run')}; bare {calls('bare bot')}; "
-                      f"model request {trip['model_request_bytes'].get('companion run', 0)} B against "
-                      f"{trip['model_request_bytes'].get('bare bot', 0)} B."]
+        sizes = trip["model_request_bytes"]
+        lines += ["", (f"Round trip: Bot API calls a turn: companion {calls('companion run')}; "
+                       f"bare {calls('bare bot')}; model request {sizes.get('companion run', 0)} B against "
+                       f"{sizes.get('bare bot', 0)} B.")]
         strays = {k: v for k, v in trip["stray_replies"].items() if v}
         if strays:
             lines.append(f"Round trip: replies that answered no message of the run: {strays}.")
@@ -187,17 +190,18 @@ def details(results: dict) -> list[str]:
         if traced:
             bare = trip["syscalls"].get("bare bot") or {}
             lines.append(f"Round trip under strace ({traced['turns']} more turns each): fsync a turn "
-                         f"{traced['fsync_per_turn']:g} (bare {bare.get('fsync_per_turn', '?')}); "
-                         f"syscalls a turn {traced['syscalls_per_turn']:g} (bare {bare.get('syscalls_per_turn', '?')}).")
+                         f"{traced['fsync_per_turn']:g} (bare {bare.get('fsync_per_turn', '?')}); syscalls a "
+                         f"turn {traced['syscalls_per_turn']:g} (bare {bare.get('syscalls_per_turn', '?')}).")
     many = results.get("load", {})
     if "per_round" in many:
         series = " ".join(f"{r['rss_mb']:.1f}" for r in many["per_round"])
         t = many["turn_ms_in_core"]
-        lines += ["", f"Load: VmRSS (MB) after each round of {many['per_round'][0]['turns']} "
-                      f"turns: {series}; after the queued phase {many['rss_after_queued_mb']:.1f}. "
-                      f"Turn time in the core (queueing included): median {t['median']:.0f} ms, p90 {t['p90']:.0f} ms, "
-                      f"max {t['max']:.0f} ms. Telegram: {many['telegram_getupdates_per_turn']:g} getUpdates and "
-                      f"{many['telegram_updates_parsed_per_turn']:g} updates parsed a turn."]
+        lines += ["", (f"Load: VmRSS (MB) after each round of {many['per_round'][0]['turns']} "
+                       f"turns: {series}; after the queued phase {many['rss_after_queued_mb']:.1f}. "
+                       f"Turn time in the core (queueing included): median {t['median']:.0f} ms, "
+                       f"p90 {t['p90']:.0f} ms, max {t['max']:.0f} ms. Telegram: "
+                       f"{many['telegram_getupdates_per_turn']:g} getUpdates and "
+                       f"{many['telegram_updates_parsed_per_turn']:g} updates parsed a turn.")]
         if many["missing_by_message_number"]:
             lines.append(f"Load: missing replies by message number: {many['missing_by_message_number']}; "
                          f"examples: {many['examples']}.")

@@ -141,7 +141,8 @@ class Companion:
     async def answer_open_turns(self) -> int:
         """After start-up, once the adapters can send: answer each normal turn the last process
         died in (younger than ten minutes), or ask for it again (older). Returns how many."""
-        turns = await self.store.open_turns(self.config.platforms)
+        # Only turns from before this start: a turn this process began is running, not cut off.
+        turns = [t for t in await self.store.open_turns(self.config.platforms) if t.created_at < self._started_at]
         for open_turn in turns:
             try:
                 await self._answer_open_turn(open_turn)

@@ -6,6 +6,7 @@ The core runs for real on a real SQLite store; the far end of the outbox is a Fa
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -293,6 +294,7 @@ async def cut_off_turn(boot, store, provider, text: str) -> None:
     provider.fail_all = False
     await store._all("UPDATE messages SET turn = 'open' WHERE text = ?", (text,))  # the reply was never written
     await store._all("DELETE FROM deliveries")
+    companion.clock.advance(1)  # the restart comes a moment later
 
 
 async def test_a_recent_turn_cut_off_by_a_stop_is_answered_once_after_start(boot, store, provider, sender):
@@ -338,3 +340,15 @@ async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(bo
     assert await restarted.answer_open_turns() == 0
     assert len(provider.requests) == requests
 
+
+
+async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_off(boot, store, provider, clock, sender):
+    companion = await boot()
+    clock.advance(1)
+    provider.delay = 0.2  # the turn is still at the model when the start-up pass looks
+    running = asyncio.create_task(tell(companion, "a turn of this process"))
+    while not provider.requests:
+        await asyncio.sleep(0.01)
+    assert await companion.answer_open_turns() == 0
+    await running
+    assert len(provider.replies()) == 1 and len(sender.sent) == 1
