@@ -159,6 +159,8 @@ class Companion:
                                  message_id=open_turn.platform_message_id)
         account = Account(open_turn.account_id or 0, conversation.person_id or 0, conversation.platform, "")
         async with self._lock_of(conversation.platform, conversation.chat_id):
+            if not await self.store.turn_is_open(open_turn.message_id):
+                return  # a newer message of the conversation was answered first, and closed it
             state = await self.valve.read(conversation)
             if state.is_private or state.unreadable:
                 return  # the person went on in private mode meanwhile: that turn is left unread

@@ -157,6 +157,8 @@ class TimelineStore(Protocol):
 
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]: ...
 
+    async def turn_is_open(self, message_id: int) -> bool: ...
+
     async def view(
         self, conversation_id: int, *, visible_segment: int | None, after: int, upto: int | None = None,
         limit: int, newest_first: bool = True,

@@ -324,6 +324,10 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
             for r in rows
         ]
 
+    async def turn_is_open(self, message_id: int) -> bool:
+        row = await self._one("SELECT turn FROM messages WHERE id = ?", (message_id,))
+        return row is not None and row["turn"] == "open"
+
     async def view(
         self,
         conversation_id: int,

@@ -352,3 +352,13 @@ async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_of
     assert await companion.answer_open_turns() == 0
     await running
     assert len(provider.replies()) == 1 and len(sender.sent) == 1
+
+
+async def test_a_cut_off_turn_answered_by_a_newer_message_first_is_not_answered_again(boot, store, provider, sender):
+    await cut_off_turn(boot, store, provider, "first question")
+    restarted = await boot()
+    turns = await store.open_turns(frozenset({"telegram"}))
+    await tell(restarted, "second question")  # arrives before the start-up pass gets to it
+    for open_turn in turns:
+        await restarted._answer_open_turn(open_turn)
+    assert len(sender.sent) == 1
