@@ -13,7 +13,7 @@ _SEGMENT_COLUMNS = (
 
 
 class ModeQueries:
-    """Mixed into SqliteStore; uses its `_tx`, `_one`, `_all` and `checkpoint_if_owed`."""
+    """Mixed into SqliteStore; uses its `_tx`, `_one`, `_all`, `_read_one` and `checkpoint_if_owed`."""
 
     # --- private segments (the mode state) ---------------------------------
 
@@ -38,7 +38,7 @@ class ModeQueries:
             return Segment(cur.lastrowid, conversation_id, anchor, now, now, None, None, expires_at)
 
     async def open_segment_of(self, conversation_id: int) -> Segment | None:
-        row = await self._one(
+        row = await self._read_one(
             f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL"
             " ORDER BY id DESC LIMIT 1",
             (conversation_id,),

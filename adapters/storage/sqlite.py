@@ -57,6 +57,10 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         self.path = Path(path)
         self._db: aiosqlite.Connection | None = None
         self._lock = asyncio.Lock()
+        # A second, read-only connection for the reads of a turn (the mode read above all): in
+        # WAL mode it sees every committed write and never waits behind the writer's commits.
+        self._reader: aiosqlite.Connection | None = None
+        self._read_lock = asyncio.Lock()
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -72,13 +76,30 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         try:
             await self._configure(db)
             await migrate(db)
+            if str(self.path) != ":memory:":
+                self._reader = await self._open_reader()
         except BaseException:
             await db.close()
             raise
         self._db = db
 
+    async def _open_reader(self) -> aiosqlite.Connection:
+        reader = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            reader.row_factory = aiosqlite.Row
+            await reader.execute("PRAGMA query_only = ON")
+            await reader.execute(f"PRAGMA busy_timeout = {int(_BUSY_STEP * 1000)}")
+            await reader.execute("PRAGMA cache_size = -512")  # KiB: the hot pages of a turn
+        except BaseException:
+            await reader.close()
+            raise
+        return reader
+
     async def aclose(self) -> None:
         db, self._db = self._db, None
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            await reader.close()
         if db is not None:
             await db.close()
 
@@ -159,6 +180,17 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
     async def _all(self, sql: str, params: tuple | dict = ()) -> list[aiosqlite.Row]:
         async with self._lock:  # one round trip to the connection's thread
             return list(await self.db.execute_fetchall(sql, params))
+
+    async def _read(self, sql: str, params: tuple | dict = ()) -> list[aiosqlite.Row]:
+        """A read on the read-only connection: committed data, never queued behind a write."""
+        if self._reader is None:
+            return await self._all(sql, params)
+        async with self._read_lock:
+            return list(await self._reader.execute_fetchall(sql, params))
+
+    async def _read_one(self, sql: str, params: tuple | dict = ()) -> aiosqlite.Row | None:
+        rows = await self._read(sql, params)
+        return rows[0] if rows else None
 
     # --- people, accounts, conversations -----------------------------------
 
@@ -351,7 +383,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         order = "DESC" if newest_first else "ASC"
         upto_sql = "" if upto is None else " AND id <= :upto"
         params = {"c": conversation_id, "s": visible_segment, "after": after, "upto": upto, "n": limit}
-        normal = await self._all(
+        normal = await self._read(
             "SELECT id, role, text FROM messages"
             " WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'"
             f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
@@ -359,7 +391,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         )
         items = [TimelineItem(r["id"], r["role"], r["text"]) for r in normal]
         if visible_segment is not None:
-            own = await self._all(
+            own = await self._read(
                 "SELECT id, role, text FROM messages"
                 " WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'"
                 f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
@@ -367,7 +399,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
             )
             items += [TimelineItem(r["id"], r["role"], r["text"]) for r in own]
         anchor_upto = "" if upto is None else " AND anchor_message_id < :upto"
-        masked = await self._all(
+        masked = await self._read(
             "SELECT id, anchor_message_id FROM segments"
             " WHERE conversation_id = :c AND id IS NOT :s"
             f" AND anchor_message_id >= :after{anchor_upto}"
@@ -388,7 +420,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         Two branches rather than an OR, so each uses the whole timeline index: the cost stays
         flat however long the history is."""
         params = {"c": conversation_id, "s": visible_segment, "after": after, "before": before, "n": at_least}
-        row = await self._one(
+        row = await self._read_one(
             "SELECT count(*) FROM ("
             " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id IS NULL"
             "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n)"
@@ -408,14 +440,14 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
     # --- summaries ----------------------------------------------------------
 
     async def normal_summary(self, conversation_id: int) -> Summary | None:
-        row = await self._one(
+        row = await self._read_one(
             "SELECT text, watermark FROM summaries WHERE conversation_id = ? AND segment_id IS NULL AND mode = 'normal'",
             (conversation_id,),
         )
         return Summary(row["text"], row["watermark"]) if row else None
 
     async def private_summary(self, segment_id: int) -> Summary | None:
-        row = await self._one(
+        row = await self._read_one(
             "SELECT text, watermark FROM summaries WHERE segment_id = ? AND mode = 'private'", (segment_id,)
         )
         return Summary(row["text"], row["watermark"]) if row else None
@@ -459,7 +491,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
     # --- memory pads --------------------------------------------------------
 
     async def normal_pad(self, person_id: int) -> list[PadEntry]:
-        rows = await self._all(
+        rows = await self._read(
             "SELECT id, text FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND segment_id IS NULL ORDER BY id",
             (person_id,),
         )
@@ -467,7 +499,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
 
     async def private_pad(self, person_id: int) -> list[PadEntry]:
         """Only the private-mode context assembly calls this."""
-        rows = await self._all(
+        rows = await self._read(
             "SELECT id, text, segment_id FROM pad_entries WHERE person_id = ? AND mode = 'private' ORDER BY id",
             (person_id,),
         )

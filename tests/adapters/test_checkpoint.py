@@ -119,3 +119,12 @@ async def test_the_mode_read_never_queues_behind_a_write_waiting_for_another_pro
         holder.release()
         await waiting  # and the write goes through once the other process lets go
     assert await store.get_adapter_state("ours") == "1"
+
+
+async def test_the_mode_read_does_not_queue_behind_the_stores_own_writes(companion, store):
+    """Under load the writer is busy with commits (each fsynced); the mode read must not wait for
+    them, or the valve's timeout would turn messages away."""
+    other, segment = await two_private_conversations(companion, store)
+    async with store._lock:  # the writer is in the middle of someone else's transaction
+        read = await asyncio.wait_for(store.open_segment_of(other.id), 1)
+    assert read is not None and read.id == segment.id
