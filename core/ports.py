@@ -113,7 +113,9 @@ class SystemClock:
 
 
 class AdapterStateStore(Protocol):
-    """Durable key/value state for adapters (offsets, cursors); never message content."""
+    """Key/value state for adapters (offsets, cursors); never message content. It survives a
+    crash of the process; a power cut may lose the last write, which only makes the platform
+    deliver again (and the inbox makes a redelivery a no-op)."""
 
     async def get_adapter_state(self, name: str) -> str | None: ...
 

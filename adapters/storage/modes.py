@@ -128,7 +128,9 @@ class ModeQueries:
         return row[0] if row else None
 
     async def set_adapter_state(self, name: str, value: str, now: float) -> None:
-        async with self._tx() as db:
+        """Not fsynced: an offset lost to a power cut only makes the platform deliver again, and
+        the inbox makes a redelivery a no-op."""
+        async with self._tx(durable=False) as db:
             await db.execute(
                 "INSERT INTO adapter_state (name, value, updated_at) VALUES (?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",

@@ -66,6 +66,7 @@ class TelegramAdapter:
         poll_timeout: float = 25.0,
         repoll_interval: float = 1.0,
         typing_interval: float = 4.0,
+        typing_delay: float = 0.25,
         drain_timeout: float = 30.0,
         read_timeout: float = 15.0,
         max_attempts: int = 5,
@@ -81,6 +82,7 @@ class TelegramAdapter:
         self._poll_timeout = poll_timeout
         self._repoll_interval = repoll_interval
         self._typing_interval = typing_interval
+        self._typing_delay = typing_delay
         self._drain_timeout = drain_timeout
         self._read_timeout = read_timeout
         self._max_attempts = max_attempts
@@ -444,6 +446,8 @@ class TelegramAdapter:
         )
 
     async def _keep_typing(self, chat_id: int) -> None:
+        # Not for a quick answer: the indicator would only cost a request before the reply.
+        await asyncio.sleep(self._typing_delay)
         while True:
             try:
                 await self._bot.send_chat_action(chat_id, ChatAction.TYPING)

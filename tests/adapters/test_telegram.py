@@ -190,10 +190,10 @@ async def test_each_command_answers_exactly_as_in_the_terminal_chat(
     assert await say(telegram, command) == terminal.text
 
 
-async def test_a_typing_action_is_shown_while_the_model_works(
+async def test_a_typing_action_is_shown_while_the_model_works_on_a_slow_answer(
     adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
-    model.reply_text("Thought about it.", delay=0.3)
+    model.reply_text("Thought about it.", delay=1.0)
     await say(telegram, "a hard question")
     methods = [name for name, _ in telegram.calls]
     assert telegram.chat_actions[0] == (USER, "typing")
@@ -711,3 +711,11 @@ async def wait_for_rows(store: SqliteStore, sql: str, timeout: float = 10.0) -> 
     while not await store._all(sql):
         assert asyncio.get_running_loop().time() < deadline, f"no row for: {sql}"
         await asyncio.sleep(0.02)
+
+
+async def test_a_quick_answer_costs_no_typing_action(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    model.reply_text("Quick.")
+    assert await say(telegram, "an easy one") == "Quick."
+    assert telegram.chat_actions == []
