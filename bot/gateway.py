@@ -93,7 +93,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         recovery = asyncio.create_task(companion.answer_open_turns(), name="answer-open-turns")
         stack.push_async_callback(_finish_task, recovery)
         if companion.outbox is not None:
-            await _unless_stopped(companion.outbox.dispatch_due(), stop)  # what the last process left pending
+            await _unless_stopped(companion.outbox.dispatch_due(at_start=True), stop)  # what the last process left
         log.info("gateway running")
         await stop.wait()
         log.info("stopping")

@@ -21,6 +21,10 @@ from core.ports import BaseSender, Clock, OutboxStore
 
 log = logging.getLogger(__name__)
 
+# A new delivery is sent by its adapter right after the turn; the dispatcher leaves it alone this
+# long, so under load it does not queue behind the adapters for rows they are sending anyway.
+UNTRIED_GRACE = 10.0
+
 
 class Outbox:
     """Sends pending deliveries through the registered senders (one per platform), in order
@@ -76,10 +80,12 @@ class Outbox:
                     return False
             return True
 
-    async def dispatch_due(self) -> int:
-        """Scheduled: send what is due, per conversation in order. Returns how many
-        conversations were fully flushed."""
-        due = await self._store.due(frozenset(self._senders), self._clock.now())
+    async def dispatch_due(self, *, at_start: bool = False) -> int:
+        """Scheduled: send what is due, per conversation in order. A delivery never tried is left
+        to the adapter sending it for `UNTRIED_GRACE` seconds, except `at_start` (what the last
+        process left). Returns how many conversations were fully flushed."""
+        due = await self._store.due(frozenset(self._senders), self._clock.now(),
+                                    untried_after=0.0 if at_start else UNTRIED_GRACE)
         flushed = 0
         for conversation_id, newest in due:
             if await self.deliver(conversation_id, newest):

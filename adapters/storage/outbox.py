@@ -47,16 +47,20 @@ class SqliteOutboxStore:
         )
         return [_delivery(r) for r in rows]
 
-    async def due(self, platforms: frozenset[str], now: float, limit: int = 200) -> list[tuple[int, int]]:
+    async def due(
+        self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
+    ) -> list[tuple[int, int]]:
         """(conversation, newest due delivery id) for conversations with a pending delivery due now
-        on one of `platforms`."""
+        on one of `platforms`; one never tried only once it is `untried_after` seconds old (its
+        adapter is sending it right now)."""
         if not platforms:
             return []
         marks = ", ".join("?" for _ in platforms)
         rows = await self._store._all(
             "SELECT conversation_id, max(id) FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ?"
-            f" AND platform IN ({marks}) GROUP BY conversation_id ORDER BY min(id) LIMIT ?",
-            (now, *sorted(platforms), limit),
+            f" AND (attempts > 0 OR created_at <= ?) AND platform IN ({marks})"
+            " GROUP BY conversation_id ORDER BY min(id) LIMIT ?",
+            (now, now - untried_after, *sorted(platforms), limit),
         )
         return [(r[0], r[1]) for r in rows]
 

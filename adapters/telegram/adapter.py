@@ -278,6 +278,7 @@ class TelegramAdapter:
         failures = conflicts = 0
         while not self._closing:
             waiting = bool(self._ledger.pending)
+            self._progress.clear()  # before the request: a turn that ends during it is not missed
             try:
                 updates = await self._bot.get_updates(
                     offset=self._ledger.next_offset,
@@ -305,8 +306,9 @@ class TelegramAdapter:
             fresh = [u for u in updates if not self._ledger.is_known(u.update_id)]
             for update in fresh:
                 self._dispatch(update)
-            if self._ledger.pending and not fresh:
-                self._progress.clear()
+            if self._ledger.pending:
+                # Until a turn ends (its update can then be confirmed) or the interval passes (to
+                # take other chats' messages): polling at once would only fetch the same updates.
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
                 # that arrives as the event is set, and aclose would then wait out a long poll.
                 with contextlib.suppress(TimeoutError):

@@ -101,3 +101,27 @@ def test_a_second_restart_still_keeps_a_late_message_inside_the_interval(
         assert_canary_outside_normal_mode(tmp_path, model, since)
     finally:
         stop(gateway)
+
+
+def test_a_reply_written_but_never_sent_before_a_kill_goes_out_once_at_the_next_start(
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path
+) -> None:
+    telegram, model = telegram_servers
+    # No scheduled dispatch in this test: only the start-up pass can send what the kill left.
+    env = gateway_env(tmp_path, telegram, model, COMPANION_OUTBOX_TICK_SECONDS="3600")
+    gateway = spawn(env, tmp_path)
+    try:
+        say(telegram, gateway, "hello")
+    finally:
+        stop(gateway)
+    # What a kill between the reply's commit and its send leaves: a pending row, never tried.
+    with sqlite3.connect(tmp_path / "companion.db") as db:
+        db.execute("INSERT INTO deliveries (conversation_id, kind, platform, chat_id, nonce, text, next_attempt_at,"
+                   " created_at) SELECT id, 'reply', 'telegram', chat_id, 'n1', 'the reply the kill held back',"
+                   " strftime('%s', 'now'), strftime('%s', 'now') FROM conversations")
+    gateway = spawn(env, tmp_path)
+    try:
+        wait_until(telegram, gateway, lambda: "the reply the kill held back" in telegram.texts_to(USER))
+    finally:
+        stop(gateway)
+    assert telegram.texts_to(USER).count("the reply the kill held back") == 1

@@ -362,3 +362,15 @@ async def test_a_cut_off_turn_answered_by_a_newer_message_first_is_not_answered_
     for open_turn in turns:
         await restarted._answer_open_turn(open_turn)
     assert len(sender.sent) == 1
+
+
+async def test_a_delivery_never_tried_is_sent_at_the_next_start_and_left_to_its_adapter_meanwhile(
+    boot, store, clock, sender
+):
+    companion = await boot()
+    reply = await tell(companion, "hello", send=False)  # the process died before its adapter sent it
+    await companion.outbox.dispatch_due()
+    assert sender.sent == []  # a running adapter is sending it: the dispatcher leaves it alone
+    restarted = await boot()
+    await restarted.outbox.dispatch_due(at_start=True)
+    assert sender.texts() == [reply.text]
