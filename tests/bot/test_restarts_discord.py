@@ -3,8 +3,11 @@ turn is answered once after the restart (issue 10, real processes)."""
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import time
+
+import pytest
 
 from tests.bot.test_gateway_discord import FRIEND, discord_env, stop
 from tests.helpers.proc import spawn_companion
@@ -53,15 +56,17 @@ def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(
     assert len(discord_server.sent) == 1
 
 
-def test_a_sigkill_during_a_slow_private_discord_turn_keeps_the_private_line_out_of_normal_mode(
-    tmp_path, discord_servers, passphrase_hash
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stop_during_a_slow_private_discord_turn_keeps_the_private_line_out_of_normal_mode(
+    tmp_path, discord_servers, passphrase_hash, how
 ):
     from tests.bot.test_gateway_discord import CANARY
     from tests.conftest import PASSPHRASE
 
     discord_server, model = discord_servers
     call = discord_server.call
-    env = discord_env(tmp_path, discord_server, model, passphrase_hash)
+    # A short model timeout: SIGTERM's drain (the model timeout) runs out while the model is slow.
+    env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_LLM_TIMEOUT="1")
     proc = spawn_companion(["run"], env)
     try:
         call(discord_server.wait_for_ready(timeout=30), timeout=40)
@@ -71,8 +76,13 @@ def test_a_sigkill_during_a_slow_private_discord_turn_keeps_the_private_line_out
         call(discord_server.send_dm(FRIEND, CANARY))
         call(discord_server.wait_until(lambda: len(model.requests) >= 1, 20, "the model request"))
     finally:
-        proc.kill()
-        proc.communicate()
+        proc.send_signal(how)
+        try:
+            proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
     model.forget_script()
     since, identified = len(model.raw_requests), len(discord_server.identifies)
