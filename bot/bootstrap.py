@@ -17,7 +17,8 @@ def build_provider(settings: Settings) -> BaseProvider:
 
         key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
         return OpenAICompatibleProvider(
-            settings.llm_base_url, key, settings.llm_model, timeout=settings.llm_timeout
+            settings.llm_base_url, key, settings.llm_model, timeout=settings.llm_timeout,
+            max_tokens=settings.llm_max_tokens,
         )
     from adapters.llm.offline import OfflineProvider
 

@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     configure_logging(settings.log_level)
     try:
+        # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
+        _check_db_path(settings.db_path, must_be_sqlite=args.command != "restore")
         if args.command == "chat":
             return asyncio.run(_chat(settings))
         if args.command == "report":
@@ -55,6 +57,44 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     except KeyboardInterrupt:
         return 0
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_db_path(path: Path, *, must_be_sqlite: bool) -> None:
+    """One line naming COMPANION_DB_PATH when the database cannot be used; nothing is created.
+
+    Raises:
+        ConfigError: the folder is missing its write permission or is a file, or the file is
+            not an SQLite database (`restore` may replace a file that is not).
+    """
+    import os
+
+    from bot.settings import ConfigError
+
+    text = str(path)
+    if text in ("", ":memory:") or text.startswith("file:"):
+        return
+    if path.is_dir():
+        raise ConfigError(f"COMPANION_DB_PATH: {path} is a folder; name a database file in it")
+    if path.exists():
+        try:
+            with path.open("rb") as file:
+                head = file.read(len(_SQLITE_HEADER))
+        except OSError as exc:
+            raise ConfigError(f"COMPANION_DB_PATH: cannot read {path} ({exc.strerror})") from None
+        if must_be_sqlite and head and head != _SQLITE_HEADER:
+            raise ConfigError(f"COMPANION_DB_PATH: {path} is not an SQLite database; nothing was changed")
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise ConfigError(f"COMPANION_DB_PATH: {path} is not writable")
+    folder = path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the folders to be created: the nearest existing one must take them
+    if not folder.is_dir():
+        raise ConfigError(f"COMPANION_DB_PATH: {folder} is not a folder, so {path} cannot be created")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"COMPANION_DB_PATH: the folder {folder} is not writable")
 
 
 async def _chat(settings) -> int:

@@ -10,6 +10,19 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _ACCOUNT = re.compile(r"^(telegram|discord|web):[A-Za-z0-9_.-]{1,64}$")
+# What each platform's ids look like: a Telegram user id is a positive integer, a Discord id a
+# snowflake of 17 to 20 digits. Checked where the platform is the real one (see `_platform_shapes`).
+_IDS = {
+    "telegram": (re.compile(r"^[1-9]\d{0,15}$"), "a Telegram user id is a positive number, for example telegram:123456789"),
+    "discord": (re.compile(r"^[1-9]\d{16,19}$"), ("a Discord user id is a snowflake of 17 to 20 digits, for example "
+                                                  "discord:123456789012345678")),
+}
+# Token shapes: Telegram `<bot id>:<35 characters>`, Discord three dot-separated base64url parts.
+_TELEGRAM_TOKEN = re.compile(r"^\d{5,16}:[A-Za-z0-9_-]{30,50}$")
+_DISCORD_TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{20,}$")
+# A self-hosted Bot API server or a test double may issue other shapes; these are the least.
+_TELEGRAM_TOKEN_ANY = re.compile(r"^\d+:\S+$")
+_DISCORD_TOKEN_ANY = re.compile(r"^\S+$")
 _QUIET = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
@@ -33,6 +46,7 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = None
     llm_model: str = "default"
     llm_timeout: float = Field(60.0, gt=0, le=600)
+    llm_max_tokens: int = Field(1024, ge=16, le=131072)
     # The outbox: how often due deliveries are sent again, and the backoff between tries.
     outbox_tick_seconds: float = Field(5.0, gt=0, le=3600)
     outbox_retry_seconds: float = Field(2.0, gt=0, le=3600)
@@ -103,6 +117,17 @@ class Settings(BaseSettings):
                 raise ValueError(f"'{item}' is not platform:user_id (for example telegram:123456,discord:987654321)")
         return value
 
+    @field_validator("telegram_token", "discord_token", mode="before")
+    @classmethod
+    def _token_stripped(cls, value: object) -> object:
+        # A token pasted with a trailing newline or space would be blamed on the network.
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            value = value.strip()
+            return value or None
+        return value
+
     @field_validator("private_default_expiry")
     @classmethod
     def _expiry(cls, value: str) -> str:
@@ -120,6 +145,33 @@ class Settings(BaseSettings):
             return None
         PassphraseHash.parse(value)
         return value.strip()
+
+    @model_validator(mode="after")
+    def _platform_shapes(self) -> Settings:
+        """Ids and tokens checked before any network call. Against a server of one's own
+        (COMPANION_TELEGRAM_BASE_URL, COMPANION_DISCORD_API_BASE) only the least shape is
+        required: such a server may issue its own ids and tokens. No message quotes a token."""
+        custom = {"telegram": self.telegram_base_url is not None, "discord": self.discord_api_base is not None}
+        for item in self.allowed_accounts:
+            platform, _, user_id = item.partition(":")
+            shape, words = _IDS.get(platform, (None, ""))
+            if shape is None:
+                continue
+            if not (user_id.isascii() and user_id.isdigit() and int(user_id) > 0) or (
+                    not custom[platform] and not shape.match(user_id)):
+                raise ValueError(f"COMPANION_ALLOWED_USERS: '{item}' is not a {platform} account; {words}")
+        checks = (
+            ("telegram_token", _TELEGRAM_TOKEN_ANY if custom["telegram"] else _TELEGRAM_TOKEN,
+             ("must look like 123456789:AAE... (the bot id, a colon, about 35 letters, digits, - and _), "
+              "as @BotFather gives it")),
+            ("discord_token", _DISCORD_TOKEN_ANY if custom["discord"] else _DISCORD_TOKEN,
+             "must be three parts separated by dots, as the Discord developer portal gives it"),
+        )
+        for name, shape, words in checks:
+            token = getattr(self, name)
+            if token is not None and not shape.match(token.get_secret_value()):
+                raise ValueError(f"COMPANION_{name.upper()}: {words} (the value is not shown)")
+        return self
 
     @model_validator(mode="after")
     def _files(self) -> Settings:

@@ -13,11 +13,15 @@ from zoneinfo import ZoneInfo
 
 from core import copy
 from core.context import split_facts
-from core.errors import ProviderError
+from core.errors import ProviderError, ProviderRejected
 from core.model import ChatMessage, CompletionRequest
 from core.ports import BaseProvider, Clock, MemoryStore
 
 log = logging.getLogger(__name__)
+
+LINE_CHARS = 2000
+# Answers that say the request itself is unacceptable (too long, malformed): retrying is futile.
+_REQUEST_REFUSED = frozenset({400, 413, 422})
 
 
 class CaptureService:
@@ -37,13 +41,24 @@ class CaptureService:
             groups[(item.person_id, day)].append(item)
         captured = 0
         for (person_id, day), items in groups.items():
-            lines = "\n".join(f"{'Person' if i.role == 'user' else 'Companion'}: {i.text}" for i in items)
+            # Each message at most LINE_CHARS: one long message cannot make the note's request too big.
+            lines = "\n".join(f"{'Person' if i.role == 'user' else 'Companion'}: {i.text[:LINE_CHARS]}"
+                              for i in items)
             request = CompletionRequest(
                 messages=(ChatMessage("system", copy.CAPTURE_INSTRUCTION), ChatMessage("user", lines)),
                 purpose="capture", temperature=0.2,
             )
             try:
                 completion = await self._provider.complete(request)
+            except ProviderRejected as exc:
+                if exc.status in _REQUEST_REFUSED:
+                    # The same request would be refused again: these messages go without a note.
+                    await self._store.skip_capture([i.message_id for i in items])
+                    log.warning("capture for person %s refused (%s); %d messages skipped", person_id,
+                                exc.status, len(items))
+                else:  # e.g. a rejected API key: fixed by the operator, then captured
+                    log.warning("capture for person %s failed (%s); stays pending", person_id, exc.status)
+                continue
             except ProviderError as exc:
                 log.warning("capture for person %s failed (%s); stays pending", person_id, type(exc).__name__)
                 continue

@@ -12,9 +12,15 @@ from dataclasses import dataclass, field
 from core import copy
 from core.analytics import RunRecorder
 from core.capture import CaptureService
-from core.commands import COMMANDS, MEMORY_COMMANDS, command_info, looks_like_secret_command, parse_command
+from core.commands import COMMANDS, MEMORY_COMMANDS, command_info, mistyped_secret_command, parse_command
 from core.context import ContextAssembler, ContextBudget, Persona
-from core.errors import PrivateWriteRefused, ProviderError
+from core.errors import (
+    PrivateWriteRefused,
+    ProviderError,
+    ProviderRejected,
+    ProviderRequestTooLong,
+    ProviderUnavailable,
+)
 from core.memory import run_memory_command
 from core.model import (
     Account,
@@ -191,7 +197,8 @@ class Companion:
             if message.account in self._refused:
                 return None
             self._refused.add(message.account)
-            log.info("refused %s account (not allowed)", message.platform)
+            # The platform id (never the text) is what the owner needs to allow the account.
+            log.warning("refused %s (add it to COMPANION_ALLOWED_USERS)", message.account)
             return Reply(copy.NOT_ALLOWED)
         async with self._lock_of(message.platform, message.chat_id):
             started = time.perf_counter()
@@ -201,12 +208,14 @@ class Companion:
             command = parse_command(message.text)
             if command is not None and command_info(command.name) is not None:
                 reply = await self._command(turn, command.name, command.args)
+            elif mistyped_secret_command(message.text):
+                # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
+                # (`/privte`, a Cyrillic `р`) may carry the passphrase.
+                reply = await self._finish(turn, "That looked like a mistyped /private; nothing of that message "
+                                           "was kept. /help lists the commands.", delete_inbound=True)
             elif command is not None:
-                # Not stored, not sent to the model: a mistyped /private may carry the passphrase.
-                secret = looks_like_secret_command(command.name) and bool(command.args)
-                reply = await self._finish(turn, f"I don't know /{command.name}. /help lists the commands."
-                                           + (" Nothing of that message was kept." if secret else ""),
-                                           delete_inbound=secret)
+                # Not stored, not sent to the model.
+                reply = await self._finish(turn, f"I don't know /{command.name}. /help lists the commands.")
             else:
                 reply = await self._chat(turn)
             if reply is None:
@@ -301,8 +310,16 @@ class Companion:
             if recorder:
                 recorder.event("error", type(exc).__name__, "error")
                 await self._save_run(recorder.finish("error"))
-            return await self._finish(turn, _with_notice(state, copy.PROVIDER_FAILED), segment_id=segment_id,
-                                      answers=message_id)
+            # Say what went wrong in words the person can act on; the message is kept in every case.
+            if isinstance(exc, ProviderRejected) and exc.status in (401, 403):
+                words = copy.PROVIDER_KEY_REFUSED
+            elif isinstance(exc, ProviderRequestTooLong):
+                words = copy.PROVIDER_TOO_LONG
+            elif isinstance(exc, ProviderUnavailable):
+                words = copy.PROVIDER_FAILED  # not reached, or no answer in time
+            else:
+                words = copy.PROVIDER_SERVER_FAILED
+            return await self._finish(turn, _with_notice(state, words), segment_id=segment_id, answers=message_id)
         reply = await self._finish(
             turn, _with_notice(state, text), stored_text=text, segment_id=segment_id, answers=message_id,
             run=recorder.finish("ok") if recorder else None,
@@ -351,7 +368,9 @@ class Companion:
             request = CompletionRequest(tuple(messages), () if last else specs)
             completion = await self._call(request, recorder)
             if not completion.tool_calls or last:
-                return completion.text.strip() or "…"
+                text = completion.text.strip() or "…"
+                # A reply stopped at its token limit says so, rather than reading as complete.
+                return text + copy.CUT_OFF_MARKER if completion.truncated else text
             messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
             tool_context = ToolContext(conversation, state, self.clock.now(), self.config.timezone, self.store)
             for call in completion.tool_calls:
@@ -389,6 +408,8 @@ class Companion:
                 "provider_call", self.provider.name, "ok", duration_ms=(time.perf_counter() - started) * 1e3,
                 size_in=sum(len(m.content or "") for m in request.messages), size_out=len(completion.text),
             )
+        # What the server counted teaches the context budget how many tokens a byte costs.
+        self.context.ratio.observe(_prompt_bytes(request), completion.prompt_tokens)
         return completion
 
     async def _fold(self, conversation: Conversation, state: ModeState) -> None:
@@ -490,9 +511,22 @@ class Companion:
         return Reply(f"You are in private mode. {when} {copy.PRIVATE_MODE_MEANS}")
 
     async def _cmd_private(self, turn: Turn, args: str, state: ModeState) -> Reply:
+        from core.durations import parse_expiry
+
+        def _is_expiry(word: str) -> bool:
+            try:
+                parse_expiry(word)
+            except ValueError:
+                return False
+            return True
+
+        # No answer quotes a word of the arguments: any of them may be the passphrase.
         words = args.split()
         if len(words) > 2:
             return Reply("Usage: /private PASSPHRASE [EXPIRY] (the passphrase is one word). Nothing changed.")
+        if len(words) == 2 and _is_expiry(words[0]) and not _is_expiry(words[1]):
+            return Reply("Usage: /private PASSPHRASE [EXPIRY]: the passphrase comes first, the expiry second. "
+                         "Nothing changed.")
         passphrase = words[0] if words else ""
         expiry = words[1] if len(words) == 2 else None
         result = await self.valve.enter(turn.conversation, turn.account, passphrase, expiry)
@@ -531,6 +565,13 @@ class Companion:
 
         moment = datetime.fromtimestamp(timestamp, ZoneInfo(self.config.timezone))
         return moment.strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _prompt_bytes(request: CompletionRequest) -> int:
+    """The UTF-8 size of what a request asks the model to read (messages and tool specs)."""
+    size = sum(len((m.content or "").encode("utf-8", "replace")) for m in request.messages)
+    size += sum(len(c.arguments.encode("utf-8", "replace")) for m in request.messages for c in m.tool_calls)
+    return size + sum(len(t.name) + len(t.description) + len(repr(t.parameters)) for t in request.tools)
 
 
 def _with_notice(state: ModeState, text: str) -> str:

@@ -32,9 +32,30 @@ log = logging.getLogger(__name__)
 EMPTY_SUMMARY = Summary("", 0)
 
 
-def estimate_tokens(text: str) -> int:
-    """A cheap, tokenizer-free estimate: about four characters a token, plus framing."""
-    return len(text) // 4 + 4
+# Tokens per UTF-8 byte before the server has told us better: English runs near 0.25, but
+# other scripts, code and random strings run far higher, and a byte is never less than a
+# token's worth of risk, so start at a cautious half.
+INITIAL_TOKENS_PER_BYTE = 0.5
+
+
+def estimate_tokens(text: str, tokens_per_byte: float = INITIAL_TOKENS_PER_BYTE) -> int:
+    """A tokenizer-free estimate from the UTF-8 size (a character count undercounts every
+    script but English), plus framing."""
+    return int(len(text.encode("utf-8", "replace")) * tokens_per_byte) + 4
+
+
+class TokenRatio:
+    """Tokens per byte, learned from the prompt_tokens the server reports: it rises at once
+    when a prompt costs more than assumed, and falls back slowly."""
+
+    def __init__(self, initial: float = INITIAL_TOKENS_PER_BYTE) -> None:
+        self.value = initial
+
+    def observe(self, prompt_bytes: int, prompt_tokens: int | None) -> None:
+        if not prompt_tokens or prompt_bytes < 200:  # too small to say anything
+            return
+        seen = min(max(prompt_tokens / prompt_bytes * 1.15, 0.15), 1.2)  # a margin over what was seen
+        self.value = seen if seen > self.value else 0.9 * self.value + 0.1 * seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +86,7 @@ class ContextAssembler:
         self._persona = persona
         self._budget = budget
         self._clock = clock
+        self.ratio = TokenRatio()
 
     async def summary_for(self, conversation: Conversation, state: ModeState) -> Summary:
         normal = await self._store.normal_summary(conversation.id) or EMPTY_SUMMARY
@@ -78,11 +100,11 @@ class ContextAssembler:
         visible = state.segment.id if state.is_private else None
         summary = await self.summary_for(conversation, state)
         system = await self._system_text(conversation, state, summary)
-        remaining = self._budget.total_tokens - estimate_tokens(system)
+        remaining = self._budget.total_tokens - estimate_tokens(system, self.ratio.value)
         fetched = await self._store.view(
             conversation.id, visible_segment=visible, after=summary.watermark, limit=self._budget.max_items
         )
-        window = _fit(fetched, remaining)
+        window = _fit(fetched, remaining, self.ratio.value)
         needs_fold = False
         if window:
             needs_fold = await self._store.has_items_before(
@@ -156,6 +178,7 @@ def summary_request(previous: str, items: list[TimelineItem]) -> CompletionReque
         messages=(ChatMessage("system", copy.SUMMARY_INSTRUCTION), ChatMessage("user", body)),
         purpose="summary",
         temperature=0.2,
+        max_tokens=700,  # twelve sentences and a few facts; its own cap, not the reply's
     )
 
 
@@ -174,24 +197,34 @@ def split_facts(text: str, label: str, limit: int = 4000) -> tuple[str, tuple[st
     return body[:limit], tuple(facts[:10])
 
 
-def _fit(items: list[TimelineItem], budget_tokens: int) -> list[TimelineItem]:
+def _fit(items: list[TimelineItem], budget_tokens: int,
+         tokens_per_byte: float = INITIAL_TOKENS_PER_BYTE) -> list[TimelineItem]:
     """The newest items that fit the budget. Never empty when items exist: the newest one is
-    always kept (shortened if it alone is over budget). The watermark was already applied
-    by the query; nothing here subtracts covered material again (seed 000, incident two)."""
+    always kept, shortened with a visible marker if it alone is over budget (the stored
+    message stays whole), so no single message can lock a conversation. Older messages over
+    budget are left out. The watermark was already applied by the query; nothing here
+    subtracts covered material again (seed 000, incident two)."""
     kept: list[TimelineItem] = []
     used = 0
     for item in reversed(items):
-        cost = estimate_tokens(copy.PLACEHOLDER if item.is_placeholder else item.text or "")
+        cost = estimate_tokens(copy.PLACEHOLDER if item.is_placeholder else item.text or "", tokens_per_byte)
         if kept and used + cost > budget_tokens:
             break
         if not kept and cost > max(budget_tokens, 64) and not item.is_placeholder:
-            chars = max(budget_tokens, 64) * 4
-            item = TimelineItem(item.position, item.role, item.text[:chars] + " [...]", None)
-            cost = estimate_tokens(item.text)
+            text = _shorten(item.text or "", max(budget_tokens, 64), tokens_per_byte)
+            item = TimelineItem(item.position, item.role, text, None)
+            cost = estimate_tokens(item.text, tokens_per_byte)
         kept.append(item)
         used += cost
     kept.reverse()
     return kept
+
+
+def _shorten(text: str, budget_tokens: int, tokens_per_byte: float) -> str:
+    """The start of `text` within `budget_tokens`, cut at a character, with the marker."""
+    room = max(int((budget_tokens - 4) / tokens_per_byte) - len(copy.SHORTENED_MARKER.encode()) - 1, 16)
+    head = text.encode("utf-8", "replace")[:room].decode("utf-8", "ignore")
+    return f"{head} {copy.SHORTENED_MARKER}"
 
 
 def _first_position(item: TimelineItem) -> int:

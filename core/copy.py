@@ -46,9 +46,29 @@ SUMMARY_INSTRUCTION = (
     "FACTS:\n- <a stable fact about the person worth remembering long-term, one per line, or none>"
 )
 
+# Ends a message shortened to fit the model's context (the stored message stays whole).
+SHORTENED_MARKER = "[... the rest of this long message was left out to fit]"
+
+# What the person reads when the model call fails; each says what went wrong, none loses the message.
 PROVIDER_FAILED = (
-    "Sorry, I couldn't reach my language model just now. Your message is saved; please try again in a moment."
+    "Sorry, I couldn't reach my language model just now (or it took too long to answer). "
+    "Your message is saved; please try again in a moment."
 )
+PROVIDER_KEY_REFUSED = (
+    "Sorry, the model server refused the API key, so I couldn't answer. Your message is saved; "
+    "whoever runs me should check the COMPANION_LLM_API_KEY setting."
+)
+PROVIDER_TOO_LONG = (
+    "Sorry, that was too long for my language model to take in. Your message is saved; "
+    "a shorter message may work."
+)
+PROVIDER_SERVER_FAILED = (
+    "Sorry, my language model's server failed to answer just now. Your message is saved; "
+    "please try again in a moment."
+)
+
+# Appended to a reply the model stopped early because it reached its token limit.
+CUT_OFF_MARKER = " (cut off)"
 
 RESTART_ENDED_PRIVATE = "I restarted, so private mode ended. You are in normal mode now."
 

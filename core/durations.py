@@ -20,7 +20,8 @@ def parse_expiry(text: str) -> float | None:
         return None
     match = _DURATION.match(value)
     if not match:
-        raise ValueError(f"'{text}' is not an expiry; use a number with s, m, h or d (45s, 30m, 24h, 7d) or 'never'")
+        # Never quotes the text: in `/private 2h PASSPHRASE` the word given as expiry is the secret.
+        raise ValueError("the expiry must look like 45s, 30m, 24h, 7d or never")
     seconds = int(match.group(1)) * _UNITS[match.group(2)]
     if seconds <= 0:
         raise ValueError("an expiry must be longer than zero")

@@ -2,9 +2,12 @@
 
     CompanionError
     ├── ProviderError            the model side failed
-    │   ├── ProviderUnavailable  connection refused, timeout, 5xx after retries
-    │   ├── ProviderRateLimited  429 after retries
-    │   ├── ProviderRejected     4xx other than 429 (bad key, unknown model, bad request)
+    │   ├── ProviderUnavailable  not reached or no answer within the timeout (also 408 after retries)
+    │   ├── ProviderServerError  the server failed: 500, or 502/503/504 after retries
+    │   ├── ProviderRateLimited  429 after retries (or a Retry-After past the call's deadline)
+    │   ├── ProviderRejected     4xx other than 408/429, or a 500 saying the request is invalid;
+    │   │   │                    `status` tells a refused API key (401/403) from the rest
+    │   │   └── ProviderRequestTooLong  the request does not fit the model's context
     │   └── ProviderBadResponse  the reply was not the JSON we expect
     ├── DeliveryFailed           a platform did not take an outbound message (permanent or not)
     └── StoreError               the database failed or refused
@@ -24,7 +27,15 @@ class ProviderError(CompanionError):
 
 
 class ProviderUnavailable(ProviderError):
-    """The provider could not be reached, timed out, or kept failing with 5xx."""
+    """The provider could not be reached or did not answer within the timeout."""
+
+
+class ProviderServerError(ProviderError):
+    """The provider answered with a server failure (500, or 502/503/504 after retries)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ProviderRateLimited(ProviderError):
@@ -32,11 +43,18 @@ class ProviderRateLimited(ProviderError):
 
 
 class ProviderRejected(ProviderError):
-    """The provider refused the request (4xx other than 429)."""
+    """The provider refused the request (4xx other than 408/429, or a 500 saying it is invalid).
+
+    `status` is the HTTP status; 401 and 403 mean the API key was refused.
+    """
 
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ProviderRequestTooLong(ProviderRejected):
+    """The request does not fit the model's context (413, or a 400/500 saying so)."""
 
 
 class ProviderBadResponse(ProviderError):

@@ -136,10 +136,13 @@ class CompletionRequest:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
+    """One model answer. `truncated`: the model stopped at `max_tokens` (finish_reason "length")."""
+
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    truncated: bool = False
 
 
 # --- stored records ---------------------------------------------------------

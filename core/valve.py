@@ -151,7 +151,8 @@ class ModeValve:
         try:
             lifetime = parse_expiry(expiry_text or self._default_expiry)
         except ValueError as exc:
-            return EntryResult(False, f"{exc}. Nothing changed.")
+            # parse_expiry's words never quote the text; the first letter is raised for a sentence.
+            return EntryResult(False, f"{str(exc)[:1].upper()}{str(exc)[1:]}; nothing changed.")
         now = self._clock.now()
         attempts = await self._store.failed_attempts_since(account.id, now - LOCKOUT_WINDOW - LOCKOUT_DURATION)
         locked_until = _locked_until(attempts)

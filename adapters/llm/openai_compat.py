@@ -17,18 +17,33 @@ from core.errors import (
     ProviderBadResponse,
     ProviderRateLimited,
     ProviderRejected,
+    ProviderRequestTooLong,
+    ProviderServerError,
     ProviderUnavailable,
 )
 from core.model import ChatMessage, Completion, CompletionRequest, ToolCall, ToolSpec
 
 log = logging.getLogger(__name__)
 
+# Connection failures worth another try; a timeout is not among them: it means the
+# whole call's deadline is spent (each attempt is given only the time that is left).
 _RETRYABLE_ERRORS = (
     httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.ReadTimeout,
     httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
 )
+# Statuses that say "try again": request timeout, rate limit, and a gateway or
+# overloaded server. A 500 is not among them: llama.cpp answers 500 to requests it
+# cannot parse, and sending the same request again cannot help.
+_RETRYABLE_STATUSES = frozenset({408, 429, 502, 503, 504})
+# Classification only: these patterns are matched against the server's error
+# message, type and code, which never reach an exception or a log from here.
+_TOO_LONG = re.compile(
+    r"context.{0,24}(length|size|window|limit|exceed)|exceed.{0,40}context|too long|too many tokens", re.IGNORECASE
+)
+_INVALID = re.compile(r"invalid|type.must.be|type_error|must be a|expected|missing|required|unsupported|parse", re.IGNORECASE)
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SERVER_MESSAGE_LIMIT = 200
 # A server message sharing a run this long with the request is taken to quote it.
 _QUOTE_WINDOW = 16
@@ -80,9 +95,11 @@ class _ChatCompletion(_Wire):
 class OpenAICompatibleProvider:
     """A language model behind `POST {base_url}/chat/completions`.
 
-    Retries 429, 5xx and connection failures a bounded number of times, honouring
-    `Retry-After`; every failure leaves as a `core.errors.ProviderError`. Neither
-    logs nor error messages ever contain request or reply text.
+    Retries connection failures, 408, 429 (honouring `Retry-After`) and 502/503/504 a
+    bounded number of times, all within one deadline of `timeout` seconds for the whole
+    call; every failure leaves as a `core.errors.ProviderError`. `max_tokens` is sent
+    with every request (the request's own cap, else this default). Neither logs nor
+    error messages ever contain request or reply text.
     """
 
     name = "openai-compatible"
@@ -94,6 +111,7 @@ class OpenAICompatibleProvider:
         model: str = "default",
         *,
         timeout: float = 60.0,
+        max_tokens: int = 1024,
         max_retries: int = 3,
         backoff: float = 0.5,
         max_retry_after: float = 30.0,
@@ -102,6 +120,8 @@ class OpenAICompatibleProvider:
         url = httpx.URL(base_url.rstrip("/"))
         if url.scheme not in ("http", "https") or not url.host:
             raise ValueError(f"base_url must be an http(s) URL such as http://127.0.0.1:11434/v1, not {base_url!r}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be 1 or more, not {max_tokens}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries}")
         self.model = model
@@ -111,6 +131,7 @@ class OpenAICompatibleProvider:
         self._where = f"the model server at {url.copy_with(username=None, password=None, query=None)}"
         self._api_key = api_key
         self._timeout = timeout
+        self._max_tokens = max_tokens
         self._max_retries = max_retries
         self._backoff = backoff
         self._max_retry_after = max_retry_after
@@ -132,11 +153,11 @@ class OpenAICompatibleProvider:
         Raises:
             core.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
-        body = json.dumps(_payload(self.model, request), separators=(",", ":"), ensure_ascii=False).encode()
+        body = json.dumps(_payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False).encode()
         self.last_request_bytes = len(body)
         response, attempts = await self._post(body, request)
         try:
-            parsed = _ChatCompletion.model_validate_json(response.content)
+            parsed = _parse_completion(response.content)
         except ValidationError as exc:
             self._raise_translated(exc, attempts=attempts, request=request)
         choice = parsed.choices[0]
@@ -157,11 +178,15 @@ class OpenAICompatibleProvider:
             usage.prompt_tokens,
             usage.completion_tokens,
         )
+        truncated = choice.finish_reason == "length"
+        if truncated:
+            log.info("completion %s (%s) was cut off at its token limit", parsed.id, request.purpose)
         return Completion(
             text=choice.message.content or "",
             tool_calls=tool_calls,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
+            truncated=truncated,
         )
 
     def _http(self) -> httpx.AsyncClient:
@@ -177,21 +202,28 @@ class OpenAICompatibleProvider:
         return self._client
 
     async def _post(self, body: bytes, request: CompletionRequest) -> tuple[httpx.Response, int]:
-        """POST `body`, retrying what is worth retrying; return the 2xx response and the attempts used."""
+        """POST `body`, retrying what is worth retrying before one deadline for the whole call;
+        return the 2xx response and the attempts used."""
         client = self._http()
+        deadline = time.monotonic() + self._timeout
         attempts = self._max_retries + 1
         for attempt in range(1, attempts + 1):
+            remaining = deadline - time.monotonic()
             started = time.perf_counter()
             log.debug(
                 "POST chat/completions (%s) attempt %d/%d: %d bytes", request.purpose, attempt, attempts, len(body)
             )
             try:
-                response = await client.post(self._url, content=body)
+                # httpx's timeout is per read; asyncio's bounds the attempt as a whole.
+                async with asyncio.timeout(remaining):
+                    response = await client.post(self._url, content=body, timeout=remaining)
+            except (TimeoutError, httpx.TimeoutException) as exc:
+                self._raise_translated(exc, attempts=attempt, request=request)
             except _RETRYABLE_ERRORS as exc:
                 elapsed = time.perf_counter() - started
-                if attempt == attempts:
-                    self._raise_translated(exc, attempts=attempt, request=request)
                 delay = self._backoff * 2 ** (attempt - 1)
+                if attempt == attempts or time.monotonic() + delay >= deadline:
+                    self._raise_translated(exc, attempts=attempt, request=request)
                 log.warning(
                     "model server attempt %d/%d failed after %.0f ms (%s); retrying in %.2f s",
                     attempt, attempts, elapsed * 1000, type(exc).__name__, delay,
@@ -207,12 +239,17 @@ class OpenAICompatibleProvider:
                 )
                 if response.is_success:
                     return response, attempt
-                if not (status == 429 or status >= 500) or attempt == attempts:
+                delay = self._retry_delay(response, attempt)
+                if (
+                    status not in _RETRYABLE_STATUSES
+                    or attempt == attempts
+                    or time.monotonic() + delay >= deadline  # waiting would outlast the call's deadline
+                ):
                     try:
                         response.raise_for_status()
                     except httpx.HTTPStatusError as exc:
                         self._raise_translated(exc, attempts=attempt, request=request)
-                delay = self._retry_delay(response, attempt)
+                    raise AssertionError(f"unreachable: {status} is not a success")
                 log.warning(
                     "model server answered %d on attempt %d/%d; retrying in %.2f s", status, attempt, attempts, delay
                 )
@@ -231,19 +268,29 @@ class OpenAICompatibleProvider:
         tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
         if isinstance(exc, httpx.HTTPStatusError):
             response = exc.response
-            status = f"{response.status_code} {response.reason_phrase}".strip()
-            if response.status_code == 429:
+            code = response.status_code
+            status = f"{code} {response.reason_phrase}".strip()
+            detail = _server_message(response, request)
+            said = f": {detail}" if detail else ""
+            if code == 429:
                 raise ProviderRateLimited(f"{where} kept answering {status} (rate limited) {tries}") from exc
-            if response.status_code >= 500:
+            if code == 408:
                 raise ProviderUnavailable(f"{where} answered {status} {tries}") from exc
-            if response.status_code >= 400:
-                detail = _server_message(response, request)
-                raise ProviderRejected(
-                    f"{where} refused the request with {status}{': ' + detail if detail else ''}",
-                    status=response.status_code,
+            if code in (401, 403):
+                raise ProviderRejected(f"{where} refused the API key with {status}{said}", status=code) from exc
+            error_text = _error_text(response)
+            if code == 413 or (code in (400, 500) and _TOO_LONG.search(error_text)):
+                raise ProviderRequestTooLong(
+                    f"{where} refused the request as too long for the model with {status}{said}", status=code
                 ) from exc
+            if code == 500 and _INVALID.search(error_text):
+                raise ProviderRejected(f"{where} refused the request as invalid with {status}{said}", status=code) from exc
+            if code >= 500:
+                raise ProviderServerError(f"{where} answered {status} {tries}{said}", status=code) from exc
+            if code >= 400:
+                raise ProviderRejected(f"{where} refused the request with {status}{said}", status=code) from exc
             raise ProviderBadResponse(f"{where} answered {status} instead of a chat completion") from exc
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
             raise ProviderUnavailable(
                 f"{where} did not answer within {self._timeout:g} s ({type(exc).__name__}) {tries}"
             ) from exc
@@ -265,19 +312,23 @@ class OpenAICompatibleProvider:
 # --- helpers --------------------------------------------------------------------
 
 
-def _payload(model: str, request: CompletionRequest) -> dict[str, Any]:
+def _payload(model: str, request: CompletionRequest, default_max_tokens: int) -> dict[str, Any]:
     payload: dict[str, Any] = {"model": model, "messages": [_message(m) for m in request.messages]}
     if request.tools:
         payload["tools"] = [_tool(t) for t in request.tools]
+        # Without it llama.cpp's server (and others) leave the tools out of the prompt.
+        payload["tool_choice"] = "auto"
     if request.temperature is not None:
         payload["temperature"] = request.temperature
-    if request.max_tokens is not None:
-        payload["max_tokens"] = request.max_tokens
+    # Always sent: without a cap a small model can run to the end of its context.
+    payload["max_tokens"] = request.max_tokens if request.max_tokens is not None else default_max_tokens
     return payload
 
 
 def _message(message: ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    # Content is always a string: llama.cpp's server answers 500 to a null content
+    # (an assistant message that only carries tool calls).
+    out: dict[str, Any] = {"role": message.role, "content": message.content or ""}
     if message.tool_calls and message.role == "assistant":
         out["tool_calls"] = [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
@@ -293,6 +344,34 @@ def _tool(tool: ToolSpec) -> dict[str, Any]:
         "type": "function",
         "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
     }
+
+
+def _parse_completion(content: bytes) -> _ChatCompletion:
+    """Parse a response body; a lone UTF-16 surrogate escape becomes U+FFFD instead of a failure.
+
+    Valid JSON may carry `\\ud83d` without its pair (a model cut mid-emoji); pydantic's
+    parser refuses it, Python's accepts it, so the slow path runs only then.
+    """
+    try:
+        return _ChatCompletion.model_validate_json(content)
+    except ValidationError as exc:
+        if exc.errors(include_url=False, include_input=False)[0]["type"] != "json_invalid":
+            raise
+        try:
+            data = json.loads(content)
+        except ValueError:
+            raise exc from None
+        return _ChatCompletion.model_validate(_without_lone_surrogates(data))
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def _arguments_text(arguments: str | dict[str, Any]) -> str:
@@ -344,6 +423,23 @@ def _server_message(response: httpx.Response, request: CompletionRequest) -> str
     if _quotes_request(message, request):
         return "(server message withheld: it quotes the request)"
     return message
+
+
+def _error_text(response: httpx.Response) -> str:
+    """The error body's message, type and code as one string, for classification only."""
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:1000]
+    if not isinstance(data, dict):
+        return ""
+    error = data.get("error")
+    parts: list[Any] = [data.get("message"), data.get("type"), data.get("code")]
+    if isinstance(error, dict):
+        parts += [error.get("message"), error.get("type"), error.get("code")]
+    else:
+        parts.append(error)
+    return " ".join(str(part) for part in parts if part is not None)
 
 
 def _quotes_request(message: str, request: CompletionRequest) -> bool:

@@ -173,6 +173,14 @@ class MemoryQueries:
                 rows = await cur.fetchall()
         return [PendingCapture(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
+    async def skip_capture(self, message_ids: list[int]) -> None:
+        """Pending messages the model refused to capture: marked so they are not asked again."""
+        async with self._tx() as db:
+            await db.executemany(
+                "UPDATE messages SET capture = 'skipped' WHERE id = ? AND capture = 'pending'",
+                [(mid,) for mid in message_ids],
+            )
+
     async def save_capture(
         self, person_id: int, day: str, note: str, facts: tuple[str, ...], message_ids: list[int], now: float
     ) -> int:

@@ -67,17 +67,29 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
     async def start(self) -> None:
         if self._db is not None:
             return
-        if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Every failure to open is one line naming the setting (the command line prints it).
+        where = f"the database at {self.path} (COMPANION_DB_PATH)"
+
+        def _one_line(exc: BaseException) -> str:
+            return (str(exc).splitlines() or [type(exc).__name__])[0]
+
         try:
+            if str(self.path) != ":memory:":
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             db = await aiosqlite.connect(self.path, isolation_level=None)
         except Exception as exc:  # sqlite3.Error or OSError, with the path in words
-            raise StoreError(f"cannot open the database at {self.path}: {exc}") from exc
+            raise StoreError(f"cannot open {where}: {_one_line(exc)}") from exc
         try:
             await self._configure(db)
             await migrate(db)
             if str(self.path) != ":memory:":
                 self._reader = await self._open_reader()
+        except StoreError:
+            await db.close()
+            raise
+        except (sqlite3.Error, OSError) as exc:  # not SQLite, read-only, a folder it cannot write in
+            await db.close()
+            raise StoreError(f"cannot use {where}: {_one_line(exc)}") from exc
         except BaseException:
             await db.close()
             raise

@@ -19,6 +19,7 @@ from core.errors import (
     ProviderError,
     ProviderRateLimited,
     ProviderRejected,
+    ProviderServerError,
     ProviderUnavailable,
 )
 from core.model import ChatMessage, CompletionRequest, ToolSpec
@@ -57,7 +58,7 @@ def sleep() -> RecordingSleep:
 
 @pytest.fixture
 async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIterator[OpenAICompatibleProvider]:
-    provider = OpenAICompatibleProvider(server.base_url, api_key="sk-test", model="test-model", timeout=2.0)
+    provider = OpenAICompatibleProvider(server.base_url, api_key="sk-test", model="test-model", timeout=10.0)
     provider._sleep = sleep
     try:
         yield provider
@@ -104,6 +105,7 @@ async def test_request_carries_model_messages_and_bearer_key_without_unoffered_t
         {
             "model": "test-model",
             "messages": [{"role": "system", "content": "be kind"}, {"role": "user", "content": "hello"}],
+            "max_tokens": 1024,  # the provider's default cap, always sent
         }
     ]
     assert server.request_headers[0]["Authorization"] == "Bearer sk-test"
@@ -171,7 +173,7 @@ async def test_tool_call_round_trip_sends_the_tool_result_back(server, provider)
     sent = server.requests[1]["messages"]
     assert sent[2] == {
         "role": "assistant",
-        "content": None,
+        "content": "",  # never null: llama.cpp's server refuses that
         "tool_calls": [
             {"id": "call_42", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}
         ],
@@ -235,8 +237,8 @@ async def test_persistent_429_raises_rate_limited_after_bounded_attempts(server,
     assert server.base_url in str(caught.value)
 
 
-async def test_500_then_success_returns_the_reply(server, provider, sleep) -> None:
-    server.reply_status(500)
+async def test_502_then_success_returns_the_reply(server, provider, sleep) -> None:
+    server.reply_status(502)
     server.reply_text("recovered")
 
     completion = await provider.complete(ask())
@@ -246,13 +248,25 @@ async def test_500_then_success_returns_the_reply(server, provider, sleep) -> No
     assert sleep.delays == [0.5]
 
 
-async def test_persistent_503_raises_unavailable_after_bounded_attempts(server, sleep) -> None:
+async def test_a_plain_500_is_a_server_error_and_not_retried(server, provider, sleep) -> None:
+    server.reply_status(500, message="internal error")
+    server.reply_text("never asked for")
+
+    with pytest.raises(ProviderServerError) as caught:
+        await provider.complete(ask())
+
+    assert caught.value.status == 500
+    assert len(server.requests) == 1
+    assert sleep.delays == []
+
+
+async def test_persistent_503_raises_server_error_after_bounded_attempts(server, sleep) -> None:
     provider = OpenAICompatibleProvider(server.base_url, max_retries=3, backoff=0.1)
     provider._sleep = sleep
     for _ in range(10):
         server.reply_status(503)
     try:
-        with pytest.raises(ProviderUnavailable) as caught:
+        with pytest.raises(ProviderServerError) as caught:
             await provider.complete(ask())
     finally:
         await provider.aclose()
@@ -264,7 +278,7 @@ async def test_persistent_503_raises_unavailable_after_bounded_attempts(server, 
     assert "\n" not in message
 
 
-async def test_a_server_slower_than_the_timeout_raises_unavailable(server, sleep) -> None:
+async def test_a_server_slower_than_the_timeout_raises_unavailable_without_a_retry(server, sleep) -> None:
     provider = OpenAICompatibleProvider(server.base_url, timeout=0.2, max_retries=1)
     provider._sleep = sleep
     server.reply_delay(5.0)
@@ -275,7 +289,7 @@ async def test_a_server_slower_than_the_timeout_raises_unavailable(server, sleep
     finally:
         await provider.aclose()
 
-    assert len(server.requests) == 2
+    assert len(server.requests) == 1  # the timeout bounds the whole call: no time is left to retry
     assert server.base_url in str(caught.value)
 
 

@@ -16,10 +16,12 @@ from tests.helpers.proc import spawn_companion
 def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(tmp_path, discord_servers, passphrase_hash):
     discord_server, model = discord_servers
     call = discord_server.call
-    # The stop waits for turns up to the model timeout; this model is slower than every retry.
-    env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_LLM_TIMEOUT="1")
-    for _ in range(4):
-        model.reply_delay(30)
+    # The stop waits for turns up to the model timeout (2 s), and each model call is bounded by it
+    # too; so the turn that outlasts the stop is one with a tool round: the first call returns a
+    # tool call after 1.5 s, the second call starts then and hangs past the end of the stop.
+    env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_LLM_TIMEOUT="2")
+    model.reply_tool_call("current_time", delay=1.5)
+    model.reply_delay(30)
     proc = spawn_companion(["run"], env)
     try:
         call(discord_server.wait_for_ready(timeout=30), timeout=40)

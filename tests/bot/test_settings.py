@@ -25,8 +25,8 @@ def test_defaults_need_no_configuration():
 
 
 def test_allowed_users_are_a_comma_separated_list_of_platform_accounts(monkeypatch):
-    monkeypatch.setenv("COMPANION_ALLOWED_USERS", "telegram:123456, discord:987654321")
-    assert load_settings().allowed_accounts == {"telegram:123456", "discord:987654321"}
+    monkeypatch.setenv("COMPANION_ALLOWED_USERS", "telegram:123456, discord:987654321012345678")
+    assert load_settings().allowed_accounts == {"telegram:123456", "discord:987654321012345678"}
 
 
 def test_dotenv_file_is_read(tmp_path):
@@ -46,7 +46,13 @@ def test_dotenv_file_is_read(tmp_path):
         ("COMPANION_LOG_LEVEL", "LOUD", "DEBUG, INFO"),
         ("COMPANION_LLM_BASE_URL", "localhost:11434", "http"),
         ("COMPANION_PRIVATE_PASSPHRASE_HASH", "hunter2", "scrypt$"),
-        ("COMPANION_PRIVATE_DEFAULT_EXPIRY", "soon", "not an expiry"),
+        ("COMPANION_PRIVATE_DEFAULT_EXPIRY", "soon", "45s, 30m, 24h, 7d or never"),
+        ("COMPANION_ALLOWED_USERS", "telegram:alice", "positive number"),
+        ("COMPANION_ALLOWED_USERS", "telegram:123,discord:12", "17 to 20 digits"),
+        ("COMPANION_TELEGRAM_TOKEN", "123456789:AAE-short", "@BotFather"),
+        ("COMPANION_TELEGRAM_TOKEN", "123456789:AAEabcdefghij\nklmnopqrstuvwxyz0123456", "@BotFather"),
+        ("COMPANION_TELEGRAM_TOKEN", "bot123456789:AAEabcdefghijklmnopqrstuvwxyz0123456", "@BotFather"),
+        ("COMPANION_DISCORD_TOKEN", "just-one-part-of-a-discord-token", "three parts"),
     ],
 )
 def test_a_bad_value_names_the_variable_and_what_is_wrong(monkeypatch, name, value, words):
@@ -64,3 +70,32 @@ def test_a_bad_value_stops_start_up_with_exit_code_2_and_no_traceback(tmp_path):
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "COMPANION_HTTP_PORT" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_a_token_is_stripped_of_a_pasted_newline_before_any_network_call(monkeypatch):
+    token = "123456789:AAEabcdefghijklmnopqrstuvwxyz0123456"
+    monkeypatch.setenv("COMPANION_TELEGRAM_TOKEN", f"  {token}\n")
+    monkeypatch.setenv("COMPANION_DISCORD_TOKEN", "MTIzNDU2Nzg5MDEyMzQ1Njc4.GaBcDe.abcdefghijklmnopqrstuvwxyz0123\r\n")
+    settings = load_settings()
+    assert settings.telegram_token.get_secret_value() == token
+    assert settings.discord_token.get_secret_value().endswith("0123")
+
+
+def test_a_token_of_the_wrong_shape_is_never_quoted(monkeypatch):
+    monkeypatch.setenv("COMPANION_TELEGRAM_TOKEN", "123456789:TOKEN-CANARY")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert "TOKEN-CANARY" not in str(info.value)
+
+
+def test_a_server_of_ones_own_may_issue_its_own_ids_and_token_shapes(monkeypatch):
+    # The fake servers of the gateway tests (and a self-hosted Bot API server) do; a name is never an id.
+    monkeypatch.setenv("COMPANION_TELEGRAM_BASE_URL", "http://127.0.0.1:9/bot")
+    monkeypatch.setenv("COMPANION_DISCORD_API_BASE", "http://127.0.0.1:9/api")
+    monkeypatch.setenv("COMPANION_TELEGRAM_TOKEN", "123456:TEST-token")
+    monkeypatch.setenv("COMPANION_DISCORD_TOKEN", "fake-discord-token")
+    monkeypatch.setenv("COMPANION_ALLOWED_USERS", "telegram:7,discord:111")
+    assert load_settings().allowed_accounts == {"telegram:7", "discord:111"}
+    monkeypatch.setenv("COMPANION_ALLOWED_USERS", "telegram:alice")
+    with pytest.raises(ConfigError, match="^COMPANION_ALLOWED_USERS: "):
+        load_settings()

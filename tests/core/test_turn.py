@@ -148,7 +148,7 @@ async def test_a_message_larger_than_the_budget_is_shortened_not_dropped(make_co
     companion = await make_companion(budget=ContextBudget(total_tokens=256))
     await say(companion, "z" * 10_000)
     users = [m.content for m in provider.last_reply_request().messages if m.role == "user"]
-    assert len(users) == 1 and users[0].startswith("zzz") and users[0].endswith("[...]")
+    assert len(users) == 1 and users[0].startswith("zzz") and users[0].endswith(copy.SHORTENED_MARKER)
 
 
 async def test_unknown_user_is_refused_once_and_nothing_is_stored(companion, store):

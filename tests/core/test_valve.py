@@ -151,7 +151,8 @@ async def test_a_wrong_passphrase_is_refused_and_changes_nothing(companion, stor
 
 async def test_a_bad_expiry_is_refused_before_the_passphrase_is_checked(companion, store):
     reply = await say(companion, f"/private {PASSPHRASE} someday")
-    assert "not an expiry" in reply.text and "Nothing changed" in reply.text
+    assert "45s, 30m, 24h, 7d or never" in reply.text and "nothing changed" in reply.text
+    assert "someday" not in reply.text
     assert await all_rows(store, "SELECT count(*) FROM valve_attempts") == [(0,)]
     assert await mode_of(companion) == "normal"
 
@@ -320,8 +321,24 @@ def test_config_is_frozen():
 
 async def test_a_mistyped_private_command_is_neither_stored_nor_sent_and_is_deleted(companion, store, provider):
     reply = await say(companion, "/privte my-passphrase")
-    assert reply.text.startswith("I don't know /privte") and reply.delete_inbound
+    assert "mistyped /private" in reply.text and reply.delete_inbound
+    assert "privte" not in reply.text and "my-passphrase" not in reply.text
     assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]
     assert provider.requests == []
     other = await say(companion, "/shrug")
     assert other.text.startswith("I don't know /shrug") and not other.delete_inbound
+
+
+async def test_a_refused_account_is_logged_once_at_warning_with_the_id_the_owner_must_allow(
+    make_companion, store, caplog
+):
+    companion = await make_companion(allowed_accounts=frozenset({"telegram:5"}))
+    caplog.set_level(logging.DEBUG)
+    for text in ("hello", "anyone there?"):
+        await say(companion, text, platform="telegram", chat="123456789", user="123456789")
+    refusals = [r for r in caplog.records if "refused telegram:" in r.getMessage()]
+    assert [(r.levelno, r.getMessage()) for r in refusals] == [
+        (logging.WARNING, "refused telegram:123456789 (add it to COMPANION_ALLOWED_USERS)")
+    ]
+    assert "hello" not in caplog.text and "anyone there" not in caplog.text
+    assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]

@@ -44,10 +44,17 @@ class FakeOpenAIServer(LoopbackServer):
     for subprocess tests). Every POST to `{base_url}/chat/completions` is recorded in
     `requests` (parsed JSON), `raw_requests` (bytes) and `request_headers`; the answer is
     the next scripted one, else `responder(body)`, else `"fake reply #N"`.
+
+    `strict=True` validates as llama.cpp's server does: a message whose `content` is not
+    a string gets a 500 with its validation error (the script is not consumed), and
+    `tools` are in effect only with a `tool_choice`; without one they are left out of
+    the prompt, so no tool calls come back (`tools_in_effect` records each request).
     """
 
-    def __init__(self, model: str = "fake-model") -> None:
+    def __init__(self, model: str = "fake-model", *, strict: bool = False) -> None:
         self.model = model
+        self.strict = strict
+        self.tools_in_effect: list[bool] = []
         self.requests: list[Any] = []
         self.raw_requests: list[bytes] = []
         self.request_headers: list[CIMultiDict[str]] = []
@@ -160,11 +167,19 @@ class FakeOpenAIServer(LoopbackServer):
         self.request_headers.append(CIMultiDict(request.headers))
         if not isinstance(body, dict):
             return web.json_response({"error": {"message": "request body is not a JSON object"}}, status=400)
+        tools_in_effect = bool(body.get("tools")) and "tool_choice" in body
+        if self.strict:
+            self.tools_in_effect.append(tools_in_effect)
+            if (invalid := _strict_validation_error(body)) is not None:
+                return web.json_response({"error": {"code": 500, "message": invalid, "type": "server_error"}},
+                                         status=500)
 
         scripted = self._script.popleft() if self._script else None
         if scripted is None or (scripted.body is None and scripted.status == 200 and not scripted.disconnect):
             delay = scripted.delay if scripted else 0.0
             scripted = dataclasses.replace(await self._respond(body, number), delay=delay)
+        if self.strict and not tools_in_effect and scripted.status == 200 and isinstance(scripted.body, dict):
+            scripted = dataclasses.replace(scripted, body=_without_tool_calls(scripted.body))
         if scripted.delay:
             await self._wait(scripted.delay)
         if scripted.disconnect:
@@ -211,6 +226,30 @@ def completion_json(
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def _strict_validation_error(body: dict[str, Any]) -> str | None:
+    """llama.cpp's answer to a message it cannot parse, or None when every content is a string."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return "[json.exception.type_error.302] type must be array, but is " + type(messages).__name__
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str):
+            kind = "null" if content is None else type(content).__name__
+            return f"[json.exception.type_error.302] type must be string, but is {kind}"
+    return None
+
+
+def _without_tool_calls(body: dict[str, Any]) -> dict[str, Any]:
+    """The answer a model gives when the tools never reached its prompt: text only."""
+    body = json.loads(json.dumps(body))
+    for choice in body.get("choices") or ():
+        message = choice.get("message") or {}
+        if message.pop("tool_calls", None):
+            message["content"] = message.get("content") or ""
+            choice["finish_reason"] = "stop"
+    return body
 
 
 def _as_scripted(response: ScriptedResponse | dict[str, Any] | str) -> ScriptedResponse:

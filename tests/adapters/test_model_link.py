@@ -1,0 +1,364 @@
+"""The model link against a server as strict as llama.cpp's: tools, caps, retries and honest failure words."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from adapters.llm.openai_compat import OpenAICompatibleProvider
+from core import copy
+from core.companion import Companion, CompanionConfig
+from core.context import summary_request
+from core.errors import (
+    ProviderError,
+    ProviderRateLimited,
+    ProviderRejected,
+    ProviderRequestTooLong,
+)
+from core.model import ChatMessage, CompletionRequest, ToolCall, ToolSpec
+from tests.helpers.chat import all_rows, say
+from tests.helpers.fake_openai import (
+    FakeOpenAIServer,
+    ScriptedResponse,
+    completion_json,
+)
+
+WEATHER = ToolSpec(
+    name="get_weather",
+    description="Current weather for a city.",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
+
+# What llama.cpp's server answers to a message whose content is null.
+LLAMA_NULL_CONTENT = {
+    "error": {"code": 500, "message": "[json.exception.type_error.302] type must be string, but is null",
+              "type": "server_error"}
+}
+LLAMA_TOO_LONG = {
+    "error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
+              "type": "exceed_context_size_error"}
+}
+
+
+class RecordingSleep:
+    """Stands in for asyncio.sleep: records each delay and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer(strict=True) as fake:
+        yield fake
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    return RecordingSleep()
+
+
+@pytest.fixture
+async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIterator[OpenAICompatibleProvider]:
+    provider = OpenAICompatibleProvider(server.base_url, api_key="sk-test", model="small", timeout=10.0)
+    provider._sleep = sleep
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
+
+
+@pytest.fixture
+async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Companion]:
+    """A real Companion whose provider talks to the strict fake server."""
+    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    await companion.start()
+    try:
+        yield companion
+    finally:
+        await companion.aclose()
+
+
+def ask(text: str = "hello", **kwargs: object) -> CompletionRequest:
+    return CompletionRequest(messages=(ChatMessage("system", "be kind"), ChatMessage("user", text)), **kwargs)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def stored_user_texts(store) -> list[str]:
+    return [row[0] for row in await all_rows(store, "SELECT text FROM messages WHERE role = 'user'")]
+
+
+# --- the strict fake itself ---------------------------------------------------------
+
+
+async def test_strict_fake_refuses_null_content_and_ignores_tools_without_tool_choice(server) -> None:
+    server.reply_tool_call("get_weather", '{"city":"Oslo"}')
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    async with httpx.AsyncClient() as client:
+        null = await client.post(f"{server.base_url}/chat/completions",
+                                 json={"messages": [{"role": "assistant", "content": None}]})
+        unused = await client.post(f"{server.base_url}/chat/completions",
+                                   json={"messages": [{"role": "user", "content": "hi"}], "tools": tools})
+
+    assert null.status_code == 500 and "type must be string" in null.json()["error"]["message"]
+    assert "tool_calls" not in unused.json()["choices"][0]["message"]
+    assert server.tools_in_effect == [False, False]
+
+
+# --- requests as a strict server wants them --------------------------------------------
+
+
+async def test_a_full_tool_loop_against_a_strict_server_calls_the_tool(server, linked, store) -> None:
+    server.reply_tool_call("current_time", "{}", call_id="call_t")
+    server.reply_text("It is a fine Thursday.")
+
+    reply = await say(linked, "what time is it?")
+
+    assert reply.text == "It is a fine Thursday."
+    assert len(server.requests) == 2
+    assert server.tools_in_effect == [True, True]
+    sent = server.requests[1]["messages"]
+    assert sent[-2]["role"] == "assistant" and sent[-2]["content"] == ""
+    assert sent[-2]["tool_calls"][0]["function"]["name"] == "current_time"
+    assert sent[-1]["role"] == "tool" and sent[-1]["tool_call_id"] == "call_t"
+    assert not sent[-1]["content"].startswith("error")  # the tool really ran
+
+
+async def test_no_message_content_is_null_on_the_wire(server, provider) -> None:
+    call = ToolCall("c1", "get_weather", '{"city":"Oslo"}')
+    request = ask("weather?", tools=(WEATHER,))
+    request = CompletionRequest(
+        request.messages + (ChatMessage("assistant", None, (call,)), ChatMessage("tool", None, tool_call_id="c1")),
+        tools=(WEATHER,),
+    )
+
+    await provider.complete(request)
+
+    assert b'"content":null' not in server.raw_requests[0]
+    assert all(isinstance(m["content"], str) for m in server.requests[0]["messages"])
+
+
+async def test_tool_choice_is_auto_whenever_tools_are_offered(server, provider) -> None:
+    await provider.complete(ask(tools=(WEATHER,)))
+    await provider.complete(ask())
+
+    assert server.requests[0]["tool_choice"] == "auto"
+    assert "tool_choice" not in server.requests[1] and "tools" not in server.requests[1]
+    assert server.tools_in_effect == [True, False]
+
+
+async def test_max_tokens_is_always_sent(server, provider) -> None:
+    await provider.complete(ask())
+    await provider.complete(ask(max_tokens=50))
+
+    assert [r["max_tokens"] for r in server.requests] == [1024, 50]
+
+
+async def test_the_fold_and_the_transition_line_have_their_own_small_caps(server, provider, linked) -> None:
+    await provider.complete(summary_request("", []))
+    await linked.transition_line()
+
+    fold, transition = (r["max_tokens"] for r in server.requests)
+    assert fold < 1024 and transition < 1024
+
+
+def test_the_configured_max_tokens_reaches_the_provider() -> None:
+    from bot.bootstrap import build_provider
+    from bot.settings import Settings
+
+    settings = Settings(_env_file=None, llm_base_url="http://127.0.0.1:1/v1", llm_max_tokens=64)
+
+    assert build_provider(settings)._max_tokens == 64
+
+
+# --- answers: cut off, repaired ---------------------------------------------------------
+
+
+async def test_a_reply_cut_off_at_the_token_limit_ends_with_a_visible_marker(server, linked) -> None:
+    body = completion_json("Once upon a time there was")
+    body["choices"][0]["finish_reason"] = "length"
+    server.script(body)
+
+    reply = await say(linked, "tell me a story")
+
+    assert reply.text == "Once upon a time there was" + copy.CUT_OFF_MARKER
+
+
+async def test_a_complete_reply_has_no_cut_off_marker(server, linked) -> None:
+    server.reply_text("The end.")
+
+    reply = await say(linked, "tell me a story")
+
+    assert copy.CUT_OFF_MARKER not in reply.text
+
+
+async def test_a_lone_surrogate_escape_in_the_reply_is_repaired(server, provider) -> None:
+    server.reply_raw(b'{"choices":[{"message":{"role":"assistant","content":"cut mid-emoji \\ud83d"},'
+                     b'"finish_reason":"stop"}]}')
+
+    completion = await provider.complete(ask())
+
+    assert completion.text == "cut mid-emoji \ufffd"
+
+
+# --- retries ------------------------------------------------------------------------------
+
+
+async def test_a_500_validation_error_is_not_retried(server, provider, sleep) -> None:
+    server.reply_status(500, body=LLAMA_NULL_CONTENT)
+    server.reply_text("never asked for")
+
+    with pytest.raises(ProviderRejected) as caught:
+        await provider.complete(ask())
+
+    assert caught.value.status == 500
+    assert len(server.requests) == 1
+    assert sleep.delays == []
+
+
+@pytest.mark.parametrize("status", [400, 404, 422])
+async def test_a_4xx_is_not_retried(server, provider, sleep, status) -> None:
+    server.reply_status(status)
+    server.reply_text("never asked for")
+
+    with pytest.raises(ProviderRejected):
+        await provider.complete(ask())
+
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("status", [408, 429, 502, 503, 504])
+async def test_transient_statuses_are_retried(server, provider, sleep, status) -> None:
+    server.reply_status(status)
+    server.reply_text("second time")
+
+    completion = await provider.complete(ask())
+
+    assert completion.text == "second time"
+    assert len(server.requests) == 2
+
+
+async def test_a_retry_after_past_the_deadline_is_not_waited_for(server, sleep) -> None:
+    provider = OpenAICompatibleProvider(server.base_url, timeout=5.0, max_retry_after=600.0)
+    provider._sleep = sleep
+    server.reply_status(429, headers={"Retry-After": "60"})
+    server.reply_text("too late")
+    try:
+        with pytest.raises(ProviderRateLimited):
+            await provider.complete(ask())
+    finally:
+        await provider.aclose()
+
+    assert len(server.requests) == 1
+    assert sleep.delays == []
+
+
+async def test_a_hanging_server_is_answered_once_after_the_timeout(server, store, clock, passphrase_hash) -> None:
+    provider = OpenAICompatibleProvider(server.base_url, timeout=0.3, max_retries=3)
+    for _ in range(4):
+        server.reply_delay(30.0)
+    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    await companion.start()
+    try:
+        reply = await say(companion, "are you there?")
+    finally:
+        await companion.aclose()
+        await provider.aclose()
+
+    assert reply.text == copy.PROVIDER_FAILED
+    assert len(server.requests) == 1
+    assert await stored_user_texts(store) == ["are you there?"]
+
+
+
+async def test_retries_stop_at_the_deadline_of_the_whole_call(server) -> None:
+    # Six retries allowed, each answer 0.2 s away: only the 0.5 s deadline can stop them early.
+    provider = OpenAICompatibleProvider(server.base_url, timeout=0.5, max_retries=6, backoff=0.01)
+    for _ in range(7):
+        server.script(ScriptedResponse(status=503, body={"error": {"message": "loading model"}}, delay=0.2))
+    try:
+        with pytest.raises(ProviderError):
+            await provider.complete(ask())
+    finally:
+        await provider.aclose()
+
+    assert len(server.requests) <= 3
+
+# --- honest failure words; the message is kept in every case ------------------------------
+
+
+async def test_a_refused_api_key_names_the_setting(server, linked, store) -> None:
+    server.reply_status(401, message="Invalid API Key")
+
+    reply = await say(linked, "hello?")
+
+    assert reply.text == copy.PROVIDER_KEY_REFUSED
+    assert "COMPANION_LLM_API_KEY" in reply.text
+    assert await stored_user_texts(store) == ["hello?"]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(lambda s: s.reply_status(400, body=LLAMA_TOO_LONG), id="llama.cpp-400"),
+        pytest.param(lambda s: s.reply_status(413), id="413"),
+        pytest.param(lambda s: s.reply_status(400, message="This model's maximum context length is 4096 tokens"),
+                     id="openai-400"),
+    ],
+)
+async def test_a_request_too_long_for_the_model_says_so(server, linked, store, script) -> None:
+    script(server)
+
+    reply = await say(linked, "a very long message")
+
+    assert reply.text == copy.PROVIDER_TOO_LONG
+    assert await stored_user_texts(store) == ["a very long message"]
+
+
+async def test_a_too_long_error_is_its_own_kind(server, provider) -> None:
+    server.reply_status(400, body=LLAMA_TOO_LONG)
+
+    with pytest.raises(ProviderRequestTooLong):
+        await provider.complete(ask())
+
+
+async def test_a_failing_model_server_says_it_failed(server, linked, store) -> None:
+    server.reply_status(500, body=LLAMA_NULL_CONTENT)
+
+    reply = await say(linked, "hi")
+
+    assert reply.text == copy.PROVIDER_SERVER_FAILED
+    assert await stored_user_texts(store) == ["hi"]
+
+
+async def test_an_unreachable_model_server_says_unreachable(store, clock, passphrase_hash, sleep) -> None:
+    provider = OpenAICompatibleProvider(f"http://127.0.0.1:{closed_port()}/v1", timeout=5.0, max_retries=1)
+    provider._sleep = sleep
+    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    await companion.start()
+    try:
+        reply = await say(companion, "anyone?")
+    finally:
+        await companion.aclose()
+        await provider.aclose()
+
+    assert reply.text == copy.PROVIDER_FAILED
+    assert "couldn't reach" in reply.text
+    assert await stored_user_texts(store) == ["anyone?"]
+
+
+def test_every_failure_has_its_own_words() -> None:
+    words = {copy.PROVIDER_FAILED, copy.PROVIDER_KEY_REFUSED, copy.PROVIDER_TOO_LONG, copy.PROVIDER_SERVER_FAILED}
+    assert len(words) == 4
+
