@@ -38,6 +38,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         timezone=settings.timezone,
         budget=ContextBudget(total_tokens=settings.context_tokens),
         allow_private_export=settings.allow_private_export,
+        transition=settings.transition,
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -68,6 +69,7 @@ class Settings(BaseSettings):
     private_idle_minutes: float = Field(30.0, ge=0, le=7 * 24 * 60)
     context_tokens: int = Field(3000, ge=256, le=1_000_000)
     allow_private_export: bool = False
+    transition: Literal["constant", "generated"] = "constant"
     artifact_retention_days: float = Field(30.0, ge=0, le=3650)
     backup_retention_days: float = Field(14.0, ge=0, le=3650)
 

@@ -44,6 +44,7 @@ OWNER_PLATFORMS = frozenset({"terminal"})  # the person at the terminal is the o
 # is taken to be from before it (the fail-closed direction). Telegram's whole-second dates are
 # rounded down, which already errs the same way.
 SENT_AT_MARGIN = 0.5
+TRANSITION_MAX_CHARS = 400
 # A turn a restart cut off is answered when it is younger than this; older ones are asked again.
 ANSWER_CUT_OFF_TURNS_WITHIN = 10 * 60.0
 
@@ -63,6 +64,9 @@ class CompanionConfig:
     # so `companion chat` never drops a Telegram conversation out of private mode. None: all.
     platforms: frozenset[str] | None = None
     artifact_retention_seconds: float | None = 30 * 86400.0
+    # The line said on leaving private mode: "constant" (copy.TRANSITION_FALLBACK, no model call)
+    # or "generated" (seed 000's variable wording from a constant instruction, capped).
+    transition: str = "constant"
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,6 +501,8 @@ class Companion:
         lines = ["I'm your companion. Talk to me in plain words; these commands work everywhere:"]
         lines += [f"{c.usage} - {c.description}" for c in COMMANDS]
         lines += ["", copy.NORMAL_MODE_MEANS, copy.PRIVATE_MODE_MEANS]
+        lines.append(copy.TRANSITION_GENERATED_NOTE if self.config.transition == "generated"
+                     else copy.TRANSITION_CONSTANT_NOTE)
         if not self.valve.available:
             lines.append(f"Private mode is unavailable here: {self.valve.unavailable_reason}.")
         return Reply("\n".join(lines))
@@ -544,7 +550,10 @@ class Companion:
         return Reply(line)
 
     async def transition_line(self) -> str:
-        """Fixed intent, variable wording; the input is a constant and holds no conversation content."""
+        """Fixed intent. By default the constant line itself; with `transition="generated"`, variable
+        wording from a constant input that holds no conversation content (the constant on failure)."""
+        if self.config.transition != "generated":
+            return copy.TRANSITION_FALLBACK
         request = CompletionRequest(
             messages=(ChatMessage("system", copy.TRANSITION_INSTRUCTION), ChatMessage("user", "I'm back.")),
             purpose="transition",
@@ -557,7 +566,8 @@ class Companion:
             log.info("transition line fell back to the constant (%s)", type(exc).__name__)
             return copy.TRANSITION_FALLBACK
         text = completion.text.strip()
-        return text if text else copy.TRANSITION_FALLBACK
+        # A small model may run on and off its instruction: a long answer is not used.
+        return text if text and len(text) <= TRANSITION_MAX_CHARS else copy.TRANSITION_FALLBACK
 
     def _format_time(self, timestamp: float) -> str:
         from datetime import datetime

@@ -26,6 +26,12 @@ TRANSITION_INSTRUCTION = (
 TRANSITION_FALLBACK = (
     "Welcome back. Take a breath, maybe a glass of water; I'm here for whatever comes next."
 )
+# What /help says of the line on leaving private mode.
+TRANSITION_CONSTANT_NOTE = "Leaving private mode, I say one fixed line; it holds nothing of what was said."
+TRANSITION_GENERATED_NOTE = (
+    "Leaving private mode, I say a short line the model words from a fixed instruction that holds "
+    "nothing of what was said."
+)
 
 # The private system line: explains the mode so the companion does not offer what it cannot do.
 # It is courtesy, not the wall: the tools are already absent from the request.

@@ -167,7 +167,8 @@ async def test_max_tokens_is_always_sent(server, provider) -> None:
 
 async def test_the_fold_and_the_transition_line_have_their_own_small_caps(server, provider, linked) -> None:
     await provider.complete(summary_request("", []))
-    await linked.transition_line()
+    generated = Companion(linked.store, provider, CompanionConfig(transition="generated"), clock=linked.clock)
+    await generated.transition_line()
 
     fold, transition = (r["max_tokens"] for r in server.requests)
     assert fold < 1024 and transition < 1024

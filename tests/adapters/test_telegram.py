@@ -341,12 +341,11 @@ async def test_private_mode_flow_deletes_the_passphrase_and_keeps_the_canary_out
     assert CANARY in model.raw_requests[-1].decode()  # the wire check can see the canary at all
 
     first_normal = len(model.raw_requests)
-    model.reply_text("Welcome back; maybe a glass of water?")
-    assert await say(telegram, "/normal") == "Welcome back; maybe a glass of water?"
+    assert await say(telegram, "/normal") == copy.TRANSITION_FALLBACK
     assert (await say(telegram, "/mode")).startswith("You are in normal mode")
     await say(telegram, "what were we talking about?")
     normal_requests = model.raw_requests[first_normal:]
-    assert len(normal_requests) == 2  # the transition line and the normal reply
+    assert len(normal_requests) == 1  # the normal reply (the transition line is constant)
     assert all(CANARY.encode() not in raw for raw in normal_requests)
     assert all("sesame" not in m.text for m in telegram.sent)
 

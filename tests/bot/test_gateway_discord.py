@@ -6,7 +6,7 @@ import signal
 import subprocess
 
 
-from core.copy import DELETE_SECRET_NOTE
+from core.copy import DELETE_SECRET_NOTE, TRANSITION_FALLBACK
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -69,12 +69,13 @@ def test_companion_run_holds_a_discord_dm_conversation_with_private_mode_and_ans
 
         before_normal = len(model.raw_requests)
         call(discord_server.send_dm(FRIEND, "/normal"))
-        call(discord_server.wait_for_sent(4, timeout=20))
+        sent = call(discord_server.wait_for_sent(4, timeout=20))
+        assert sent[3].content == TRANSITION_FALLBACK  # the constant line: no model call
         model.reply_text("Back to ordinary things, then.")
         call(discord_server.send_dm(FRIEND, "so, what's new?"))
         sent = call(discord_server.wait_for_sent(5, timeout=20))
         assert sent[4].content == "Back to ordinary things, then."
-        assert len(model.raw_requests) - before_normal >= 2
+        assert len(model.raw_requests) - before_normal == 1
         assert all(CANARY.encode() not in raw for raw in model.raw_requests[before_normal:])
 
         model.reply_text("Hi, channel!")

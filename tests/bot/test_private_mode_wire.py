@@ -37,8 +37,9 @@ def replies_only(raws: list[bytes]) -> list[bytes]:
 
 def test_a_private_canary_never_reaches_a_normal_request_on_the_wire(tmp_path, pass_hash):
     with FakeOpenAIServer.run_in_thread() as server:
+        # The generated transition line: its request must carry nothing of the interval either.
         env = companion_env(tmp_path, COMPANION_LLM_BASE_URL=server.base_url,
-                            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash)
+                            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash, COMPANION_TRANSITION="generated")
         script = f"hello before\n/private {PASS} 1h\nmy secret is {CANARY}\n/normal\nhello after\n"
         result = run_companion(["chat"], env, stdin=script)
         raws = list(server.raw_requests)

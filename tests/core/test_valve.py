@@ -214,7 +214,20 @@ async def test_the_passphrase_never_reaches_the_provider(companion, provider):
     assert all(PASSPHRASE not in request_text(r) for r in provider.requests)
 
 
-async def test_leaving_needs_no_verification_and_returns_the_transition_line(companion, provider):
+async def test_leaving_needs_no_verification_and_returns_the_constant_transition_line(companion, provider):
+    await say(companion, f"/private {PASSPHRASE}")
+    await say(companion, "something private")
+    requests = len(provider.requests)
+    reply = await say(companion, "/normal")
+    assert reply.text == copy.TRANSITION_FALLBACK
+    assert len(provider.requests) == requests  # by default no model call at all
+    assert await mode_of(companion) == "normal"
+
+
+async def test_a_generated_transition_line_comes_from_a_constant_input_without_private_content(
+    make_companion, provider
+):
+    companion = await make_companion(transition="generated")
     await say(companion, f"/private {PASSPHRASE}")
     await say(companion, "something private")
     reply = await say(companion, "/normal")
@@ -226,7 +239,8 @@ async def test_leaving_needs_no_verification_and_returns_the_transition_line(com
     assert await mode_of(companion) == "normal"
 
 
-async def test_the_transition_input_is_the_same_constant_every_time(companion, provider):
+async def test_the_transition_input_is_the_same_constant_every_time(make_companion, provider):
+    companion = await make_companion(transition="generated")
     texts = []
     for word in ("alpha", "bravo"):
         await say(companion, f"/private {PASSPHRASE}")
@@ -236,7 +250,8 @@ async def test_the_transition_input_is_the_same_constant_every_time(companion, p
     assert texts[0] == texts[1]
 
 
-async def test_the_transition_line_falls_back_to_a_constant_when_the_provider_fails(companion, provider):
+async def test_the_transition_line_falls_back_to_a_constant_when_the_provider_fails(make_companion, provider):
+    companion = await make_companion(transition="generated")
     await say(companion, f"/private {PASSPHRASE}")
     provider.fail_all = True
     reply = await say(companion, "/normal")
@@ -342,3 +357,19 @@ async def test_a_refused_account_is_logged_once_at_warning_with_the_id_the_owner
     ]
     assert "hello" not in caplog.text and "anyone there" not in caplog.text
     assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]
+
+
+async def test_a_generated_transition_line_that_runs_on_is_replaced_by_the_constant(make_companion, provider):
+    from core.model import Completion
+
+    companion = await make_companion(transition="generated")
+    await say(companion, f"/private {PASSPHRASE}")
+    provider.script = [Completion("I'm back, but no longer on the moon. " * 30)]
+    assert (await say(companion, "/normal")).text == copy.TRANSITION_FALLBACK
+
+
+async def test_help_says_which_transition_line_is_in_effect(make_companion):
+    constant = await make_companion()
+    assert copy.TRANSITION_CONSTANT_NOTE in (await say(constant, "/help")).text
+    generated = await make_companion(transition="generated")
+    assert copy.TRANSITION_GENERATED_NOTE in (await say(generated, "/help", chat="other")).text
