@@ -308,7 +308,14 @@ class Companion:
         recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
         try:
-            text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
+            try:
+                text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
+            except ProviderRequestTooLong:
+                # The server counts more than the estimate: once more, with half the window.
+                log.info("conversation %s: request too long for the model; retrying with half the window",
+                         conversation.id)
+                context = await self.context.assemble(conversation, state, shrink=2)
+                text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
         except ProviderError as exc:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
             if recorder:

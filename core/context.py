@@ -96,11 +96,13 @@ class ContextAssembler:
         # A new private summary starts where the normal one stands (normal content only).
         return own if own is not None else normal
 
-    async def assemble(self, conversation: Conversation, state: ModeState) -> AssembledContext:
+    async def assemble(self, conversation: Conversation, state: ModeState, *, shrink: int = 1) -> AssembledContext:
+        """The request's messages for this mode; `shrink` divides the budget (a retry after the
+        server found the request too long)."""
         visible = state.segment.id if state.is_private else None
         summary = await self.summary_for(conversation, state)
         system = await self._system_text(conversation, state, summary)
-        remaining = self._budget.total_tokens - estimate_tokens(system, self.ratio.value)
+        remaining = self._budget.total_tokens // shrink - estimate_tokens(system, self.ratio.value)
         fetched = await self._store.view(
             conversation.id, visible_segment=visible, after=summary.watermark, limit=self._budget.max_items
         )

@@ -71,3 +71,27 @@ async def test_capture_keeps_messages_pending_when_the_api_key_is_refused(make_c
     provider.script = [ProviderRejected("invalid api key", status=401)]
     await companion.capture.run_once()
     assert await all_rows(store, "SELECT count(*) FROM messages WHERE capture = 'pending'") != [(0,)]
+
+
+async def test_a_request_the_server_finds_too_long_is_retried_once_with_half_the_window(make_companion, provider):
+    from core.errors import ProviderRequestTooLong
+
+    companion = await make_companion(budget=ContextBudget(total_tokens=3000))
+    for i in range(30):
+        await say(companion, f"message {i} " + "x" * 100)
+    provider.script = [ProviderRequestTooLong("context_length_exceeded", status=400)]
+    reply = await say(companion, "and now?")
+    first, second = provider.replies()[-2:]
+    assert len(second.messages) < len(first.messages)
+    assert second.messages[-1].content == "and now?"
+    assert reply.text == "reply %d" % len(provider.requests)
+
+
+async def test_a_request_too_long_even_at_half_the_window_gets_the_too_long_words(make_companion, provider, store):
+    from core.errors import ProviderRequestTooLong
+
+    companion = await make_companion()
+    provider.script = [ProviderRequestTooLong("too long", status=400), ProviderRequestTooLong("too long", status=400)]
+    reply = await say(companion, "a question")
+    assert reply.text == copy.PROVIDER_TOO_LONG
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'a question'") == [(1,)]
