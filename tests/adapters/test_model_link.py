@@ -320,10 +320,12 @@ async def test_a_refused_api_key_names_the_setting(server, linked, store) -> Non
 )
 async def test_a_request_too_long_for_the_model_says_so(server, linked, store, script) -> None:
     script(server)
+    script(server)  # the retry with half the window is too long as well
 
     reply = await say(linked, "a very long message")
 
     assert reply.text == copy.PROVIDER_TOO_LONG
+    assert len(server.requests) == 2
     assert await stored_user_texts(store) == ["a very long message"]
 
 
