@@ -22,8 +22,9 @@ NOTHING_CONFIGURED = (
 )
 
 
-def build_adapters(settings: Settings, companion) -> list:
-    """Each platform library is imported only when its adapter is configured."""
+def build_adapters(settings: Settings, companion, on_fatal=None) -> list:
+    """Each platform library is imported only when its adapter is configured. `on_fatal(line)`:
+    an adapter that cannot go on (its token was revoked while running) stops the gateway."""
     adapters = []
     if settings.telegram_token:
         from adapters.telegram import TelegramAdapter
@@ -36,6 +37,7 @@ def build_adapters(settings: Settings, companion) -> list:
             state=companion.store,
             outbox=companion.outbox,
             drain_timeout=settings.llm_timeout,
+            on_fatal=on_fatal,
         ))
     if settings.discord_token:
         from adapters.discord import DiscordAdapter
@@ -80,7 +82,13 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         scheduler = SchedulerService(jobs)
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)
-        adapters = build_adapters(settings, companion)
+        fatal: list[str] = []
+
+        def on_fatal(line: str) -> None:
+            fatal.append(line)
+            stop.set()
+
+        adapters = build_adapters(settings, companion, on_fatal)
         # Stopped together, so each one's in-flight turns get the whole grace period (the
         # model timeout); safe to call even if a start never finished.
         stack.push_async_callback(_close_all, adapters)
@@ -97,6 +105,9 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         log.info("gateway running")
         await stop.wait()
         log.info("stopping")
+    if fatal:
+        print(f"companion: {fatal[0]}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -8,7 +8,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
@@ -63,6 +63,7 @@ class TelegramAdapter:
         state: AdapterStateStore | None = None,
         *,
         outbox: Outbox | None = None,
+        on_fatal: Callable[[str], None] | None = None,
         poll_timeout: float = 25.0,
         repoll_interval: float = 1.0,
         typing_interval: float = 4.0,
@@ -79,6 +80,7 @@ class TelegramAdapter:
         self._base_url = base_url
         self._state = state
         self._outbox = outbox
+        self._on_fatal = on_fatal
         self._poll_timeout = poll_timeout
         self._repoll_interval = repoll_interval
         self._typing_interval = typing_interval
@@ -290,6 +292,13 @@ class TelegramAdapter:
             except RetryAfter as exc:
                 await self._sleep(retry_after_seconds(exc))
                 continue
+            except InvalidToken:
+                # Revoked while running: polling again cannot help, and would go on for ever.
+                log.error("telegram: the Bot API rejected the token while running; polling stops")
+                if self._on_fatal is not None:
+                    self._on_fatal("COMPANION_TELEGRAM_TOKEN: the Bot API rejected the token while running "
+                                   "(revoked?); set a valid token and start again")
+                return
             except Exception as exc:  # noqa: BLE001 - polling must outlive every failure but cancellation
                 failures += 1
                 conflicts = conflicts + 1 if isinstance(exc, Conflict) else 0

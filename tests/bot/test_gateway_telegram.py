@@ -88,3 +88,22 @@ def test_companion_run_stops_cleanly_on_sigint(tmp_path, telegram_servers):
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+
+
+def test_a_token_revoked_while_running_stops_the_gateway_with_one_line(
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path
+) -> None:
+    telegram, model = telegram_servers
+    gateway = spawn(gateway_env(tmp_path, telegram, model), tmp_path)
+    try:
+        assert say(telegram, gateway, "hello")  # up and answering
+        telegram.fail_next("getUpdates", 401, times=100)  # the token is revoked
+        _, stderr = gateway.communicate(timeout=30)
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.communicate()
+    assert gateway.returncode == 2
+    lines = [line for line in stderr.splitlines() if line.startswith("companion:")]
+    assert len(lines) == 1 and "COMPANION_TELEGRAM_TOKEN" in lines[0]
+    assert "Traceback" not in stderr and telegram.token not in stderr
