@@ -19,6 +19,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 
 from adapters.text import split_message
+from core.commands import carries_secret
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.errors import CompanionError, DeliveryFailed
 from core.model import Attachment, InboundMessage, OutboundDelivery, Reply
@@ -319,7 +320,7 @@ class DiscordAdapter:
             except Exception as exc:  # noqa: BLE001 - one failed turn must not end the adapter
                 log.error("discord: message %s in channel %s failed in the core (%s)",
                           message.id, channel.id, type(exc).__name__)
-                reply = Reply(HANDLER_FAILED, delete_inbound=inbound.text.lstrip().lower().startswith("/private"))
+                reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))
             finally:
                 typing.cancel()
                 await asyncio.gather(typing, return_exceptions=True)

@@ -135,3 +135,11 @@ def _within_one_edit(a: str, b: str) -> bool:
         return len(diffs) == 2 and diffs[1] == diffs[0] + 1 and a[diffs[0]] == b[diffs[1]] and a[diffs[1]] == b[diffs[0]]
     short, long = (a, b) if len(a) < len(b) else (b, a)
     return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
+def carries_secret(text: str) -> bool:
+    """Whether a message may hold a secret (a passphrase): a secret command with arguments, or a
+    look-alike of one. Adapters use it to delete the message when the core could not answer."""
+    command = parse_command(text)
+    info = command_info(command.name) if command else None
+    return bool(info and info.secret and command.args) or mistyped_secret_command(text)

@@ -25,7 +25,7 @@ from adapters.telegram.delivery import (
 )
 from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.text import Entity, group_text
-from core.commands import command_info, parse_command
+from core.commands import carries_secret
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.errors import CompanionError, DeliveryFailed
 from core.model import InboundMessage, OutboundDelivery, Reply
@@ -394,7 +394,7 @@ class TelegramAdapter:
             reply = await self._handler(inbound)
         except Exception as exc:  # noqa: BLE001 - the user gets an answer, the log gets the kind only
             log.error("telegram: update %s: the handler failed (%s)", update.update_id, type(exc).__name__)
-            reply = Reply(HANDLER_FAILED, delete_inbound=_carries_secret(inbound.text))
+            reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))
         finally:
             typing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -468,12 +468,6 @@ class TelegramAdapter:
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram: error while processing an update (%s)", type(context.error).__name__)
-
-
-def _carries_secret(text: str) -> bool:
-    command = parse_command(text)
-    info = command_info(command.name) if command else None
-    return bool(info and info.secret and command.args)
 
 
 def _file_url(base_url: str) -> str:

@@ -438,8 +438,9 @@ async def test_messages_sent_while_down_stay_in_the_private_interval_the_restart
 # --- the handler boundary ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("text", ["/private sesame", "\u200b/рrivate sesame", "/privat sesame"])
 async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_is_still_deleted(
-    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep, text: str
 ) -> None:
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
@@ -448,7 +449,7 @@ async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_i
                               poll_timeout=2.0, sleep=sleep)
     await adapter.start()
     try:
-        message = telegram.send_text(USER, USER, "/private sesame")
+        message = telegram.send_text(USER, USER, text)
         sent = await telegram.wait_for_sent(1)
     finally:
         await adapter.aclose()
