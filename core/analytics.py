@@ -48,6 +48,7 @@ def render_report(rows: dict) -> str:
     lines = [f"turns: {rows['turns']} ({rows['ok']} answered, {rows['failed']} failed)"]
     lines.append("tool calls:" if rows["tools"] else "tool calls: none")
     lines += [f"  {name}: {count} ({failed} failed)" for name, count, failed in rows["tools"]]
+    lines.append(f"replies cut off at max_tokens: {rows['cut_off']}")
     lines.append("errors by kind:" if rows["errors"] else "errors: none")
     lines += [f"  {name}: {count}" for name, count in rows["errors"]]
     latencies = rows["latencies"]

@@ -416,7 +416,9 @@ class Companion:
             raise
         if recorder:
             recorder.event(
-                "provider_call", self.provider.name, "ok", duration_ms=(time.perf_counter() - started) * 1e3,
+                # "cut_off": the model stopped at max_tokens; `companion report` counts them.
+                "provider_call", self.provider.name, "cut_off" if completion.truncated else "ok",
+                duration_ms=(time.perf_counter() - started) * 1e3,
                 size_in=sum(len(m.content or "") for m in request.messages), size_out=len(completion.text),
             )
         # What the server counted teaches the context budget how many tokens a byte costs.

@@ -234,11 +234,15 @@ class MemoryQueries:
             "SELECT duration_ms FROM agent_events WHERE kind = 'provider_call' AND duration_ms IS NOT NULL"
             " ORDER BY duration_ms"
         )
+        cut_off = await self._one(
+            "SELECT count(*) FROM agent_events WHERE kind = 'provider_call' AND status = 'cut_off'"
+        )
         return {
             "turns": turns[0] or 0, "ok": turns[1] or 0, "failed": turns[2] or 0,
             "tools": [(r[0], r[1], r[2]) for r in tools],
             "errors": [(r[0], r[1]) for r in errors],
             "latencies": [r[0] for r in latencies],
+            "cut_off": cut_off[0] or 0,
         }
 
 

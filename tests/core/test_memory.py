@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core import copy
 from core.analytics import render_report
 from core.errors import PrivateWriteRefused
 from core.memory import fts_query
@@ -264,3 +265,11 @@ def test_any_text_becomes_a_safe_fts_query(text):
 def test_fts_operators_typed_by_a_person_are_only_words(text):
     query = fts_query(text)
     assert query is None or all(part.startswith('"') and part.endswith('"') for part in query.split(" OR "))
+
+
+async def test_report_counts_replies_cut_off_at_max_tokens(companion, provider, store):
+    provider.script = [Completion("a long answer that stops", truncated=True), Completion("a whole answer")]
+    reply = await say(companion, "tell me everything")
+    assert reply.text.endswith(copy.CUT_OFF_MARKER.strip())
+    await say(companion, "and briefly?")
+    assert "replies cut off at max_tokens: 1" in render_report(await store.report_rows())
