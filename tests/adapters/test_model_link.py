@@ -365,3 +365,21 @@ def test_every_failure_has_its_own_words() -> None:
     words = {copy.PROVIDER_FAILED, copy.PROVIDER_KEY_REFUSED, copy.PROVIDER_TOO_LONG, copy.PROVIDER_SERVER_FAILED}
     assert len(words) == 4
 
+
+
+async def test_a_llama_cpp_reply_with_the_legacy_function_call_beside_tool_calls_runs_the_tool(
+    server, linked, store
+) -> None:
+    # The shape llama.cpp's server answers with: `content: null`, `tool_calls`, and the
+    # deprecated `function_call` repeating the first call (recorded from its documented output).
+    call = {"id": "call_l", "type": "function", "function": {"name": "current_time", "arguments": "{}"}}
+    body = completion_json(None, tool_calls=[call])
+    body["choices"][0]["message"]["function_call"] = {"name": "current_time", "arguments": "{}"}
+    server.script(body)
+    server.reply_text("Thursday, as it happens.")
+
+    reply = await say(linked, "what day is it?")
+
+    assert reply.text == "Thursday, as it happens."
+    tool = server.requests[1]["messages"][-1]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "call_l" and not tool["content"].startswith("error")
