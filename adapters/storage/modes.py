@@ -99,10 +99,10 @@ class ModeQueries:
         Turns of a chat run in order, so a message not stored yet was sent after every stored
         one, inside that interval."""
         row = await self._one(
-            "SELECT id, end_reason, restart_at FROM segments WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
+            "SELECT id, restart_at FROM segments WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
             (conversation_id,),
         )
-        if row is None or row["end_reason"] != "restart" or row["restart_at"] is None:
+        if row is None or row["restart_at"] is None:  # only a restart's close sets restart_at
             return None
         return row["id"] if sent_at < row["restart_at"] else None
 

@@ -18,18 +18,14 @@ from core.errors import (
     ProviderRejected,
     ProviderRequestTooLong,
 )
-from core.model import ChatMessage, CompletionRequest, ToolCall, ToolSpec
+from core.model import ChatMessage, CompletionRequest, ToolCall
+# The provider fixtures (over this module's strict `server`) and helpers of the provider tests.
+from tests.adapters.test_openai_provider import WEATHER, ask, provider, sleep  # noqa: F401 - fixtures
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fake_openai import (
     FakeOpenAIServer,
     ScriptedResponse,
     completion_json,
-)
-
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Current weather for a city.",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
 
 # What llama.cpp's server answers to a message whose content is null.
@@ -43,35 +39,10 @@ LLAMA_TOO_LONG = {
 }
 
 
-class RecordingSleep:
-    """Stands in for asyncio.sleep: records each delay and returns at once."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
 @pytest.fixture
 async def server() -> AsyncIterator[FakeOpenAIServer]:
     async with FakeOpenAIServer(strict=True) as fake:
         yield fake
-
-
-@pytest.fixture
-def sleep() -> RecordingSleep:
-    return RecordingSleep()
-
-
-@pytest.fixture
-async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIterator[OpenAICompatibleProvider]:
-    provider = OpenAICompatibleProvider(server.base_url, api_key="sk-test", model="small", timeout=10.0)
-    provider._sleep = sleep
-    try:
-        yield provider
-    finally:
-        await provider.aclose()
 
 
 @pytest.fixture
@@ -83,10 +54,6 @@ async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Compa
         yield companion
     finally:
         await companion.aclose()
-
-
-def ask(text: str = "hello", **kwargs: object) -> CompletionRequest:
-    return CompletionRequest(messages=(ChatMessage("system", "be kind"), ChatMessage("user", text)), **kwargs)
 
 
 def closed_port() -> int:

@@ -374,3 +374,26 @@ async def test_a_delivery_never_tried_is_sent_at_the_next_start_and_left_to_its_
     restarted = await boot()
     await restarted.outbox.dispatch_due(at_start=True)
     assert sender.texts() == [reply.text]
+
+
+async def test_settled_deliveries_are_forgotten_after_a_week_and_pending_ones_never(boot, store, clock, sender):
+    companion = await boot()
+    await tell(companion, "sent")
+    sender.down = True
+    await tell(companion, "still pending")
+    clock.advance(8 * 86400)
+    assert await companion.outbox.prune() == 1
+    assert [r[0] for r in await all_rows(store, "SELECT status FROM deliveries")] == ["pending"]
+
+
+async def test_a_note_is_added_only_to_a_delivery_none_of_whose_parts_went_out(boot, store, sender):
+    companion = await boot()
+    sender.fail_after_parts = 1
+    reply = await tell(companion, "x" * 10)  # short: one part, sent
+    sender.down = True
+    long_reply = await tell(companion, "y")
+    await store._all("UPDATE deliveries SET parts_sent = 1 WHERE id = ?", (long_reply.delivery_id,))
+    await companion.outbox.append_text(long_reply.delivery_id, " NOTE")
+    await companion.outbox.append_text(reply.delivery_id, " NOTE")  # sent: nothing to add to
+    texts = [r[0] for r in await all_rows(store, "SELECT text FROM deliveries ORDER BY id")]
+    assert texts == [None, long_reply.text]  # a part already out would shift every later part

@@ -26,15 +26,17 @@ class SnapshotReader:
         self.db_path = db_path
         self.proc: subprocess.Popen | None = None
 
+    script = _HOLD
+
     def __enter__(self) -> SnapshotReader:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _HOLD, str(self.db_path)],
+            [sys.executable, "-c", self.script, str(self.db_path)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         line = self.proc.stdout.readline()
         if line.strip() != "holding":
             self.proc.kill()
-            raise RuntimeError(f"the reader did not start: {self.proc.communicate()[1]}")
+            raise RuntimeError(f"the other process did not start: {self.proc.communicate()[1]}")
         return self
 
     def release(self) -> None:
@@ -87,13 +89,4 @@ class WriteHolder(SnapshotReader):
     """`with WriteHolder(path) as holder:` holds the database's write lock (BEGIN IMMEDIATE and
     an uncommitted write) until `release()`, as a backup or a second process writing would."""
 
-    def __enter__(self) -> WriteHolder:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITE, str(self.db_path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        line = self.proc.stdout.readline()
-        if line.strip() != "holding":
-            self.proc.kill()
-            raise RuntimeError(f"the writer did not start: {self.proc.communicate()[1]}")
-        return self
+    script = _WRITE
