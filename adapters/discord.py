@@ -113,7 +113,9 @@ class DiscordAdapter:
         if library_log.getEffectiveLevel() < logging.INFO:
             library_log.setLevel(logging.INFO)
         self._client = _CompanionClient(
-            self, api_base=self._api_base, gateway_url=self._gateway_url,
+            self,
+            api_base=self._api_base,
+            gateway_url=self._gateway_url,
             guild_ready_timeout=self._guild_ready_timeout,
         )
         try:
@@ -168,7 +170,7 @@ class DiscordAdapter:
                 f"the Discord API at {where} answered {exc.status} at login; "
                 f"{self._check('COMPANION_DISCORD_API_BASE')}{hint}"
             ) from exc
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise DiscordStartError(
                 f"cannot reach the Discord API at {where} ({type(exc).__name__}); "
                 f"{self._check('COMPANION_DISCORD_API_BASE')}"
@@ -177,7 +179,7 @@ class DiscordAdapter:
             # Another REST base (a Discord-compatible server) names its own gateway.
             try:
                 _, url, _ = await client.http.get_bot_gateway()
-            except (discord.GatewayNotFound, aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, discord.GatewayNotFound, aiohttp.ClientError, OSError) as exc:
                 raise DiscordStartError(
                     f"the Discord API at {where} named no gateway (GET /gateway/bot failed); "
                     "set COMPANION_DISCORD_GATEWAY_URL"
@@ -189,8 +191,9 @@ class DiscordAdapter:
         self._connection = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready(), name="discord-ready")
         try:
-            done, _ = await asyncio.wait({self._connection, ready}, timeout=self._ready_timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {self._connection, ready}, timeout=self._ready_timeout, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             ready.cancel()
             await asyncio.gather(ready, return_exceptions=True)
@@ -254,10 +257,9 @@ class DiscordAdapter:
 
     def _to_inbound(self, message: discord.Message) -> InboundMessage | None:
         """The core's view of a message this bot should answer, or None to stay out of it."""
-        assert self._client is not None
-        me = self._client.user
+        me = self._me()
         author = message.author
-        if me is None or author.bot or author.id == me.id or message.webhook_id is not None:
+        if author.bot or author.id == me.id or message.webhook_id is not None:
             return None
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return None  # joins, pins, boosts and other system messages
@@ -289,10 +291,15 @@ class DiscordAdapter:
             sent_at=message.created_at.timestamp(),
         )
 
+    def _me(self) -> discord.ClientUser:
+        """This bot's own user; only known once the gateway said READY."""
+        if self._client is None or self._client.user is None:
+            raise RuntimeError("discord: used before the gateway said READY")
+        return self._client.user
+
     def _mention_tokens(self, message: discord.Message) -> list[str]:
         """How a message can mention this bot: its user, or the role Discord gives the bot in the guild."""
-        assert self._client is not None and self._client.user is not None
-        me = self._client.user.id
+        me = self._me().id
         tokens = [f"<@{me}>", f"<@!{me}>"]
         role = message.guild.self_role if message.guild is not None else None
         if role is not None:
@@ -300,12 +307,12 @@ class DiscordAdapter:
         return tokens
 
     def _replies_to_me(self, message: discord.Message) -> bool:
-        assert self._client is not None and self._client.user is not None
+        me = self._me()
         reference = message.reference
         if reference is None:
             return False
         resolved = reference.resolved
-        return isinstance(resolved, discord.Message) and resolved.author.id == self._client.user.id
+        return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
     async def _serve(self, message: discord.Message, inbound: InboundMessage) -> None:
         """One turn: typing while the core works, then the reply, strictly in order per channel."""
@@ -318,8 +325,12 @@ class DiscordAdapter:
             try:
                 reply = await self._handler(inbound)
             except Exception as exc:  # noqa: BLE001 - one failed turn must not end the adapter
-                log.error("discord: message %s in channel %s failed in the core (%s)",
-                          message.id, channel.id, type(exc).__name__)
+                log.error(
+                    "discord: message %s in channel %s failed in the core (%s)",
+                    message.id,
+                    channel.id,
+                    type(exc).__name__,
+                )
                 reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))
             finally:
                 typing.cancel()
@@ -355,8 +366,9 @@ class DiscordAdapter:
                     message_id=int(target.reply_to), channel_id=int(target.chat_id), fail_if_not_exists=False
                 )
             try:
-                await self._send_part(channel, chunks[index], reference=reference, attachments=(),
-                                      nonce=f"{delivery.nonce}{index:03d}")
+                await self._send_part(
+                    channel, chunks[index], reference=reference, attachments=(), nonce=f"{delivery.nonce}{index:03d}"
+                )
             except DeliveryFailed as exc:
                 raise DeliveryFailed(exc.kind, permanent=exc.permanent, parts_sent=index) from exc
         return len(chunks)
@@ -374,7 +386,7 @@ class DiscordAdapter:
         if reply.delivery_id is not None and self._outbox is not None:
             # A pending outbox row already: sent and marked now, or later by the dispatcher.
             if text != reply.text:
-                await self._outbox.append_text(reply.delivery_id, text[len(reply.text):])
+                await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
             await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
             if reply.attachments:
                 await self._send(channel, None, reference=None, attachments=reply.attachments)
@@ -386,7 +398,8 @@ class DiscordAdapter:
         for index, chunk in enumerate(chunks):
             last = index == len(chunks) - 1
             sent = await self._send(
-                channel, chunk,
+                channel,
+                chunk,
                 reference=reference if index == 0 else None,
                 attachments=reply.attachments if last else (),
             )
@@ -394,8 +407,13 @@ class DiscordAdapter:
                 # A gap in the middle would read wrong; the rest stays unsent.
                 log.error("discord: reply to message %s stopped after %d of %d parts", message.id, index, len(chunks))
                 return
-        log.info("discord: answered message %s in channel %s with %d parts (%d chars)",
-                 message.id, channel.id, len(chunks), len(text))
+        log.info(
+            "discord: answered message %s in channel %s with %d parts (%d chars)",
+            message.id,
+            channel.id,
+            len(chunks),
+            len(text),
+        )
 
     async def _delete_secret(self, message: discord.Message) -> bool:
         """Delete the user's message that carried a secret; False when the bot cannot."""
@@ -406,8 +424,9 @@ class DiscordAdapter:
         except discord.NotFound:
             return True  # already gone
         except (discord.HTTPException, *_TRANSIENT) as exc:
-            log.warning("discord: could not delete message %s that carried a secret (%s)",
-                        message.id, type(exc).__name__)
+            log.warning(
+                "discord: could not delete message %s that carried a secret (%s)", message.id, type(exc).__name__
+            )
             return False
         log.info("discord: deleted message %s that carried a secret", message.id)
         return True
@@ -422,8 +441,9 @@ class DiscordAdapter:
     ) -> bool:
         """Send one message directly (no outbox row); False when it could not be sent."""
         try:
-            await self._send_part(channel, content, reference=reference, attachments=attachments,
-                                  nonce=str(secrets.randbits(63)))
+            await self._send_part(
+                channel, content, reference=reference, attachments=attachments, nonce=str(secrets.randbits(63))
+            )
         except DeliveryFailed:
             return False
         return True
@@ -451,16 +471,29 @@ class DiscordAdapter:
             files = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments] or None
             try:
                 await channel.send(
-                    content, reference=reference, allowed_mentions=NO_MENTIONS, nonce=nonce, files=files,
+                    content,
+                    reference=reference,
+                    allowed_mentions=NO_MENTIONS,
+                    nonce=nonce,
+                    files=files,
                 )
                 return
             except _TRANSIENT as exc:
                 last = type(exc).__name__
-                log.warning("discord: sending to channel %s failed (%s), attempt %d of %d",
-                            getattr(channel, "id", "?"), last, attempt, len(attempts))
+                log.warning(
+                    "discord: sending to channel %s failed (%s), attempt %d of %d",
+                    getattr(channel, "id", "?"),
+                    last,
+                    attempt,
+                    len(attempts),
+                )
             except discord.HTTPException as exc:
-                log.error("discord: channel %s refused a message (%s, code %s)",
-                          getattr(channel, "id", "?"), exc.status, exc.code)
+                log.error(
+                    "discord: channel %s refused a message (%s, code %s)",
+                    getattr(channel, "id", "?"),
+                    exc.status,
+                    exc.code,
+                )
                 raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
         raise DeliveryFailed(last, permanent=False, parts_sent=0)
 
@@ -491,7 +524,7 @@ class _RoutedHTTPClient(HTTPClient):
 
     async def request(self, route: Route, **kwargs):
         if self.api_base and route.url.startswith(Route.BASE):
-            route.url = self.api_base + route.url[len(Route.BASE):]
+            route.url = self.api_base + route.url[len(Route.BASE) :]
         return await super().request(route, **kwargs)
 
     async def ws_connect(self, url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:

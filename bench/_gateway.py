@@ -54,8 +54,12 @@ class ChildProcess:
     async def start(self) -> None:
         self._stderr = open(self._stderr_path, "w+b")  # noqa: SIM115 - closed in stop()
         self.proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
-            env=self.env, cwd=self.cwd,
+            *self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            env=self.env,
+            cwd=self.cwd,
         )
 
     @property
@@ -77,8 +81,9 @@ class ChildProcess:
             code = None if self.proc is None else self.proc.returncode
             raise RuntimeError(f"{self.name} exited with {code}: {self.stderr_tail()}")
 
-    async def wait_until(self, condition: Callable[[], bool], timeout: float, what: str,
-                         waiter: Waiter | None = None) -> None:
+    async def wait_until(
+        self, condition: Callable[[], bool], timeout: float, what: str, waiter: Waiter | None = None
+    ) -> None:
         """Wait for `condition`, checking every half second that the child is still running.
         `waiter(condition, seconds)` waits on a server's own event (a fake Bot API wakes on each
         call); without one, the condition is polled every 5 ms."""
@@ -87,8 +92,9 @@ class ChildProcess:
             self.alive()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"{self.name}: {what} did not happen within {timeout:g} s; "
-                                   f"stderr: {self.stderr_tail(400)}")
+                raise TimeoutError(
+                    f"{self.name}: {what} did not happen within {timeout:g} s; stderr: {self.stderr_tail(400)}"
+                )
             with contextlib.suppress(TimeoutError):
                 await (waiter or _poll)(condition, min(remaining, 0.5))
 
@@ -137,5 +143,6 @@ def bare_bot(cwd: Path, token: str, base_url: str, model_url: str) -> ChildProce
 
 async def _poll(condition: Callable[[], bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
+    # Polled: the condition is another process's side effect seen through a fake server; no event to await.
+    while not condition() and time.monotonic() < deadline:  # noqa: ASYNC110 - see above
         await asyncio.sleep(0.005)

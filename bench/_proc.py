@@ -38,8 +38,11 @@ def run_child(argv: list[str], stdin: bytes, env: dict[str, str], cwd: Path) -> 
             command = [str(_GNU_TIME), "-f", "%M", "-o", str(report), *argv]
         else:
             command = [sys.executable, "-c", _WRAPPER, str(report), *argv]
-        with open(Path(scratch) / "in", "w+b") as fin, open(Path(scratch) / "out", "w+b") as fout, \
-                open(Path(scratch) / "err", "w+b") as ferr:
+        with (
+            open(Path(scratch) / "in", "w+b") as fin,
+            open(Path(scratch) / "out", "w+b") as fout,
+            open(Path(scratch) / "err", "w+b") as ferr,
+        ):
             fin.write(stdin)
             fin.seek(0)
             started = time.perf_counter()

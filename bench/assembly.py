@@ -62,18 +62,19 @@ def _fill(path: Path, n: int) -> _Fill:
     con.execute("INSERT INTO people (id, display_name, created_at) VALUES (1, 'owner', ?)", (base,))
     con.execute(
         "INSERT INTO accounts (id, person_id, platform, platform_user_id, created_at)"
-        " VALUES (1, 1, 'terminal', 'owner', ?)", (base,)
+        " VALUES (1, 1, 'terminal', 'owner', ?)",
+        (base,),
     )
     con.execute(
         "INSERT INTO conversations (id, platform, chat_id, kind, person_id, created_at)"
-        " VALUES (1, 'terminal', 'terminal', 'direct', 1, ?)", (base,)
+        " VALUES (1, 'terminal', 'terminal', 'direct', 1, ?)",
+        (base,),
     )
     for sid, start in enumerate(starts, 1):
         con.execute(
             "INSERT INTO segments (id, conversation_id, anchor_message_id, started_at, last_activity_at,"
             " ended_at, end_reason, expires_at) VALUES (?, 1, ?, ?, ?, ?, 'normal', NULL)",
-            (sid, start - 1, base + start, base + start + SEGMENT_MESSAGES,
-             base + start + SEGMENT_MESSAGES + 1),
+            (sid, start - 1, base + start, base + start + SEGMENT_MESSAGES, base + start + SEGMENT_MESSAGES + 1),
         )
         for i in range(start, start + SEGMENT_MESSAGES):
             segment_of[i] = sid
@@ -84,13 +85,33 @@ def _fill(path: Path, n: int) -> _Fill:
             role = "user" if i % 2 else "assistant"
             sid = segment_of.get(i)
             if sid is not None:
-                yield (i, 1, sid, 1 if role == "user" else None, "private", role, "chat",
-                       f"private s{sid} {i}: {filler}", "skipped", base + i)
+                yield (
+                    i,
+                    1,
+                    sid,
+                    1 if role == "user" else None,
+                    "private",
+                    role,
+                    "chat",
+                    f"private s{sid} {i}: {filler}",
+                    "skipped",
+                    base + i,
+                )
             elif i % 97 == 0:
                 yield (i, 1, None, 1, "normal", "user", "command", "/mode", "skipped", base + i)
             else:
-                yield (i, 1, None, 1 if role == "user" else None, "normal", role, "chat",
-                       f"message {i}: {filler}", "done", base + i)
+                yield (
+                    i,
+                    1,
+                    None,
+                    1 if role == "user" else None,
+                    "normal",
+                    role,
+                    "chat",
+                    f"message {i}: {filler}",
+                    "done",
+                    base + i,
+                )
 
     con.executemany(
         "INSERT INTO messages (id, conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
@@ -180,8 +201,12 @@ class _Subject:
             await self.store.db.execute(
                 "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
                 " VALUES (?, NULL, 'normal', ?, ?, ?)",
-                (self.conversation.id, "The person talked about walks, Lisbon and a cat. " * 6,
-                 self.newest - SUMMARY_LAG, time.time()),
+                (
+                    self.conversation.id,
+                    "The person talked about walks, Lisbon and a cat. " * 6,
+                    self.newest - SUMMARY_LAG,
+                    time.time(),
+                ),
             )
 
     async def assemble(self, case: str):
@@ -227,7 +252,8 @@ class _Subject:
 def _foreign_private(window, state: ModeState) -> int:
     own = f"private s{state.segment.id} " if state.is_private else None
     return sum(
-        1 for item in window
+        1
+        for item in window
         if item.text and item.text.startswith("private s") and not (own and item.text.startswith(own))
     )
 
@@ -317,15 +343,21 @@ def _analyse(sizes: list[dict]) -> dict:
             steps_ratio = ratio(last["vm_steps"], first["vm_steps"])
             grows = steps_ratio > TARGET_FLAT and last["vm_steps"] - first["vm_steps"] > 500
             by_size = [z["cases"][case]["statements"].get(key) for z in sizes]
-            statements.append({
-                "index": index,
-                "sql": last["sql"],
-                "vm_steps_by_size": {str(z["messages"]): s["vm_steps"] for z, s in zip(sizes, by_size) if s},
-                "median_ms_by_size": {str(z["messages"]): s["median_ms"] for z, s in zip(sizes, by_size) if s},
-                "plan": last["plan"],
-                "grows_with_history": grows,
-                "suspect_plan": _suspect_plan(last["plan"]),
-            })
+            statements.append(
+                {
+                    "index": index,
+                    "sql": last["sql"],
+                    "vm_steps_by_size": {
+                        str(z["messages"]): s["vm_steps"] for z, s in zip(sizes, by_size, strict=False) if s
+                    },
+                    "median_ms_by_size": {
+                        str(z["messages"]): s["median_ms"] for z, s in zip(sizes, by_size, strict=False) if s
+                    },
+                    "plan": last["plan"],
+                    "grows_with_history": grows,
+                    "suspect_plan": _suspect_plan(last["plan"]),
+                }
+            )
         cases[case] = {
             "median_ms_by_size": {str(z["messages"]): z["cases"][case]["median_ms"] for z in sizes},
             "ratio_largest_smallest": round(growth, 3),
@@ -346,8 +378,14 @@ def run(quick: bool = False) -> dict:
         for n in sizes:
             path = Path(tmp) / f"history-{n}.db"
             fill = _fill(path, n)
-            fills.append({"messages": n, "fill_s": round(fill.seconds, 2), "segments": fill.segments,
-                          "db_mib": round(path.stat().st_size / 2**20, 1)})
+            fills.append(
+                {
+                    "messages": n,
+                    "fill_s": round(fill.seconds, 2),
+                    "segments": fill.segments,
+                    "db_mib": round(path.stat().st_size / 2**20, 1),
+                }
+            )
             subjects.append(_Subject(path, n))
         asyncio.run(_measure(subjects, repeat, warmup, block, case_budget_s))
         for subject in subjects:
@@ -361,11 +399,11 @@ def run(quick: bool = False) -> dict:
         "baseline_window_sql_ms": measured[0]["baseline_window_sql_ms"],
         "target_ratio": TARGET_FLAT,
         "cases": cases,
-        "per_size": [{k: v for k, v in m.items() if k != "cases"} | {
-            "cases": {c: {k: v for k, v in d.items() if k != "statements"} for c, d in m["cases"].items()}
-        } for m in measured],
-        "foreign_private_items": sum(
-            d.get("foreign_private_items", 0) for m in measured for d in m["cases"].values()
-        ),
+        "per_size": [
+            {k: v for k, v in m.items() if k != "cases"}
+            | {"cases": {c: {k: v for k, v in d.items() if k != "statements"} for c, d in m["cases"].items()}}
+            for m in measured
+        ],
+        "foreign_private_items": sum(d.get("foreign_private_items", 0) for m in measured for d in m["cases"].values()),
         "ok": all(c["flat"] for c in cases.values()),
     }

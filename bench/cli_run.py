@@ -41,7 +41,11 @@ def _imports(tmp: Path) -> dict:
     env = child_env(COMPANION_DB_PATH=str(tmp / "imports" / "companion.db"))
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "bot", "chat"],
-        input=b"hello\n", capture_output=True, env=env, cwd=tmp, timeout=60,
+        input=b"hello\n",
+        capture_output=True,
+        env=env,
+        cwd=tmp,
+        timeout=60,
     )
     report = import_report(proc.stderr.decode(errors="replace"), FORBIDDEN)
     report.pop("packages")

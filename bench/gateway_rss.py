@@ -91,7 +91,12 @@ async def _run_gateway(argv: list[str], env: dict[str, str], cwd: Path, idle_sec
     """Start the gateway, let it idle, read its memory, SIGTERM it and wait for a clean exit."""
     with open(cwd / "stderr.txt", "w+b") as err:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=cwd,
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            cwd=cwd,
         )
         deadline = time.monotonic() + idle_seconds
         while time.monotonic() < deadline and proc.returncode is None:
@@ -104,14 +109,19 @@ async def _run_gateway(argv: list[str], env: dict[str, str], cwd: Path, idle_sec
             proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), 15)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
         shutdown_s = time.perf_counter() - stopping
         err.seek(0)
         stderr = err.read().decode(errors="replace")
-    return {"status": status, "exited_early": exited_early, "rc": proc.returncode,
-            "shutdown_s": shutdown_s, "stderr": stderr}
+    return {
+        "status": status,
+        "exited_early": exited_early,
+        "rc": proc.returncode,
+        "shutdown_s": shutdown_s,
+        "stderr": stderr,
+    }
 
 
 def _entry_modules(entries: list[tuple[str, int, int]]) -> dict[str, list[str]]:
@@ -157,8 +167,13 @@ def _import_chain(entries: list[tuple[str, int, int]], cwd: Path, heavy: int) ->
             continue
         code += statements
         rss = run["rss_mib"]
-        chain.append({"adds": label, "peak_rss_mib": round(rss, 1),
-                      "marginal_mib": round(rss - previous, 1) if previous is not None else None})
+        chain.append(
+            {
+                "adds": label,
+                "peak_rss_mib": round(rss, 1),
+                "marginal_mib": round(rss - previous, 1) if previous is not None else None,
+            }
+        )
         previous = rss
     return chain
 

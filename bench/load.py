@@ -53,8 +53,10 @@ class _Load:
 
     @property
     def allowed_users(self) -> str:
-        return ",".join([f"telegram:{u}" for u in self.telegram_chats.values()]
-                        + [f"discord:{u}" for u in self.discord_users.values()])
+        return ",".join(
+            [f"telegram:{u}" for u in self.telegram_chats.values()]
+            + [f"discord:{u}" for u in self.discord_users.values()]
+        )
 
     @property
     def tags(self) -> list[str]:
@@ -70,8 +72,9 @@ class _Load:
         for k in numbers:
             for tag, chat in self.telegram_chats.items():
                 self.telegram.send_text(chat, chat, f"#{tag}/{k} how are you?")
-            discord_sends += [self.discord.send_dm(user, f"#{tag}/{k} how are you?")
-                              for tag, user in self.discord_users.items()]
+            discord_sends += [
+                self.discord.send_dm(user, f"#{tag}/{k} how are you?") for tag, user in self.discord_users.items()
+            ]
         for send in discord_sends:  # in order: one conversation's messages must leave in order
             await send
         self.sent_count += len(numbers) * len(self.tags)
@@ -114,14 +117,23 @@ def _check(received: dict[str, list[str]], expected_numbers: list[int]) -> dict:
             out_of_order += 1
             if len(bad_examples) < 3:
                 bad_examples.append(f"{tag}: {numbers}")
-    return {"missing": missing, "duplicated": duplicated, "conversations_out_of_order": out_of_order,
-            "unexpected_replies": unexpected, "mode_unreadable_replies": unreadable, "missing_by_message_number": dict(sorted(missing_by_number.items())),
-            "examples": bad_examples}
+    return {
+        "missing": missing,
+        "duplicated": duplicated,
+        "conversations_out_of_order": out_of_order,
+        "unexpected_replies": unexpected,
+        "mode_unreadable_replies": unreadable,
+        "missing_by_message_number": dict(sorted(missing_by_number.items())),
+        "examples": bad_examples,
+    }
 
 
 async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round: int) -> dict:
-    async with TimedBotApi(token=TELEGRAM_TOKEN) as telegram, FakeDiscordServer() as discord_server, \
-            FakeOpenAIServer() as model:
+    async with (
+        TimedBotApi(token=TELEGRAM_TOKEN) as telegram,
+        FakeDiscordServer() as discord_server,
+        FakeOpenAIServer() as model,
+    ):
         model.responder = _echo
         load = _Load(telegram, discord_server, conversations)
         with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
@@ -147,13 +159,20 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
                 for number in range(1, rounds + 1):
                     t0 = time.perf_counter()
                     await load.send(range(number, number + 1))
-                    await child.wait_until(lambda: load.replies() >= load.sent_count, 180,
-                                           f"the replies of round {number}")
+                    await child.wait_until(
+                        lambda: load.replies() >= load.sent_count, 180, f"the replies of round {number}"
+                    )
                     wall = time.perf_counter() - t0
                     await asyncio.sleep(0.3)  # the marks after the last send; then memory is read
-                    per_round.append({"turns": load.sent_count, "wall_s": round(wall, 3),
-                                      "turns_per_s": round(len(load.tags) / wall, 1),
-                                      "rss_mb": round(child.vm_rss() / 1e6, 2), "db_mb": _db_mb(Path(tmp))})
+                    per_round.append(
+                        {
+                            "turns": load.sent_count,
+                            "wall_s": round(wall, 3),
+                            "turns_per_s": round(len(load.tags) / wall, 1),
+                            "rss_mb": round(child.vm_rss() / 1e6, 2),
+                            "db_mb": _db_mb(Path(tmp)),
+                        }
+                    )
                 # Queued: each conversation sends `burst` messages without waiting for a reply.
                 t0 = time.perf_counter()
                 await load.send(range(rounds + 1, rounds + 1 + burst))
@@ -198,8 +217,15 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
         "log_warnings": [line[:160] for line in log_lines if " WARNING " in line or " ERROR " in line][:5],
         "tracebacks": sum("Traceback" in line for line in log_lines),
     }
-    delivered_ok = not (checks["missing"] or checks["duplicated"] or checks["conversations_out_of_order"]
-                        or checks["unexpected_replies"]) and code == 0
+    delivered_ok = (
+        not (
+            checks["missing"]
+            or checks["duplicated"]
+            or checks["conversations_out_of_order"]
+            or checks["unexpected_replies"]
+        )
+        and code == 0
+    )
     result["delivered_ok"] = delivered_ok
     result["memory_ok"] = growth <= BUDGET_MB
     result["ok"] = delivered_ok and result["memory_ok"]

@@ -35,9 +35,7 @@ async def _measure() -> dict:
             try:
                 companion = Companion(store, provider, companion_config(settings))
                 await companion.start()
-                reply = await companion.handle(
-                    InboundMessage("terminal", "terminal", "owner", "hello", is_direct=True)
-                )
+                reply = await companion.handle(InboundMessage("terminal", "terminal", "owner", "hello", is_direct=True))
                 await companion.aclose()
             finally:
                 await provider.aclose()

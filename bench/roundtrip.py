@@ -33,6 +33,8 @@ def _echo(body: dict) -> str:
             match = _HELLO.search(message["content"])
             return f"echo {match.group(1)}" if match else "?"
     return "?"
+
+
 COMPANION_TOKEN = "123456:BENCH-companion"
 BARE_TOKEN = "654321:BENCH-bare"
 _STRACE_LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
@@ -77,8 +79,15 @@ async def _syscalls(side: _Side, turns: int) -> dict | None:
         return None
     with tempfile.NamedTemporaryFile(prefix="bench-strace-", suffix=".txt") as out:
         tracer = await asyncio.create_subprocess_exec(
-            strace, "-f", "-c", "-o", out.name, "-p", str(side.child.pid),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            strace,
+            "-f",
+            "-c",
+            "-o",
+            out.name,
+            "-p",
+            str(side.child.pid),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             await asyncio.sleep(0.5)  # attached to every thread before the first message
@@ -117,20 +126,27 @@ def _calls_per_turn(api: TimedBotApi, start: int, turns: int) -> dict[str, float
 
 
 async def _measure(turns: int, warmup: int, block: int, trace_turns: int) -> dict:
-    async with TimedBotApi(token=COMPANION_TOKEN) as api_c, TimedBotApi(token=BARE_TOKEN) as api_b, \
-            FakeOpenAIServer() as model:
+    async with (
+        TimedBotApi(token=COMPANION_TOKEN) as api_c,
+        TimedBotApi(token=BARE_TOKEN) as api_b,
+        FakeOpenAIServer() as model,
+    ):
         model.responder = _echo
         with tempfile.TemporaryDirectory(prefix="bench-roundtrip-") as tmp:
             root = Path(tmp)
             (root / "companion").mkdir()
             (root / "bare").mkdir()
-            companion = _Side("companion run", api_c, gateway(
-                root / "companion",
-                COMPANION_TELEGRAM_TOKEN=COMPANION_TOKEN,
-                COMPANION_TELEGRAM_BASE_URL=api_c.base_url,
-                COMPANION_LLM_BASE_URL=model.base_url,
-                COMPANION_ALLOWED_USERS=f"telegram:{CHAT}",
-            ))
+            companion = _Side(
+                "companion run",
+                api_c,
+                gateway(
+                    root / "companion",
+                    COMPANION_TELEGRAM_TOKEN=COMPANION_TOKEN,
+                    COMPANION_TELEGRAM_BASE_URL=api_c.base_url,
+                    COMPANION_LLM_BASE_URL=model.base_url,
+                    COMPANION_ALLOWED_USERS=f"telegram:{CHAT}",
+                ),
+            )
             bare = _Side("bare bot", api_b, bare_bot(root / "bare", BARE_TOKEN, api_b.base_url, model.base_url))
             sides = (companion, bare)
             try:
@@ -159,8 +175,9 @@ async def _measure(turns: int, warmup: int, block: int, trace_turns: int) -> dic
                     done += n
                 elapsed = time.perf_counter() - started
                 calls = {side.name: _calls_per_turn(side.api, marks[side.name][0], turns) for side in sides}
-                parsed = {side.name: round((side.api.updates_returned - marks[side.name][1]) / turns, 2)
-                          for side in sides}
+                parsed = {
+                    side.name: round((side.api.updates_returned - marks[side.name][1]) / turns, 2) for side in sides
+                }
                 traced = {}
                 if trace_turns:
                     for side in sides:

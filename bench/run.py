@@ -1,7 +1,7 @@
 """Run the benchmarks, print a Markdown table and write bench/results/latest.json.
 
-    python -m bench.run            # the full run (about four minutes on two cores)
-    python -m bench.run --quick    # a smoke run with small sizes (under a minute)
+python -m bench.run            # the full run (about four minutes on two cores)
+python -m bench.run --quick    # a smoke run with small sizes (under a minute)
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import assembly, cli_run, gateway_rss, load, request_size, roundtrip, turn  # noqa: E402
-from bench._common import ROOT, environment  # noqa: E402
+from bench import assembly, cli_run, gateway_rss, load, request_size, roundtrip, turn
+from bench._common import ROOT, environment
 
 MEASUREMENTS = {
     "turn": turn.run,
@@ -63,76 +63,168 @@ def table(results: dict) -> list[str]:
 
     if not failed(1, "Per-turn core overhead", "turn"):
         t = results["turn"]
-        add(1, f"`Companion.handle()` per turn, median of {t['turns']}", f"{t['core_median_ms']:.2f} ms",
-            f"bare SQLite turn {t['baseline_median_ms']:.2f} ms", f"{t['ratio_median']:.2f}×",
-            f"< {t['target_ratio']:g}×", _status(t["ok"]))
-        add(1, "… p95", f"{t['core_p95_ms']:.2f} ms", f"{t['baseline_p95_ms']:.2f} ms",
-            f"{t['ratio_p95']:.2f}×", "", "info")
+        add(
+            1,
+            f"`Companion.handle()` per turn, median of {t['turns']}",
+            f"{t['core_median_ms']:.2f} ms",
+            f"bare SQLite turn {t['baseline_median_ms']:.2f} ms",
+            f"{t['ratio_median']:.2f}×",
+            f"< {t['target_ratio']:g}×",
+            _status(t["ok"]),
+        )
+        add(
+            1,
+            "… p95",
+            f"{t['core_p95_ms']:.2f} ms",
+            f"{t['baseline_p95_ms']:.2f} ms",
+            f"{t['ratio_p95']:.2f}×",
+            "",
+            "info",
+        )
     if not failed(2, "Context assembly", "assembly"):
         a = results["assembly"]
         small, large = _size_label(a["sizes"][0]), _size_label(a["sizes"][-1])
         for case, c in a["cases"].items():
             sizes = " · ".join(f"{_size_label(n)}: {v:.2f} ms" for n, v in c["median_ms_by_size"].items())
             label = case[0].upper() + case[1:] if case == assembly.TURN_CASE else f"Context assembly, {case}"
-            add(2, label, sizes,
+            add(
+                2,
+                label,
+                sizes,
                 f"window SQL at {small}: {a['baseline_window_sql_ms']:.2f} ms",
                 f"{large}/{small} {c['ratio_largest_smallest']:.2f}× (vs baseline {c['ratio_smallest_to_baseline']:.1f}×)",
-                f"≤ {a['target_ratio']:g}× ({large}/{small})", _status(c["flat"], "NOT FLAT"))
+                f"≤ {a['target_ratio']:g}× ({large}/{small})",
+                _status(c["flat"], "NOT FLAT"),
+            )
         if a.get("foreign_private_items"):
-            add(2, "Masking sanity (private text in another mode's window)",
-                f"{a['foreign_private_items']} items", "", "", "0", "LEAK")
+            add(
+                2,
+                "Masking sanity (private text in another mode's window)",
+                f"{a['foreign_private_items']} items",
+                "",
+                "",
+                "0",
+                "LEAK",
+            )
     if not failed(3, "CLI one-message run", "cli"):
         c = results["cli"]
         base = c["baseline"]
         for kind, label in (("cold", "cold, creates the DB"), ("warm", "warm")):
             k = c[kind]
-            add(3, f"`printf 'hello\\n' \\| companion chat`, {label}: wall, median of {k['runs']}",
-                f"{k['wall_median_s']:.3f} s", f"`python -c pass` {base['wall_median_s']:.3f} s",
-                f"{k['wall_ratio']:.1f}×", f"< {c['wall_budget_s']:g} s",
-                _status(k["wall_median_s"] < c["wall_budget_s"] and not k["failed"]))
-            add(3, f"… {label}: peak RSS (max of {k['runs']})", f"{k['rss_max_mib']:.1f} MiB",
-                f"{base['rss_median_mib']:.1f} MiB", f"{k['rss_ratio']:.1f}×", f"< {c['rss_budget_mib']:g} MiB",
-                _status(k["rss_max_mib"] < c["rss_budget_mib"]))
+            add(
+                3,
+                f"`printf 'hello\\n' \\| companion chat`, {label}: wall, median of {k['runs']}",
+                f"{k['wall_median_s']:.3f} s",
+                f"`python -c pass` {base['wall_median_s']:.3f} s",
+                f"{k['wall_ratio']:.1f}×",
+                f"< {c['wall_budget_s']:g} s",
+                _status(k["wall_median_s"] < c["wall_budget_s"] and not k["failed"]),
+            )
+            add(
+                3,
+                f"… {label}: peak RSS (max of {k['runs']})",
+                f"{k['rss_max_mib']:.1f} MiB",
+                f"{base['rss_median_mib']:.1f} MiB",
+                f"{k['rss_ratio']:.1f}×",
+                f"< {c['rss_budget_mib']:g} MiB",
+                _status(k["rss_max_mib"] < c["rss_budget_mib"]),
+            )
         if "shim_warm" in c:
             s = c["shim_warm"]
-            add(3, f"… warm, through `{c['shim']}`", f"{s['wall_median_s']:.3f} s, {s['rss_max_mib']:.1f} MiB",
-                "", f"{s['wall_median_s'] / base['wall_median_s']:.1f}×", f"< {c['wall_budget_s']:g} s",
-                "info")
+            add(
+                3,
+                f"… warm, through `{c['shim']}`",
+                f"{s['wall_median_s']:.3f} s, {s['rss_max_mib']:.1f} MiB",
+                "",
+                f"{s['wall_median_s'] / base['wall_median_s']:.1f}×",
+                f"< {c['wall_budget_s']:g} s",
+                "info",
+            )
         i = c["imports"]
         found = ", ".join(i["forbidden_imported"]) or "none"
-        add(3, "Imports of `companion chat` (no LLM URL)", f"{i['modules_imported']} modules; forbidden: {found}",
-            "", "", "no telegram, discord, apscheduler, httpx", _status(i["ok"], "FAIL"))
+        add(
+            3,
+            "Imports of `companion chat` (no LLM URL)",
+            f"{i['modules_imported']} modules; forbidden: {found}",
+            "",
+            "",
+            "no telegram, discord, apscheduler, httpx",
+            _status(i["ok"], "FAIL"),
+        )
     if not failed(4, "First model request", "request"):
         r = results["request"]
         b = r["breakdown_bytes"]
-        add(4, "First request body for `hello`, fresh DB", f"{r['bytes']} B",
-            f"(messages {b['messages']} B, tools {b['tools']} B)", "", f"< {r['budget_bytes']} B", _status(r["ok"]))
+        add(
+            4,
+            "First request body for `hello`, fresh DB",
+            f"{r['bytes']} B",
+            f"(messages {b['messages']} B, tools {b['tools']} B)",
+            "",
+            f"< {r['budget_bytes']} B",
+            _status(r["ok"]),
+        )
     if not failed(5, "Idle gateway RSS", "gateway"):
         g = results["gateway"]
-        add(5, f"`companion run` (Telegram, fake Bot API) VmRSS after {g['idle_seconds']:g} s",
-            f"{g['rss_mb']:.1f} MB ({g['rss_mib']:.1f} MiB)", f"idle `python` {g['baseline_idle_python_mb']:.1f} MB",
-            f"{g['ratio']:.1f}×", f"< {g['budget_mb']:g} MB", _status(g["ok"]))
+        add(
+            5,
+            f"`companion run` (Telegram, fake Bot API) VmRSS after {g['idle_seconds']:g} s",
+            f"{g['rss_mb']:.1f} MB ({g['rss_mib']:.1f} MiB)",
+            f"idle `python` {g['baseline_idle_python_mb']:.1f} MB",
+            f"{g['ratio']:.1f}×",
+            f"< {g['budget_mb']:g} MB",
+            _status(g["ok"]),
+        )
     if not failed(6, "Telegram round trip", "roundtrip"):
         r = results["roundtrip"]
-        add(6, f"Telegram round trip through `companion run` (zero-latency model), median of {r['turns']}",
-            f"{r['companion_median_ms']:.1f} ms", f"bare python-telegram-bot + httpx {r['bare_median_ms']:.1f} ms",
-            f"{r['ratio_median']:.2f}×", f"≤ {r['target_ratio']:g}×", _status(r["ok"]))
-        add(6, "… p90", f"{r['companion_p90_ms']:.1f} ms", f"{r['bare_p90_ms']:.1f} ms",
-            f"{r['ratio_p90']:.2f}×", "", "info")
+        add(
+            6,
+            f"Telegram round trip through `companion run` (zero-latency model), median of {r['turns']}",
+            f"{r['companion_median_ms']:.1f} ms",
+            f"bare python-telegram-bot + httpx {r['bare_median_ms']:.1f} ms",
+            f"{r['ratio_median']:.2f}×",
+            f"≤ {r['target_ratio']:g}×",
+            _status(r["ok"]),
+        )
+        add(
+            6,
+            "… p90",
+            f"{r['companion_p90_ms']:.1f} ms",
+            f"{r['bare_p90_ms']:.1f} ms",
+            f"{r['ratio_p90']:.2f}×",
+            "",
+            "info",
+        )
     if not failed(7, "Many conversations at once", "load"):
         d = results["load"]
         c = d["conversations"]
         # An unreadable-mode apology is both a missing answer and an unexpected reply: counted once.
-        bad = (d["missing"] + d["duplicated"] + d["conversations_out_of_order"]
-               + d["unexpected_replies"] - d["mode_unreadable_replies"])
-        add(7, f"{c['telegram']} Telegram chats + {c['discord']} Discord DMs at once, {d['turns']} turns: "
+        bad = (
+            d["missing"]
+            + d["duplicated"]
+            + d["conversations_out_of_order"]
+            + d["unexpected_replies"]
+            - d["mode_unreadable_replies"]
+        )
+        add(
+            7,
+            f"{c['telegram']} Telegram chats + {c['discord']} Discord DMs at once, {d['turns']} turns: "
             "each reply once, in order",
             f"{d['replies']} replies; {d['missing']} missing ({d['mode_unreadable_replies']} 'mode unreadable'), "
             f"{d['duplicated']} doubled, {d['conversations_out_of_order']} out of order",
-            f"{d['rounds_turns_per_s']:.0f} turns/s", "", "0 wrong", _status(d["delivered_ok"], f"{bad} WRONG"))
-        add(7, f"… gateway VmRSS after {d['rss_last_round_turns']} turns vs after {d['rss_checkpoint_turns']}",
-            f"{d['rss_last_round_mb']:.1f} MB", f"{d['rss_checkpoint_mb']:.1f} MB", f"{d['rss_growth_mb']:+.2f} MB",
-            f"≤ +{d['budget_mb']:g} MB", _status(d["memory_ok"]))
+            f"{d['rounds_turns_per_s']:.0f} turns/s",
+            "",
+            "0 wrong",
+            _status(d["delivered_ok"], f"{bad} WRONG"),
+        )
+        add(
+            7,
+            f"… gateway VmRSS after {d['rss_last_round_turns']} turns vs after {d['rss_checkpoint_turns']}",
+            f"{d['rss_last_round_mb']:.1f} MB",
+            f"{d['rss_checkpoint_mb']:.1f} MB",
+            f"{d['rss_growth_mb']:+.2f} MB",
+            f"≤ +{d['budget_mb']:g} MB",
+            _status(d["memory_ok"]),
+        )
     return rows
 
 
@@ -141,8 +233,9 @@ def details(results: dict) -> list[str]:
     profile = results.get("turn", {}).get("profile")
     if profile:
         verbs = ", ".join(f"{v:g} {k}" for k, v in profile["statements_by_verb"].items())
-        methods = ", ".join(f"{name} {m['calls']:g}× {m['ms']:.2f} ms"
-                            for name, m in profile["store_calls_per_turn"].items())
+        methods = ", ".join(
+            f"{name} {m['calls']:g}× {m['ms']:.2f} ms" for name, m in profile["store_calls_per_turn"].items()
+        )
         lines += [
             f"Turn: {profile['statements_per_turn']:g} statements a turn ({verbs}) against the baseline's "
             f"{results['turn']['baseline_statements_per_turn']}; store time a turn by method: {methods}.",
@@ -167,44 +260,65 @@ def details(results: dict) -> list[str]:
     chain = gateway.get("imports", {}).get("rss_chain")
     if chain:
         steps = ", ".join(
-            f"{c['adds']} {c['peak_rss_mib']:.1f} MiB" if c["marginal_mib"] is None
-            else f"{c['adds']} {c['marginal_mib']:+.1f}" for c in chain
+            f"{c['adds']} {c['peak_rss_mib']:.1f} MiB"
+            if c["marginal_mib"] is None
+            else f"{c['adds']} {c['marginal_mib']:+.1f}"
+            for c in chain
         )
-        lines += ["", f"Gateway memory by import (peak RSS importing them in order, MiB): {steps}; "
-                      f"= {chain[-1]['peak_rss_mib']:.1f} MiB before any work; running: {gateway['rss_mib']:.1f} MiB."]
+        lines += [
+            "",
+            f"Gateway memory by import (peak RSS importing them in order, MiB): {steps}; "
+            f"= {chain[-1]['peak_rss_mib']:.1f} MiB before any work; running: {gateway['rss_mib']:.1f} MiB.",
+        ]
         found = gateway["imports"].get("forbidden_imported")
         if found:
             lines.append(f"Gateway imports a platform that is not configured: {', '.join(found)}.")
     trip = results.get("roundtrip", {})
     if "bot_api_calls_per_turn" in trip:
+
         def calls(name: str) -> str:
             return ", ".join(f"{v:g} {k}" for k, v in trip["bot_api_calls_per_turn"][name].items())
+
         sizes = trip["model_request_bytes"]
-        lines += ["", (f"Round trip: Bot API calls a turn: companion {calls('companion run')}; "
-                       f"bare {calls('bare bot')}; model request {sizes.get('companion run', 0)} B against "
-                       f"{sizes.get('bare bot', 0)} B.")]
+        lines += [
+            "",
+            (
+                f"Round trip: Bot API calls a turn: companion {calls('companion run')}; "
+                f"bare {calls('bare bot')}; model request {sizes.get('companion run', 0)} B against "
+                f"{sizes.get('bare bot', 0)} B."
+            ),
+        ]
         strays = {k: v for k, v in trip["stray_replies"].items() if v}
         if strays:
             lines.append(f"Round trip: replies that answered no message of the run: {strays}.")
         traced = trip.get("syscalls", {}).get("companion run")
         if traced:
             bare = trip["syscalls"].get("bare bot") or {}
-            lines.append(f"Round trip under strace ({traced['turns']} more turns each): fsync a turn "
-                         f"{traced['fsync_per_turn']:g} (bare {bare.get('fsync_per_turn', '?')}); syscalls a "
-                         f"turn {traced['syscalls_per_turn']:g} (bare {bare.get('syscalls_per_turn', '?')}).")
+            lines.append(
+                f"Round trip under strace ({traced['turns']} more turns each): fsync a turn "
+                f"{traced['fsync_per_turn']:g} (bare {bare.get('fsync_per_turn', '?')}); syscalls a "
+                f"turn {traced['syscalls_per_turn']:g} (bare {bare.get('syscalls_per_turn', '?')})."
+            )
     many = results.get("load", {})
     if "per_round" in many:
         series = " ".join(f"{r['rss_mb']:.1f}" for r in many["per_round"])
         t = many["turn_ms_in_core"]
-        lines += ["", (f"Load: VmRSS (MB) after each round of {many['per_round'][0]['turns']} "
-                       f"turns: {series}; after the queued phase {many['rss_after_queued_mb']:.1f}. "
-                       f"Turn time in the core (queueing included): median {t['median']:.0f} ms, "
-                       f"p90 {t['p90']:.0f} ms, max {t['max']:.0f} ms. Telegram: "
-                       f"{many['telegram_getupdates_per_turn']:g} getUpdates and "
-                       f"{many['telegram_updates_parsed_per_turn']:g} updates parsed a turn.")]
+        lines += [
+            "",
+            (
+                f"Load: VmRSS (MB) after each round of {many['per_round'][0]['turns']} "
+                f"turns: {series}; after the queued phase {many['rss_after_queued_mb']:.1f}. "
+                f"Turn time in the core (queueing included): median {t['median']:.0f} ms, "
+                f"p90 {t['p90']:.0f} ms, max {t['max']:.0f} ms. Telegram: "
+                f"{many['telegram_getupdates_per_turn']:g} getUpdates and "
+                f"{many['telegram_updates_parsed_per_turn']:g} updates parsed a turn."
+            ),
+        ]
         if many["missing_by_message_number"]:
-            lines.append(f"Load: missing replies by message number: {many['missing_by_message_number']}; "
-                         f"examples: {many['examples']}.")
+            lines.append(
+                f"Load: missing replies by message number: {many['missing_by_message_number']}; "
+                f"examples: {many['examples']}."
+            )
         for line in many.get("log_warnings", [])[:3]:
             lines.append(f"    {line}")
     if gateway.get("note"):
@@ -226,9 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown measurement {unknown[0]!r}; choose from {', '.join(MEASUREMENTS)}")
 
     env = environment()
-    print(f"python {env['python']} ({env['implementation']}), SQLite {env['sqlite']}, aiosqlite {env['aiosqlite']}, "
-          f"{env['cpu_count']} CPUs ({env['usable_cpus']} usable), {env['platform']}"
-          + (" — quick mode" if args.quick else ""), flush=True)
+    print(
+        f"python {env['python']} ({env['implementation']}), SQLite {env['sqlite']}, aiosqlite {env['aiosqlite']}, "
+        f"{env['cpu_count']} CPUs ({env['usable_cpus']} usable), {env['platform']}"
+        + (" — quick mode" if args.quick else ""),
+        flush=True,
+    )
     results: dict = {}
     timings: dict[str, float] = {}
     errors = 0
@@ -238,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name} ...", end="", flush=True, file=sys.stderr)
         try:
             results[name] = MEASUREMENTS[name](quick=args.quick)
-        except Exception:  # noqa: BLE001 - one broken measurement must not hide the others
+        except Exception:
             errors += 1
             results[name] = {"error": traceback.format_exc(), "ok": False}
         timings[name] = round(time.perf_counter() - t0, 1)

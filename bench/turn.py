@@ -45,7 +45,8 @@ class _CoreTurns:
 
     async def turn(self) -> None:
         reply = await self.companion.handle(HELLO)
-        assert reply is not None and reply.text == "ok", reply
+        assert reply is not None, "no reply"
+        assert reply.text == "ok", reply
 
     async def profile(self, turns: int) -> dict:
         """Where a turn's time goes: the store methods it calls and the statements it executes.
@@ -128,8 +129,9 @@ class _BareTurns:
     async def _insert(self, role: str, text: str) -> None:
         assert self.db is not None
         await self.db.execute("BEGIN IMMEDIATE")
-        await self.db.execute(INSERT_MESSAGE_SQL, (1, 1 if role == "user" else None, role, text,
-                                                  "pending", time.time()))
+        await self.db.execute(
+            INSERT_MESSAGE_SQL, (1, 1 if role == "user" else None, role, text, "pending", time.time())
+        )
         await self.db.execute("COMMIT")
 
     async def turn(self) -> None:

@@ -17,7 +17,10 @@ def build_provider(settings: Settings) -> BaseProvider:
 
         key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
         return OpenAICompatibleProvider(
-            settings.llm_base_url, key, settings.llm_model, timeout=settings.llm_timeout,
+            settings.llm_base_url,
+            key,
+            settings.llm_model,
+            timeout=settings.llm_timeout,
             max_tokens=settings.llm_max_tokens,
         )
     from adapters.llm.offline import OfflineProvider
@@ -62,8 +65,12 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
             from core.outbox import Outbox
             from core.ports import SystemClock
 
-            outbox = Outbox(SqliteOutboxStore(store), SystemClock(), base_delay=settings.outbox_retry_seconds,
-                            max_delay=settings.outbox_max_retry_seconds)
+            outbox = Outbox(
+                SqliteOutboxStore(store),
+                SystemClock(),
+                base_delay=settings.outbox_retry_seconds,
+                max_delay=settings.outbox_max_retry_seconds,
+            )
         companion = Companion(store, provider, companion_config(settings, platforms), outbox=outbox)
         await companion.start()
         stack.push_async_callback(companion.aclose)

@@ -22,7 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     restore = sub.add_parser("restore", help="replace the database with a backup (stop the gateway first)")
     restore.add_argument("path")
     sub.add_parser("report", help="print the structural report of normal turns (counts, errors, latencies; no text)")
-    sub.add_parser("passphrase", help="read a passphrase on stdin and print the hash for COMPANION_PRIVATE_PASSPHRASE_HASH")
+    sub.add_parser(
+        "passphrase", help="read a passphrase on stdin and print the hash for COMPANION_PRIVATE_PASSPHRASE_HASH"
+    )
     return parser
 
 
@@ -118,14 +120,18 @@ def _backup_or_restore(settings, command: str, where: str) -> int:
     if command == "backup":
         folder = where.endswith(("/", "\\")) or path.is_dir() or not path.suffix
         result = backup(settings.db_path, path, folder=folder, retention_days=settings.backup_retention_days)
-        print(f"backup written to {result.path} ({result.size} bytes, no private rows); "
-              f"{len(result.pruned)} backups older than {settings.backup_retention_days:g} days pruned")
+        print(
+            f"backup written to {result.path} ({result.size} bytes, no private rows); "
+            f"{len(result.pruned)} backups older than {settings.backup_retention_days:g} days pruned"
+        )
         return 0
     from bot.instance import CHAT, RUN, InstanceLock
 
     # Both roles' locks: nothing may serve from the database while it is replaced.
-    with InstanceLock(settings.db_path, RUN, purpose="restore"), \
-            InstanceLock(settings.db_path, CHAT, purpose="restore"):
+    with (
+        InstanceLock(settings.db_path, RUN, purpose="restore"),
+        InstanceLock(settings.db_path, CHAT, purpose="restore"),
+    ):
         restore(path, settings.db_path)
         asyncio.run(_apply_migrations(settings))
     print(f"restored {path} into {settings.db_path}; private rows dropped and expiry applied")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -29,28 +30,32 @@ def build_adapters(settings: Settings, companion, on_fatal=None) -> list:
     if settings.telegram_token:
         from adapters.telegram import TelegramAdapter
 
-        adapters.append(TelegramAdapter(
-            token=settings.telegram_token.get_secret_value(),
-            handler=companion.handle,
-            commands=companion.command_list(),
-            base_url=settings.telegram_base_url,
-            state=companion.store,
-            outbox=companion.outbox,
-            drain_timeout=settings.llm_timeout,
-            on_fatal=on_fatal,
-        ))
+        adapters.append(
+            TelegramAdapter(
+                token=settings.telegram_token.get_secret_value(),
+                handler=companion.handle,
+                commands=companion.command_list(),
+                base_url=settings.telegram_base_url,
+                state=companion.store,
+                outbox=companion.outbox,
+                drain_timeout=settings.llm_timeout,
+                on_fatal=on_fatal,
+            )
+        )
     if settings.discord_token:
         from adapters.discord import DiscordAdapter
 
-        adapters.append(DiscordAdapter(
-            token=settings.discord_token.get_secret_value(),
-            handler=companion.handle,
-            commands=companion.command_list(),
-            api_base=settings.discord_api_base,
-            gateway_url=settings.discord_gateway_url,
-            outbox=companion.outbox,
-            shutdown_grace=settings.llm_timeout,
-        ))
+        adapters.append(
+            DiscordAdapter(
+                token=settings.discord_token.get_secret_value(),
+                handler=companion.handle,
+                commands=companion.command_list(),
+                api_base=settings.discord_api_base,
+                gateway_url=settings.discord_gateway_url,
+                outbox=companion.outbox,
+                shutdown_grace=settings.llm_timeout,
+            )
+        )
     return adapters
 
 
@@ -61,15 +66,15 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread, or not POSIX
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread, or not POSIX
-            pass
     async with AsyncExitStack() as stack:
         # Before the store opens: a second gateway would answer every message again.
         stack.enter_context(InstanceLock(settings.db_path, RUN))
         platforms = frozenset(
-            name for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token)) if token
+            name
+            for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token))
+            if token
         )
         companion = await stack.enter_async_context(open_companion(settings, platforms))
         jobs = [
@@ -113,7 +118,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
 
 async def _close_all(adapters: list) -> None:
     results = await asyncio.gather(*(adapter.aclose() for adapter in adapters), return_exceptions=True)
-    for adapter, result in zip(adapters, results):
+    for adapter, result in zip(adapters, results, strict=True):
         if isinstance(result, Exception):
             log.warning("adapter %s did not close cleanly (%s)", adapter.name, type(result).__name__)
 

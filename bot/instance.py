@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -59,7 +60,7 @@ class InstanceLock:
 
     def acquire(self) -> None:
         """Raises:
-            InstanceLockError: another process holds the lock, or the lock file cannot be opened.
+        InstanceLockError: another process holds the lock, or the lock file cannot be opened.
         """
         if self._fd is not None or self.path is None or fcntl is None:
             return
@@ -87,10 +88,8 @@ class InstanceLock:
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)  # no stale pid for whoever reads it next
-        except OSError:
-            pass
         os.close(fd)  # closing the last descriptor releases the flock
 
     def _busy_message(self, holder: int | None) -> str:
@@ -103,8 +102,9 @@ class InstanceLock:
         self.acquire()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()
 
 

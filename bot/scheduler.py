@@ -29,8 +29,13 @@ class SchedulerService:
         scheduler = AsyncIOScheduler(timezone="UTC")
         for job in self._jobs:
             scheduler.add_job(
-                _logged(job), "interval", seconds=job.seconds, id=job.name,
-                max_instances=1, coalesce=True, misfire_grace_time=None,
+                _logged(job),
+                "interval",
+                seconds=job.seconds,
+                id=job.name,
+                max_instances=1,
+                coalesce=True,
+                misfire_grace_time=None,
             )
         scheduler.start()
         self._scheduler = scheduler

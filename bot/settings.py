@@ -14,9 +14,14 @@ _ACCOUNT = re.compile(r"^(telegram|discord|web):[A-Za-z0-9_.-]{1,64}$")
 # What each platform's ids look like: a Telegram user id is a positive integer, a Discord id a
 # snowflake of 17 to 20 digits. Checked where the platform is the real one (see `_platform_shapes`).
 _IDS = {
-    "telegram": (re.compile(r"^[1-9]\d{0,15}$"), "a Telegram user id is a positive number, for example telegram:123456789"),
-    "discord": (re.compile(r"^[1-9]\d{16,19}$"), ("a Discord user id is a snowflake of 17 to 20 digits, for example "
-                                                  "discord:123456789012345678")),
+    "telegram": (
+        re.compile(r"^[1-9]\d{0,15}$"),
+        "a Telegram user id is a positive number, for example telegram:123456789",
+    ),
+    "discord": (
+        re.compile(r"^[1-9]\d{16,19}$"),
+        ("a Discord user id is a snowflake of 17 to 20 digits, for example discord:123456789012345678"),
+    ),
 }
 # Token shapes: Telegram `<bot id>:<35 characters>`, Discord three dot-separated base64url parts.
 _TELEGRAM_TOKEN = re.compile(r"^\d{5,16}:[A-Za-z0-9_-]{30,50}$")
@@ -33,7 +38,10 @@ class ConfigError(Exception):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="COMPANION_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
+        env_prefix="COMPANION_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
         validate_default=True,
     )
 
@@ -160,14 +168,23 @@ class Settings(BaseSettings):
             if shape is None:
                 continue
             if not (user_id.isascii() and user_id.isdigit() and int(user_id) > 0) or (
-                    not custom[platform] and not shape.match(user_id)):
+                not custom[platform] and not shape.match(user_id)
+            ):
                 raise ValueError(f"COMPANION_ALLOWED_USERS: '{item}' is not a {platform} account; {words}")
         checks = (
-            ("telegram_token", _TELEGRAM_TOKEN_ANY if custom["telegram"] else _TELEGRAM_TOKEN,
-             ("must look like 123456789:AAE... (the bot id, a colon, about 35 letters, digits, - and _), "
-              "as @BotFather gives it")),
-            ("discord_token", _DISCORD_TOKEN_ANY if custom["discord"] else _DISCORD_TOKEN,
-             "must be three parts separated by dots, as the Discord developer portal gives it"),
+            (
+                "telegram_token",
+                _TELEGRAM_TOKEN_ANY if custom["telegram"] else _TELEGRAM_TOKEN,
+                (
+                    "must look like 123456789:AAE... (the bot id, a colon, about 35 letters, digits, - and _), "
+                    "as @BotFather gives it"
+                ),
+            ),
+            (
+                "discord_token",
+                _DISCORD_TOKEN_ANY if custom["discord"] else _DISCORD_TOKEN,
+                "must be three parts separated by dots, as the Discord developer portal gives it",
+            ),
         )
         for name, shape, words in checks:
             token = getattr(self, name)

@@ -34,8 +34,16 @@ class RunRecorder:
         self._started_at = clock.now()
         self._events: list[tuple] = []
 
-    def event(self, kind: str, name: str, status: str, *, duration_ms: float | None = None,
-              size_in: int | None = None, size_out: int | None = None) -> None:
+    def event(
+        self,
+        kind: str,
+        name: str,
+        status: str,
+        *,
+        duration_ms: float | None = None,
+        size_in: int | None = None,
+        size_out: int | None = None,
+    ) -> None:
         self._events.append((kind, name, status, duration_ms, size_in, size_out, self._clock.now()))
 
     def finish(self, status: str) -> RunRecord:
@@ -53,13 +61,15 @@ def render_report(rows: dict) -> str:
     lines += [f"  {name}: {count}" for name, count in rows["errors"]]
     latencies = rows["latencies"]
     if latencies:
+
         def pct(p: float) -> float:
             if len(latencies) == 1:
                 return latencies[0]
             return statistics.quantiles(latencies, n=100, method="inclusive")[int(p) - 1]
 
-        lines.append(f"provider latency ms: p50 {pct(50):.0f}, p90 {pct(90):.0f}, p99 {pct(99):.0f} "
-                     f"(n={len(latencies)})")
+        lines.append(
+            f"provider latency ms: p50 {pct(50):.0f}, p90 {pct(90):.0f}, p99 {pct(99):.0f} (n={len(latencies)})"
+        )
     else:
         lines.append("provider latency: no calls yet")
     return "\n".join(lines)

@@ -25,7 +25,9 @@ _REQUEST_REFUSED = frozenset({400, 413, 422})
 
 
 class CaptureService:
-    def __init__(self, store: MemoryStore, provider: BaseProvider, clock: Clock, timezone: str = "UTC", batch: int = 200) -> None:
+    def __init__(
+        self, store: MemoryStore, provider: BaseProvider, clock: Clock, timezone: str = "UTC", batch: int = 200
+    ) -> None:
         self._store = store
         self._provider = provider
         self._clock = clock
@@ -42,11 +44,11 @@ class CaptureService:
         captured = 0
         for (person_id, day), items in groups.items():
             # Each message at most LINE_CHARS: one long message cannot make the note's request too big.
-            lines = "\n".join(f"{'Person' if i.role == 'user' else 'Companion'}: {i.text[:LINE_CHARS]}"
-                              for i in items)
+            lines = "\n".join(f"{'Person' if i.role == 'user' else 'Companion'}: {i.text[:LINE_CHARS]}" for i in items)
             request = CompletionRequest(
                 messages=(ChatMessage("system", copy.CAPTURE_INSTRUCTION), ChatMessage("user", lines)),
-                purpose="capture", temperature=0.2,
+                purpose="capture",
+                temperature=0.2,
             )
             try:
                 completion = await self._provider.complete(request)
@@ -54,8 +56,9 @@ class CaptureService:
                 if exc.status in _REQUEST_REFUSED:
                     # The same request would be refused again: these messages go without a note.
                     await self._store.skip_capture([i.message_id for i in items])
-                    log.warning("capture for person %s refused (%s); %d messages skipped", person_id,
-                                exc.status, len(items))
+                    log.warning(
+                        "capture for person %s refused (%s); %d messages skipped", person_id, exc.status, len(items)
+                    )
                 else:  # e.g. a rejected API key: fixed by the operator, then captured
                     log.warning("capture for person %s failed (%s); stays pending", person_id, exc.status)
                 continue
@@ -65,8 +68,9 @@ class CaptureService:
             note, facts = split_facts(completion.text, "NOTE", limit=2000)
             if not note:
                 note = f"{len(items)} messages."
-            await self._store.save_capture(person_id, day, note, facts, [i.message_id for i in items],
-                                           self._clock.now())
+            await self._store.save_capture(
+                person_id, day, note, facts, [i.message_id for i in items], self._clock.now()
+            )
             captured += len(items)
         if captured:
             log.info("captured %d messages into %d notes", captured, len(groups))

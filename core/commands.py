@@ -28,7 +28,7 @@ def normalize_command_text(text: str) -> str:
     match = re.match(r"\S+", text)
     if match is None:
         return text
-    head, rest = text[: match.end()], text[match.end():]
+    head, rest = text[: match.end()], text[match.end() :]
     return unicodedata.normalize("NFKC", head) + rest
 
 
@@ -58,18 +58,20 @@ COMMANDS: tuple[CommandInfo, ...] = (
     CommandInfo("memory", "/memory", "What I keep about you: memories, goals, follow-ups"),
     CommandInfo("remember", "/remember TEXT", "Keep a fact about you", lasting=True),
     CommandInfo("recall", "/recall WORDS", "Search our earlier conversations and notes", lasting=True),
-    CommandInfo("forget", "/forget N|TEXT|private", "Remove a memory, or delete every private interval now",
-                lasting=True),
+    CommandInfo(
+        "forget", "/forget N|TEXT|private", "Remove a memory, or delete every private interval now", lasting=True
+    ),
     CommandInfo("goals", "/goals", "List your active goals", lasting=True),
     CommandInfo("goal", "/goal TITLE | done N | drop N", "Set or close a goal", lasting=True),
     CommandInfo("followups", "/followups", "List scheduled follow-ups", lasting=True),
-    CommandInfo("followup", "/followup WHEN TEXT | pause N | cancel N", "Schedule or change a follow-up",
-                lasting=True),
+    CommandInfo("followup", "/followup WHEN TEXT | pause N | cancel N", "Schedule or change a follow-up", lasting=True),
     CommandInfo("watch", "/watch EVENT", "Ask me to follow up on an upcoming event", lasting=True),
     CommandInfo("export", "/export", "A file of our normal conversation (private intervals masked)"),
 )
 
-MEMORY_COMMANDS = frozenset({"memory", "remember", "recall", "forget", "goals", "goal", "followups", "followup", "watch"})
+MEMORY_COMMANDS = frozenset(
+    {"memory", "remember", "recall", "forget", "goals", "goal", "followups", "followup", "watch"}
+)
 
 # Telegram sends /start when a person first opens the chat.
 ALIASES = {"start": "help"}
@@ -82,14 +84,54 @@ def command_info(name: str) -> CommandInfo | None:
 
 # Letters that look Latin but are not (Cyrillic, Greek), and slashes that look like `/`:
 # `/рrivate` with a Cyrillic `р` is a mistyped /private, and may carry the passphrase.
-_LOOKALIKES = str.maketrans({
-    "а": "a", "в": "b", "с": "c", "ԁ": "d", "е": "e", "ё": "e", "һ": "h", "і": "i", "ї": "i", "ј": "j",
-    "к": "k", "ӏ": "l", "м": "m", "н": "h", "о": "o", "р": "p", "ԛ": "q", "г": "r", "ѕ": "s", "т": "t",
-    "и": "u", "ѵ": "v", "ԝ": "w", "х": "x", "у": "y", "з": "z",
-    "α": "a", "β": "b", "ε": "e", "η": "n", "ι": "i", "κ": "k", "ν": "v", "ο": "o", "ρ": "p", "τ": "t",
-    "υ": "u", "χ": "x", "γ": "y", "ζ": "z",
-    "∕": "/", "⁄": "/", "⧸": "/", "\\": "/",
-})
+_LOOKALIKES = str.maketrans(
+    {
+        "а": "a",
+        "в": "b",
+        "с": "c",
+        "ԁ": "d",
+        "е": "e",
+        "ё": "e",
+        "һ": "h",
+        "і": "i",
+        "ї": "i",
+        "ј": "j",
+        "к": "k",
+        "ӏ": "l",
+        "м": "m",
+        "н": "h",
+        "о": "o",
+        "р": "p",
+        "ԛ": "q",
+        "г": "r",
+        "ѕ": "s",
+        "т": "t",
+        "и": "u",
+        "ѵ": "v",
+        "ԝ": "w",
+        "х": "x",
+        "у": "y",
+        "з": "z",
+        "α": "a",
+        "β": "b",
+        "ε": "e",
+        "η": "n",
+        "ι": "i",
+        "κ": "k",
+        "ν": "v",
+        "ο": "o",
+        "ρ": "p",
+        "τ": "t",
+        "υ": "u",
+        "χ": "x",
+        "γ": "y",
+        "ζ": "z",
+        "∕": "/",
+        "⁄": "/",
+        "⧸": "/",
+        "\\": "/",
+    }
+)
 
 
 def looks_like_secret_command(name: str) -> bool:
@@ -129,12 +171,14 @@ def _within_one_edit(a: str, b: str) -> bool:
     if abs(len(a) - len(b)) > 1:
         return False
     if len(a) == len(b):
-        diffs = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        diffs = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
         if len(diffs) == 1:
             return True
-        return len(diffs) == 2 and diffs[1] == diffs[0] + 1 and a[diffs[0]] == b[diffs[1]] and a[diffs[1]] == b[diffs[0]]
+        return (
+            len(diffs) == 2 and diffs[1] == diffs[0] + 1 and a[diffs[0]] == b[diffs[1]] and a[diffs[1]] == b[diffs[0]]
+        )
     short, long = (a, b) if len(a) < len(b) else (b, a)
-    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
 
 
 def carries_secret(text: str) -> bool:

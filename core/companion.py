@@ -103,7 +103,8 @@ class Companion:
         self.tools = tools or default_tools()
         self.outbox = outbox
         self.valve = ModeValve(
-            store, self.clock,
+            store,
+            self.clock,
             passphrase_hash=self.config.passphrase_hash,
             default_expiry=self.config.default_expiry,
             idle_seconds=self.config.private_idle_seconds,
@@ -134,8 +135,13 @@ class Companion:
         expired = await self.store.delete_expired_segments(self.clock.now())
         artifacts = await self.store.delete_expired_artifacts(self.clock.now())
         if closed or expired or artifacts:
-            log.info("start-up: closed open segments in %d conversations, deleted %d expired segments"
-                     " and %d expired artifacts", len(closed), expired, artifacts)
+            log.info(
+                "start-up: closed open segments in %d conversations, deleted %d expired segments"
+                " and %d expired artifacts",
+                len(closed),
+                expired,
+                artifacts,
+            )
 
     async def aclose(self) -> None:
         if self._background:
@@ -157,16 +163,25 @@ class Companion:
             try:
                 await self._answer_open_turn(open_turn)
             except Exception as exc:  # noqa: BLE001 - one conversation must not stop the others
-                log.warning("conversation %s: answering a cut-off turn failed (%s)",
-                            open_turn.conversation.id, type(exc).__name__)
+                log.warning(
+                    "conversation %s: answering a cut-off turn failed (%s)",
+                    open_turn.conversation.id,
+                    type(exc).__name__,
+                )
         if turns:
             log.info("start-up: %d turns cut off by the last stop were answered", len(turns))
         return len(turns)
 
     async def _answer_open_turn(self, open_turn: OpenTurn) -> None:
         conversation = open_turn.conversation
-        message = InboundMessage(conversation.platform, conversation.chat_id, "", "", conversation.is_direct,
-                                 message_id=open_turn.platform_message_id)
+        message = InboundMessage(
+            conversation.platform,
+            conversation.chat_id,
+            "",
+            "",
+            conversation.is_direct,
+            message_id=open_turn.platform_message_id,
+        )
         account = Account(open_turn.account_id or 0, conversation.person_id or 0, conversation.platform, "")
         async with self._lock_of(conversation.platform, conversation.chat_id):
             if not await self.store.turn_is_open(open_turn.message_id):
@@ -178,8 +193,9 @@ class Companion:
             if self.clock.now() - open_turn.created_at < ANSWER_CUT_OFF_TURNS_WITHIN:
                 reply = await self._answer(turn, state, open_turn.message_id)
             else:
-                reply = await self._finish(turn, copy.MISSED_IN_RESTART, stored_text=copy.MISSED_IN_RESTART,
-                                           answers=open_turn.message_id)
+                reply = await self._finish(
+                    turn, copy.MISSED_IN_RESTART, stored_text=copy.MISSED_IN_RESTART, answers=open_turn.message_id
+                )
         if reply.delivery_id is not None and self.outbox is not None:
             await self.outbox.deliver(conversation.id, reply.delivery_id)
 
@@ -214,21 +230,32 @@ class Companion:
                 reply = await self._command(turn, command.name, command.args)
             elif mistyped_secret_command(message.text):
                 # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
-                # (`/privte`, a Cyrillic `р`) may carry the passphrase.
-                reply = await self._finish(turn, "That looked like a mistyped /private; nothing of that message "
-                                           "was kept. /help lists the commands.", delete_inbound=True)
+                # (`/privte`, a Cyrillic er for the p) may carry the passphrase.
+                reply = await self._finish(
+                    turn,
+                    "That looked like a mistyped /private; nothing of that message was kept. /help lists the commands.",
+                    delete_inbound=True,
+                )
             elif command is not None:
                 # Not stored, not sent to the model.
                 reply = await self._finish(turn, f"I don't know /{command.name}. /help lists the commands.")
             else:
                 reply = await self._chat(turn)
             if reply is None:
-                log.info("conversation %s: message %s is stored already; not handled again",
-                         conversation.id, message.message_id)
+                log.info(
+                    "conversation %s: message %s is stored already; not handled again",
+                    conversation.id,
+                    message.message_id,
+                )
                 return None
             self._restart_closed.discard(conversation.id)
-            log.info("conversation %s: turn of %d chars answered with %d chars in %.0f ms",
-                     conversation.id, len(message.text), len(reply.text), (time.perf_counter() - started) * 1e3)
+            log.info(
+                "conversation %s: turn of %d chars answered with %d chars in %.0f ms",
+                conversation.id,
+                len(message.text),
+                len(reply.text),
+                (time.perf_counter() - started) * 1e3,
+            )
             return reply
 
     def _lock_of(self, platform: str, chat_id: str) -> asyncio.Lock:
@@ -266,14 +293,18 @@ class Companion:
         segment_id = state.segment.id if state.is_private else None
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
-            conversation.id, message.text, self.clock.now(), segment_id=segment_id, account_id=turn.account.id,
+            conversation.id,
+            message.text,
+            self.clock.now(),
+            segment_id=segment_id,
+            account_id=turn.account.id,
             platform_message_id=message.message_id,
         )
         if message_id is None:
             return None
         return await self._answer(turn, state, message_id)
 
-    async def _keep_in_restarted_interval(self, turn: Turn) -> Reply | None | bool:
+    async def _keep_in_restarted_interval(self, turn: Turn) -> Reply | bool | None:
         """A message sent before this process started, into a conversation whose private interval
         a restart closed after it was sent, belongs to that interval: stored there (masked,
         expiring with it), never read. Returns False when the rule does not apply."""
@@ -285,13 +316,20 @@ class Companion:
         segment_id = await self.store.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
         if segment_id is not None:
             message_id = await self.store.add_inbound(
-                conversation.id, message.text, self.clock.now(), segment_id=segment_id,
-                account_id=turn.account.id, platform_message_id=message.message_id,
+                conversation.id,
+                message.text,
+                self.clock.now(),
+                segment_id=segment_id,
+                account_id=turn.account.id,
+                platform_message_id=message.message_id,
             )
             if message_id is None:
                 return None
-            log.info("conversation %s: a message from before the restart was kept in segment %s unread",
-                     conversation.id, segment_id)
+            log.info(
+                "conversation %s: a message from before the restart was kept in segment %s unread",
+                conversation.id,
+                segment_id,
+            )
             return await self._finish(turn, copy.RESTART_KEPT_PRIVATE, segment_id=segment_id, answers=message_id)
         if conversation.id in self._closed_at_start:
             # Its interval expired while the process was down and is deleted: the message is not kept.
@@ -312,8 +350,9 @@ class Companion:
                 text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
             except ProviderRequestTooLong:
                 # The server counts more than the estimate: once more, with half the window.
-                log.info("conversation %s: request too long for the model; retrying with half the window",
-                         conversation.id)
+                log.info(
+                    "conversation %s: request too long for the model; retrying with half the window", conversation.id
+                )
                 context = await self.context.assemble(conversation, state, shrink=2)
                 text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
         except ProviderError as exc:
@@ -332,7 +371,11 @@ class Companion:
                 words = copy.PROVIDER_SERVER_FAILED
             return await self._finish(turn, _with_notice(state, words), segment_id=segment_id, answers=message_id)
         reply = await self._finish(
-            turn, _with_notice(state, text), stored_text=text, segment_id=segment_id, answers=message_id,
+            turn,
+            _with_notice(state, text),
+            stored_text=text,
+            segment_id=segment_id,
+            answers=message_id,
             run=recorder.finish("ok") if recorder else None,
         )
         if context.needs_fold:
@@ -340,8 +383,15 @@ class Companion:
         return reply
 
     async def _finish(
-        self, turn: Turn, text: str, *, stored_text: str | None = None, segment_id: int | None = None,
-        answers: int | None = None, run=None, delete_inbound: bool = False,
+        self,
+        turn: Turn,
+        text: str,
+        *,
+        stored_text: str | None = None,
+        segment_id: int | None = None,
+        answers: int | None = None,
+        run=None,
+        delete_inbound: bool = False,
     ) -> Reply:
         """Write the turn's outcome and, where the platform sends through the outbox, its
         pending delivery, in one transaction; the adapter then sends and marks it."""
@@ -356,18 +406,26 @@ class Companion:
         if stored_text is None and answers is None and target is None and run is None:
             return Reply(text, delete_inbound=delete_inbound)
         _, delivery_id = await self.store.record_reply(
-            turn.conversation.id, text, self.clock.now(), stored_text=stored_text, segment_id=segment_id,
-            run=run, answers=answers, target=target,
+            turn.conversation.id,
+            text,
+            self.clock.now(),
+            stored_text=stored_text,
+            segment_id=segment_id,
+            run=run,
+            answers=answers,
+            target=target,
         )
-        return Reply(text, delete_inbound=delete_inbound, delivery_id=delivery_id,
-                     conversation_id=turn.conversation.id)
+        return Reply(text, delete_inbound=delete_inbound, delivery_id=delivery_id, conversation_id=turn.conversation.id)
 
     def _delivers(self, turn: Turn) -> bool:
         """Whether this turn's answer goes out through the outbox (the terminal prints it)."""
         return self.outbox is not None and self.outbox.serves(turn.message.platform)
 
     async def _complete_with_tools(
-        self, conversation: Conversation, state: ModeState, messages: list[ChatMessage],
+        self,
+        conversation: Conversation,
+        state: ModeState,
+        messages: list[ChatMessage],
         recorder: RunRecorder | None,
     ) -> str:
         offered = self.tools.tools_for(conversation, state)
@@ -389,13 +447,23 @@ class Companion:
                 result = await run_tool_call(offered, call, tool_context)
                 status = "error" if result.startswith("error") else "ok"
                 await self.store.record_tool_operation(
-                    conversation.id, segment_id, call.name[:64], status,
-                    len(call.arguments.encode()), len(result.encode()), self.clock.now(),
+                    conversation.id,
+                    segment_id,
+                    call.name[:64],
+                    status,
+                    len(call.arguments.encode()),
+                    len(result.encode()),
+                    self.clock.now(),
                 )
                 if recorder:
-                    recorder.event("tool_call", call.name[:64], status,
-                                         duration_ms=(time.perf_counter() - started) * 1e3,
-                                         size_in=len(call.arguments.encode()), size_out=len(result.encode()))
+                    recorder.event(
+                        "tool_call",
+                        call.name[:64],
+                        status,
+                        duration_ms=(time.perf_counter() - started) * 1e3,
+                        size_in=len(call.arguments.encode()),
+                        size_out=len(result.encode()),
+                    )
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
         raise AssertionError("unreachable")
 
@@ -411,15 +479,19 @@ class Companion:
             completion = await self.provider.complete(request)
         except ProviderError:
             if recorder:
-                recorder.event("provider_call", self.provider.name, "error",
-                                     duration_ms=(time.perf_counter() - started) * 1e3)
+                recorder.event(
+                    "provider_call", self.provider.name, "error", duration_ms=(time.perf_counter() - started) * 1e3
+                )
             raise
         if recorder:
             recorder.event(
                 # "cut_off": the model stopped at max_tokens; `companion report` counts them.
-                "provider_call", self.provider.name, "cut_off" if completion.truncated else "ok",
+                "provider_call",
+                self.provider.name,
+                "cut_off" if completion.truncated else "ok",
                 duration_ms=(time.perf_counter() - started) * 1e3,
-                size_in=sum(len(m.content or "") for m in request.messages), size_out=len(completion.text),
+                size_in=sum(len(m.content or "") for m in request.messages),
+                size_out=len(completion.text),
             )
         # What the server counted teaches the context budget how many tokens a byte costs.
         self.context.ratio.observe(_prompt_bytes(request), completion.prompt_tokens)
@@ -429,8 +501,10 @@ class Companion:
         async with self._lock_of(conversation.platform, conversation.chat_id):
             # Re-read the mode: the fold must run in the mode it was planned for, or not at all.
             current = await self.valve.read(conversation)
-            if current.unreadable or current.mode is not state.mode or (
-                state.is_private and current.segment.id != state.segment.id
+            if (
+                current.unreadable
+                or current.mode is not state.mode
+                or (state.is_private and current.segment.id != state.segment.id)
             ):
                 return
             try:
@@ -454,9 +528,14 @@ class Companion:
             return await self._finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret)
         try:
             stored_id = await self.store.add_message(
-                turn.conversation.id, "user", stored, self.clock.now(),
-                segment_id=state.segment.id if state.is_private else None, kind="command",
-                account_id=turn.account.id, platform_message_id=turn.message.message_id,
+                turn.conversation.id,
+                "user",
+                stored,
+                self.clock.now(),
+                segment_id=state.segment.id if state.is_private else None,
+                kind="command",
+                account_id=turn.account.id,
+                platform_message_id=turn.message.message_id,
             )
         except Exception as exc:  # noqa: BLE001 - /normal must work even when storage misbehaves
             log.warning("storing a /%s command failed (%s)", info.name, type(exc).__name__)
@@ -475,8 +554,9 @@ class Companion:
         try:
             # An outbox row of the answer stays in the private thread when the command left it private.
             segment = await self.store.open_segment_of(turn.conversation.id) if self._delivers(turn) else None
-            final = await self._finish(turn, reply.text, segment_id=segment.id if segment else None,
-                                       delete_inbound=carries_secret)
+            final = await self._finish(
+                turn, reply.text, segment_id=segment.id if segment else None, delete_inbound=carries_secret
+            )
         except Exception as exc:  # noqa: BLE001 - the answer is sent directly, without an outbox row
             log.warning("writing the delivery of a /%s answer failed (%s)", info.name, type(exc).__name__)
             text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{reply.text}" if turn.restart_notice else reply.text
@@ -497,9 +577,12 @@ class Companion:
     async def _forget_private(self, turn: Turn) -> Reply:
         await self.valve.leave(turn.conversation, reason="forget")
         deleted = await self.store.delete_segments_of(turn.conversation.id)
-        return Reply(f"Private mode is off, and {deleted} private interval{'s' if deleted != 1 else ''} "
-                     "of this conversation {} deleted now, with everything derived from {}."
-                     .format("was" if deleted == 1 else "were", "it" if deleted == 1 else "them"))
+        return Reply(
+            f"Private mode is off, and {deleted} private interval{'s' if deleted != 1 else ''} "
+            "of this conversation {} deleted now, with everything derived from {}.".format(
+                "was" if deleted == 1 else "were", "it" if deleted == 1 else "them"
+            )
+        )
 
     async def _cmd_export(self, turn: Turn, args: str, state: ModeState) -> Reply:
         from core.crossing import export_reply
@@ -510,8 +593,9 @@ class Companion:
         lines = ["I'm your companion. Talk to me in plain words; these commands work everywhere:"]
         lines += [f"{c.usage} - {c.description}" for c in COMMANDS]
         lines += ["", copy.NORMAL_MODE_MEANS, copy.PRIVATE_MODE_MEANS]
-        lines.append(copy.TRANSITION_GENERATED_NOTE if self.config.transition == "generated"
-                     else copy.TRANSITION_CONSTANT_NOTE)
+        lines.append(
+            copy.TRANSITION_GENERATED_NOTE if self.config.transition == "generated" else copy.TRANSITION_CONSTANT_NOTE
+        )
         if not self.valve.available:
             lines.append(f"Private mode is unavailable here: {self.valve.unavailable_reason}.")
         return Reply("\n".join(lines))
@@ -540,8 +624,9 @@ class Companion:
         if len(words) > 2:
             return Reply("Usage: /private PASSPHRASE [EXPIRY] (the passphrase is one word). Nothing changed.")
         if len(words) == 2 and _is_expiry(words[0]) and not _is_expiry(words[1]):
-            return Reply("Usage: /private PASSPHRASE [EXPIRY]: the passphrase comes first, the expiry second. "
-                         "Nothing changed.")
+            return Reply(
+                "Usage: /private PASSPHRASE [EXPIRY]: the passphrase comes first, the expiry second. Nothing changed."
+            )
         passphrase = words[0] if words else ""
         expiry = words[1] if len(words) == 2 else None
         result = await self.valve.enter(turn.conversation, turn.account, passphrase, expiry)
@@ -571,7 +656,7 @@ class Companion:
         )
         try:
             completion = await asyncio.wait_for(self.provider.complete(request), 30)
-        except (ProviderError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, ProviderError) as exc:
             log.info("transition line fell back to the constant (%s)", type(exc).__name__)
             return copy.TRANSITION_FALLBACK
         text = completion.text.strip()

@@ -110,8 +110,11 @@ class ContextAssembler:
         needs_fold = False
         if window:
             needs_fold = await self._store.has_items_before(
-                conversation.id, visible_segment=visible, after=summary.watermark,
-                before=_first_position(window[0]), at_least=self._budget.fold_min,
+                conversation.id,
+                visible_segment=visible,
+                after=summary.watermark,
+                before=_first_position(window[0]),
+                at_least=self._budget.fold_min,
             )
         messages = [ChatMessage("system", system)]
         messages += [_as_chat(item) for item in window]
@@ -145,8 +148,12 @@ class ContextAssembler:
         first = context.window[0]
         upto = first.position if first.is_placeholder else first.position - 1
         batch = await self._store.view(
-            conversation.id, visible_segment=visible, after=context.summary.watermark, upto=upto,
-            limit=self._budget.fold_batch, newest_first=False,
+            conversation.id,
+            visible_segment=visible,
+            after=context.summary.watermark,
+            upto=upto,
+            limit=self._budget.fold_batch,
+            newest_first=False,
         )
         while batch and batch[-1].is_placeholder:  # the watermark is always a message id
             batch.pop()
@@ -156,20 +163,31 @@ class ContextAssembler:
         try:
             completion = await provider.complete(request)
         except ProviderError as exc:
-            log.warning("summary fold for conversation %s failed (%s); will retry later",
-                        conversation.id, type(exc).__name__)
+            log.warning(
+                "summary fold for conversation %s failed (%s); will retry later", conversation.id, type(exc).__name__
+            )
             return False
         text, facts = split_facts(completion.text, "SUMMARY")
         new = Summary(text or context.summary.text, batch[-1].position)
         if state.is_private:
             await self._store.save_summary(
-                conversation.id, new, self._clock.now(), segment_id=state.segment.id,
-                pad_person_id=conversation.person_id, pad_facts=facts,
+                conversation.id,
+                new,
+                self._clock.now(),
+                segment_id=state.segment.id,
+                pad_person_id=conversation.person_id,
+                pad_facts=facts,
             )
         else:
             await self._store.save_summary(conversation.id, new, self._clock.now())
-        log.info("folded %d items of conversation %s (%s); watermark %d -> %d", len(batch), conversation.id,
-                 state.mode.value, context.summary.watermark, new.watermark)
+        log.info(
+            "folded %d items of conversation %s (%s); watermark %d -> %d",
+            len(batch),
+            conversation.id,
+            state.mode.value,
+            context.summary.watermark,
+            new.watermark,
+        )
         return True
 
 
@@ -199,8 +217,9 @@ def split_facts(text: str, label: str, limit: int = 4000) -> tuple[str, tuple[st
     return body[:limit], tuple(facts[:10])
 
 
-def _fit(items: list[TimelineItem], budget_tokens: int,
-         tokens_per_byte: float = INITIAL_TOKENS_PER_BYTE) -> list[TimelineItem]:
+def _fit(
+    items: list[TimelineItem], budget_tokens: int, tokens_per_byte: float = INITIAL_TOKENS_PER_BYTE
+) -> list[TimelineItem]:
     """The newest items that fit the budget. Never empty when items exist: the newest one is
     always kept, shortened with a visible marker if it alone is over budget (the stored
     message stays whole), so no single message can lock a conversation. Older messages over

@@ -23,9 +23,7 @@ TRANSITION_INSTRUCTION = (
     "and welcome them back to everyday conversation. Mention no specifics of anything discussed; "
     "you do not know them. Vary your wording. Reply with the sentences only."
 )
-TRANSITION_FALLBACK = (
-    "Welcome back. Take a breath, maybe a glass of water; I'm here for whatever comes next."
-)
+TRANSITION_FALLBACK = "Welcome back. Take a breath, maybe a glass of water; I'm here for whatever comes next."
 # What /help says of the line on leaving private mode.
 TRANSITION_CONSTANT_NOTE = "Leaving private mode, I say one fixed line; it holds nothing of what was said."
 TRANSITION_GENERATED_NOTE = (
@@ -65,12 +63,10 @@ PROVIDER_KEY_REFUSED = (
     "whoever runs me should check the COMPANION_LLM_API_KEY setting."
 )
 PROVIDER_TOO_LONG = (
-    "Sorry, that was too long for my language model to take in. Your message is saved; "
-    "a shorter message may work."
+    "Sorry, that was too long for my language model to take in. Your message is saved; a shorter message may work."
 )
 PROVIDER_SERVER_FAILED = (
-    "Sorry, my language model's server failed to answer just now. Your message is saved; "
-    "please try again in a moment."
+    "Sorry, my language model's server failed to answer just now. Your message is saved; please try again in a moment."
 )
 
 # Appended to a reply the model stopped early because it reached its token limit.
@@ -97,13 +93,9 @@ MISSED_IN_RESTART = "I was restarted and missed this; could you say it again?"
 
 HANDLER_FAILED = "Sorry, something went wrong on my side. Please try again in a moment."
 
-DELETE_SECRET_NOTE = (
-    "Please delete your message that carried the passphrase; I could not delete it myself here."
-)
+DELETE_SECRET_NOTE = "Please delete your message that carried the passphrase; I could not delete it myself here."  # noqa: S105 - a sentence about a passphrase, not one
 
-NOT_ALLOWED = (
-    "Hello! I'm a personal companion and I only talk with the people I'm set up for. Sorry!"
-)
+NOT_ALLOWED = "Hello! I'm a personal companion and I only talk with the people I'm set up for. Sorry!"
 
 # One sentence per mode, used by /help and /mode alike, so the copy never drifts.
 NORMAL_MODE_MEANS = (
@@ -124,6 +116,5 @@ CAPTURE_INSTRUCTION = (
 )
 
 PRIVATE_REFUSES = (
-    "Private mode writes nothing that outlives it, so /{command} is not available here. "
-    "/normal leaves private mode."
+    "Private mode writes nothing that outlives it, so /{command} is not available here. /normal leaves private mode."
 )

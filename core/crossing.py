@@ -27,17 +27,24 @@ async def export_reply(companion, conversation: Conversation, state: ModeState, 
     now = companion.clock.now()
     stamp = format_moment(now, companion.config.timezone)
     if not state.is_private:
-        lines = [f"Companion export: {conversation.platform} conversation, normal mode, {stamp}.",
-                 "Each private interval appears as one placeholder line.", ""]
+        lines = [
+            f"Companion export: {conversation.platform} conversation, normal mode, {stamp}.",
+            "Each private interval appears as one placeholder line.",
+            "",
+        ]
         async for item in companion.store.export_items(conversation.id, visible_segment=None):
             lines.append(copy.PLACEHOLDER if item.is_placeholder else f"{_speaker(item.role)}: {item.text}")
         body = "\n".join(lines) + "\n"
         name = f"companion-export-{int(now)}.txt"
-        return Reply(f"Here is our normal conversation ({len(lines) - 3} entries).",
-                     attachments=[Attachment(name, body.encode("utf-8"))])
+        return Reply(
+            f"Here is our normal conversation ({len(lines) - 3} entries).",
+            attachments=[Attachment(name, body.encode("utf-8"))],
+        )
     if not companion.config.allow_private_export:
-        return Reply("Export is not available in private mode: what is said here does not leave this "
-                     "private thread. (An operator can allow confirmed crossings with COMPANION_ALLOW_PRIVATE_EXPORT.)")
+        return Reply(
+            "Export is not available in private mode: what is said here does not leave this "
+            "private thread. (An operator can allow confirmed crossings with COMPANION_ALLOW_PRIVATE_EXPORT.)"
+        )
     segment = state.segment
     retention = companion.config.artifact_retention_seconds
     kept = f"kept for {describe_seconds(retention)}" if retention else "kept until deleted"
@@ -51,16 +58,22 @@ async def export_reply(companion, conversation: Conversation, state: ModeState, 
             "send /export confirm within 5 minutes; anything else cancels nothing and creates nothing."
         )
     items = await companion.store.segment_items(segment.id)
-    body = "\n".join([f"Companion crossing artifact (non-private), created {stamp}.", ""]
-                     + [f"{_speaker(i.role)}: {i.text}" for i in items]) + "\n"
+    body = (
+        "\n".join(
+            [f"Companion crossing artifact (non-private), created {stamp}.", ""]
+            + [f"{_speaker(i.role)}: {i.text}" for i in items]
+        )
+        + "\n"
+    )
     name = f"companion-crossing-{int(now)}.txt"
     artifact = await companion.store.confirm_crossing(
         segment.id, conversation.id, name, body, now, None if retention is None else now + retention
     )
     if artifact is None:
         return Reply("There is no crossing waiting for confirmation (it lasts 5 minutes). Send /export first.")
-    return Reply(f"Created non-private artifact #{artifact}, {kept}.",
-                 attachments=[Attachment(name, body.encode("utf-8"))])
+    return Reply(
+        f"Created non-private artifact #{artifact}, {kept}.", attachments=[Attachment(name, body.encode("utf-8"))]
+    )
 
 
 def _speaker(role: str | None) -> str:

@@ -31,7 +31,7 @@ def parse_expiry(text: str) -> float | None:
 
 
 def describe_seconds(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
             count = seconds // size
@@ -63,9 +63,7 @@ def parse_when(text: str, now: float, timezone: str) -> float:
     if match:
         hour, minute = int(match.group(2) or 9), int(match.group(3) or 0)
         try:
-            moment = datetime.fromisoformat(match.group(1)).replace(
-                hour=hour, minute=minute, tzinfo=ZoneInfo(timezone)
-            )
+            moment = datetime.fromisoformat(match.group(1)).replace(hour=hour, minute=minute, tzinfo=ZoneInfo(timezone))
         except ValueError:
             raise ValueError(f"'{text}' is not a real date and time") from None
         if moment.timestamp() <= now:

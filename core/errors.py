@@ -1,18 +1,18 @@
 """The core's exception tree; adapters translate their own failures into these once, at their boundary.
 
-    CompanionError
-    ├── ProviderError            the model side failed
-    │   ├── ProviderUnavailable  not reached or no answer within the timeout (also 408 after retries)
-    │   ├── ProviderServerError  the server failed: 500, or 502/503/504 after retries
-    │   ├── ProviderRateLimited  429 after retries (or a Retry-After past the call's deadline)
-    │   ├── ProviderRejected     4xx other than 408/429, or a 500 saying the request is invalid;
-    │   │   │                    `status` tells a refused API key (401/403) from the rest
-    │   │   └── ProviderRequestTooLong  the request does not fit the model's context
-    │   └── ProviderBadResponse  the reply was not the JSON we expect
-    ├── DeliveryFailed           a platform did not take an outbound message (permanent or not)
-    └── StoreError               the database failed or refused
-        ├── MigrationError       the schema cannot be brought to this code's version
-        └── PrivateWriteRefused  a lasting write was attempted while the conversation is private
+CompanionError
+├── ProviderError            the model side failed
+│   ├── ProviderUnavailable  not reached or no answer within the timeout (also 408 after retries)
+│   ├── ProviderServerError  the server failed: 500, or 502/503/504 after retries
+│   ├── ProviderRateLimited  429 after retries (or a Retry-After past the call's deadline)
+│   ├── ProviderRejected     4xx other than 408/429, or a 500 saying the request is invalid;
+│   │   │                    `status` tells a refused API key (401/403) from the rest
+│   │   └── ProviderRequestTooLong  the request does not fit the model's context
+│   └── ProviderBadResponse  the reply was not the JSON we expect
+├── DeliveryFailed           a platform did not take an outbound message (permanent or not)
+└── StoreError               the database failed or refused
+    ├── MigrationError       the schema cannot be brought to this code's version
+    └── PrivateWriteRefused  a lasting write was attempted while the conversation is private
 """
 
 from __future__ import annotations

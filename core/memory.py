@@ -89,8 +89,7 @@ async def list_goals(context: ToolContext, arguments: dict) -> str:
     if not goals:
         return "No active goals."
     return "\n".join(
-        f"#{g.id} {g.title}" + (f" (by {format_moment(g.due_at, context.timezone)})" if g.due_at else "")
-        for g in goals
+        f"#{g.id} {g.title}" + (f" (by {format_moment(g.due_at, context.timezone)})" if g.due_at else "") for g in goals
     )
 
 
@@ -176,25 +175,67 @@ _S = {"type": "string"}
 _I = {"type": "integer"}
 
 MEMORY_TOOLS = (
-    Tool("remember", "Store a lasting fact about the person.", _schema({"text": _S}, ["text"]),
-         frozenset({"memory-write"}), remember),
-    Tool("recall", "Search earlier conversations, notes and memory.", _schema({"query": _S}, ["query"]),
-         frozenset({"memory-read"}), recall),
-    Tool("forget", "Remove a memory by id or matching text.", _schema({"entry_id": _I, "text": _S}, []),
-         frozenset({"memory-write"}), forget),
+    Tool(
+        "remember",
+        "Store a lasting fact about the person.",
+        _schema({"text": _S}, ["text"]),
+        frozenset({"memory-write"}),
+        remember,
+    ),
+    Tool(
+        "recall",
+        "Search earlier conversations, notes and memory.",
+        _schema({"query": _S}, ["query"]),
+        frozenset({"memory-read"}),
+        recall,
+    ),
+    Tool(
+        "forget",
+        "Remove a memory by id or matching text.",
+        _schema({"entry_id": _I, "text": _S}, []),
+        frozenset({"memory-write"}),
+        forget,
+    ),
     Tool("list_goals", "List the person's active goals.", _schema({}, []), frozenset({"goal"}), list_goals),
-    Tool("set_goal", "Set a goal; due like 3d or 2026-12-24.", _schema({"title": _S, "due": _S}, ["title"]),
-         frozenset({"goal"}), set_goal),
-    Tool("update_goal", "Change a goal's status (active/done/dropped) or title.",
-         _schema({"goal_id": _I, "status": {"type": "string", "enum": ["active", "done", "dropped"]}, "title": _S},
-                 ["goal_id"]), frozenset({"goal"}), update_goal),
-    Tool("schedule_followup", "Remind the person later; when like 30m, 2h, 3d or 2026-12-24 18:00.",
-         _schema({"text": _S, "when": _S}, ["text", "when"]), frozenset({"follow-up"}), schedule_followup),
-    Tool("watch_event", "Remember to ask about an upcoming event.", _schema({"description": _S, "when": _S},
-         ["description"]), frozenset({"follow-up"}), watch_event),
+    Tool(
+        "set_goal",
+        "Set a goal; due like 3d or 2026-12-24.",
+        _schema({"title": _S, "due": _S}, ["title"]),
+        frozenset({"goal"}),
+        set_goal,
+    ),
+    Tool(
+        "update_goal",
+        "Change a goal's status (active/done/dropped) or title.",
+        _schema(
+            {"goal_id": _I, "status": {"type": "string", "enum": ["active", "done", "dropped"]}, "title": _S},
+            ["goal_id"],
+        ),
+        frozenset({"goal"}),
+        update_goal,
+    ),
+    Tool(
+        "schedule_followup",
+        "Remind the person later; when like 30m, 2h, 3d or 2026-12-24 18:00.",
+        _schema({"text": _S, "when": _S}, ["text", "when"]),
+        frozenset({"follow-up"}),
+        schedule_followup,
+    ),
+    Tool(
+        "watch_event",
+        "Remember to ask about an upcoming event.",
+        _schema({"description": _S, "when": _S}, ["description"]),
+        frozenset({"follow-up"}),
+        watch_event,
+    ),
     Tool("list_followups", "List scheduled follow-ups.", _schema({}, []), frozenset({"follow-up"}), list_followups),
-    Tool("pause_followup", "Pause a follow-up by id.", _schema({"followup_id": _I}, ["followup_id"]),
-         frozenset({"follow-up"}), pause_followup),
+    Tool(
+        "pause_followup",
+        "Pause a follow-up by id.",
+        _schema({"followup_id": _I}, ["followup_id"]),
+        frozenset({"follow-up"}),
+        pause_followup,
+    ),
 )
 
 
@@ -252,8 +293,10 @@ async def run_memory_command(name: str, args: str, context: ToolContext) -> str:
             amount, _, text = text.partition(" ")
             when = f"in {amount}"
         if not text.strip():
-            raise ValueError("Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d or 2026-12-24), "
-                             "/followup pause N or /followup cancel N")
+            raise ValueError(
+                "Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d or 2026-12-24), "
+                "/followup pause N or /followup cancel N"
+            )
         return await schedule_followup(context, {"text": text, "when": when})
     if name == "watch":
         return await watch_event(context, {"description": args})

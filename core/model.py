@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 
-class Mode(str, enum.Enum):
+class Mode(enum.StrEnum):
     NORMAL = "normal"
     PRIVATE = "private"
 

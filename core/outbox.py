@@ -84,8 +84,9 @@ class Outbox:
         """Scheduled: send what is due, per conversation in order. A delivery never tried is left
         to the adapter sending it for `UNTRIED_GRACE` seconds, except `at_start` (what the last
         process left). Returns how many conversations were fully flushed."""
-        due = await self._store.due(frozenset(self._senders), self._clock.now(),
-                                    untried_after=0.0 if at_start else UNTRIED_GRACE)
+        due = await self._store.due(
+            frozenset(self._senders), self._clock.now(), untried_after=0.0 if at_start else UNTRIED_GRACE
+        )
         flushed = 0
         for conversation_id, newest in due:
             if await self.deliver(conversation_id, newest):
@@ -103,8 +104,14 @@ class Outbox:
         except Exception as exc:  # noqa: BLE001 - an unknown failure is retried, never lost
             return await self._failed(delivery, type(exc).__name__, False, delivery.parts_sent)
         await self._store.mark_sent(delivery.id, parts, self._clock.now())
-        log.info("delivery %s (%s, conversation %s) sent in %d parts after %d retries",
-                 delivery.id, delivery.kind, delivery.conversation_id, parts, delivery.attempts)
+        log.info(
+            "delivery %s (%s, conversation %s) sent in %d parts after %d retries",
+            delivery.id,
+            delivery.kind,
+            delivery.conversation_id,
+            parts,
+            delivery.attempts,
+        )
         return True
 
     async def _failed(self, delivery, kind: str, permanent: bool, parts_sent: int) -> bool:
@@ -116,8 +123,14 @@ class Outbox:
             return True
         delay = self.backoff(delivery.attempts + 1)
         await self._store.mark_retry(delivery.id, parts_sent, kind, now + delay)
-        log.info("delivery %s (conversation %s) failed (%s), attempt %d; next try in %.0f s",
-                 delivery.id, delivery.conversation_id, kind, delivery.attempts + 1, delay)
+        log.info(
+            "delivery %s (conversation %s) failed (%s), attempt %d; next try in %.0f s",
+            delivery.id,
+            delivery.conversation_id,
+            kind,
+            delivery.attempts + 1,
+            delay,
+        )
         return False
 
     def backoff(self, attempt: int) -> float:

@@ -134,8 +134,16 @@ class TimelineStore(Protocol):
     ) -> Conversation: ...
 
     async def add_message(
-        self, conversation_id: int, role: str, text: str, now: float, *, segment_id: int | None = None,
-        kind: str = "chat", account_id: int | None = None, run: object | None = None,
+        self,
+        conversation_id: int,
+        role: str,
+        text: str,
+        now: float,
+        *,
+        segment_id: int | None = None,
+        kind: str = "chat",
+        account_id: int | None = None,
+        run: object | None = None,
         platform_message_id: str | None = None,
     ) -> int | None:
         """Append a message; with a segment it is private and can only be 'skipped' for capture.
@@ -143,7 +151,13 @@ class TimelineStore(Protocol):
         ...
 
     async def add_inbound(
-        self, conversation_id: int, text: str, now: float, *, segment_id: int | None, account_id: int | None,
+        self,
+        conversation_id: int,
+        text: str,
+        now: float,
+        *,
+        segment_id: int | None,
+        account_id: int | None,
         platform_message_id: str | None,
     ) -> int | None:
         """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
@@ -151,8 +165,15 @@ class TimelineStore(Protocol):
         ...
 
     async def record_reply(
-        self, conversation_id: int, send_text: str, now: float, *, stored_text: str | None = None,
-        segment_id: int | None = None, run: object | None = None, answers: int | None = None,
+        self,
+        conversation_id: int,
+        send_text: str,
+        now: float,
+        *,
+        stored_text: str | None = None,
+        segment_id: int | None = None,
+        run: object | None = None,
+        answers: int | None = None,
         target: DeliveryTarget | None = None,
     ) -> tuple[int | None, int | None]:
         """One transaction: the assistant message, the run, the answered turns, the delivery.
@@ -164,8 +185,14 @@ class TimelineStore(Protocol):
     async def turn_is_open(self, message_id: int) -> bool: ...
 
     async def view(
-        self, conversation_id: int, *, visible_segment: int | None, after: int, upto: int | None = None,
-        limit: int, newest_first: bool = True,
+        self,
+        conversation_id: int,
+        *,
+        visible_segment: int | None,
+        after: int,
+        upto: int | None = None,
+        limit: int,
+        newest_first: bool = True,
     ) -> list[TimelineItem]:
         """The conversation as one mode sees it: other segments as exactly one placeholder each."""
         ...
@@ -179,8 +206,14 @@ class TimelineStore(Protocol):
     async def private_summary(self, segment_id: int) -> Summary | None: ...
 
     async def save_summary(
-        self, conversation_id: int, summary: Summary, now: float, *, segment_id: int | None = None,
-        pad_person_id: int | None = None, pad_facts: tuple[str, ...] = (),
+        self,
+        conversation_id: int,
+        summary: Summary,
+        now: float,
+        *,
+        segment_id: int | None = None,
+        pad_person_id: int | None = None,
+        pad_facts: tuple[str, ...] = (),
     ) -> None: ...
 
     async def normal_pad(self, person_id: int) -> list[PadEntry]: ...
@@ -231,7 +264,13 @@ class MemoryStore(Protocol):
     async def goals(self, person_id: int, *, include_closed: bool = False) -> list[Goal]: ...
 
     async def update_goal(
-        self, person_id: int, origin: int, goal_id: int, now: float, *, status: str | None = None,
+        self,
+        person_id: int,
+        origin: int,
+        goal_id: int,
+        now: float,
+        *,
+        status: str | None = None,
         title: str | None = None,
     ) -> bool: ...
 
@@ -246,8 +285,14 @@ class MemoryStore(Protocol):
     ) -> bool: ...
 
     async def record_tool_operation(
-        self, conversation_id: int, segment_id: int | None, tool: str, status: str, args_bytes: int,
-        result_bytes: int, now: float,
+        self,
+        conversation_id: int,
+        segment_id: int | None,
+        tool: str,
+        status: str,
+        args_bytes: int,
+        result_bytes: int,
+        now: float,
     ) -> None: ...
 
     async def pending_capture(self, limit: int) -> list[PendingCapture]: ...
@@ -275,7 +320,12 @@ class LifetimeStore(Protocol):
     async def request_crossing(self, segment_id: int, destination: str, now: float, confirm_by: float) -> int: ...
 
     async def confirm_crossing(
-        self, segment_id: int, conversation_id: int, filename: str, content: str, now: float,
+        self,
+        segment_id: int,
+        conversation_id: int,
+        filename: str,
+        content: str,
+        now: float,
         expires_at: float | None,
     ) -> int | None: ...
 

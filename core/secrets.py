@@ -32,10 +32,14 @@ class PassphraseHash:
     def parse(cls, text: str) -> PassphraseHash:
         match = _FORMAT.match(text.strip())
         if not match:
-            raise InvalidPassphraseHash("expected scrypt$n=...,r=...,p=...$salt$hash as printed by `companion passphrase`")
+            raise InvalidPassphraseHash(
+                "expected scrypt$n=...,r=...,p=...$salt$hash as printed by `companion passphrase`"
+            )
         n, r, p = (int(match.group(i)) for i in (1, 2, 3))
         if n < 2**14 or n & (n - 1) or not (1 <= r <= 32) or not (1 <= p <= 16):
-            raise InvalidPassphraseHash("scrypt parameters are too weak or malformed (n must be a power of two >= 16384)")
+            raise InvalidPassphraseHash(
+                "scrypt parameters are too weak or malformed (n must be a power of two >= 16384)"
+            )
         try:
             salt = base64.b64decode(match.group(4), validate=True)
             digest = base64.b64decode(match.group(5), validate=True)
@@ -48,8 +52,13 @@ class PassphraseHash:
     def verify(self, passphrase: str) -> bool:
         """Constant-time check. Slow on purpose: call it off the event loop."""
         candidate = hashlib.scrypt(
-            passphrase.encode("utf-8"), salt=self.salt, n=self.n, r=self.r, p=self.p,
-            maxmem=_MAXMEM, dklen=len(self.digest),
+            passphrase.encode("utf-8"),
+            salt=self.salt,
+            n=self.n,
+            r=self.r,
+            p=self.p,
+            maxmem=_MAXMEM,
+            dklen=len(self.digest),
         )
         return hmac.compare_digest(candidate, self.digest)
 
@@ -60,5 +69,8 @@ def hash_passphrase(passphrase: str) -> str:
         raise ValueError("the passphrase is empty")
     salt = os.urandom(16)
     digest = hashlib.scrypt(passphrase.encode("utf-8"), salt=salt, n=_N, r=_R, p=_P, maxmem=_MAXMEM, dklen=32)
-    b64 = lambda raw: base64.b64encode(raw).decode("ascii")  # noqa: E731
-    return f"scrypt$n={_N},r={_R},p={_P}${b64(salt)}${b64(digest)}"
+    return f"scrypt$n={_N},r={_R},p={_P}${_b64(salt)}${_b64(digest)}"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")

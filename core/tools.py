@@ -10,7 +10,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from core.model import Conversation, ToolCall, ToolSpec
 from core.valve import ModeState
@@ -94,7 +94,7 @@ async def run_tool_call(offered: list[Tool], call: ToolCall, context: ToolContex
 async def _current_time(context: ToolContext, arguments: dict) -> str:
     from zoneinfo import ZoneInfo
 
-    now = datetime.fromtimestamp(context.now, tz=timezone.utc).astimezone(ZoneInfo(context.timezone))
+    now = datetime.fromtimestamp(context.now, tz=UTC).astimezone(ZoneInfo(context.timezone))
     return now.strftime("%A %Y-%m-%d %H:%M %Z")
 
 

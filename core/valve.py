@@ -74,9 +74,7 @@ class ModeValve:
         self._hash: PassphraseHash | None = None
         self.unavailable_reason: str | None = None
         if not passphrase_hash:
-            self.unavailable_reason = (
-                "no passphrase is configured (set COMPANION_PRIVATE_PASSPHRASE_HASH to what `companion passphrase` prints)"
-            )
+            self.unavailable_reason = "no passphrase is configured (set COMPANION_PRIVATE_PASSPHRASE_HASH to what `companion passphrase` prints)"
         else:
             try:
                 self._hash = PassphraseHash.parse(passphrase_hash)
@@ -99,8 +97,11 @@ class ModeValve:
         try:
             segment = await asyncio.wait_for(self._store.open_segment_of(conversation.id), self._read_timeout)
         except Exception as exc:  # noqa: BLE001 - the failure direction is the point
-            log.warning("mode read failed for conversation %s (%s); normal mode, message not used",
-                        conversation.id, type(exc).__name__)
+            log.warning(
+                "mode read failed for conversation %s (%s); normal mode, message not used",
+                conversation.id,
+                type(exc).__name__,
+            )
             return UNREADABLE
         if segment is None:
             return NORMAL
@@ -116,7 +117,7 @@ class ModeValve:
             await self._close_quietly(segment, "expired")
             try:  # its life is over: delete it now rather than at the next sweep
                 await self._store.delete_expired_segments(now)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - the sweep retries; the turn must go on in normal mode
                 log.warning("deleting expired segments failed (%s); the sweep retries", type(exc).__name__)
             return ModeState(Mode.NORMAL, notice="Private mode ended: its time ran out. You are in normal mode now.")
         if self._idle is not None and now - segment.last_activity_at >= self._idle:
@@ -142,8 +143,11 @@ class ModeValve:
     ) -> EntryResult:
         """Verify and open a private segment. Bad input changes nothing."""
         if not conversation.is_direct:
-            return EntryResult(False, "Private mode is only possible in a one-to-one chat with me, not in a group "
-                               "or channel. Nothing changed.")
+            return EntryResult(
+                False,
+                "Private mode is only possible in a one-to-one chat with me, not in a group "
+                "or channel. Nothing changed.",
+            )
         if self._hash is None:
             return EntryResult(False, f"Private mode is unavailable: {self.unavailable_reason}.")
         if not passphrase:
@@ -157,8 +161,11 @@ class ModeValve:
         attempts = await self._store.failed_attempts_since(account.id, now - LOCKOUT_WINDOW - LOCKOUT_DURATION)
         locked_until = _locked_until(attempts)
         if locked_until is not None and now < locked_until:
-            return EntryResult(False, "Private mode entry is locked after too many wrong passphrases; "
-                               f"try again in {describe_seconds(locked_until - now)}.")
+            return EntryResult(
+                False,
+                "Private mode entry is locked after too many wrong passphrases; "
+                f"try again in {describe_seconds(locked_until - now)}.",
+            )
         current = await self.read(conversation)
         if current.is_private:
             return EntryResult(False, "You are already in private mode. /normal leaves it.")
@@ -168,16 +175,26 @@ class ModeValve:
             attempts = [t for t in attempts if t > now - LOCKOUT_WINDOW] + [now]
             log.info("private-mode entry refused for account %s (attempt %d)", account.id, len(attempts))
             if _locked_until(attempts) is not None:
-                return EntryResult(False, "That passphrase is not right. Private mode entry is now locked for "
-                                   f"{describe_seconds(LOCKOUT_DURATION)}.")
+                return EntryResult(
+                    False,
+                    "That passphrase is not right. Private mode entry is now locked for "
+                    f"{describe_seconds(LOCKOUT_DURATION)}.",
+                )
             left = LOCKOUT_ATTEMPTS - len(attempts)
-            return EntryResult(False, f"That passphrase is not right. {left} more wrong "
-                               f"{'try' if left == 1 else 'tries'} will lock private mode for 15 minutes.")
+            return EntryResult(
+                False,
+                f"That passphrase is not right. {left} more wrong "
+                f"{'try' if left == 1 else 'tries'} will lock private mode for 15 minutes.",
+            )
         await self._store.clear_failed_attempts(account.id)
         expires_at = None if lifetime is None else now + lifetime
         segment = await self._store.open_segment(conversation.id, now, expires_at)
         log.info("private segment %s opened in conversation %s", segment.id, conversation.id)
-        life = "it is kept until you delete it" if lifetime is None else f"it is deleted after {describe_seconds(lifetime)}"
+        life = (
+            "it is kept until you delete it"
+            if lifetime is None
+            else f"it is deleted after {describe_seconds(lifetime)}"
+        )
         return EntryResult(True, f"Private mode is on; {life}. /normal leaves it.")
 
     # --- leaving (never verified, never fails) -----------------------------
@@ -189,9 +206,12 @@ class ModeValve:
             closed = await asyncio.wait_for(
                 self._store.close_open_segments(conversation.id, self._clock.now(), reason), self._read_timeout
             )
-        except Exception as exc:  # noqa: BLE001
-            log.warning("closing the segment of conversation %s failed (%s); held in normal mode",
-                        conversation.id, type(exc).__name__)
+        except Exception as exc:  # noqa: BLE001 - leaving never fails: held in normal mode, retried
+            log.warning(
+                "closing the segment of conversation %s failed (%s); held in normal mode",
+                conversation.id,
+                type(exc).__name__,
+            )
             self._leaving.add(conversation.id)
             return True
         self._leaving.discard(conversation.id)
@@ -202,7 +222,7 @@ class ModeValve:
             await asyncio.wait_for(
                 self._store.close_open_segments(conversation.id, self._clock.now(), "user"), self._read_timeout
             )
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - still held in normal mode; the next turn retries
             return
         self._leaving.discard(conversation.id)
 
@@ -210,7 +230,7 @@ class ModeValve:
         try:
             await self._store.close_segment(segment.id, self._clock.now(), reason)
             log.info("private segment %s closed (%s)", segment.id, reason)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - the conversation is held in normal mode until it closes
             log.warning("closing segment %s failed (%s)", segment.id, type(exc).__name__)
             self._leaving.add(segment.conversation_id)
 

@@ -44,7 +44,7 @@ def make_companion(store, provider, clock, passphrase_hash):
         made.append(companion)
         return companion
 
-    yield make
+    return make
 
 
 @pytest.fixture

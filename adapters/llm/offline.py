@@ -48,7 +48,9 @@ class OfflineProvider:
 
 
 def _digest(request: CompletionRequest) -> str:
-    system = "\n\n".join(m.content or "" for m in request.messages if m.role == "system" and m.content != copy.PLACEHOLDER)
+    system = "\n\n".join(
+        m.content or "" for m in request.messages if m.role == "system" and m.content != copy.PLACEHOLDER
+    )
     visible = sum(1 for m in request.messages if m.role in ("user", "assistant"))
     placeholders = sum(1 for m in request.messages if m.role == "system" and m.content == copy.PLACEHOLDER)
     memory = _count_entries(system, copy.MEMORY_HEADER) + _count_entries(system, copy.PRIVATE_MEMORY_HEADER)

@@ -42,7 +42,9 @@ _RETRYABLE_STATUSES = frozenset({408, 429, 502, 503, 504})
 _TOO_LONG = re.compile(
     r"context.{0,24}(length|size|window|limit|exceed)|exceed.{0,40}context|too long|too many tokens", re.IGNORECASE
 )
-_INVALID = re.compile(r"invalid|type.must.be|type_error|must be a|expected|missing|required|unsupported|parse", re.IGNORECASE)
+_INVALID = re.compile(
+    r"invalid|type.must.be|type_error|must be a|expected|missing|required|unsupported|parse", re.IGNORECASE
+)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SERVER_MESSAGE_LIMIT = 200
 # A server message sharing a run this long with the request is taken to quote it.
@@ -153,7 +155,9 @@ class OpenAICompatibleProvider:
         Raises:
             core.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
-        body = json.dumps(_payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False).encode()
+        body = json.dumps(
+            _payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False
+        ).encode()
         self.last_request_bytes = len(body)
         response, attempts = await self._post(body, request)
         try:
@@ -226,7 +230,11 @@ class OpenAICompatibleProvider:
                     self._raise_translated(exc, attempts=attempt, request=request)
                 log.warning(
                     "model server attempt %d/%d failed after %.0f ms (%s); retrying in %.2f s",
-                    attempt, attempts, elapsed * 1000, type(exc).__name__, delay,
+                    attempt,
+                    attempts,
+                    elapsed * 1000,
+                    type(exc).__name__,
+                    delay,
                 )
             except httpx.RequestError as exc:
                 self._raise_translated(exc, attempts=attempt, request=request)
@@ -235,7 +243,11 @@ class OpenAICompatibleProvider:
                 status = response.status_code
                 log.debug(
                     "model server answered %d on attempt %d/%d: %d bytes in %.0f ms",
-                    status, attempt, attempts, len(response.content), elapsed * 1000,
+                    status,
+                    attempt,
+                    attempts,
+                    len(response.content),
+                    elapsed * 1000,
                 )
                 if response.is_success:
                     return response, attempt
@@ -284,7 +296,9 @@ class OpenAICompatibleProvider:
                     f"{where} refused the request as too long for the model with {status}{said}", status=code
                 ) from exc
             if code == 500 and _INVALID.search(error_text):
-                raise ProviderRejected(f"{where} refused the request as invalid with {status}{said}", status=code) from exc
+                raise ProviderRejected(
+                    f"{where} refused the request as invalid with {status}{said}", status=code
+                ) from exc
             if code >= 500:
                 raise ProviderServerError(f"{where} answered {status} {tries}{said}", status=code) from exc
             if code >= 400:
@@ -448,6 +462,4 @@ def _quotes_request(message: str, request: CompletionRequest) -> bool:
     haystack = _one_line("\n".join(texts))
     if len(message) < _QUOTE_WINDOW:
         return bool(message) and message in haystack
-    return any(
-        message[i : i + _QUOTE_WINDOW] in haystack for i in range(len(message) - _QUOTE_WINDOW + 1)
-    )
+    return any(message[i : i + _QUOTE_WINDOW] in haystack for i in range(len(message) - _QUOTE_WINDOW + 1))

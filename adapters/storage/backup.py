@@ -126,7 +126,7 @@ def _drop_private_rows(db: sqlite3.Connection, now: float | None = None) -> None
     db.execute("BEGIN IMMEDIATE")
     for table in _PRIVATE_TABLES:
         if _has_table(db, table):
-            db.execute(f"DELETE FROM {table}")  # noqa: S608 - constant names
+            db.execute(f"DELETE FROM {table}")
     if now is not None and _has_table(db, "artifacts"):
         db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
     leftovers = db.execute(

@@ -89,7 +89,13 @@ class MemoryQueries:
         return [Goal(r["id"], r["title"], r["status"], r["due_at"]) for r in rows]
 
     async def update_goal(
-        self, person_id: int, origin: int, goal_id: int, now: float, *, status: str | None = None,
+        self,
+        person_id: int,
+        origin: int,
+        goal_id: int,
+        now: float,
+        *,
+        status: str | None = None,
         title: str | None = None,
     ) -> bool:
         async with self._tx() as db:
@@ -132,8 +138,14 @@ class MemoryQueries:
     # --- tool operations ------------------------------------------------------
 
     async def record_tool_operation(
-        self, conversation_id: int, segment_id: int | None, tool: str, status: str,
-        args_bytes: int, result_bytes: int, now: float,
+        self,
+        conversation_id: int,
+        segment_id: int | None,
+        tool: str,
+        status: str,
+        args_bytes: int,
+        result_bytes: int,
+        now: float,
     ) -> None:
         async with self._tx() as db:
             await db.execute(
@@ -238,7 +250,9 @@ class MemoryQueries:
             "SELECT count(*) FROM agent_events WHERE kind = 'provider_call' AND status = 'cut_off'"
         )
         return {
-            "turns": turns[0] or 0, "ok": turns[1] or 0, "failed": turns[2] or 0,
+            "turns": turns[0] or 0,
+            "ok": turns[1] or 0,
+            "failed": turns[2] or 0,
             "tools": [(r[0], r[1], r[2]) for r in tools],
             "errors": [(r[0], r[1]) for r in errors],
             "latencies": [r[0] for r in latencies],

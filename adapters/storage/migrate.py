@@ -31,10 +31,7 @@ def known_migrations() -> list[Migration]:
 
 
 async def applied_migrations(db: aiosqlite.Connection) -> list[str]:
-    await db.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        " name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
-    )
+    await db.execute("CREATE TABLE IF NOT EXISTS schema_migrations ( name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
     async with db.execute("SELECT name FROM schema_migrations ORDER BY name") as cur:
         return [row[0] for row in await cur.fetchall()]
 

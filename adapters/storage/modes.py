@@ -75,14 +75,19 @@ class ModeQueries:
         after the restart falls inside it; `now` is kept as the segment's `restart_at`, so a
         message sent before it that arrives later is known to belong to it. Returns the
         conversations whose segment was closed."""
-        scope = "" if platforms is None else (
-            " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"
-            f" ({', '.join('?' for _ in platforms)}))"
+        scope = (
+            ""
+            if platforms is None
+            else (
+                " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"
+                f" ({', '.join('?' for _ in platforms)}))"
+            )
         )
         params = () if platforms is None else tuple(sorted(platforms))
         async with self._tx() as db:
-            async with db.execute(f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope}",
-                                  params) as cur:
+            async with db.execute(
+                f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope}", params
+            ) as cur:
                 conversations = [row[0] for row in await cur.fetchall()]
             await db.execute(
                 "UPDATE segments SET end_reason = 'restart', restart_at = ?, ended_at = max(started_at,"
@@ -112,9 +117,7 @@ class ModeQueries:
         leaves none of it in the WAL (or, blocked by a reader, is owed and finished by the next
         deletion, sweep or start)."""
         async with self._tx() as db:
-            cur = await db.execute(
-                "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
-            )
+            cur = await db.execute("DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
             deleted = cur.rowcount
             if deleted:
                 await owe_checkpoint(db)
@@ -148,9 +151,7 @@ class ModeQueries:
 
     async def record_failed_attempt(self, account_id: int, now: float, keep_after: float) -> None:
         async with self._tx() as db:
-            await db.execute(
-                "INSERT INTO valve_attempts (account_id, attempted_at) VALUES (?, ?)", (account_id, now)
-            )
+            await db.execute("INSERT INTO valve_attempts (account_id, attempted_at) VALUES (?, ?)", (account_id, now))
             await db.execute("DELETE FROM valve_attempts WHERE attempted_at <= ?", (keep_after,))
 
     async def clear_failed_attempts(self, account_id: int) -> None:

@@ -12,22 +12,39 @@ from core.model import DeliveryTarget, OutboundDelivery
 if TYPE_CHECKING:
     from adapters.storage.sqlite import SqliteStore
 
-_COLUMNS = (
-    "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts"
-)
+_COLUMNS = "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts"
 
 
 async def insert_delivery(
-    db: aiosqlite.Connection, conversation_id: int, target: DeliveryTarget, text: str, now: float, *,
-    kind: str = "reply", message_id: int | None = None, segment_id: int | None = None,
+    db: aiosqlite.Connection,
+    conversation_id: int,
+    target: DeliveryTarget,
+    text: str,
+    now: float,
+    *,
+    kind: str = "reply",
+    message_id: int | None = None,
+    segment_id: int | None = None,
 ) -> int:
     """Write one pending delivery inside the caller's transaction. The schema refuses a private
     segment on anything but a reply, and a segment other than the carried message's."""
     cur = await db.execute(
         "INSERT INTO deliveries (conversation_id, message_id, segment_id, kind, platform, chat_id, reply_to,"
         " thread_id, nonce, text, next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (conversation_id, message_id, segment_id, kind, target.platform, target.chat_id, target.reply_to,
-         target.thread_id, secrets.token_hex(8), text, now, now),
+        (
+            conversation_id,
+            message_id,
+            segment_id,
+            kind,
+            target.platform,
+            target.chat_id,
+            target.reply_to,
+            target.thread_id,
+            secrets.token_hex(8),
+            text,
+            now,
+            now,
+        ),
     )
     return cur.lastrowid
 
@@ -100,9 +117,7 @@ class SqliteOutboxStore:
     async def prune_settled(self, before: float) -> int:
         """Forget settled rows (they hold no text) once they are old."""
         async with self._store._tx() as db:
-            cur = await db.execute(
-                "DELETE FROM deliveries WHERE status <> 'pending' AND settled_at < ?", (before,)
-            )
+            cur = await db.execute("DELETE FROM deliveries WHERE status <> 'pending' AND settled_at < ?", (before,))
             return cur.rowcount
 
 

@@ -84,8 +84,11 @@ class PrivacyQueries:
         if owed is None:
             async with self._tx() as db:
                 await owe_checkpoint(db)
-        log.warning("WAL checkpoint blocked by a reader (%d of %d frames copied); owed until a sweep"
-                    " or start completes it", copied, frames)
+        log.warning(
+            "WAL checkpoint blocked by a reader (%d of %d frames copied); owed until a sweep or start completes it",
+            copied,
+            frames,
+        )
         return False
 
     async def checkpoint_if_owed(self) -> bool:
@@ -137,7 +140,12 @@ class PrivacyQueries:
             return cur.lastrowid
 
     async def confirm_crossing(
-        self, segment_id: int, conversation_id: int, filename: str, content: str, now: float,
+        self,
+        segment_id: int,
+        conversation_id: int,
+        filename: str,
+        content: str,
+        now: float,
         expires_at: float | None,
     ) -> int | None:
         """Consume a pending, unexpired crossing of this segment and create the artifact, in one
@@ -145,7 +153,8 @@ class PrivacyQueries:
         async with self._tx() as db:
             async with db.execute(
                 "SELECT id, destination FROM crossings WHERE segment_id = ? AND confirm_by >= ?"
-                " ORDER BY id DESC LIMIT 1", (segment_id, now),
+                " ORDER BY id DESC LIMIT 1",
+                (segment_id, now),
             ) as cur:
                 pending = await cur.fetchone()
             await db.execute("DELETE FROM crossings WHERE segment_id = ?", (segment_id,))

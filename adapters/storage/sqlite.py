@@ -14,8 +14,8 @@ import aiosqlite
 
 from adapters.storage.memory import MemoryQueries, insert_run
 from adapters.storage.migrate import migrate
-from adapters.storage.outbox import insert_delivery
 from adapters.storage.modes import ModeQueries
+from adapters.storage.outbox import insert_delivery
 from adapters.storage.privacy import PrivacyQueries
 from core.errors import StoreError
 from core.model import (
@@ -287,7 +287,13 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
             return message_id
 
     async def add_inbound(
-        self, conversation_id: int, text: str, now: float, *, segment_id: int | None, account_id: int | None,
+        self,
+        conversation_id: int,
+        text: str,
+        now: float,
+        *,
+        segment_id: int | None,
+        account_id: int | None,
         platform_message_id: str | None,
     ) -> int | None:
         """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
@@ -311,8 +317,15 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
             return cur.lastrowid
 
     async def record_reply(
-        self, conversation_id: int, send_text: str, now: float, *, stored_text: str | None = None,
-        segment_id: int | None = None, run=None, answers: int | None = None,
+        self,
+        conversation_id: int,
+        send_text: str,
+        now: float,
+        *,
+        stored_text: str | None = None,
+        segment_id: int | None = None,
+        run=None,
+        answers: int | None = None,
         target: DeliveryTarget | None = None,
     ) -> tuple[int | None, int | None]:
         """Write the outcome of a turn in one transaction: the assistant message (`stored_text`,
@@ -363,8 +376,13 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
             () if platforms is None else tuple(sorted(platforms)),
         )
         return [
-            OpenTurn(r["id"], Conversation(r["cid"], r["platform"], r["chat_id"], r["kind"], r["person_id"]),
-                     r["account_id"], r["created_at"], r["platform_message_id"])
+            OpenTurn(
+                r["id"],
+                Conversation(r["cid"], r["platform"], r["chat_id"], r["kind"], r["person_id"]),
+                r["account_id"],
+                r["created_at"],
+                r["platform_message_id"],
+            )
             for r in rows
         ]
 
@@ -444,9 +462,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
         return row[0] >= at_least
 
     async def latest_message_id(self, conversation_id: int) -> int:
-        row = await self._one(
-            "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
-        )
+        row = await self._one("SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,))
         return row[0]
 
     # --- summaries ----------------------------------------------------------
@@ -516,6 +532,7 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
             (person_id,),
         )
         return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
+
 
 def _timeline_order(item: TimelineItem) -> tuple[int, int, int]:
     # A placeholder stands right after the message that preceded its interval.

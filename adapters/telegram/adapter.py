@@ -132,8 +132,9 @@ class TelegramAdapter:
         self._closing = False
         self._queues.clear()
         self._app = self._build_application()
-        self._delivery = Delivery(self._app.bot, sleep=self._sleep, max_attempts=self._max_attempts,
-                                  backoff=self._backoff)
+        self._delivery = Delivery(
+            self._app.bot, sleep=self._sleep, max_attempts=self._max_attempts, backoff=self._backoff
+        )
         try:
             await self._initialize()
             await self._register_commands()
@@ -172,8 +173,9 @@ class TelegramAdapter:
         await self._shutdown_application()
         log.info("telegram: stopped")
 
-    async def send(self, chat_id: int | str, text: str, *, reply_to: int | None = None,
-                   thread_id: int | None = None) -> list[int]:
+    async def send(
+        self, chat_id: int | str, text: str, *, reply_to: int | None = None, thread_id: int | None = None
+    ) -> list[int]:
         """Send `text` to a chat as plain text, in parts Telegram accepts, in order.
 
         Returns:
@@ -196,15 +198,20 @@ class TelegramAdapter:
         target = delivery.target
         try:
             await self._delivery.send_text(
-                target.chat_id, delivery.text, start=delivery.parts_sent,
+                target.chat_id,
+                delivery.text,
+                start=delivery.parts_sent,
                 reply_to=int(target.reply_to) if target.reply_to else None,
                 thread_id=int(target.thread_id) if target.thread_id else None,
             )
         except TelegramDeliveryError as exc:
             cause = exc.__cause__
             permanent = isinstance(cause, TelegramError) and is_permanent(cause)
-            raise DeliveryFailed(type(cause).__name__ if cause else "unknown", permanent=permanent,
-                                 parts_sent=delivery.parts_sent + exc.delivered) from exc
+            raise DeliveryFailed(
+                type(cause).__name__ if cause else "unknown",
+                permanent=permanent,
+                parts_sent=delivery.parts_sent + exc.delivered,
+            ) from exc
         return parts_of(delivery.text)
 
     def _build_application(self) -> Application:
@@ -226,7 +233,8 @@ class TelegramAdapter:
         return app
 
     async def _initialize(self) -> None:
-        assert self._app is not None and self._delivery is not None
+        if self._app is None or self._delivery is None:
+            raise RuntimeError("telegram: initialise after the application is built")
         where = f"the Bot API server at {self._base_url}" if self._base_url else "Telegram (api.telegram.org)"
         # `from None` below: python-telegram-bot's own InvalidToken message quotes the token.
         try:
@@ -240,24 +248,34 @@ class TelegramAdapter:
             reason = type(exc).__name__
             if self._base_url:
                 raise TelegramStartError(f"COMPANION_TELEGRAM_BASE_URL: cannot reach {where} ({reason})") from None
-            raise TelegramStartError(f"cannot reach {where} ({reason}); check the network, "
-                                     "or point COMPANION_TELEGRAM_BASE_URL at a Bot API server") from None
+            raise TelegramStartError(
+                f"cannot reach {where} ({reason}); check the network, "
+                "or point COMPANION_TELEGRAM_BASE_URL at a Bot API server"
+            ) from None
+
+    def _started_delivery(self) -> Delivery:
+        if self._delivery is None:
+            raise RuntimeError("telegram: used before start()")
+        return self._delivery
 
     async def _register_commands(self) -> None:
-        assert self._delivery is not None
-        commands = [BotCommand(name, description[:256]) for name, description in self._commands
-                    if re.fullmatch(r"[a-z0-9_]{1,32}", name) and description]
+        delivery = self._started_delivery()
+        commands = [
+            BotCommand(name, description[:256])
+            for name, description in self._commands
+            if re.fullmatch(r"[a-z0-9_]{1,32}", name) and description
+        ]
         if not commands:
             return
         try:
-            await self._delivery.call("setMyCommands", lambda: self._bot.set_my_commands(commands))
+            await delivery.call("setMyCommands", lambda: self._bot.set_my_commands(commands))
         except TelegramError as exc:
             log.warning("telegram: setMyCommands failed (%s); commands still work when typed", type(exc).__name__)
 
     async def _drop_webhook(self) -> None:
-        assert self._delivery is not None
+        delivery = self._started_delivery()
         try:  # a webhook left set would make every getUpdates fail with 409 Conflict
-            await self._delivery.call("deleteWebhook", lambda: self._bot.delete_webhook(drop_pending_updates=False))
+            await delivery.call("deleteWebhook", lambda: self._bot.delete_webhook(drop_pending_updates=False))
         except TelegramError as exc:
             log.warning("telegram: deleteWebhook failed (%s)", type(exc).__name__)
 
@@ -296,15 +314,19 @@ class TelegramAdapter:
                 # Revoked while running: polling again cannot help, and would go on for ever.
                 log.error("telegram: the Bot API rejected the token while running; polling stops")
                 if self._on_fatal is not None:
-                    self._on_fatal("COMPANION_TELEGRAM_TOKEN: the Bot API rejected the token while running "
-                                   "(revoked?); set a valid token and start again")
+                    self._on_fatal(
+                        "COMPANION_TELEGRAM_TOKEN: the Bot API rejected the token while running "
+                        "(revoked?); set a valid token and start again"
+                    )
                 return
             except Exception as exc:  # noqa: BLE001 - polling must outlive every failure but cancellation
                 failures += 1
                 conflicts = conflicts + 1 if isinstance(exc, Conflict) else 0
                 if conflicts == 3:  # a streak, not one overlap of a restart's long poll: say it once
-                    log.error("telegram: another instance is polling this bot token (409 Conflict); "
-                              "stop the other process (or the other host) using it; still retrying")
+                    log.error(
+                        "telegram: another instance is polling this bot token (409 Conflict); "
+                        "stop the other process (or the other host) using it; still retrying"
+                    )
                 level = logging.WARNING if isinstance(exc, (NetworkError, Conflict)) else logging.ERROR
                 log.log(level, "telegram: getUpdates failed (%s), attempt %d", type(exc).__name__, failures)
                 await self._sleep(min(self._backoff * 2 ** min(failures, 7), 60.0))
@@ -349,9 +371,11 @@ class TelegramAdapter:
                 self._queues.pop(key, None)
 
     async def _process(self, update: Update) -> None:
-        assert self._app is not None
+        app = self._app
+        if app is None:
+            raise RuntimeError("telegram: an update arrived before start()")
         try:
-            await self._app.process_update(update)
+            await app.process_update(update)
         except Exception as exc:  # noqa: BLE001 - one bad update must not stop its chat
             log.error("telegram: update %s failed (%s)", update.update_id, type(exc).__name__)
 
@@ -387,8 +411,12 @@ class TelegramAdapter:
         if inbound is None or self._delivery is None:
             return
         delivery = self._delivery
-        log.info("telegram: update %s, %s chat, %d chars", update.update_id,
-                 "direct" if inbound.is_direct else "group", len(inbound.text))
+        log.info(
+            "telegram: update %s, %s chat, %d chars",
+            update.update_id,
+            "direct" if inbound.is_direct else "group",
+            len(inbound.text),
+        )
         typing = asyncio.create_task(self._keep_typing(message.chat_id))
         try:
             reply = await self._handler(inbound)
@@ -411,14 +439,18 @@ class TelegramAdapter:
                 # The reply is a pending outbox row already: sent and marked now, or later by the
                 # dispatcher if Telegram cannot take it now. Never lost, never answered twice.
                 if text != reply.text:
-                    await self._outbox.append_text(reply.delivery_id, text[len(reply.text):])
+                    await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
                 await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
             else:
                 reply_to = None if (inbound.is_direct or reply.delete_inbound) else message.message_id
                 await delivery.send_text(message.chat_id, text, reply_to=reply_to, thread_id=thread)
             for attachment in reply.attachments:
-                await delivery.call("sendDocument", lambda a=attachment: self._bot.send_document(
-                    message.chat_id, document=a.data, filename=a.filename, message_thread_id=thread))
+                await delivery.call(
+                    "sendDocument",
+                    lambda a=attachment: self._bot.send_document(
+                        message.chat_id, document=a.data, filename=a.filename, message_thread_id=thread
+                    ),
+                )
         except (TelegramDeliveryError, TelegramError) as exc:
             log.error("telegram: update %s: the reply could not be sent (%s)", update.update_id, type(exc).__name__)
 

@@ -56,8 +56,7 @@ class Delivery:
     long text already delivered are never sent again.
     """
 
-    def __init__(self, bot: Bot, *, sleep: Sleep = asyncio.sleep, max_attempts: int = 5,
-                 backoff: float = 0.5) -> None:
+    def __init__(self, bot: Bot, *, sleep: Sleep = asyncio.sleep, max_attempts: int = 5, backoff: float = 0.5) -> None:
         self._bot = bot
         self._sleep = sleep
         self._max_attempts = max_attempts
@@ -90,8 +89,15 @@ class Delivery:
     def backoff(self, attempt: int) -> float:
         return min(self._backoff * 2 ** (attempt - 1), 30.0)
 
-    async def send_text(self, chat_id: int | str, text: str, *, reply_to: int | None = None,
-                        thread_id: int | None = None, start: int = 0) -> list[int]:
+    async def send_text(
+        self,
+        chat_id: int | str,
+        text: str,
+        *,
+        reply_to: int | None = None,
+        thread_id: int | None = None,
+        start: int = 0,
+    ) -> list[int]:
         """Send `text` as plain text (no parse mode, so formatting cannot fail), in parts, in order,
         from part `start` on (the parts before it went out earlier).
 
@@ -106,8 +112,12 @@ class Delivery:
                 continue
             reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if (reply_to and number == 0) else None
             try:
-                message = await self.call("sendMessage", lambda p=part, r=reply: self._bot.send_message(
-                    chat_id, p, reply_parameters=r, message_thread_id=thread_id))
+                message = await self.call(
+                    "sendMessage",
+                    lambda p=part, r=reply: self._bot.send_message(
+                        chat_id, p, reply_parameters=r, message_thread_id=thread_id
+                    ),
+                )
             except TelegramError as exc:
                 raise TelegramDeliveryError(f"sendMessage failed ({type(exc).__name__})", len(sent)) from exc
             sent.append(message.message_id)

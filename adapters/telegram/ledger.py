@@ -44,8 +44,11 @@ class UpdateLedger:
         return None if self.through is None else self.through + 1
 
     def is_known(self, update_id: int) -> bool:
-        return ((self.through is not None and update_id <= self.through)
-                or update_id in self.pending or update_id in self.above)
+        return (
+            (self.through is not None and update_id <= self.through)
+            or update_id in self.pending
+            or update_id in self.above
+        )
 
     def begin(self, update_id: int) -> None:
         self.pending.add(update_id)

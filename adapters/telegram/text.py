@@ -31,8 +31,9 @@ class Entity:
     user_id: int | None = None
 
 
-def group_text(text: str, entities: Iterable[Entity], *, username: str, bot_id: int,
-               replied_to_bot: bool, commands: set[str]) -> str | None:
+def group_text(
+    text: str, entities: Iterable[Entity], *, username: str, bot_id: int, replied_to_bot: bool, commands: set[str]
+) -> str | None:
     """The text to answer in a group, with the bot's @mention removed; None when not addressed to the bot.
 
     Addressed: the bot is @mentioned, the message replies to the bot, or it starts with
@@ -41,7 +42,7 @@ def group_text(text: str, entities: Iterable[Entity], *, username: str, bot_id: 
     units = text.encode("utf-16-le", "surrogatepass")
 
     def piece(entity: Entity) -> str:
-        return units[2 * entity.offset: 2 * (entity.offset + entity.length)].decode("utf-16-le", "replace")
+        return units[2 * entity.offset : 2 * (entity.offset + entity.length)].decode("utf-16-le", "replace")
 
     addressed, mentions = replied_to_bot, []
     for entity in entities:
@@ -50,17 +51,16 @@ def group_text(text: str, entities: Iterable[Entity], *, username: str, bot_id: 
             if target and target.lower() != username.lower():
                 return None  # a command for another bot
             addressed = addressed or bool(target) or name.lower() in commands
-        elif entity.type == "mention" and piece(entity).lower() == f"@{username.lower()}":
-            addressed = True
-            mentions.append(entity)
-        elif entity.type == "text_mention" and entity.user_id == bot_id:
+        elif (entity.type == "mention" and piece(entity).lower() == f"@{username.lower()}") or (
+            entity.type == "text_mention" and entity.user_id == bot_id
+        ):
             addressed = True
             mentions.append(entity)
     if not addressed:
         return None
     for entity in sorted(mentions, key=lambda e: e.offset, reverse=True):
         start, end = 2 * entity.offset, 2 * (entity.offset + entity.length)
-        if units[end:end + 2] == b" \x00" and (start == 0 or units[start - 2:start] in (b" \x00", b"\n\x00")):
+        if units[end : end + 2] == b" \x00" and (start == 0 or units[start - 2 : start] in (b" \x00", b"\n\x00")):
             end += 2  # "hey @bot how" -> "hey how"
         units = units[:start] + units[end:]
     cleaned = units.decode("utf-16-le", "surrogatepass").strip()

@@ -52,8 +52,13 @@ STAGES = {
 def kill_at(command: str, source, target, stage: str) -> None:
     """Run `command` in a child process and SIGKILL it right after `stage`."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with subprocess.Popen([sys.executable, "-c", _STOPPING, command, str(source), str(target), stage],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", _STOPPING, command, str(source), str(target), stage],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
         try:
             marker = proc.stdout.readline().strip()
             assert marker == stage, f"{command} never reached {stage}: {'' if marker else proc.stderr.read()}"
@@ -165,7 +170,7 @@ async def test_a_backup_or_restore_killed_at_any_stage_leaves_no_private_byte_in
     for stage in STAGES[command]:
         assert callable(getattr(backup_module, stage)), stage
         kill_at(command, source, target, stage)
-        files = [p for p in folder.iterdir()] if folder.exists() else []
+        files = list(folder.iterdir()) if folder.exists() else []
         assert files_holding(files, CANARY) == [], f"killed after {stage}"
         left_partial += [stage for p in files if p.name.endswith((".partial", ".restoring"))]
         # The next run removes what the killed one left, and writes nothing private either.

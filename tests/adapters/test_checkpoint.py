@@ -68,9 +68,7 @@ async def test_deleted_private_text_leaves_db_and_wal_once_a_reader_lets_go(comp
     assert await store.get_adapter_state(CHECKPOINT_OWED) is None
 
 
-async def test_an_owed_checkpoint_survives_a_restart_and_the_start_finishes_it(
-    companion, store, provider, clock
-):
+async def test_an_owed_checkpoint_survives_a_restart_and_the_start_finishes_it(companion, store, provider, clock):
     other, segment = await two_private_conversations(companion, store)
     with SnapshotReader(store.path) as reader:
         await delete_while_reading_the_mode(companion, store, clock, other, segment, "expiry")
@@ -135,7 +133,6 @@ async def test_a_write_gives_up_with_a_clear_error_when_another_process_keeps_th
     from core.errors import StoreError
 
     monkeypatch.setattr(sqlite_module, "_BUSY_SECONDS", 0.3)
-    with WriteHolder(store.path):
-        with pytest.raises(StoreError, match="locked by another process"):
-            await store.set_adapter_state("ours", "1", clock.now())
+    with WriteHolder(store.path), pytest.raises(StoreError, match="locked by another process"):
+        await store.set_adapter_state("ours", "1", clock.now())
     assert await store.get_adapter_state("ours") is None

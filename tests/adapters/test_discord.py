@@ -49,9 +49,15 @@ async def model():
 @pytest.fixture
 async def core(store, model, passphrase_hash):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
-    companion = Companion(store, provider, CompanionConfig(
-        allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash,
-    ), outbox=Outbox(SqliteOutboxStore(store), SystemClock()))
+    companion = Companion(
+        store,
+        provider,
+        CompanionConfig(
+            allowed_accounts=frozenset({f"discord:{FRIEND}"}),
+            passphrase_hash=passphrase_hash,
+        ),
+        outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+    )
     await companion.start()
     yield companion
     await companion.aclose()
@@ -96,8 +102,10 @@ def _visible(text: str) -> str:
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(alphabet=st.sampled_from(list("ab .!?\n\r\t") + ["😀", "é", "。"]), max_size=600),
-       limit=st.integers(min_value=2, max_value=120))
+@given(
+    text=st.text(alphabet=st.sampled_from([*list("ab .!?\n\r\t"), "😀", "é", "。"]), max_size=600),
+    limit=st.integers(min_value=2, max_value=120),
+)
 def test_split_parts_fit_the_limit_and_keep_every_visible_character_in_order(text, limit):
     parts = split_message(text, limit)
     assert all(0 < text_length(part) <= limit for part in parts)
@@ -106,9 +114,14 @@ def test_split_parts_fit_the_limit_and_keep_every_visible_character_in_order(tex
 
 
 @settings(max_examples=200, deadline=None)
-@given(paragraphs=st.lists(st.text(alphabet="abc .!\n", min_size=1, max_size=50).map(str.strip)
-                           .filter(lambda p: p and "\n\n" not in p), min_size=1, max_size=12),
-       limit=st.integers(min_value=50, max_value=200))
+@given(
+    paragraphs=st.lists(
+        st.text(alphabet="abc .!\n", min_size=1, max_size=50).map(str.strip).filter(lambda p: p and "\n\n" not in p),
+        min_size=1,
+        max_size=12,
+    ),
+    limit=st.integers(min_value=50, max_value=200),
+)
 def test_split_never_breaks_a_paragraph_that_fits(paragraphs, limit):
     paragraphs = [" ".join(p.split()) for p in paragraphs]  # one line each, no blank lines inside
     text = "\n\n".join(paragraphs)
@@ -190,8 +203,13 @@ async def test_an_api_base_without_the_version_stops_start_up_saying_so(discord_
 
 
 async def test_an_unreachable_gateway_stops_start_up_naming_the_variable(discord_server, core, unused_port):
-    adapter = DiscordAdapter(discord_server.token, core.handle, api_base=discord_server.api_base,
-                             gateway_url=f"ws://127.0.0.1:{unused_port}/gateway", ready_timeout=10.0)
+    adapter = DiscordAdapter(
+        discord_server.token,
+        core.handle,
+        api_base=discord_server.api_base,
+        gateway_url=f"ws://127.0.0.1:{unused_port}/gateway",
+        ready_timeout=10.0,
+    )
     with pytest.raises(DiscordStartError) as raised:
         await adapter.start()
     message = str(raised.value)
@@ -210,8 +228,9 @@ async def test_a_gateway_that_never_sends_ready_stops_start_up_naming_the_variab
 
 
 async def test_the_gateway_is_asked_from_the_api_base_when_not_configured(discord_server, core):
-    adapter = DiscordAdapter(discord_server.token, core.handle, api_base=discord_server.api_base,
-                             guild_ready_timeout=0.05)
+    adapter = DiscordAdapter(
+        discord_server.token, core.handle, api_base=discord_server.api_base, guild_ready_timeout=0.05
+    )
     await adapter.start()
     try:
         assert ("GET", "/api/v10/gateway/bot", 200) in discord_server.requests
@@ -453,8 +472,11 @@ async def test_no_discord_object_reaches_the_core(discord_server):
         await adapter.aclose()
     dm, guild = seen
     assert type(dm) is InboundMessage and type(guild) is InboundMessage
-    assert all(type(v) in (str, bool, type(None)) for m in seen for v in (
-        m.platform, m.chat_id, m.user_id, m.text, m.is_direct, m.message_id, m.user_name))
+    assert all(
+        type(v) in (str, bool, type(None))
+        for m in seen
+        for v in (m.platform, m.chat_id, m.user_id, m.text, m.is_direct, m.message_id, m.user_name)
+    )
     assert dm.is_direct and dm.platform == "discord" and dm.user_id == str(FRIEND)
     assert dm.chat_id == str(discord_server.dm_channel_id(FRIEND))
     assert not guild.is_direct and guild.chat_id == str(discord_server.guild_channel_id) and guild.text == "hi all"

@@ -19,8 +19,10 @@ from core.errors import (
     ProviderRequestTooLong,
 )
 from core.model import ChatMessage, CompletionRequest, ToolCall
-# The provider fixtures (over this module's strict `server`) and helpers of the provider tests.
-from tests.adapters.test_openai_provider import WEATHER, ask, provider, sleep  # noqa: F401 - fixtures
+
+# Helpers of the provider tests; the `provider` and `sleep` fixtures (tests/adapters/conftest.py) run over this
+# module's strict `server`.
+from tests.adapters.test_openai_provider import WEATHER, ask
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fake_openai import (
     FakeOpenAIServer,
@@ -30,12 +32,18 @@ from tests.helpers.fake_openai import (
 
 # What llama.cpp's server answers to a message whose content is null.
 LLAMA_NULL_CONTENT = {
-    "error": {"code": 500, "message": "[json.exception.type_error.302] type must be string, but is null",
-              "type": "server_error"}
+    "error": {
+        "code": 500,
+        "message": "[json.exception.type_error.302] type must be string, but is null",
+        "type": "server_error",
+    }
 }
 LLAMA_TOO_LONG = {
-    "error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
-              "type": "exceed_context_size_error"}
+    "error": {
+        "code": 400,
+        "message": "the request exceeds the available context size, try increasing it",
+        "type": "exceed_context_size_error",
+    }
 }
 
 
@@ -73,10 +81,13 @@ async def test_strict_fake_refuses_null_content_and_ignores_tools_without_tool_c
     server.reply_tool_call("get_weather", '{"city":"Oslo"}')
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
     async with httpx.AsyncClient() as client:
-        null = await client.post(f"{server.base_url}/chat/completions",
-                                 json={"messages": [{"role": "assistant", "content": None}]})
-        unused = await client.post(f"{server.base_url}/chat/completions",
-                                   json={"messages": [{"role": "user", "content": "hi"}], "tools": tools})
+        null = await client.post(
+            f"{server.base_url}/chat/completions", json={"messages": [{"role": "assistant", "content": None}]}
+        )
+        unused = await client.post(
+            f"{server.base_url}/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "tools": tools},
+        )
 
     assert null.status_code == 500 and "type must be string" in null.json()["error"]["message"]
     assert "tool_calls" not in unused.json()["choices"][0]["message"]
@@ -106,7 +117,7 @@ async def test_no_message_content_is_null_on_the_wire(server, provider) -> None:
     call = ToolCall("c1", "get_weather", '{"city":"Oslo"}')
     request = ask("weather?", tools=(WEATHER,))
     request = CompletionRequest(
-        request.messages + (ChatMessage("assistant", None, (call,)), ChatMessage("tool", None, tool_call_id="c1")),
+        (*request.messages, ChatMessage("assistant", None, (call,)), ChatMessage("tool", None, tool_call_id="c1")),
         tools=(WEATHER,),
     )
 
@@ -172,8 +183,9 @@ async def test_a_complete_reply_has_no_cut_off_marker(server, linked) -> None:
 
 
 async def test_a_lone_surrogate_escape_in_the_reply_is_repaired(server, provider) -> None:
-    server.reply_raw(b'{"choices":[{"message":{"role":"assistant","content":"cut mid-emoji \\ud83d"},'
-                     b'"finish_reason":"stop"}]}')
+    server.reply_raw(
+        b'{"choices":[{"message":{"role":"assistant","content":"cut mid-emoji \\ud83d"},"finish_reason":"stop"}]}'
+    )
 
     completion = await provider.complete(ask())
 
@@ -249,7 +261,6 @@ async def test_a_hanging_server_is_answered_once_after_the_timeout(server, store
     assert await stored_user_texts(store) == ["are you there?"]
 
 
-
 async def test_retries_stop_at_the_deadline_of_the_whole_call(server) -> None:
     # Six retries allowed, each answer 0.2 s away: only the 0.5 s deadline can stop them early.
     provider = OpenAICompatibleProvider(server.base_url, timeout=0.5, max_retries=6, backoff=0.01)
@@ -262,6 +273,7 @@ async def test_retries_stop_at_the_deadline_of_the_whole_call(server) -> None:
         await provider.aclose()
 
     assert len(server.requests) <= 3
+
 
 # --- honest failure words; the message is kept in every case ------------------------------
 
@@ -281,8 +293,9 @@ async def test_a_refused_api_key_names_the_setting(server, linked, store) -> Non
     [
         pytest.param(lambda s: s.reply_status(400, body=LLAMA_TOO_LONG), id="llama.cpp-400"),
         pytest.param(lambda s: s.reply_status(413), id="413"),
-        pytest.param(lambda s: s.reply_status(400, message="This model's maximum context length is 4096 tokens"),
-                     id="openai-400"),
+        pytest.param(
+            lambda s: s.reply_status(400, message="This model's maximum context length is 4096 tokens"), id="openai-400"
+        ),
     ],
 )
 async def test_a_request_too_long_for_the_model_says_so(server, linked, store, script) -> None:
@@ -331,7 +344,6 @@ async def test_an_unreachable_model_server_says_unreachable(store, clock, passph
 def test_every_failure_has_its_own_words() -> None:
     words = {copy.PROVIDER_FAILED, copy.PROVIDER_KEY_REFUSED, copy.PROVIDER_TOO_LONG, copy.PROVIDER_SERVER_FAILED}
     assert len(words) == 4
-
 
 
 async def test_a_llama_cpp_reply_with_the_legacy_function_call_beside_tool_calls_runs_the_tool(

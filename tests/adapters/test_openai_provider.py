@@ -6,8 +6,7 @@ import json
 import logging
 import socket
 import traceback
-from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import httpx
@@ -33,37 +32,6 @@ WEATHER = ToolSpec(
     description="Current weather for a city.",
     parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
-
-
-class RecordingSleep:
-    """Stands in for asyncio.sleep: records each delay and returns at once."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as fake:
-        yield fake
-
-
-@pytest.fixture
-def sleep() -> RecordingSleep:
-    return RecordingSleep()
-
-
-@pytest.fixture
-async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIterator[OpenAICompatibleProvider]:
-    provider = OpenAICompatibleProvider(server.base_url, api_key="sk-test", model="test-model", timeout=10.0)
-    provider._sleep = sleep
-    try:
-        yield provider
-    finally:
-        await provider.aclose()
 
 
 def ask(text: str = "hello", **kwargs: object) -> CompletionRequest:
@@ -160,8 +128,8 @@ async def test_tool_call_round_trip_sends_the_tool_result_back(server, provider)
     assert (call.id, call.name, json.loads(call.arguments)) == ("call_42", "get_weather", {"city": "Oslo"})
 
     second = CompletionRequest(
-        messages=first.messages
-        + (
+        messages=(
+            *first.messages,
             ChatMessage("assistant", None, tool_calls=asked.tool_calls),
             ChatMessage("tool", '{"temp_c":3}', tool_call_id=call.id),
         ),
@@ -208,8 +176,8 @@ async def test_429_is_retried_after_the_retry_after_seconds(server, provider, sl
 async def test_retry_after_as_an_http_date_is_honoured_and_capped(server, sleep) -> None:
     provider = OpenAICompatibleProvider(server.base_url, max_retry_after=5.0)
     provider._sleep = sleep
-    soon = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=3), usegmt=True)
-    late = format_datetime(datetime.now(timezone.utc) + timedelta(hours=1), usegmt=True)
+    soon = format_datetime(datetime.now(UTC) + timedelta(seconds=3), usegmt=True)
+    late = format_datetime(datetime.now(UTC) + timedelta(hours=1), usegmt=True)
     server.reply_status(429, headers={"Retry-After": soon})
     server.reply_status(429, headers={"Retry-After": late})
     try:
@@ -284,7 +252,7 @@ async def test_a_server_slower_than_the_timeout_raises_unavailable_without_a_ret
     server.reply_delay(5.0)
     server.reply_delay(5.0)
     try:
-        with pytest.raises(ProviderUnavailable, match="did not answer within 0.2 s") as caught:
+        with pytest.raises(ProviderUnavailable, match=r"did not answer within 0\.2 s") as caught:
             await provider.complete(ask())
     finally:
         await provider.aclose()

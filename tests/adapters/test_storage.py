@@ -50,7 +50,7 @@ async def test_database_with_an_unknown_newer_migration_refuses_to_start(tmp_pat
         pass
     with sqlite3.connect(path) as db:
         db.execute("INSERT INTO schema_migrations VALUES ('9999_from_the_future', 0)")
-    with pytest.raises(MigrationError, match="9999_from_the_future.*does not know"):
+    with pytest.raises(MigrationError, match=r"9999_from_the_future.*does not know"):
         await SqliteStore(path).start()
 
 
@@ -72,8 +72,10 @@ async def test_migration_files_are_numbered_and_ordered():
 
 
 async def test_every_child_table_cascades_from_its_owner(store):
-    tables = [r[0] for r in await store._all(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    tables = [
+        r[0]
+        for r in await store._all("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+    ]
     for table in tables:
         for fk in await store._all(f"PRAGMA foreign_key_list({table})"):
             column, on_delete = fk["from"], fk["on_delete"]
@@ -86,12 +88,16 @@ async def test_every_child_table_cascades_from_its_owner(store):
 
 
 async def test_a_private_message_cannot_be_stored_as_pending_for_capture(store):
-    await store.ensure_conversation(__import__("core.model").model.ConversationKey("terminal", "t"), "direct", None, 1.0)
+    await store.ensure_conversation(
+        __import__("core.model").model.ConversationKey("terminal", "t"), "direct", None, 1.0
+    )
     segment = await store.open_segment(1, 1.0, None)
     with pytest.raises(sqlite3.IntegrityError):
         await store._all(
             "INSERT INTO messages (conversation_id, segment_id, mode, role, text, capture, created_at)"
-            " VALUES (1, ?, 'private', 'user', 'x', 'pending', 1.0)", (segment.id,))
+            " VALUES (1, ?, 'private', 'user', 'x', 'pending', 1.0)",
+            (segment.id,),
+        )
 
 
 async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_full_again(store):

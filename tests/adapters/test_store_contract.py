@@ -24,7 +24,7 @@ def test_sqlite_store_implements_every_port_method_with_its_parameters(port):
         expected = list(inspect.signature(getattr(port, name)).parameters)
         actual = inspect.signature(implementation).parameters
         assert list(actual)[: len(expected)] == expected, f"{name}: {list(actual)} does not start with {expected}"
-        extras = list(actual.values())[len(expected):]
+        extras = list(actual.values())[len(expected) :]
         assert all(p.default is not inspect.Parameter.empty for p in extras), f"{name}: extra parameters need defaults"
 
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import (
     HANDLER_FAILED,
@@ -24,7 +25,6 @@ from adapters.telegram import (
     group_text,
     split_message,
 )
-from adapters.storage.outbox import SqliteOutboxStore
 from core import copy
 from core.companion import Companion, CompanionConfig
 from core.copy import RESTART_KEPT_PRIVATE
@@ -80,16 +80,22 @@ CompanionFactory = Callable[[], Awaitable[Companion]]
 
 
 @pytest.fixture
-async def new_companion(store: SqliteStore, model: FakeOpenAIServer,
-                        passphrase_hash: str) -> AsyncIterator[CompanionFactory]:
+async def new_companion(
+    store: SqliteStore, model: FakeOpenAIServer, passphrase_hash: str
+) -> AsyncIterator[CompanionFactory]:
     """A started Companion on the shared store; calling it again is what a restarted process does."""
     opened: list[tuple[Companion, OpenAICompatibleProvider]] = []
 
     async def make() -> Companion:
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
-        companion = Companion(store, provider, CompanionConfig(
-            allowed_accounts=frozenset({f"telegram:{USER}", f"telegram:{OTHER}"}),
-            passphrase_hash=passphrase_hash), outbox=Outbox(SqliteOutboxStore(store), SystemClock()))
+        companion = Companion(
+            store,
+            provider,
+            CompanionConfig(
+                allowed_accounts=frozenset({f"telegram:{USER}", f"telegram:{OTHER}"}), passphrase_hash=passphrase_hash
+            ),
+            outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+        )
         await companion.start()
         opened.append((companion, provider))
         return companion
@@ -114,8 +120,9 @@ AdapterFactory = Callable[..., Awaitable[TelegramAdapter]]
 
 
 @pytest.fixture
-async def new_adapter(telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep,
-                      new_companion: CompanionFactory) -> AsyncIterator[AdapterFactory]:
+async def new_adapter(
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep, new_companion: CompanionFactory
+) -> AsyncIterator[AdapterFactory]:
     """Adapters on the fake server; they close before the companions (they depend on them) do."""
     made: list[TelegramAdapter] = []
 
@@ -145,8 +152,7 @@ async def adapter(new_adapter: AdapterFactory, companion: Companion) -> Telegram
     return await new_adapter(companion)
 
 
-async def say(telegram: FakeTelegramServer, text: str, *, chat: int = USER, user: int = USER,
-              **kwargs) -> str:
+async def say(telegram: FakeTelegramServer, text: str, *, chat: int = USER, user: int = USER, **kwargs) -> str:
     """Send `text` as the user and return the text of the one reply it gets."""
     before = len(telegram.sent)
     telegram.send_text(chat, user, text, chat_type="private" if chat > 0 else "supergroup", **kwargs)
@@ -256,8 +262,11 @@ async def test_flood_control_retry_after_is_honoured_and_the_reply_is_sent_once(
 
 @pytest.mark.parametrize("status", [500, 502, 503])
 async def test_a_5xx_is_retried_with_backoff_until_the_reply_is_sent(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer,
-    sleep: RecordingSleep, status: int,
+    adapter: TelegramAdapter,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
+    sleep: RecordingSleep,
+    status: int,
 ) -> None:
     telegram.fail_next("sendMessage", status, times=2)
     model.reply_text("made it")
@@ -377,8 +386,11 @@ async def test_when_the_passphrase_message_cannot_be_deleted_the_reply_asks_the_
 
 
 async def test_restart_does_not_handle_updates_again(
-    new_adapter: AdapterFactory, new_companion: CompanionFactory, companion: Companion,
-    telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    new_adapter: AdapterFactory,
+    new_companion: CompanionFactory,
+    companion: Companion,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
 ) -> None:
     first = await new_adapter(companion)
     await say(telegram, "one")
@@ -396,8 +408,11 @@ async def test_restart_does_not_handle_updates_again(
 
 
 async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_nor_skipped(
-    new_adapter: AdapterFactory, companion: Companion, telegram: FakeTelegramServer,
-    model: FakeOpenAIServer, store: SqliteStore,
+    new_adapter: AdapterFactory,
+    companion: Companion,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
+    store: SqliteStore,
 ) -> None:
     for text in ["u1", "u2", "u3", "u4"]:
         telegram.send_text(USER, USER, text)
@@ -411,8 +426,12 @@ async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_
 
 
 async def test_messages_sent_while_down_stay_in_the_private_interval_the_restart_closed(
-    new_adapter: AdapterFactory, new_companion: CompanionFactory, companion: Companion,
-    telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore,
+    new_adapter: AdapterFactory,
+    new_companion: CompanionFactory,
+    companion: Companion,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
+    store: SqliteStore,
 ) -> None:
     first = await new_adapter(companion)
     assert (await say(telegram, "/private sesame")).startswith("Private mode is on")
@@ -445,8 +464,9 @@ async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_i
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
 
-    adapter = TelegramAdapter(telegram.token, failing, base_url=telegram.base_url, state=store,
-                              poll_timeout=2.0, sleep=sleep)
+    adapter = TelegramAdapter(
+        telegram.token, failing, base_url=telegram.base_url, state=store, poll_timeout=2.0, sleep=sleep
+    )
     await adapter.start()
     try:
         message = telegram.send_text(USER, USER, text)
@@ -463,8 +483,9 @@ async def test_attachments_of_a_reply_are_sent_as_documents_after_its_text(
     async def exporting(message: InboundMessage) -> Reply | None:
         return Reply("Here is your export.", attachments=[Attachment("export.txt", b"normal notes")])
 
-    adapter = TelegramAdapter(telegram.token, exporting, base_url=telegram.base_url, state=store,
-                              poll_timeout=2.0, sleep=sleep)
+    adapter = TelegramAdapter(
+        telegram.token, exporting, base_url=telegram.base_url, state=store, poll_timeout=2.0, sleep=sleep
+    )
     await adapter.start()
     try:
         telegram.send_text(USER, USER, "/export")
@@ -511,9 +532,7 @@ async def test_neither_the_token_nor_message_text_reaches_the_logs(
     assert CANARY not in lines and "sesame" not in lines
 
 
-async def test_start_and_aclose_are_safe_to_call_twice(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer
-) -> None:
+async def test_start_and_aclose_are_safe_to_call_twice(adapter: TelegramAdapter, telegram: FakeTelegramServer) -> None:
     await adapter.start()
     assert len(telegram.calls_of("getMe")) == 1
     await adapter.aclose()
@@ -528,8 +547,10 @@ def _units(text: str) -> int:
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(alphabet=st.sampled_from("ab .!?\n\t😀é") | st.characters(), max_size=400),
-       limit=st.integers(min_value=2, max_value=60))
+@given(
+    text=st.text(alphabet=st.sampled_from("ab .!?\n\t😀é") | st.characters(), max_size=400),
+    limit=st.integers(min_value=2, max_value=60),
+)
 def test_split_message_keeps_every_character_in_order_within_the_limit(text: str, limit: int) -> None:
     parts = split_message(text, limit)
     assert all(part and part == part.strip() for part in parts)
@@ -568,23 +589,27 @@ def test_a_ledger_restored_after_any_crash_skips_exactly_the_handled_updates(
     assert all(i >= offset for i in range(1, 9) if i not in handled)  # Telegram still delivers the rest
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    (f"@{BOT} how are you?", "how are you?"),
-    (f"hey @{BOT} how are you?", "hey how are you?"),
-    (f"@{BOT.upper()}, tell me", "tell me"),
-    (f"@{BOT}", f"@{BOT}"),
-    ("no mention at all", None),
-    (f"/help@{BOT}", f"/help@{BOT}"),
-    ("/help@another_bot", None),
-    ("/mode", "/mode"),
-    ("/unknowncommand", None),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"@{BOT} how are you?", "how are you?"),
+        (f"hey @{BOT} how are you?", "hey how are you?"),
+        (f"@{BOT.upper()}, tell me", "tell me"),
+        (f"@{BOT}", f"@{BOT}"),
+        ("no mention at all", None),
+        (f"/help@{BOT}", f"/help@{BOT}"),
+        ("/help@another_bot", None),
+        ("/mode", "/mode"),
+        ("/unknowncommand", None),
+    ],
+)
 def test_group_text_answers_only_messages_addressed_to_the_bot(text: str, expected: str | None) -> None:
     from tests.helpers.fake_telegram import _entities
 
     entities = [Entity(e["type"], e["offset"], e["length"]) for e in _entities(text)]
-    assert group_text(text, entities, username=BOT, bot_id=1, replied_to_bot=False,
-                      commands={"help", "mode"}) == expected
+    assert (
+        group_text(text, entities, username=BOT, bot_id=1, replied_to_bot=False, commands={"help", "mode"}) == expected
+    )
 
 
 def test_group_text_strips_a_mention_after_characters_outside_the_basic_plane() -> None:
@@ -603,8 +628,9 @@ async def test_a_persistent_409_conflict_is_named_once_per_streak_and_polling_go
 
     async def conflicts(times: int) -> None:
         polls = len(telegram.calls_of("getUpdates"))
-        telegram.fail_next("getUpdates", 409, description="Conflict: terminated by other getUpdates request",
-                           times=times)
+        telegram.fail_next(
+            "getUpdates", 409, description="Conflict: terminated by other getUpdates request", times=times
+        )
         await telegram.wait_for(lambda: len(telegram.calls_of("getUpdates")) > polls + times)
 
     await telegram.wait_for_polling()
@@ -612,7 +638,8 @@ async def test_a_persistent_409_conflict_is_named_once_per_streak_and_polling_go
     assert named() == []
     await conflicts(6)
     assert [(r.levelno, r.getMessage().split(";")[0]) for r in named()] == [
-        (logging.ERROR, "telegram: another instance is polling this bot token (409 Conflict)")]
+        (logging.ERROR, "telegram: another instance is polling this bot token (409 Conflict)")
+    ]
     assert await say(telegram, "/mode")  # still polling, still answering
     await conflicts(3)  # a new streak is named again
     assert len(named()) == 2
@@ -631,12 +658,14 @@ def _rows_mentioning(path: Path, needles: list[str]) -> list[tuple]:
     return found
 
 
-
 # --- the outbox: replies outlive outages ---------------------------------------------
 
 
 async def test_a_reply_telegram_refuses_for_longer_than_every_retry_is_kept_and_sent_once_when_it_is_back(
-    adapter: TelegramAdapter, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    adapter: TelegramAdapter,
+    companion: Companion,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
     store: SqliteStore,
 ) -> None:
     model.reply_text("kept for you")
@@ -656,7 +685,10 @@ async def test_a_reply_telegram_refuses_for_longer_than_every_retry_is_kept_and_
 
 
 async def test_a_blocked_bot_gives_up_on_the_reply_and_records_why(
-    adapter: TelegramAdapter, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    adapter: TelegramAdapter,
+    companion: Companion,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
     store: SqliteStore,
 ) -> None:
     telegram.fail_next("sendMessage", 403, description="Forbidden: bot was blocked by the user")
@@ -669,7 +701,10 @@ async def test_a_blocked_bot_gives_up_on_the_reply_and_records_why(
 
 
 async def test_a_redelivered_update_is_not_stored_or_answered_again(
-    new_adapter: AdapterFactory, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    new_adapter: AdapterFactory,
+    companion: Companion,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
     store: SqliteStore,
 ) -> None:
     first = await new_adapter(companion)
@@ -685,7 +720,10 @@ async def test_a_redelivered_update_is_not_stored_or_answered_again(
 
 
 async def test_a_reply_pending_while_the_bot_api_is_unreachable_is_delivered_once_when_it_returns(
-    adapter: TelegramAdapter, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer,
+    adapter: TelegramAdapter,
+    companion: Companion,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
     store: SqliteStore,
 ) -> None:
     model.reply_text("kept for you", delay=0.3)

@@ -88,7 +88,6 @@ def _files_under(folder) -> dict:
     return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-
 @pytest.mark.parametrize(
     ("name", "value"),
     [

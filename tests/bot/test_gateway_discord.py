@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 
-
 from core.copy import DELETE_SECRET_NOTE, TRANSITION_FALLBACK
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
@@ -92,14 +91,15 @@ def test_companion_run_holds_a_discord_dm_conversation_with_private_mode_and_ans
     call(discord_server.wait_until(lambda: not discord_server.sessions, timeout=5, what="the gateway to close"))
 
 
-def test_companion_run_stops_with_one_line_when_the_token_lacks_the_message_content_intent(
-    tmp_path, passphrase_hash
-):
-    with FakeDiscordServer.run_in_thread(privileged_intents=0) as discord_server, \
-            FakeOpenAIServer.run_in_thread() as model:
-        proc = spawn_companion(["run"], discord_env(tmp_path, discord_server, model, passphrase_hash,
-                                                    COMPANION_LOG_LEVEL="WARNING"))
-        out, err = proc.communicate(timeout=60)
+def test_companion_run_stops_with_one_line_when_the_token_lacks_the_message_content_intent(tmp_path, passphrase_hash):
+    with (
+        FakeDiscordServer.run_in_thread(privileged_intents=0) as discord_server,
+        FakeOpenAIServer.run_in_thread() as model,
+    ):
+        proc = spawn_companion(
+            ["run"], discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_LOG_LEVEL="WARNING")
+        )
+        _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("companion:")]
@@ -107,12 +107,14 @@ def test_companion_run_stops_with_one_line_when_the_token_lacks_the_message_cont
 
 
 def test_companion_run_stops_with_one_line_when_the_token_is_invalid(tmp_path, passphrase_hash):
-    with FakeDiscordServer.run_in_thread(token="the-real-token") as discord_server, \
-            FakeOpenAIServer.run_in_thread() as model:
+    with (
+        FakeDiscordServer.run_in_thread(token="the-real-token") as discord_server,
+        FakeOpenAIServer.run_in_thread() as model,
+    ):
         env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_LOG_LEVEL="WARNING")
         env["COMPANION_DISCORD_TOKEN"] = "a-wrong-token"
         proc = spawn_companion(["run"], env)
-        out, err = proc.communicate(timeout=60)
+        _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in err and "a-wrong-token" not in err
     assert err.strip().splitlines()[-1].startswith("companion: COMPANION_DISCORD_TOKEN was rejected")
@@ -124,8 +126,12 @@ def test_telegram_and_discord_run_side_by_side_in_one_gateway_process(tmp_path, 
     discord_server, model = discord_servers
     with FakeTelegramServer.run_in_thread() as telegram:
         env = discord_env(
-            tmp_path, discord_server, model, passphrase_hash,
-            COMPANION_TELEGRAM_TOKEN=telegram.token, COMPANION_TELEGRAM_BASE_URL=telegram.base_url,
+            tmp_path,
+            discord_server,
+            model,
+            passphrase_hash,
+            COMPANION_TELEGRAM_TOKEN=telegram.token,
+            COMPANION_TELEGRAM_BASE_URL=telegram.base_url,
             COMPANION_ALLOWED_USERS=f"discord:{FRIEND},telegram:{FRIEND}",
         )
         proc = spawn_companion(["run"], env)
@@ -136,7 +142,7 @@ def test_telegram_and_discord_run_side_by_side_in_one_gateway_process(tmp_path, 
             assert len(telegram.wait_for_sent_blocking(1, timeout=20)) == 1
             assert len(discord_server.call(discord_server.wait_for_sent(1, timeout=20))) == 1
         finally:
-            out, err = stop(proc)
+            _out, err = stop(proc)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     said = [last_user_text(request) for request in model.requests]

@@ -6,7 +6,6 @@ import signal
 import time
 from pathlib import Path
 
-
 from core import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
@@ -73,8 +72,9 @@ def test_companion_run_with_a_rejected_token_stops_with_one_clear_line(
     _, stderr = gateway.communicate(timeout=30)
     assert gateway.returncode == 2
     lines = [line for line in stderr.splitlines() if line.startswith("companion:")]
-    assert lines == ["companion: COMPANION_TELEGRAM_TOKEN: the Bot API server at "
-                     f"{telegram.base_url} rejected the token"]
+    assert lines == [
+        f"companion: COMPANION_TELEGRAM_TOKEN: the Bot API server at {telegram.base_url} rejected the token"
+    ]
     assert "Traceback" not in stderr and "not-the-token" not in stderr
 
 

@@ -49,8 +49,9 @@ def database(tmp_path: Path) -> Path:
 
 
 def refusal(role: str, holder: subprocess.Popen[str], tmp_path: Path) -> str:
-    return (f"companion: another `companion {role}` is already using {database(tmp_path)} "
-            f"(pid {holder.pid}); stop it first")
+    return (
+        f"companion: another `companion {role}` is already using {database(tmp_path)} (pid {holder.pid}); stop it first"
+    )
 
 
 class Output:
@@ -110,8 +111,9 @@ def test_a_held_lock_refuses_a_second_holder_with_the_holders_pid_and_is_free_af
     with InstanceLock(db, RUN):
         with pytest.raises(InstanceLockError) as caught, InstanceLock(db, RUN):
             pass
-        assert str(caught.value) == (f"another `companion run` is already using {db.resolve()} "
-                                     f"(pid {os.getpid()}); stop it first")
+        assert str(caught.value) == (
+            f"another `companion run` is already using {db.resolve()} (pid {os.getpid()}); stop it first"
+        )
         assert caught.value.holder_pid == os.getpid()
         with InstanceLock(db, CHAT):  # the terminal chat has a lock of its own
             pass
@@ -152,9 +154,13 @@ def test_a_second_companion_run_on_one_database_exits_2_and_every_message_is_ans
             assert len(model.raw_requests) == asked + 1
 
         refused = run_companion(["restore", str(tmp_path / "any-backup.db")], env)  # refused before it looks
-        assert (refused.returncode, refused.stderr.splitlines()) == (2, [
-            f"companion: `companion run` is using {database(tmp_path)} (pid {first.pid}); "
-            "stop it before `companion restore`"])
+        assert (refused.returncode, refused.stderr.splitlines()) == (
+            2,
+            [
+                f"companion: `companion run` is using {database(tmp_path)} (pid {first.pid}); "
+                "stop it before `companion restore`"
+            ],
+        )
     finally:
         code, stderr = stop(first)
         if second is not None:
@@ -167,8 +173,12 @@ def test_a_second_companion_run_on_one_database_exits_2_and_every_message_is_ans
 
 def test_a_second_companion_chat_is_refused_and_the_first_stays_private(tmp_path: Path, pass_hash: str) -> None:
     with FakeOpenAIServer.run_in_thread() as model:
-        env = companion_env(tmp_path, COMPANION_LLM_BASE_URL=model.base_url,
-                            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash, COMPANION_PRIVATE_IDLE_MINUTES="0")
+        env = companion_env(
+            tmp_path,
+            COMPANION_LLM_BASE_URL=model.base_url,
+            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash,
+            COMPANION_PRIVATE_IDLE_MINUTES="0",
+        )
         first = spawn_companion(["chat"], env)
         out = Output(first.stdout)
         try:
@@ -255,7 +265,8 @@ def test_restore_is_refused_while_a_chat_holds_the_database(tmp_path: Path) -> N
         assert refused.returncode == 2
         assert refused.stderr.splitlines() == [
             f"companion: `companion chat` is using {database(tmp_path)} (pid {chat.pid}); "
-            "stop it before `companion restore`"]
+            "stop it before `companion restore`"
+        ]
         assert refused.stdout == ""
     finally:
         code, stderr = end_chat(chat, out)

@@ -13,8 +13,11 @@ def test_no_private_text_reaches_the_logs_at_debug(tmp_path):
     with FakeOpenAIServer.run_in_thread() as server:
         server.responder = lambda body: f"echo {body['messages'][-1].get('content', '')[:40]}"
         env = companion_env(
-            tmp_path, COMPANION_LLM_BASE_URL=server.base_url, COMPANION_LOG_LEVEL="DEBUG",
-            COMPANION_PRIVATE_PASSPHRASE_HASH=hash_passphrase("pw"), COMPANION_ALLOW_PRIVATE_EXPORT="true",
+            tmp_path,
+            COMPANION_LLM_BASE_URL=server.base_url,
+            COMPANION_LOG_LEVEL="DEBUG",
+            COMPANION_PRIVATE_PASSPHRASE_HASH=hash_passphrase("pw"),
+            COMPANION_ALLOW_PRIVATE_EXPORT="true",
             COMPANION_CONTEXT_TOKENS="300",
         )
         lines = ["normal talk"] + ["/private pw 1h"] + [f"{CANARY} number {i} " + "x" * 80 for i in range(12)]

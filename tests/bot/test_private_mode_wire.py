@@ -38,8 +38,12 @@ def replies_only(raws: list[bytes]) -> list[bytes]:
 def test_a_private_canary_never_reaches_a_normal_request_on_the_wire(tmp_path, pass_hash):
     with FakeOpenAIServer.run_in_thread() as server:
         # The generated transition line: its request must carry nothing of the interval either.
-        env = companion_env(tmp_path, COMPANION_LLM_BASE_URL=server.base_url,
-                            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash, COMPANION_TRANSITION="generated")
+        env = companion_env(
+            tmp_path,
+            COMPANION_LLM_BASE_URL=server.base_url,
+            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash,
+            COMPANION_TRANSITION="generated",
+        )
         script = f"hello before\n/private {PASS} 1h\nmy secret is {CANARY}\n/normal\nhello after\n"
         result = run_companion(["chat"], env, stdin=script)
         raws = list(server.raw_requests)
@@ -60,8 +64,12 @@ def test_a_private_canary_never_reaches_a_normal_request_on_the_wire(tmp_path, p
 
 def test_after_sigkill_in_private_mode_the_restart_is_normal_and_the_canary_stays_out(tmp_path, pass_hash):
     with FakeOpenAIServer.run_in_thread() as server:
-        env = companion_env(tmp_path, COMPANION_LLM_BASE_URL=server.base_url,
-                            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash, COMPANION_PRIVATE_IDLE_MINUTES="0")
+        env = companion_env(
+            tmp_path,
+            COMPANION_LLM_BASE_URL=server.base_url,
+            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash,
+            COMPANION_PRIVATE_IDLE_MINUTES="0",
+        )
         process = spawn_companion(["chat"], env)
         try:
             process.stdin.write(f"hello before the crash\n/private {PASS} 7d\nconfiding {CANARY}\n")
@@ -92,25 +100,38 @@ def test_after_sigkill_in_private_mode_the_restart_is_normal_and_the_canary_stay
     assert copy.PRIVATE_SYSTEM_LINE not in wire_text(raws[0])
 
 
-LASTING_TOOLS = {"remember", "recall", "forget", "list_goals", "set_goal", "update_goal",
-                 "schedule_followup", "watch_event", "list_followups", "pause_followup"}
+LASTING_TOOLS = {
+    "remember",
+    "recall",
+    "forget",
+    "list_goals",
+    "set_goal",
+    "update_goal",
+    "schedule_followup",
+    "watch_event",
+    "list_followups",
+    "pause_followup",
+}
 
 
 def test_the_tool_set_on_the_wire_has_no_lasting_tools_in_private_mode(tmp_path, pass_hash):
     import sqlite3
 
     with FakeOpenAIServer.run_in_thread() as server:
-        env = companion_env(tmp_path, COMPANION_LLM_BASE_URL=server.base_url,
-                            COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash)
-        script = (f"/remember my sister is Ana\nhello\n/private {PASS}\nnote {CANARY}\n/remember {CANARY}\n"
-                  f"/normal\n/recall {CANARY}\n/recall Ana\n/memory\n")
+        env = companion_env(
+            tmp_path, COMPANION_LLM_BASE_URL=server.base_url, COMPANION_PRIVATE_PASSPHRASE_HASH=pass_hash
+        )
+        script = (
+            f"/remember my sister is Ana\nhello\n/private {PASS}\nnote {CANARY}\n/remember {CANARY}\n"
+            f"/normal\n/recall {CANARY}\n/recall Ana\n/memory\n"
+        )
         result = run_companion(["chat"], env, stdin=script)
         bodies = [json.loads(raw) for raw in server.raw_requests]
         report = run_companion(["report"], env)
     assert result.returncode == 0, result.stderr
     normal = next(b for b in bodies if any(m.get("content") == "hello" for m in b["messages"]))
     private = next(b for b in bodies if any(CANARY in (m.get("content") or "") for m in b["messages"]))
-    assert LASTING_TOOLS <= {t["function"]["name"] for t in normal.get("tools", [])}
+    assert {t["function"]["name"] for t in normal.get("tools", [])} >= LASTING_TOOLS
     assert LASTING_TOOLS.isdisjoint({t["function"]["name"] for t in private.get("tools", [])})
     assert "Private mode writes nothing that outlives it" in result.stdout
     assert "my sister is Ana" in result.stdout  # recalled and listed

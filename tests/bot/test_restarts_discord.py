@@ -13,7 +13,9 @@ from tests.bot.test_gateway_discord import FRIEND, discord_env, stop
 from tests.helpers.proc import spawn_companion
 
 
-def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(tmp_path, discord_servers, passphrase_hash):
+def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(
+    tmp_path, discord_servers, passphrase_hash
+):
     discord_server, model = discord_servers
     call = discord_server.call
     # The stop waits for turns up to the model timeout (2 s), and each model call is bounded by it
@@ -90,9 +92,17 @@ def test_a_stop_during_a_slow_private_discord_turn_keeps_the_private_line_out_of
     since, identified = len(model.raw_requests), len(discord_server.identifies)
     proc = spawn_companion(["run"], env)
     try:
-        call(discord_server.wait_until(
-            lambda: len(discord_server.identifies) > identified
-            and any(s.ready and not s.ws.closed for s in discord_server.sessions), 30, "the new session"), timeout=40)
+        call(
+            discord_server.wait_until(
+                lambda: (
+                    len(discord_server.identifies) > identified
+                    and any(s.ready and not s.ws.closed for s in discord_server.sessions)
+                ),
+                30,
+                "the new session",
+            ),
+            timeout=40,
+        )
         time.sleep(1.0)  # a message stamped within half a second of the restart counts as before it
         call(discord_server.send_dm(FRIEND, "hello after the restart"))
         call(discord_server.wait_until(lambda: len(model.raw_requests) > since, 20, "a normal request"))

@@ -26,9 +26,12 @@ def assert_canary_outside_normal_mode(tmp_path: Path, model: FakeOpenAIServer, s
     normal_requests = [raw for raw in model.raw_requests[since:] if b"This conversation is in private mode" not in raw]
     assert normal_requests, "no normal request after the restart: the test proves nothing"
     assert all(CANARY.encode() not in raw for raw in normal_requests)
-    assert rows(tmp_path, "SELECT count(*) FROM messages WHERE mode = 'normal' AND text LIKE ?",
-                (f"%{CANARY}%",)) == [(0,)]
-    assert rows(tmp_path, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY.split()[0]}"',)) == [(0,)]
+    assert rows(tmp_path, "SELECT count(*) FROM messages WHERE mode = 'normal' AND text LIKE ?", (f"%{CANARY}%",)) == [
+        (0,)
+    ]
+    assert rows(tmp_path, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY.split()[0]}"',)) == [
+        (0,)
+    ]
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
@@ -58,8 +61,11 @@ def test_a_stop_during_a_slow_private_turn_never_lets_the_private_line_into_norm
     gateway = spawn(env, tmp_path)
     try:
         model.reply_text("fresh")
-        wait_until(telegram, gateway, lambda: any(m.text.startswith("Private mode ended when I restarted")
-                                                   for m in telegram.sent[answered:]))
+        wait_until(
+            telegram,
+            gateway,
+            lambda: any(m.text.startswith("Private mode ended when I restarted") for m in telegram.sent[answered:]),
+        )
         time.sleep(2.1)  # Telegram dates are whole seconds, rounded down: wait past the restart's second
         assert say(telegram, gateway, "hello after the restart") == "fresh"
         assert_canary_outside_normal_mode(tmp_path, model, since)
@@ -88,7 +94,7 @@ def test_a_second_restart_still_keeps_a_late_message_inside_the_interval(
         polls = len(telegram.calls_of("getUpdates"))
         gateway = spawn(env, tmp_path)
         try:
-            wait_until(telegram, gateway, lambda: len(telegram.calls_of("getUpdates")) > polls + 1)
+            wait_until(telegram, gateway, lambda polls=polls: len(telegram.calls_of("getUpdates")) > polls + 1)
         finally:
             gateway.kill()
             gateway.communicate()
@@ -116,9 +122,11 @@ def test_a_reply_written_but_never_sent_before_a_kill_goes_out_once_at_the_next_
         stop(gateway)
     # What a kill between the reply's commit and its send leaves: a pending row, never tried.
     with sqlite3.connect(tmp_path / "companion.db") as db:
-        db.execute("INSERT INTO deliveries (conversation_id, kind, platform, chat_id, nonce, text, next_attempt_at,"
-                   " created_at) SELECT id, 'reply', 'telegram', chat_id, 'n1', 'the reply the kill held back',"
-                   " strftime('%s', 'now'), strftime('%s', 'now') FROM conversations")
+        db.execute(
+            "INSERT INTO deliveries (conversation_id, kind, platform, chat_id, nonce, text, next_attempt_at,"
+            " created_at) SELECT id, 'reply', 'telegram', chat_id, 'n1', 'the reply the kill held back',"
+            " strftime('%s', 'now'), strftime('%s', 'now') FROM conversations"
+        )
     gateway = spawn(env, tmp_path)
     try:
         wait_until(telegram, gateway, lambda: "the reply the kill held back" in telegram.texts_to(USER))

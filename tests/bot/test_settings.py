@@ -97,5 +97,5 @@ def test_a_server_of_ones_own_may_issue_its_own_ids_and_token_shapes(monkeypatch
     monkeypatch.setenv("COMPANION_ALLOWED_USERS", "telegram:7,discord:111")
     assert load_settings().allowed_accounts == {"telegram:7", "discord:111"}
     monkeypatch.setenv("COMPANION_ALLOWED_USERS", "telegram:alice")
-    with pytest.raises(ConfigError, match="^COMPANION_ALLOWED_USERS: "):
+    with pytest.raises(ConfigError, match=r"^COMPANION_ALLOWED_USERS: "):
         load_settings()

@@ -73,8 +73,9 @@ async def test_a_disguised_private_command_is_the_private_command_itself(compani
 
 
 @pytest.mark.parametrize("text", LOOKALIKE.values(), ids=LOOKALIKE.keys())
-async def test_a_lookalike_private_command_is_neither_stored_nor_answered_by_the_model(companion, store, provider,
-                                                                                      text):
+async def test_a_lookalike_private_command_is_neither_stored_nor_answered_by_the_model(
+    companion, store, provider, text
+):
     reply = await say(companion, text)
     assert "mistyped /private" in reply.text and reply.delete_inbound
     assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]
@@ -94,7 +95,9 @@ def test_input_is_normalised_before_command_parsing():
     assert parse_command("\uff0fprivate \uff50w").args == "\uff50w"
 
 
-@pytest.mark.parametrize("text", ["/shrug", "/help", "/mode", "/private x", "private thoughts", "/ remember",
-                                  "hello /privat x", "", "\u200b"])
+@pytest.mark.parametrize(
+    "text",
+    ["/shrug", "/help", "/mode", "/private x", "private thoughts", "/ remember", "hello /privat x", "", "\u200b"],
+)
 def test_other_words_are_not_taken_for_a_mistyped_private_command(text):
     assert not mistyped_secret_command(text)

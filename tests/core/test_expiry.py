@@ -29,13 +29,18 @@ NEVER_PRIVATE = {
 
 
 async def cascade_paths(store) -> dict[str, set[str]]:
-    tables = [r[0] for r in await store._all(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        " AND name NOT LIKE 'recall_fts_%'")]
+    tables = [
+        r[0]
+        for r in await store._all(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            " AND name NOT LIKE 'recall_fts_%'"
+        )
+    ]
     parents: dict[str, set[str]] = {}
     for table in tables:
-        parents[table] = {fk["table"] for fk in await store._all(f"PRAGMA foreign_key_list({table})")
-                          if fk["on_delete"] == "CASCADE"}
+        parents[table] = {
+            fk["table"] for fk in await store._all(f"PRAGMA foreign_key_list({table})") if fk["on_delete"] == "CASCADE"
+        }
     return parents
 
 
@@ -62,29 +67,48 @@ async def populate_private(companion, store, clock) -> int:
     await say(companion, "PRIVATE-EXPIRY-CANARY words")
     conversation = await conversation_of(companion)
     (segment,) = await store.segments_of(conversation.id)
-    await store.save_summary(conversation.id, Summary("PRIVATE-EXPIRY-CANARY summary", 1), clock.now(),
-                             segment_id=segment.id, pad_person_id=conversation.person_id,
-                             pad_facts=("PRIVATE-EXPIRY-CANARY fact",))
+    await store.save_summary(
+        conversation.id,
+        Summary("PRIVATE-EXPIRY-CANARY summary", 1),
+        clock.now(),
+        segment_id=segment.id,
+        pad_person_id=conversation.person_id,
+        pad_facts=("PRIVATE-EXPIRY-CANARY fact",),
+    )
     await store.request_crossing(segment.id, "somewhere", clock.now(), clock.now() + 300)
     # The reply's delivery into its own private thread (pending: the platform was down).
-    await store.record_reply(conversation.id, "PRIVATE-EXPIRY-CANARY reply", clock.now(), segment_id=segment.id,
-                             target=DeliveryTarget("telegram", conversation.chat_id))
+    await store.record_reply(
+        conversation.id,
+        "PRIVATE-EXPIRY-CANARY reply",
+        clock.now(),
+        segment_id=segment.id,
+        target=DeliveryTarget("telegram", conversation.chat_id),
+    )
     return segment.id
 
 
 async def test_every_dependent_row_goes_when_a_segment_expires(companion, store, clock):
     segment_id = await populate_private(companion, store, clock)
     parents = await cascade_paths(store)
-    dependent = [t for t in parents if t != "segments" and reaches(parents, t, "segments")
-                 and "segment_id" in {c[1] for c in await all_rows(store, f"PRAGMA table_info({t})")}]
+    dependent = [
+        t
+        for t in parents
+        if t != "segments"
+        and reaches(parents, t, "segments")
+        and "segment_id" in {c[1] for c in await all_rows(store, f"PRAGMA table_info({t})")}
+    ]
     assert set(dependent) >= {"messages", "summaries", "pad_entries", "tool_operations", "crossings"}
     for table in dependent:
-        assert await all_rows(store, f"SELECT count(*) FROM {table} WHERE segment_id = ?", (segment_id,)) != [(0,)], table
+        assert await all_rows(store, f"SELECT count(*) FROM {table} WHERE segment_id = ?", (segment_id,)) != [(0,)], (
+            table
+        )
     clock.advance(3601)
     assert await companion.sweep() == 1
     for table in dependent:
         assert await all_rows(store, f"SELECT count(*) FROM {table} WHERE segment_id IS NOT NULL") == [(0,)], table
-    assert await all_rows(store, "SELECT text FROM messages WHERE kind = 'chat' AND role = 'user'") == [("normal before",)]
+    assert await all_rows(store, "SELECT text FROM messages WHERE kind = 'chat' AND role = 'user'") == [
+        ("normal before",)
+    ]
 
 
 async def test_private_text_is_gone_from_the_database_files_after_expiry(companion, store, clock):

@@ -76,20 +76,29 @@ async def test_failure_mode_expired_threads_leave_orphaned_operations_or_runs(co
     assert await all_rows(store, "SELECT count(*) FROM tool_operations WHERE segment_id IS NOT NULL") == [(1,)]
     clock.advance(3601)
     await companion.sweep()
-    for table, column in (("tool_operations", "segment_id"), ("messages", "segment_id"),
-                          ("summaries", "segment_id"), ("pad_entries", "segment_id"), ("crossings", "segment_id")):
+    for table, column in (
+        ("tool_operations", "segment_id"),
+        ("messages", "segment_id"),
+        ("summaries", "segment_id"),
+        ("pad_entries", "segment_id"),
+        ("crossings", "segment_id"),
+    ):
         orphans = await all_rows(
+            store,
+            f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL AND {column} NOT IN (SELECT id FROM segments)",
+        )
+        assert orphans == [(0,)] and await all_rows(
             store, f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL"
-                   f" AND {column} NOT IN (SELECT id FROM segments)")
-        assert orphans == [(0,)] and await all_rows(store, f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL") == [(0,)]
+        ) == [(0,)]
 
 
 async def test_failure_mode_private_summary_enters_a_global_prompt(companion, store, provider, clock):
     await private_turn(companion)
     conversation = await conversation_of(companion)
     (segment,) = await store.segments_of(conversation.id)
-    await store.save_summary(conversation.id, Summary(f"{CANARY} private summary", 3), clock.now(),
-                             segment_id=segment.id)
+    await store.save_summary(
+        conversation.id, Summary(f"{CANARY} private summary", 3), clock.now(), segment_id=segment.id
+    )
     await say(companion, "private again")
     assert f"{CANARY} private summary" in request_text(provider.last_reply_request())
     await say(companion, "/normal")
@@ -98,7 +107,9 @@ async def test_failure_mode_private_summary_enters_a_global_prompt(companion, st
     assert CANARY not in request_text(provider.last_reply_request())
 
 
-async def test_failure_mode_search_indexes_or_backups_retain_content_past_its_lifetime(companion, store, clock, tmp_path):
+async def test_failure_mode_search_indexes_or_backups_retain_content_past_its_lifetime(
+    companion, store, clock, tmp_path
+):
     await private_turn(companion)
     made = backup(store.path, tmp_path / "bk", retention_days=14)
     assert CANARY.encode() not in made.path.read_bytes()
@@ -108,7 +119,9 @@ async def test_failure_mode_search_indexes_or_backups_retain_content_past_its_li
         assert CANARY.encode() not in path.read_bytes(), path.name
 
 
-async def test_failure_mode_restore_reintroduces_a_thread_that_expired_after_the_snapshot(companion, store, clock, tmp_path):
+async def test_failure_mode_restore_reintroduces_a_thread_that_expired_after_the_snapshot(
+    companion, store, clock, tmp_path
+):
     await private_turn(companion)
     snapshot = tmp_path / "snapshot.db"
     with sqlite3.connect(store.path) as live, sqlite3.connect(snapshot) as dest:
@@ -142,8 +155,9 @@ def _all_copy() -> str:
 
 
 async def test_failure_mode_copy_says_nothing_is_remembered_while_memory_is_still_read(companion):
-    claims = re.compile(r"nothing (is|will be) remembered|i remember nothing|forget everything|no memory at all",
-                        re.IGNORECASE)
+    claims = re.compile(
+        r"nothing (is|will be) remembered|i remember nothing|forget everything|no memory at all", re.IGNORECASE
+    )
     help_text = (await say(companion, "/help")).text
     assert not claims.search(_all_copy() + help_text)
     assert "I still read what I already know about you" in copy.PRIVATE_MODE_MEANS

@@ -84,7 +84,7 @@ async def test_a_request_the_server_finds_too_long_is_retried_once_with_half_the
     first, second = provider.replies()[-2:]
     assert len(second.messages) < len(first.messages)
     assert second.messages[-1].content == "and now?"
-    assert reply.text == "reply %d" % len(provider.requests)
+    assert reply.text == f"reply {len(provider.requests)}"
 
 
 async def test_a_request_too_long_even_at_half_the_window_gets_the_too_long_words(make_companion, provider, store):

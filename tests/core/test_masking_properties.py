@@ -74,7 +74,8 @@ async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
         kind = op[0]
         if kind == "talk":
             conversation = await store.ensure_conversation(
-                InboundMessage("terminal", "terminal", "owner", "", True).key, "direct", None, clock.now())
+                InboundMessage("terminal", "terminal", "owner", "", True).key, "direct", None, clock.now()
+            )
             private = (await companion.valve.read(conversation)).is_private
             if private:
                 text = f"CANARY{next(counter)}X"

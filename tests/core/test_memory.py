@@ -18,8 +18,18 @@ from core.valve import NORMAL, ModeState
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 
-LASTING_TOOLS = {"remember", "recall", "forget", "list_goals", "set_goal", "update_goal",
-                 "schedule_followup", "watch_event", "list_followups", "pause_followup"}
+LASTING_TOOLS = {
+    "remember",
+    "recall",
+    "forget",
+    "list_goals",
+    "set_goal",
+    "update_goal",
+    "schedule_followup",
+    "watch_event",
+    "list_followups",
+    "pause_followup",
+}
 
 
 async def go_private(companion) -> None:
@@ -33,7 +43,7 @@ def tool_names(request) -> set[str]:
 
 async def test_a_private_turn_never_receives_memory_goal_or_followup_tools(companion, provider):
     await say(companion, "normal")
-    assert LASTING_TOOLS <= tool_names(provider.last_reply_request())
+    assert tool_names(provider.last_reply_request()) >= LASTING_TOOLS
     await go_private(companion)
     await say(companion, "private")
     assert tool_names(provider.last_reply_request()).isdisjoint(LASTING_TOOLS)
@@ -123,8 +133,10 @@ async def test_the_recall_privacy_predicate_is_inside_the_sql(companion, store):
     conversation = await conversation_of(companion)
     (private_id,) = (await all_rows(store, "SELECT id FROM messages WHERE text = 'okapi secret'"))[0]
     # Simulate an index that wrongly holds the private row: the recall statement itself refuses it.
-    await store._all("INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, 'okapi secret', 'message', ?)",
-                     (private_id * 4 + 1, conversation.person_id))
+    await store._all(
+        "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, 'okapi secret', 'message', ?)",
+        (private_id * 4 + 1, conversation.person_id),
+    )
     assert await store.recall(conversation.person_id, fts_query("okapi")) == []
 
 
@@ -137,13 +149,19 @@ async def test_private_messages_never_enter_the_recall_index(companion, store):
 
 async def test_no_event_row_exists_for_a_private_run(companion, store, provider):
     await say(companion, "normal turn")
-    before = await all_rows(store, "SELECT count(*) FROM agent_runs"), await all_rows(store, "SELECT count(*) FROM agent_events")
+    before = (
+        await all_rows(store, "SELECT count(*) FROM agent_runs"),
+        await all_rows(store, "SELECT count(*) FROM agent_events"),
+    )
     await go_private(companion)
     provider.script = [Completion("", (ToolCall("c1", "current_time", "{}"),)), Completion("ok")]
     await say(companion, "private turn with a tool")
     provider.fail_all = True
     await say(companion, "private turn that fails")
-    after = await all_rows(store, "SELECT count(*) FROM agent_runs"), await all_rows(store, "SELECT count(*) FROM agent_events")
+    after = (
+        await all_rows(store, "SELECT count(*) FROM agent_runs"),
+        await all_rows(store, "SELECT count(*) FROM agent_events"),
+    )
     assert before == after
 
 
@@ -177,8 +195,10 @@ async def test_remember_recall_and_memory_work_together_in_normal_mode(companion
 
 
 async def test_the_remember_tool_writes_the_normal_pad(companion, provider, store):
-    provider.script = [Completion("", (ToolCall("c1", "remember", '{"text": "likes green tea"}'),)),
-                       Completion("Noted.")]
+    provider.script = [
+        Completion("", (ToolCall("c1", "remember", '{"text": "likes green tea"}'),)),
+        Completion("Noted."),
+    ]
     await say(companion, "remember that I like green tea")
     conversation = await conversation_of(companion)
     assert [e.text for e in await store.normal_pad(conversation.person_id)] == ["likes green tea"]
@@ -187,8 +207,16 @@ async def test_the_remember_tool_writes_the_normal_pad(companion, provider, stor
 
 async def test_lasting_commands_are_refused_in_private_mode_with_the_reason(companion, store):
     await go_private(companion)
-    for command in ("/remember x", "/recall x", "/forget x", "/goals", "/goal x", "/followups",
-                    "/followup 2h x", "/watch x"):
+    for command in (
+        "/remember x",
+        "/recall x",
+        "/forget x",
+        "/goals",
+        "/goal x",
+        "/followups",
+        "/followup 2h x",
+        "/watch x",
+    ):
         reply = await say(companion, command)
         assert "Private mode writes nothing that outlives it" in reply.text, command
     for table in ("pad_entries", "goals", "followups", "notes"):
@@ -207,8 +235,18 @@ async def test_the_store_refuses_lasting_writes_while_the_conversation_is_privat
             await write
 
 
-@pytest.mark.parametrize("command", ["/followup someday call", "/goal done abc", "/forget", "/remember",
-                                     "/followup 2h", "/recall ???", "/followup pause x"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "/followup someday call",
+        "/goal done abc",
+        "/forget",
+        "/remember",
+        "/followup 2h",
+        "/recall ???",
+        "/followup pause x",
+    ],
+)
 async def test_bad_arguments_give_a_clear_message_and_change_nothing(companion, store, command):
     reply = await say(companion, command)
     assert reply.text.startswith("Usage") or "Nothing changed" in reply.text or "There is no" in reply.text

@@ -36,10 +36,17 @@ def boot(store, provider, clock, passphrase_hash, sender):
     async def start() -> Companion:
         outbox = Outbox(SqliteOutboxStore(store), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
         outbox.register(sender)
-        companion = Companion(store, provider, CompanionConfig(
-            passphrase_hash=passphrase_hash, allowed_accounts=frozenset({f"telegram:{USER}"}),
-            platforms=frozenset({"telegram"}),
-        ), clock=clock, outbox=outbox)
+        companion = Companion(
+            store,
+            provider,
+            CompanionConfig(
+                passphrase_hash=passphrase_hash,
+                allowed_accounts=frozenset({f"telegram:{USER}"}),
+                platforms=frozenset({"telegram"}),
+            ),
+            clock=clock,
+            outbox=outbox,
+        )
         await companion.start()
         return companion
 
@@ -49,11 +56,19 @@ def boot(store, provider, clock, passphrase_hash, sender):
 _ids = iter(range(1, 10**6))
 
 
-async def tell(companion: Companion, text: str, *, mid: str | None = None, sent_at: float | None = None,
-               send: bool = True) -> Reply | None:
+async def tell(
+    companion: Companion, text: str, *, mid: str | None = None, sent_at: float | None = None, send: bool = True
+) -> Reply | None:
     """What an adapter does: hand the message to the core, then send the reply's delivery."""
-    message = InboundMessage("telegram", USER, USER, text, is_direct=True, message_id=mid or f"m{next(_ids)}",
-                             sent_at=companion.clock.now() if sent_at is None else sent_at)
+    message = InboundMessage(
+        "telegram",
+        USER,
+        USER,
+        text,
+        is_direct=True,
+        message_id=mid or f"m{next(_ids)}",
+        sent_at=companion.clock.now() if sent_at is None else sent_at,
+    )
     reply = await companion.handle(message)
     if send and reply is not None and reply.delivery_id is not None:
         await companion.outbox.deliver(reply.conversation_id, reply.delivery_id)
@@ -101,8 +116,11 @@ async def test_a_redelivery_after_a_kill_during_the_model_call_stores_the_messag
 async def test_a_reply_is_written_with_its_pending_delivery_before_anything_is_sent(boot, store, sender):
     companion = await boot()
     reply = await tell(companion, "hello", send=False)
-    rows = await all_rows(store, "SELECT d.status, d.text, m.text FROM deliveries d JOIN messages m"
-                                 " ON m.id = d.message_id WHERE d.id = ?", (reply.delivery_id,))
+    rows = await all_rows(
+        store,
+        "SELECT d.status, d.text, m.text FROM deliveries d JOIN messages m ON m.id = d.message_id WHERE d.id = ?",
+        (reply.delivery_id,),
+    )
     assert rows == [("pending", reply.text, reply.text)]
     assert sender.sent == []
     await companion.outbox.deliver(reply.conversation_id, reply.delivery_id)
@@ -169,7 +187,9 @@ async def test_a_permanent_refusal_gives_up_by_kind_and_lets_the_next_delivery_g
     second = await tell(companion, "second")
     assert sender.texts() == [second.text]
     assert [(s, e, gone) for s, _, e, gone, _ in await deliveries(store)] == [
-        ("failed", "Forbidden", 1), ("sent", None, 1)]
+        ("failed", "Forbidden", 1),
+        ("sent", None, 1),
+    ]
 
 
 async def test_replies_of_one_conversation_go_out_in_order_after_a_failure(boot, store, clock, sender):
@@ -196,16 +216,15 @@ async def test_a_long_reply_cut_off_mid_way_resumes_at_the_next_part(boot, store
     assert "".join(sender.texts()) == long  # no part twice, none skipped
 
 
-async def test_a_private_reply_is_delivered_in_its_thread_and_its_row_goes_with_the_segment(
-    boot, store, clock, sender
-):
+async def test_a_private_reply_is_delivered_in_its_thread_and_its_row_goes_with_the_segment(boot, store, clock, sender):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 1h")
     sender.down = True
     await tell(companion, CANARY)
     (segment_id,) = [r[0] for r in await all_rows(store, "SELECT id FROM segments")]
-    assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE segment_id = ? AND status = 'pending'",
-                          (segment_id,)) == [(1,)]
+    assert await all_rows(
+        store, "SELECT count(*) FROM deliveries WHERE segment_id = ? AND status = 'pending'", (segment_id,)
+    ) == [(1,)]
     clock.advance(3601)
     await companion.sweep()
     assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE segment_id IS NOT NULL") == [(0,)]
@@ -219,8 +238,9 @@ async def test_the_store_refuses_a_delivery_of_a_private_message_outside_its_seg
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE}")
     await tell(companion, CANARY)
-    (message_id, segment_id, conversation_id) = (await all_rows(
-        store, "SELECT id, segment_id, conversation_id FROM messages WHERE text = ?", (CANARY,)))[0]
+    (message_id, segment_id, conversation_id) = (
+        await all_rows(store, "SELECT id, segment_id, conversation_id FROM messages WHERE text = ?", (CANARY,))
+    )[0]
     for kind, segment in (("reply", None), ("mirror", None), ("mirror", segment_id)):
         with pytest.raises(sqlite3.IntegrityError):
             await store._all(
@@ -258,9 +278,7 @@ async def test_a_message_sent_before_a_restart_that_closed_private_mode_stays_pr
     assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"{CANARY}%",)) == [(0,)]
 
 
-async def test_a_message_from_an_interval_that_expired_while_down_is_dropped_unread(
-    boot, store, provider, clock
-):
+async def test_a_message_from_an_interval_that_expired_while_down_is_dropped_unread(boot, store, provider, clock):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 30m")
     sent_before_crash = clock.now()
@@ -341,13 +359,12 @@ async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(bo
     assert len(provider.requests) == requests
 
 
-
 async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_off(boot, store, provider, clock, sender):
     companion = await boot()
     clock.advance(1)
     provider.delay = 0.2  # the turn is still at the model when the start-up pass looks
     running = asyncio.create_task(tell(companion, "a turn of this process"))
-    while not provider.requests:
+    while not provider.requests:  # noqa: ASYNC110 - the fake provider records requests; it has no event
         await asyncio.sleep(0.01)
     assert await companion.answer_open_turns() == 0
     await running

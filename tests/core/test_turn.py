@@ -32,7 +32,9 @@ async def test_provider_request_holds_persona_then_history_in_order(companion, p
     messages = provider.last_reply_request().messages
     assert messages[0].role == "system" and copy.DEFAULT_PERSONA in messages[0].content
     assert [(m.role, m.content) for m in messages[1:]] == [
-        ("user", "first"), ("assistant", "reply 1"), ("user", "second"),
+        ("user", "first"),
+        ("assistant", "reply 1"),
+        ("user", "second"),
     ]
 
 

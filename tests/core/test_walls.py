@@ -154,8 +154,14 @@ async def test_the_private_pad_is_never_loaded_in_normal_mode(companion, store, 
     await say(companion, f"/private {PASSPHRASE}")
     await say(companion, "x")
     (segment,) = await store.segments_of(conversation.id)
-    await store.save_summary(conversation.id, Summary("s", 1), 2.0, segment_id=segment.id,
-                             pad_person_id=conversation.person_id, pad_facts=("PRIVATE-PAD-FACT",))
+    await store.save_summary(
+        conversation.id,
+        Summary("s", 1),
+        2.0,
+        segment_id=segment.id,
+        pad_person_id=conversation.person_id,
+        pad_facts=("PRIVATE-PAD-FACT",),
+    )
     await say(companion, "y")
     private_request = provider.last_reply_request()
     assert "PRIVATE-PAD-FACT" in request_text(private_request) and "likes tea" in request_text(private_request)
@@ -188,8 +194,14 @@ async def test_private_pad_entries_and_summary_go_when_their_segment_expires(com
     await say(companion, "x")
     conversation = await conversation_of(companion)
     (segment,) = await store.segments_of(conversation.id)
-    await store.save_summary(conversation.id, Summary("private sum", 5), clock.now(), segment_id=segment.id,
-                             pad_person_id=conversation.person_id, pad_facts=("fact",))
+    await store.save_summary(
+        conversation.id,
+        Summary("private sum", 5),
+        clock.now(),
+        segment_id=segment.id,
+        pad_person_id=conversation.person_id,
+        pad_facts=("fact",),
+    )
     clock.advance(3601)
     await companion.sweep()
     for table in ("segments", "pad_entries", "summaries"):

@@ -27,7 +27,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Coroutine
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from aiohttp import WSMsgType, web
@@ -148,9 +148,17 @@ class FakeDiscordServer(LoopbackServer):
         self.users: dict[int, dict[str, Any]] = {self.bot_id: self.bot_user}
         self.channels: dict[int, dict[str, Any]] = {
             self.guild_channel_id: {
-                "id": str(self.guild_channel_id), "type": 0, "guild_id": str(self.guild_id), "name": "general",
-                "position": 0, "permission_overwrites": [], "nsfw": False, "parent_id": None, "topic": None,
-                "rate_limit_per_user": 0, "last_message_id": None,
+                "id": str(self.guild_channel_id),
+                "type": 0,
+                "guild_id": str(self.guild_id),
+                "name": "general",
+                "position": 0,
+                "permission_overwrites": [],
+                "nsfw": False,
+                "parent_id": None,
+                "topic": None,
+                "rate_limit_per_user": 0,
+                "last_message_id": None,
             }
         }
         self.messages: dict[int, dict[str, Any]] = {}
@@ -241,7 +249,10 @@ class FakeDiscordServer(LoopbackServer):
                 return channel_id
         channel_id = self.snowflake()
         self.channels[channel_id] = {
-            "id": str(channel_id), "type": 1, "last_message_id": None, "recipients": [self._user_of(user_id)],
+            "id": str(channel_id),
+            "type": 1,
+            "last_message_id": None,
+            "recipients": [self._user_of(user_id)],
         }
         return channel_id
 
@@ -274,8 +285,11 @@ class FakeDiscordServer(LoopbackServer):
         reference = None
         if reply_to_bot:
             reference = next(
-                (m for m in reversed(self.messages.values())
-                 if m["author"]["id"] == str(self.bot_id) and m["channel_id"] == str(self.guild_channel_id)),
+                (
+                    m
+                    for m in reversed(self.messages.values())
+                    if m["author"]["id"] == str(self.bot_id) and m["channel_id"] == str(self.guild_channel_id)
+                ),
                 None,
             )
             assert reference is not None, "the bot has not written in the guild channel yet"
@@ -341,20 +355,33 @@ class FakeDiscordServer(LoopbackServer):
         return _json(self.bot_user)
 
     async def _get_application(self, request: web.Request) -> web.Response:
-        return _json({
-            "id": str(self.app_id), "name": self.bot_user["username"], "description": "", "icon": None,
-            "bot_public": False, "bot_require_code_grant": False, "verify_key": "0" * 64,
-            "owner": self._user_of(self.owner_id), "team": None, "flags": 1 << 19, "rpc_origins": [],
-        })
+        return _json(
+            {
+                "id": str(self.app_id),
+                "name": self.bot_user["username"],
+                "description": "",
+                "icon": None,
+                "bot_public": False,
+                "bot_require_code_grant": False,
+                "verify_key": "0" * 64,
+                "owner": self._user_of(self.owner_id),
+                "team": None,
+                "flags": 1 << 19,
+                "rpc_origins": [],
+            }
+        )
 
     async def _get_gateway(self, request: web.Request) -> web.Response:
         return _json({"url": self.gateway_url})
 
     async def _get_gateway_bot(self, request: web.Request) -> web.Response:
-        return _json({
-            "url": self.gateway_url, "shards": 1,
-            "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1},
-        })
+        return _json(
+            {
+                "url": self.gateway_url,
+                "shards": 1,
+                "session_start_limit": {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1},
+            }
+        )
 
     async def _create_dm(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -393,8 +420,14 @@ class FakeDiscordServer(LoopbackServer):
         if not content and not files:
             return _json({"message": "Cannot send an empty message", "code": 50006}, status=400)
         if len(content) > 2000:
-            return _json({"message": "Invalid Form Body", "code": 50035,
-                          "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}}}, status=400)
+            return _json(
+                {
+                    "message": "Invalid Form Body",
+                    "code": 50035,
+                    "errors": {"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}},
+                },
+                status=400,
+            )
         nonce = body.get("nonce")
         nonce = None if nonce is None else str(nonce)
         if nonce is not None and body.get("enforce_nonce") and (channel_id, nonce) in self._nonces:
@@ -408,19 +441,32 @@ class FakeDiscordServer(LoopbackServer):
                 return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
         message = self._message(channel_id, self.bot_user, content, reference=referenced, nonce=nonce)
         message["attachments"] = [
-            {"id": str(self.snowflake()), "filename": name, "size": len(data), "url": "http://127.0.0.1/x",
-             "proxy_url": "http://127.0.0.1/x"}
+            {
+                "id": str(self.snowflake()),
+                "filename": name,
+                "size": len(data),
+                "url": "http://127.0.0.1/x",
+                "proxy_url": "http://127.0.0.1/x",
+            }
             for name, data in files
         ]
         self.messages[int(message["id"])] = message
         if nonce is not None:
             self._nonces[(channel_id, nonce)] = int(message["id"])
         allowed = body.get("allowed_mentions")
-        self.sent.append(SentMessage(
-            id=int(message["id"]), channel_id=channel_id, content=content, allowed_mentions=allowed,
-            message_reference=reference, nonce=nonce, enforce_nonce=bool(body.get("enforce_nonce")),
-            files=tuple(files), pings=_pings(content, allowed, referenced),
-        ))
+        self.sent.append(
+            SentMessage(
+                id=int(message["id"]),
+                channel_id=channel_id,
+                content=content,
+                allowed_mentions=allowed,
+                message_reference=reference,
+                nonce=nonce,
+                enforce_nonce=bool(body.get("enforce_nonce")),
+                files=tuple(files),
+                pings=_pings(content, allowed, referenced),
+            )
+        )
         self.events.append(("message", channel_id))
         if self.echo_own_messages:
             await self._broadcast("MESSAGE_CREATE", message)
@@ -469,11 +515,19 @@ class FakeDiscordServer(LoopbackServer):
             await session.ws.close(code=4014, message=b"Disallowed intent(s).")
             return
         session.session_id = f"fake-session-{self.snowflake()}"
-        await session.dispatch("READY", {
-            "v": 10, "user": self.bot_user, "guilds": [{"id": str(self.guild_id), "unavailable": True}],
-            "session_id": session.session_id, "resume_gateway_url": self.gateway_url,
-            "application": {"id": str(self.app_id), "flags": 1 << 19}, "private_channels": [], "relationships": [],
-        })
+        await session.dispatch(
+            "READY",
+            {
+                "v": 10,
+                "user": self.bot_user,
+                "guilds": [{"id": str(self.guild_id), "unavailable": True}],
+                "session_id": session.session_id,
+                "resume_gateway_url": self.gateway_url,
+                "application": {"id": str(self.app_id), "flags": 1 << 19},
+                "private_channels": [],
+                "relationships": [],
+            },
+        )
         session.ready = True
         await session.dispatch("GUILD_CREATE", self._guild_payload())
 
@@ -519,23 +573,40 @@ class FakeDiscordServer(LoopbackServer):
     ) -> dict[str, Any]:
         guild_id = self.channels[channel_id].get("guild_id")
         message: dict[str, Any] = {
-            "id": str(self.snowflake()), "channel_id": str(channel_id), "author": author, "content": content,
-            "timestamp": datetime.now(timezone.utc).isoformat(), "edited_timestamp": None, "tts": False,
+            "id": str(self.snowflake()),
+            "channel_id": str(channel_id),
+            "author": author,
+            "content": content,
+            "timestamp": datetime.now(UTC).isoformat(),
+            "edited_timestamp": None,
+            "tts": False,
             "mention_everyone": False,
             "mentions": [self._user_of(int(uid)) for uid in dict.fromkeys(_USER_MENTION.findall(content))],
-            "mention_roles": list(dict.fromkeys(_ROLE_MENTION.findall(content))), "attachments": [], "embeds": [],
-            "pinned": False, "type": DEFAULT, "flags": 0,
+            "mention_roles": list(dict.fromkeys(_ROLE_MENTION.findall(content))),
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": DEFAULT,
+            "flags": 0,
         }
         if nonce is not None:
             message["nonce"] = nonce
         if guild_id is not None:
             message["guild_id"] = guild_id
-            message["member"] = {"roles": [], "joined_at": message["timestamp"], "deaf": False, "mute": False,
-                                 "flags": 0}
+            message["member"] = {
+                "roles": [],
+                "joined_at": message["timestamp"],
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            }
         if reference is not None:
             message["type"] = REPLY
-            message["message_reference"] = {"type": 0, "message_id": reference["id"],
-                                            "channel_id": reference["channel_id"]}
+            message["message_reference"] = {
+                "type": 0,
+                "message_id": reference["id"],
+                "channel_id": reference["channel_id"],
+            }
             if guild_id is not None:
                 message["message_reference"]["guild_id"] = guild_id
             message["referenced_message"] = reference
@@ -545,32 +616,84 @@ class FakeDiscordServer(LoopbackServer):
         return message
 
     def _guild_payload(self) -> dict[str, Any]:
-        now = datetime.now(timezone.utc).isoformat()
+        now = datetime.now(UTC).isoformat()
         return {
-            "id": str(self.guild_id), "name": "Fake Guild", "icon": None, "splash": None, "owner_id": str(self.owner_id),
-            "afk_channel_id": None, "verification_level": 0, "default_message_notifications": 0,
-            "explicit_content_filter": 0, "mfa_level": 0, "premium_tier": 0, "features": [], "emojis": [],
-            "stickers": [], "system_channel_id": None, "rules_channel_id": None, "nsfw_level": 0,
-            "preferred_locale": "en-US", "unavailable": False, "large": False, "member_count": 3,
-            "joined_at": now, "voice_states": [], "presences": [], "threads": [], "stage_instances": [],
-            "guild_scheduled_events": [], "soundboard_sounds": [],
+            "id": str(self.guild_id),
+            "name": "Fake Guild",
+            "icon": None,
+            "splash": None,
+            "owner_id": str(self.owner_id),
+            "afk_channel_id": None,
+            "verification_level": 0,
+            "default_message_notifications": 0,
+            "explicit_content_filter": 0,
+            "mfa_level": 0,
+            "premium_tier": 0,
+            "features": [],
+            "emojis": [],
+            "stickers": [],
+            "system_channel_id": None,
+            "rules_channel_id": None,
+            "nsfw_level": 0,
+            "preferred_locale": "en-US",
+            "unavailable": False,
+            "large": False,
+            "member_count": 3,
+            "joined_at": now,
+            "voice_states": [],
+            "presences": [],
+            "threads": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
             "roles": [
-                {"id": str(self.guild_id), "name": "@everyone", "permissions": str((1 << 11) | (1 << 10) | (1 << 16)),
-                 "position": 0, "color": 0, "hoist": False, "managed": False, "mentionable": False, "flags": 0},
-                {"id": str(self.bot_role_id), "name": self.bot_user["username"], "permissions": str(1 << 13),
-                 "position": 1, "color": 0, "hoist": False, "managed": True, "mentionable": False, "flags": 0,
-                 "tags": {"bot_id": str(self.bot_id)}},
+                {
+                    "id": str(self.guild_id),
+                    "name": "@everyone",
+                    "permissions": str((1 << 11) | (1 << 10) | (1 << 16)),
+                    "position": 0,
+                    "color": 0,
+                    "hoist": False,
+                    "managed": False,
+                    "mentionable": False,
+                    "flags": 0,
+                },
+                {
+                    "id": str(self.bot_role_id),
+                    "name": self.bot_user["username"],
+                    "permissions": str(1 << 13),
+                    "position": 1,
+                    "color": 0,
+                    "hoist": False,
+                    "managed": True,
+                    "mentionable": False,
+                    "flags": 0,
+                    "tags": {"bot_id": str(self.bot_id)},
+                },
             ],
             "channels": [self.channels[self.guild_channel_id]],
-            "members": [{"user": self.bot_user, "roles": [str(self.bot_role_id)], "joined_at": now, "deaf": False,
-                         "mute": False, "flags": 0}],
+            "members": [
+                {
+                    "user": self.bot_user,
+                    "roles": [str(self.bot_role_id)],
+                    "joined_at": now,
+                    "deaf": False,
+                    "mute": False,
+                    "flags": 0,
+                }
+            ],
         }
 
 
 def _user(user_id: int, name: str, *, bot: bool = False) -> dict[str, Any]:
     user: dict[str, Any] = {
-        "id": str(user_id), "username": name, "global_name": name.title(), "discriminator": "0", "avatar": None,
-        "public_flags": 0, "flags": 0,
+        "id": str(user_id),
+        "username": name,
+        "global_name": name.title(),
+        "discriminator": "0",
+        "avatar": None,
+        "public_flags": 0,
+        "flags": 0,
     }
     if bot:
         user["bot"] = True
@@ -587,14 +710,19 @@ def _fault_response(fault: RestFault) -> web.Response:
         headers = {
             "Via": "1.1 google",  # discord.py treats a 429 without it as a Cloudflare ban
             "Retry-After": str(max(1, round(fault.retry_after))),
-            "X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "0",
+            "X-RateLimit-Limit": "5",
+            "X-RateLimit-Remaining": "0",
             "X-RateLimit-Reset-After": str(fault.retry_after),
             "X-RateLimit-Reset": str(time.time() + fault.retry_after),
-            "X-RateLimit-Bucket": "fake-bucket", "X-RateLimit-Scope": "user",
+            "X-RateLimit-Bucket": "fake-bucket",
+            "X-RateLimit-Scope": "user",
             **fault.headers,
         }
-        body = fault.body or {"message": "You are being rate limited.", "retry_after": fault.retry_after,
-                              "global": False}
+        body = fault.body or {
+            "message": "You are being rate limited.",
+            "retry_after": fault.retry_after,
+            "global": False,
+        }
         return _json(body, status=429, headers=headers)
     body = fault.body or {"message": f"{fault.status}: fake failure", "code": 0}
     return _json(body, status=fault.status, headers=fault.headers)

@@ -171,8 +171,9 @@ class FakeOpenAIServer(LoopbackServer):
         if self.strict:
             self.tools_in_effect.append(tools_in_effect)
             if (invalid := _strict_validation_error(body)) is not None:
-                return web.json_response({"error": {"code": 500, "message": invalid, "type": "server_error"}},
-                                         status=500)
+                return web.json_response(
+                    {"error": {"code": 500, "message": invalid, "type": "server_error"}}, status=500
+                )
 
         scripted = self._script.popleft() if self._script else None
         if scripted is None or (scripted.body is None and scripted.status == 200 and not scripted.disconnect):

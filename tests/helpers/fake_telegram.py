@@ -18,8 +18,15 @@ from aiohttp import web
 
 from tests.helpers.serving import LoopbackServer
 
-_STATUS_TEXT = {400: "Bad Request", 401: "Unauthorized", 409: "Conflict", 429: "Too Many Requests",
-                500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+_STATUS_TEXT = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    409: "Conflict",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?")
 _MENTION = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}")
 
@@ -76,13 +83,29 @@ class FakeTelegramServer(LoopbackServer):
 
     # --- injecting what users do -------------------------------------------------
 
-    def send_text(self, chat_id: int, user_id: int, text: str, *, chat_type: str = "private",
-                  reply_to_bot: bool = False, first_name: str | None = None) -> int:
+    def send_text(
+        self,
+        chat_id: int,
+        user_id: int,
+        text: str,
+        *,
+        chat_type: str = "private",
+        reply_to_bot: bool = False,
+        first_name: str | None = None,
+    ) -> int:
         """Queue a text message from a user, with the entities Telegram would compute; returns its message id."""
         return self._in_loop(self._send_text, chat_id, user_id, text, chat_type, reply_to_bot, first_name)
 
-    def fail_next(self, method: str, status: int, *, retry_after: int | None = None,
-                  description: str | None = None, times: int = 1, after: int = 0) -> None:
+    def fail_next(
+        self,
+        method: str,
+        status: int,
+        *,
+        retry_after: int | None = None,
+        description: str | None = None,
+        times: int = 1,
+        after: int = 0,
+    ) -> None:
         """Make `times` calls of `method` answer `status` (429 with retry_after for flood control),
         once `after` more calls of it have succeeded."""
         if description is None:
@@ -94,11 +117,15 @@ class FakeTelegramServer(LoopbackServer):
 
     def redeliver(self) -> None:
         """Make every update delivered so far pending again, as when the bot stopped before confirming them."""
+
         def restore() -> None:
             queued = {u["update_id"] for u in self._queue}
-            self._queue = sorted([*self._queue, *(u for i, u in self._delivered.items() if i not in queued)],
-                                 key=lambda u: u["update_id"])
+            self._queue = sorted(
+                [*self._queue, *(u for i, u in self._delivered.items() if i not in queued)],
+                key=lambda u: u["update_id"],
+            )
             self._notify()
+
         self._in_loop(restore)
 
     @property
@@ -205,21 +232,34 @@ class FakeTelegramServer(LoopbackServer):
         reply = _json_value(params.get("reply_parameters"))
         reply_to = reply.get("message_id") if isinstance(reply, dict) else params.get("reply_to_message_id")
         thread = params.get("message_thread_id")
-        message = SentMessage(chat_id, str(params["text"]), next(self._message_ids),
-                              int(reply_to) if reply_to is not None else None,
-                              int(thread) if thread is not None else None)
+        message = SentMessage(
+            chat_id,
+            str(params["text"]),
+            next(self._message_ids),
+            int(reply_to) if reply_to is not None else None,
+            int(thread) if thread is not None else None,
+        )
         self.sent.append(message)
-        return {"message_id": message.message_id, "date": int(time.time()), "chat": self._chat(chat_id),
-                "from": self._bot_user(), "text": message.text}
+        return {
+            "message_id": message.message_id,
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+            "from": self._bot_user(),
+            "text": message.text,
+        }
 
     def _api_sendDocument(self, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = int(params["chat_id"])
         document = params.get("document")
         filename = getattr(document, "filename", None) or "file"
         self.sent.append(SentMessage(chat_id, f"[document {filename}]", next(self._message_ids)))
-        return {"message_id": self.sent[-1].message_id, "date": int(time.time()), "chat": self._chat(chat_id),
-                "from": self._bot_user(),
-                "document": {"file_id": f"doc{self.sent[-1].message_id}", "file_unique_id": "u", "file_name": filename}}
+        return {
+            "message_id": self.sent[-1].message_id,
+            "date": int(time.time()),
+            "chat": self._chat(chat_id),
+            "from": self._bot_user(),
+            "document": {"file_id": f"doc{self.sent[-1].message_id}", "file_unique_id": "u", "file_name": filename},
+        }
 
     async def _api_getUpdates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         offset = int(params["offset"]) if params.get("offset") not in (None, "") else None
@@ -244,8 +284,9 @@ class FakeTelegramServer(LoopbackServer):
 
     # --- internals -----------------------------------------------------------------
 
-    def _send_text(self, chat_id: int, user_id: int, text: str, chat_type: str, reply_to_bot: bool,
-                   first_name: str | None) -> int:
+    def _send_text(
+        self, chat_id: int, user_id: int, text: str, chat_type: str, reply_to_bot: bool, first_name: str | None
+    ) -> int:
         chat = self._chats.setdefault(chat_id, _chat_json(chat_id, chat_type, first_name or f"User{user_id}"))
         message_id = next(self._message_ids)
         message: dict[str, Any] = {
@@ -261,7 +302,9 @@ class FakeTelegramServer(LoopbackServer):
             earlier = [m for m in self.sent if m.chat_id == chat_id]
             message["reply_to_message"] = {
                 "message_id": earlier[-1].message_id if earlier else next(self._message_ids),
-                "date": int(time.time()), "chat": chat, "from": self._bot_user(),
+                "date": int(time.time()),
+                "chat": chat,
+                "from": self._bot_user(),
                 "text": earlier[-1].text if earlier else "an earlier reply",
             }
         self._queue.append({"update_id": next(self._update_ids), "message": message})
@@ -292,7 +335,7 @@ class FakeTelegramServer(LoopbackServer):
         def run() -> None:
             try:
                 future.set_result(function(*args))
-            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+            except BaseException as exc:
                 future.set_exception(exc)
 
         loop.call_soon_threadsafe(run)
@@ -307,6 +350,7 @@ def _chat_json(chat_id: int, chat_type: str, first_name: str) -> dict[str, Any]:
 
 def _entities(text: str) -> list[dict[str, Any]]:
     """bot_command and mention entities as Telegram computes them (offsets in UTF-16 code units)."""
+
     def units(s: str) -> int:
         return len(s.encode("utf-16-le")) // 2
 
@@ -314,7 +358,7 @@ def _entities(text: str) -> list[dict[str, Any]]:
     if match := _COMMAND.match(text):
         found.append({"type": "bot_command", "offset": 0, "length": units(match.group())})
     for match in _MENTION.finditer(text):
-        found.append({"type": "mention", "offset": units(text[:match.start()]), "length": units(match.group())})
+        found.append({"type": "mention", "offset": units(text[: match.start()]), "length": units(match.group())})
     return found
 
 

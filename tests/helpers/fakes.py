@@ -84,7 +84,7 @@ class FakeSender:
     async def send_delivery(self, delivery) -> int:
         from core.errors import DeliveryFailed
 
-        parts = [delivery.text[i:i + self.limit] for i in range(0, len(delivery.text), self.limit)] or [""]
+        parts = [delivery.text[i : i + self.limit] for i in range(0, len(delivery.text), self.limit)] or [""]
         if self.down:
             raise DeliveryFailed("NetworkError", permanent=False, parts_sent=delivery.parts_sent)
         if self.fail_with:

@@ -18,11 +18,17 @@ def companion_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_companion(args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60,
-                  cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_companion(
+    args: list[str], env: dict[str, str], stdin: str = "", timeout: float = 60, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bot", *args], input=stdin, env=env, cwd=cwd or env_cwd(env),
-        capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "bot", *args],
+        input=stdin,
+        env=env,
+        cwd=cwd or env_cwd(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -32,6 +38,12 @@ def env_cwd(env: dict[str, str]) -> Path:
 
 def spawn_companion(args: list[str], env: dict[str, str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "bot", *args], env=env, cwd=env_cwd(env),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs,
+        [sys.executable, "-m", "bot", *args],
+        env=env,
+        cwd=env_cwd(env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
     )

@@ -31,7 +31,10 @@ class SnapshotReader:
     def __enter__(self) -> SnapshotReader:
         self.proc = subprocess.Popen(
             [sys.executable, "-c", self.script, str(self.db_path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         line = self.proc.stdout.readline()
         if line.strip() != "holding":
@@ -68,8 +71,13 @@ def files_holding(paths: list[Path], needle: bytes) -> list[Path]:
     (sqlite.org/howtocorrupt.html, 2.2), and another process could then delete the WAL."""
     if not paths:
         return []
-    found = subprocess.run([sys.executable, "-c", _GREP, needle.decode(), *map(str, paths)],
-                           capture_output=True, text=True, check=True, timeout=60)
+    found = subprocess.run(
+        [sys.executable, "-c", _GREP, needle.decode(), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return [Path(line) for line in found.stdout.splitlines()]
 
 

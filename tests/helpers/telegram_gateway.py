@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -41,8 +42,9 @@ def spawn(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_until(telegram: FakeTelegramServer, process: subprocess.Popen[str], predicate: Callable[[], bool],
-               timeout: float = 30.0) -> None:
+def wait_until(
+    telegram: FakeTelegramServer, process: subprocess.Popen[str], predicate: Callable[[], bool], timeout: float = 30.0
+) -> None:
     """Wait for `predicate` at the fake server, failing early (with stderr) if the gateway exits."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -50,10 +52,8 @@ def wait_until(telegram: FakeTelegramServer, process: subprocess.Popen[str], pre
             raise AssertionError(f"the gateway exited with {process.returncode}: {process.stderr.read()}")
         if time.monotonic() > deadline:
             raise TimeoutError("the gateway did not get there in time")
-        try:
+        with contextlib.suppress(TimeoutError):
             telegram.wait_for_blocking(predicate, timeout=0.5)
-        except TimeoutError:
-            pass
 
 
 def polling(telegram: FakeTelegramServer, gateway: subprocess.Popen[str]) -> None:

@@ -1,0 +1,41 @@
+"""Fixtures of the model-link tests: a provider over the module's `server`, and a sleep that only records."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapters.llm.openai_compat import OpenAICompatibleProvider
+from tests.helpers.fake_openai import FakeOpenAIServer
+
+
+class RecordingSleep:
+    """Stands in for asyncio.sleep: records each delay and returns at once."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    return RecordingSleep()
+
+
+@pytest.fixture
+async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIterator[OpenAICompatibleProvider]:
+    provider = OpenAICompatibleProvider(server.base_url, api_key="sk-test", model="test-model", timeout=10.0)
+    provider._sleep = sleep
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
