@@ -35,7 +35,7 @@ from core.model import (
 from core.outbox import Outbox
 from core.ports import BaseProvider, BaseStore, Clock, SystemClock
 from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
-from core.valve import ModeState, ModeValve
+from core.valve import ModeState, ModeValve, PrivateState
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,8 @@ class Companion:
                 artifacts,
             )
 
-    async def aclose(self) -> None:
+    async def drain(self) -> None:
+        """Wait for the background work this companion started (summary folds) to finish."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
@@ -186,7 +187,7 @@ class Companion:
         async with self._lock_of(conversation.platform, conversation.chat_id):
             if not await self.store.turn_is_open(open_turn.message_id):
                 return  # a newer message of the conversation was answered first, and closed it
-            state = await self.valve.read(conversation)
+            state = await self.valve.settle(conversation)
             if state.is_private or state.unreadable:
                 return  # the person went on in private mode meanwhile: that turn is left unread
             turn = Turn(message, account, conversation)
@@ -286,11 +287,11 @@ class Companion:
             kept = await self._keep_in_restarted_interval(turn)
             if kept is not False:
                 return kept
-        state = await self.valve.read(conversation)
+        state = await self.valve.settle(conversation)
         if state.unreadable:
             # It may belong to an open private interval: stored nowhere, shown to no model.
             return await self._finish(turn, copy.MODE_UNREADABLE)
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
             conversation.id,
@@ -341,7 +342,7 @@ class Companion:
         """Run the model on the view that ends with the stored user message and write the reply
         (message, run, answered turn and delivery) in one transaction."""
         conversation = turn.conversation
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it.
         recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
@@ -430,7 +431,7 @@ class Companion:
     ) -> str:
         offered = self.tools.tools_for(conversation, state)
         specs = tuple(t.spec for t in offered)
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         for round_ in range(self.config.max_tool_rounds + 1):
             last = round_ == self.config.max_tool_rounds
             # Out of rounds: one last answer, with no tools to call.
@@ -500,12 +501,8 @@ class Companion:
     async def _fold(self, conversation: Conversation, state: ModeState) -> None:
         async with self._lock_of(conversation.platform, conversation.chat_id):
             # Re-read the mode: the fold must run in the mode it was planned for, or not at all.
-            current = await self.valve.read(conversation)
-            if (
-                current.unreadable
-                or current.mode is not state.mode
-                or (state.is_private and current.segment.id != state.segment.id)
-            ):
+            current = await self.valve.settle(conversation)
+            if current.unreadable or current.mode is not state.mode or current.segment_id != state.segment_id:
                 return
             try:
                 await self.context.fold(conversation, current, self.provider)
@@ -523,7 +520,7 @@ class Companion:
         info = command_info(name)
         carries_secret = info.secret and bool(args)
         stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text
-        state = await self.valve.read(turn.conversation)
+        state = await self.valve.settle(turn.conversation)
         if state.unreadable and info.name != "normal":
             return await self._finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret)
         try:
@@ -532,7 +529,7 @@ class Companion:
                 "user",
                 stored,
                 self.clock.now(),
-                segment_id=state.segment.id if state.is_private else None,
+                segment_id=state.segment_id,
                 kind="command",
                 account_id=turn.account.id,
                 platform_message_id=turn.message.message_id,
@@ -601,7 +598,7 @@ class Companion:
         return Reply("\n".join(lines))
 
     async def _cmd_mode(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        if not state.is_private:
+        if not isinstance(state, PrivateState):
             return Reply(_with_notice(state, f"You are in normal mode. {copy.NORMAL_MODE_MEANS}"))
         ends = self.valve.ends_at(state.segment)
         when = "It lasts until you send /normal."

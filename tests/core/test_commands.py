@@ -56,7 +56,7 @@ async def test_no_passphrase_variant_leaves_a_trace_in_the_database_the_model_th
     after = await say(companion, "what did I just say?")  # the history goes to the model
     assert SECRET not in after.text
     assert provider.requests and all(SECRET not in request_text(r) for r in provider.requests)
-    await companion.aclose()
+    await companion.drain()
     await store.aclose()
     assert SECRET.encode() not in database_bytes(tmp_path)
     assert SECRET.encode("utf-16-le") not in database_bytes(tmp_path)

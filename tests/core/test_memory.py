@@ -14,7 +14,7 @@ from core.errors import PrivateWriteRefused
 from core.memory import fts_query
 from core.model import Completion, ToolCall
 from core.tools import PRIVATE_FORBIDDEN, default_tools
-from core.valve import NORMAL, ModeState
+from core.valve import NORMAL, PrivateState
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 
@@ -56,7 +56,7 @@ def test_the_private_tool_set_is_decided_by_capability_tags_alone():
 
     registry = default_tools()
     conversation = Conversation(1, "terminal", "t", "direct", 1)
-    private = ModeState(NORMAL.mode.PRIVATE, Segment(1, 1, 0, 0.0, 0.0, None, None, None))
+    private = PrivateState(Segment(1, 1, 0, 0.0, 0.0, None, None, None))
     private_names = {t.name for t in registry.tools_for(conversation, private)}
     for tool in registry.all():
         assert (tool.name in private_names) == tool.tags.isdisjoint(PRIVATE_FORBIDDEN), tool.name
