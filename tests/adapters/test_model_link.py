@@ -61,7 +61,7 @@ async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Compa
     try:
         yield companion
     finally:
-        await companion.aclose()
+        await companion.drain()
 
 
 def closed_port() -> int:
@@ -253,7 +253,7 @@ async def test_a_hanging_server_is_answered_once_after_the_timeout(server, store
     try:
         reply = await say(companion, "are you there?")
     finally:
-        await companion.aclose()
+        await companion.drain()
         await provider.aclose()
 
     assert reply.text == copy.PROVIDER_FAILED
@@ -333,7 +333,7 @@ async def test_an_unreachable_model_server_says_unreachable(store, clock, passph
     try:
         reply = await say(companion, "anyone?")
     finally:
-        await companion.aclose()
+        await companion.drain()
         await provider.aclose()
 
     assert reply.text == copy.PROVIDER_FAILED

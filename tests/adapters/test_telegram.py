@@ -102,7 +102,7 @@ async def new_companion(
 
     yield make
     for companion, provider in opened:
-        await companion.aclose()
+        await companion.drain()
         await provider.aclose()
 
 

@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from core.commands import mistyped_secret_command, normalize_command_text, parse_command
+from core.command_text import normalize_command_text, parse_command
+from core.commands import mistyped_secret_command
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fakes import request_text
