@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import logging
@@ -45,6 +46,9 @@ _TOO_LONG = re.compile(
 _INVALID = re.compile(
     r"invalid|type.must.be|type_error|must be a|expected|missing|required|unsupported|parse", re.IGNORECASE
 )
+# vLLM started without --enable-auto-tool-choice and --tool-call-parser refuses, with a 400, every
+# request that offers tools with tool_choice "auto" (classification only, like the two above).
+_TOOL_CHOICE_REFUSED = re.compile(r"tool.choice.{0,40}(enable-auto-tool-choice|tool-call-parser)", re.IGNORECASE)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SERVER_MESSAGE_LIMIT = 200
 # A server message sharing a run this long with the request is taken to quote it.
@@ -141,6 +145,8 @@ class OpenAICompatibleProvider:
         self._client: httpx.AsyncClient | None = None
         self._closed = False
         self._sleep = asyncio.sleep
+        # False once the server refused tool_choice "auto" (see _TOOL_CHOICE_REFUSED): tools are left out.
+        self._tools_accepted = True
 
     async def aclose(self) -> None:
         """Close the HTTP client; safe to call twice."""
@@ -155,11 +161,19 @@ class OpenAICompatibleProvider:
         Raises:
             core.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
-        body = json.dumps(
-            _payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False
-        ).encode()
-        self.last_request_bytes = len(body)
-        response, attempts = await self._post(body, request)
+        body = self._body(request)
+        try:
+            response, attempts = await self._post(body, request)
+        except ProviderRejected as exc:
+            if not (request.tools and self._tools_accepted and _refuses_tool_choice(exc)):
+                raise
+            # Failing every turn would cut the companion off from its model: it answers without tools.
+            log.warning(
+                "the model server refuses tool_choice 'auto' (vLLM needs --enable-auto-tool-choice and "
+                "--tool-call-parser); answering without tools from now on"
+            )
+            self._tools_accepted = False
+            response, attempts = await self._post(self._body(request), request)
         try:
             parsed = _parse_completion(response.content)
         except ValidationError as exc:
@@ -192,6 +206,15 @@ class OpenAICompatibleProvider:
             completion_tokens=usage.completion_tokens,
             truncated=truncated,
         )
+
+    def _body(self, request: CompletionRequest) -> bytes:
+        if request.tools and not self._tools_accepted:
+            request = dataclasses.replace(request, tools=())
+        body = json.dumps(
+            _payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False
+        ).encode()
+        self.last_request_bytes = len(body)
+        return body
 
     def _http(self) -> httpx.AsyncClient:
         if self._closed:
@@ -358,6 +381,16 @@ def _tool(tool: ToolSpec) -> dict[str, Any]:
         "type": "function",
         "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
     }
+
+
+def _refuses_tool_choice(exc: ProviderRejected) -> bool:
+    """Whether a rejection is a server refusing tool_choice "auto" (vLLM without tool parsing)."""
+    cause = exc.__cause__
+    return (
+        exc.status == 400
+        and isinstance(cause, httpx.HTTPStatusError)
+        and bool(_TOOL_CHOICE_REFUSED.search(_error_text(cause.response)))
+    )
 
 
 def _parse_completion(content: bytes) -> _ChatCompletion:
