@@ -45,7 +45,7 @@ async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Compa
     try:
         yield companion
     finally:
-        await companion.aclose()
+        await companion.drain()
 
 
 async def stored_user_texts(store) -> list[str]:
