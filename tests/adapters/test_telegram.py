@@ -126,7 +126,10 @@ async def new_adapter(
     """Adapters on the fake server; they close before the companions (they depend on them) do."""
     made: list[TelegramAdapter] = []
 
-    async def make(companion: Companion, *, token: str | None = None, base_url: str | None = None) -> TelegramAdapter:
+    async def make(
+        companion: Companion, *, token: str | None = None, base_url: str | None = None, **options: float
+    ) -> TelegramAdapter:
+        options = {"poll_timeout": 2.0, "repoll_interval": 0.05, **options}
         adapter = TelegramAdapter(
             token=token or telegram.token,
             handler=companion.handle,
@@ -134,9 +137,8 @@ async def new_adapter(
             base_url=base_url or telegram.base_url,
             state=store,
             outbox=companion.outbox,
-            poll_timeout=2.0,
-            repoll_interval=0.05,
             sleep=sleep,
+            **options,
         )
         made.append(adapter)
         await adapter.start()
@@ -765,8 +767,10 @@ async def wait_for_rows(store: SqliteStore, sql: str, timeout: float = 10.0) -> 
 
 
 async def test_a_quick_answer_costs_no_typing_action(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    new_adapter: AdapterFactory, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
+    # "Quick" is shorter than typing_delay: a long one, so that a loaded machine is still quick enough.
+    await new_adapter(companion, typing_delay=30.0)
     model.reply_text("Quick.")
     assert await say(telegram, "an easy one") == "Quick."
     assert telegram.chat_actions == []
