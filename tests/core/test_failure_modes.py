@@ -160,7 +160,7 @@ async def test_failure_mode_copy_says_nothing_is_remembered_while_memory_is_stil
     )
     help_text = (await say(companion, "/help")).text
     assert not claims.search(_all_copy() + help_text)
-    assert "I still read what I already know about you" in copy.PRIVATE_MODE_MEANS
+    assert "I still read what I already know about you" in help_text
 
 
 async def test_failure_mode_user_expects_blank_slate_from_an_incognito_design(companion):

@@ -226,13 +226,14 @@ async def test_lasting_commands_are_refused_in_private_mode_with_the_reason(comp
 async def test_the_store_refuses_lasting_writes_while_the_conversation_is_private(companion, store, clock):
     await go_private(companion)
     conversation = await conversation_of(companion)
-    for write in (
-        store.remember(conversation.person_id, conversation.id, "x", clock.now()),
-        store.add_goal(conversation.person_id, conversation.id, "x", None, clock.now()),
-        store.add_followup(conversation.person_id, conversation.id, "reminder", "x", None, clock.now()),
+    person, at = conversation.person_id, clock.now()
+    for write in (  # each coroutine is created where it is awaited: a failure leaves none unawaited
+        lambda: store.remember(person, conversation.id, "x", at),
+        lambda: store.add_goal(person, conversation.id, "x", None, at),
+        lambda: store.add_followup(person, conversation.id, "reminder", "x", None, at),
     ):
         with pytest.raises(PrivateWriteRefused):
-            await write
+            await write()
 
 
 @pytest.mark.parametrize(
