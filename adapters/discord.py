@@ -25,6 +25,7 @@ from core.errors import CompanionError, DeliveryFailed
 from core.model import Attachment, InboundMessage, OutboundDelivery, Reply
 from core.outbox import Outbox
 from core.ports import MessageHandler
+from core.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,10 @@ NO_MENTIONS = discord.AllowedMentions.none()
 # (after `retry_after`) and 500/502/504/524 (up to five tries); what reaches us here is
 # a dropped connection, a timeout, or a server error that outlasted those tries.
 _TRANSIENT = (discord.DiscordServerError, discord.RateLimited, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
+def _is_transient(exc: Exception) -> bool:
+    return isinstance(exc, _TRANSIENT)
 
 
 class DiscordStartError(CompanionError):
@@ -85,7 +90,7 @@ class DiscordAdapter:
         self._gateway_url = gateway_url
         self._ready_timeout = ready_timeout
         self._guild_ready_timeout = guild_ready_timeout
-        self._retry_delays = tuple(retry_delays)
+        self._send_policy = RetryPolicy.fixed(retry_delays, retryable=_is_transient)
         self._typing_interval = typing_interval
         self._shutdown_grace = shutdown_grace
         self._outbox = outbox
@@ -462,40 +467,36 @@ class DiscordAdapter:
         Raises:
             DeliveryFailed: permanent when Discord refused it (4xx), else transient.
         """
-        attempts = (0.0, *self._retry_delays)
-        last = "unknown"
-        for attempt, delay in enumerate(attempts, start=1):
-            if delay:
-                await asyncio.sleep(delay)
+        channel_id = getattr(channel, "id", "?")
+
+        async def send(_attempt: Attempt) -> None:
             # discord.File is closed after a send, so every attempt gets fresh ones.
             files = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments] or None
-            try:
-                await channel.send(
-                    content,
-                    reference=reference,
-                    allowed_mentions=NO_MENTIONS,
-                    nonce=nonce,
-                    files=files,
-                )
-                return
-            except _TRANSIENT as exc:
-                last = type(exc).__name__
-                log.warning(
-                    "discord: sending to channel %s failed (%s), attempt %d of %d",
-                    getattr(channel, "id", "?"),
-                    last,
-                    attempt,
-                    len(attempts),
-                )
-            except discord.HTTPException as exc:
-                log.error(
-                    "discord: channel %s refused a message (%s, code %s)",
-                    getattr(channel, "id", "?"),
-                    exc.status,
-                    exc.code,
-                )
-                raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
-        raise DeliveryFailed(last, permanent=False, parts_sent=0)
+            await channel.send(
+                content,
+                reference=reference,
+                allowed_mentions=NO_MENTIONS,
+                nonce=nonce,
+                files=files,
+            )
+
+        def failed(exc: Exception, number: int) -> None:
+            log.warning(
+                "discord: sending to channel %s failed (%s), attempt %d of %d",
+                channel_id,
+                type(exc).__name__,
+                number,
+                self._send_policy.attempts,
+            )
+
+        try:
+            await retrying(self._send_policy, send, on_retry=lambda exc, attempt, _delay: failed(exc, attempt.number))
+        except _TRANSIENT as exc:  # the last attempt's: an earlier one would have been retried
+            failed(exc, self._send_policy.attempts)
+            raise DeliveryFailed(type(exc).__name__, permanent=False, parts_sent=0) from exc
+        except discord.HTTPException as exc:
+            log.error("discord: channel %s refused a message (%s, code %s)", channel_id, exc.status, exc.code)
+            raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
 
 
 def _network_cause(exc: BaseException | None) -> BaseException | None:
