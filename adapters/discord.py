@@ -8,6 +8,7 @@ import logging
 import secrets
 import weakref
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -362,7 +363,13 @@ class DiscordAdapter:
         if client is None:
             raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
         target = delivery.target
-        channel = client.get_channel(int(target.chat_id)) or client.get_partial_messageable(int(target.chat_id))
+        cached = client.get_channel(int(target.chat_id))
+        # A cached category or forum cannot take a message; the partial one lets Discord say so.
+        channel = (
+            cached
+            if isinstance(cached, discord.abc.Messageable)
+            else client.get_partial_messageable(int(target.chat_id))
+        )
         chunks = split_message(delivery.text, MESSAGE_LIMIT)
         for index in range(delivery.parts_sent, len(chunks)):
             reference = None
@@ -390,6 +397,8 @@ class DiscordAdapter:
             reference = message.to_reference(fail_if_not_exists=False)
         if reply.delivery_id is not None and self._outbox is not None:
             # A pending outbox row already: sent and marked now, or later by the dispatcher.
+            if reply.conversation_id is None:
+                raise RuntimeError("discord: a reply with an outbox delivery names no conversation")
             if text != reply.text:
                 await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
             await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
@@ -472,12 +481,13 @@ class DiscordAdapter:
         async def send(_attempt: Attempt) -> None:
             # discord.File is closed after a send, so every attempt gets fresh ones.
             files = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments] or None
+            # discord.py's overloads of send() omit the None that its implementation accepts.
             await channel.send(
                 content,
-                reference=reference,
+                reference=reference,  # type: ignore[arg-type]  # None: not a reply (see above)
                 allowed_mentions=NO_MENTIONS,
                 nonce=nonce,
-                files=files,
+                files=files,  # type: ignore[arg-type]  # None: no files (see above)
             )
 
         def failed(exc: Exception, number: int) -> None:
@@ -523,7 +533,7 @@ class _RoutedHTTPClient(HTTPClient):
         self.api_base = api_base
         self.gateway_url: yarl.URL | None = yarl.URL(gateway_url) if gateway_url else None
 
-    async def request(self, route: Route, **kwargs):
+    async def request(self, route: Route, **kwargs: Any) -> Any:
         if self.api_base and route.url.startswith(Route.BASE):
             route.url = self.api_base + route.url[len(Route.BASE) :]
         return await super().request(route, **kwargs)
@@ -558,7 +568,7 @@ class _CompanionClient(discord.Client):
             chunk_guilds_at_startup=False,
             guild_ready_timeout=guild_ready_timeout,
         )
-        self.http = _RoutedHTTPClient(self.loop, api_base=api_base, gateway_url=gateway_url)
+        self.http: _RoutedHTTPClient = _RoutedHTTPClient(self.loop, api_base=api_base, gateway_url=gateway_url)
         self._connection.http = self.http
         self._adapter = adapter
 

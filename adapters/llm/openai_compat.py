@@ -439,10 +439,10 @@ def _server_message(response: httpx.Response, request: CompletionRequest) -> str
             message = data.get("message")
     if not isinstance(message, str):
         return ""
-    message = _one_line(message)[:_SERVER_MESSAGE_LIMIT]
-    if _quotes_request(message, request):
+    said = _one_line(message)[:_SERVER_MESSAGE_LIMIT]
+    if _quotes_request(said, request):
         return "(server message withheld: it quotes the request)"
-    return message
+    return said
 
 
 def _error_text(response: httpx.Response) -> str:

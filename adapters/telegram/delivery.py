@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import warnings
@@ -107,8 +108,8 @@ class Delivery:
             try:
                 message = await self.call(
                     "sendMessage",
-                    lambda p=part, r=reply: self._bot.send_message(
-                        chat_id, p, reply_parameters=r, message_thread_id=thread_id
+                    functools.partial(
+                        self._bot.send_message, chat_id, part, reply_parameters=reply, message_thread_id=thread_id
                     ),
                 )
             except TelegramError as exc:
