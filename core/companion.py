@@ -7,10 +7,12 @@ import dataclasses
 import logging
 import time
 import weakref
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from core import copy
-from core.analytics import RunRecorder
+from core.analytics import RunRecord, RunRecorder
 from core.capture import CaptureService
 from core.command_text import parse_command
 from core.commands import COMMANDS, Command, CommandCall, command_info, mistyped_secret_command, with_notice
@@ -24,6 +26,7 @@ from core.errors import (
 from core.model import (
     Account,
     ChatMessage,
+    Completion,
     CompletionRequest,
     Conversation,
     DeliveryTarget,
@@ -112,7 +115,7 @@ class Companion:
         self.capture = CaptureService(store, provider, self.clock, self.config.timezone)
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
         self._refused: set[str] = set()
-        self._background: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task[None]] = set()
         # Conversations whose private mode the restart ended: their next reply says so first.
         self._restart_closed: set[int] = set()
         self._resolved: dict[tuple[str, str, str], tuple[Account, Conversation]] = {}
@@ -284,8 +287,8 @@ class Companion:
     async def _chat(self, turn: Turn) -> Reply | None:
         conversation, message = turn.conversation, turn.message
         if message.sent_at is not None and message.sent_at < self._started_at + SENT_AT_MARGIN:
-            kept = await self._keep_in_restarted_interval(turn)
-            if kept is not False:
+            applies, kept = await self._keep_in_restarted_interval(turn, message.sent_at)
+            if applies:
                 return kept
         state = await self.valve.settle(conversation)
         if state.unreadable:
@@ -305,16 +308,17 @@ class Companion:
             return None
         return await self._answer(turn, state, message_id)
 
-    async def _keep_in_restarted_interval(self, turn: Turn) -> Reply | bool | None:
+    async def _keep_in_restarted_interval(self, turn: Turn, sent_at: float) -> tuple[bool, Reply | None]:
         """A message sent before this process started, into a conversation whose private interval
         a restart closed after it was sent, belongs to that interval: stored there (masked,
-        expiring with it), never read. Returns False when the rule does not apply."""
+        expiring with it), never read. Returns whether the rule applied, and then the reply
+        (None for a redelivery)."""
         conversation, message = turn.conversation, turn.message
         if not conversation.is_direct:
-            return False
+            return False, None
         turn = dataclasses.replace(turn, restart_notice=False)  # the reply says it already
         # The platform's clock and ours may differ a little: the margin errs toward the interval.
-        segment_id = await self.store.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
+        segment_id = await self.store.restart_segment_for(conversation.id, sent_at - SENT_AT_MARGIN)
         if segment_id is not None:
             message_id = await self.store.add_inbound(
                 conversation.id,
@@ -325,18 +329,18 @@ class Companion:
                 platform_message_id=message.message_id,
             )
             if message_id is None:
-                return None
+                return True, None
             log.info(
                 "conversation %s: a message from before the restart was kept in segment %s unread",
                 conversation.id,
                 segment_id,
             )
-            return await self._finish(turn, copy.RESTART_KEPT_PRIVATE, segment_id=segment_id, answers=message_id)
+            return True, await self._finish(turn, copy.RESTART_KEPT_PRIVATE, segment_id=segment_id, answers=message_id)
         if conversation.id in self._closed_at_start:
             # Its interval expired while the process was down and is deleted: the message is not kept.
             log.info("conversation %s: a message from an expired interval was dropped unread", conversation.id)
-            return await self._finish(turn, copy.RESTART_KEPT_PRIVATE)
-        return False
+            return True, await self._finish(turn, copy.RESTART_KEPT_PRIVATE)
+        return False, None
 
     async def _answer(self, turn: Turn, state: ModeState, message_id: int) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
@@ -391,7 +395,7 @@ class Companion:
         stored_text: str | None = None,
         segment_id: int | None = None,
         answers: int | None = None,
-        run=None,
+        run: RunRecord | None = None,
         delete_inbound: bool = False,
     ) -> Reply:
         """Write the turn's outcome and, where the platform sends through the outbox, its
@@ -468,13 +472,13 @@ class Companion:
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
         raise AssertionError("unreachable")
 
-    async def _save_run(self, run) -> None:
+    async def _save_run(self, run: RunRecord) -> None:
         try:
             await self.store.save_run(run)
         except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
             log.warning("analytics run could not be written (%s)", type(exc).__name__)
 
-    async def _call(self, request: CompletionRequest, recorder: RunRecorder | None):
+    async def _call(self, request: CompletionRequest, recorder: RunRecorder | None) -> Completion:
         started = time.perf_counter()
         try:
             completion = await self.provider.complete(request)
@@ -509,7 +513,7 @@ class Companion:
             except Exception as exc:  # noqa: BLE001 - e.g. the segment expired meanwhile; retried next turn
                 log.warning("summary fold for conversation %s failed (%s)", conversation.id, type(exc).__name__)
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)

@@ -234,7 +234,7 @@ def _fit(
         if not kept and cost > max(budget_tokens, 64) and not item.is_placeholder:
             text = _shorten(item.text or "", max(budget_tokens, 64), tokens_per_byte)
             item = TimelineItem(item.position, item.role, text, None)
-            cost = estimate_tokens(item.text, tokens_per_byte)
+            cost = estimate_tokens(text, tokens_per_byte)
         kept.append(item)
         used += cost
     kept.reverse()

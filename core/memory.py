@@ -8,9 +8,10 @@ store refuses the write while the conversation has an open private segment.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from core.durations import format_moment, parse_when
-from core.tools import Tool, ToolContext
+from core.tools import Arguments, Tool, ToolContext
 
 MAX_ENTRY = 500
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -25,11 +26,16 @@ def fts_query(text: str) -> str | None:
     return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 
-def _text(arguments: dict, name: str, *, required: bool = True, limit: int = MAX_ENTRY) -> str | None:
+def _text(arguments: Arguments, name: str, *, limit: int = MAX_ENTRY) -> str:
+    text = _optional_text(arguments, name, limit=limit)
+    if text is None:
+        raise ValueError(f"'{name}' is required")
+    return text
+
+
+def _optional_text(arguments: Arguments, name: str, *, limit: int = MAX_ENTRY) -> str | None:
     value = arguments.get(name)
     if value is None or (isinstance(value, str) and not value.strip()):
-        if required:
-            raise ValueError(f"'{name}' is required")
         return None
     if not isinstance(value, str):
         raise ValueError(f"'{name}' must be text")
@@ -39,7 +45,7 @@ def _text(arguments: dict, name: str, *, required: bool = True, limit: int = MAX
     return value
 
 
-def _id(arguments: dict, name: str) -> int:
+def _id(arguments: Arguments, name: str) -> int:
     value = arguments.get(name)
     if isinstance(value, str) and value.strip().lstrip("#").isdigit():
         value = int(value.strip().lstrip("#"))
@@ -57,13 +63,13 @@ def _person(context: ToolContext) -> int:
 # --- operations (shared by tools and commands) ------------------------------
 
 
-async def remember(context: ToolContext, arguments: dict) -> str:
+async def remember(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "text")
     entry = await context.store.remember(_person(context), context.conversation.id, text, context.now)
     return f"Remembered (#{entry}): {text}"
 
 
-async def recall(context: ToolContext, arguments: dict) -> str:
+async def recall(context: ToolContext, arguments: Arguments) -> str:
     query = fts_query(_text(arguments, "query", limit=200))
     if query is None:
         raise ValueError("'query' needs at least one word")
@@ -73,7 +79,7 @@ async def recall(context: ToolContext, arguments: dict) -> str:
     return "\n".join(f"- [{hit.source}] {_clip(hit.text)}" for hit in hits)
 
 
-async def forget(context: ToolContext, arguments: dict) -> str:
+async def forget(context: ToolContext, arguments: Arguments) -> str:
     person = _person(context)
     if arguments.get("entry_id") is not None:
         entry = _id(arguments, "entry_id")
@@ -84,7 +90,7 @@ async def forget(context: ToolContext, arguments: dict) -> str:
     return f"Forgot {removed} memor{'y' if removed == 1 else 'ies'}." if removed else "No memory matched that."
 
 
-async def list_goals(context: ToolContext, arguments: dict) -> str:
+async def list_goals(context: ToolContext, arguments: Arguments) -> str:
     goals = await context.store.goals(_person(context))
     if not goals:
         return "No active goals."
@@ -93,20 +99,20 @@ async def list_goals(context: ToolContext, arguments: dict) -> str:
     )
 
 
-async def set_goal(context: ToolContext, arguments: dict) -> str:
+async def set_goal(context: ToolContext, arguments: Arguments) -> str:
     title = _text(arguments, "title", limit=200)
-    due_text = _text(arguments, "due", required=False, limit=40)
+    due_text = _optional_text(arguments, "due", limit=40)
     due = parse_when(due_text, context.now, context.timezone) if due_text else None
     goal = await context.store.add_goal(_person(context), context.conversation.id, title, due, context.now)
     return f"Goal #{goal} set: {title}"
 
 
-async def update_goal(context: ToolContext, arguments: dict) -> str:
+async def update_goal(context: ToolContext, arguments: Arguments) -> str:
     goal = _id(arguments, "goal_id")
-    status = _text(arguments, "status", required=False, limit=10)
+    status = _optional_text(arguments, "status", limit=10)
     if status is not None and status not in {"active", "done", "dropped"}:
         raise ValueError("'status' must be active, done or dropped")
-    title = _text(arguments, "title", required=False, limit=200)
+    title = _optional_text(arguments, "title", limit=200)
     if status is None and title is None:
         raise ValueError("give a new 'status' or 'title'")
     changed = await context.store.update_goal(
@@ -115,7 +121,7 @@ async def update_goal(context: ToolContext, arguments: dict) -> str:
     return f"Goal #{goal} updated." if changed else f"There is no goal #{goal}."
 
 
-async def schedule_followup(context: ToolContext, arguments: dict) -> str:
+async def schedule_followup(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "text", limit=300)
     due = parse_when(_text(arguments, "when", limit=40), context.now, context.timezone)
     item = await context.store.add_followup(
@@ -124,15 +130,15 @@ async def schedule_followup(context: ToolContext, arguments: dict) -> str:
     return f"Follow-up #{item} scheduled for {format_moment(due, context.timezone)}: {text}"
 
 
-async def watch_event(context: ToolContext, arguments: dict) -> str:
+async def watch_event(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "description", limit=300)
-    when = _text(arguments, "when", required=False, limit=40)
+    when = _optional_text(arguments, "when", limit=40)
     due = parse_when(when, context.now, context.timezone) if when else None
     item = await context.store.add_followup(_person(context), context.conversation.id, "watch", text, due, context.now)
     return f"Watching for #{item}: {text}"
 
 
-async def list_followups(context: ToolContext, arguments: dict) -> str:
+async def list_followups(context: ToolContext, arguments: Arguments) -> str:
     items = await context.store.followups(_person(context))
     if not items:
         return "No follow-ups."
@@ -144,7 +150,7 @@ async def list_followups(context: ToolContext, arguments: dict) -> str:
     return "\n".join(lines)
 
 
-async def pause_followup(context: ToolContext, arguments: dict) -> str:
+async def pause_followup(context: ToolContext, arguments: Arguments) -> str:
     item = _id(arguments, "followup_id")
     changed = await context.store.set_followup_status(
         _person(context), context.conversation.id, item, "paused", context.now
@@ -167,7 +173,7 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _schema(properties: dict, required: list[str]) -> dict:
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required}
 
 
@@ -239,7 +245,7 @@ MEMORY_TOOLS = (
 )
 
 
-async def cancel_followup(context: ToolContext, arguments: dict) -> str:
+async def cancel_followup(context: ToolContext, arguments: Arguments) -> str:
     item = _id(arguments, "followup_id")
     changed = await context.store.set_followup_status(
         _person(context), context.conversation.id, item, "cancelled", context.now

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class Mode(enum.StrEnum):
@@ -120,7 +121,7 @@ class ChatMessage:
 class ToolSpec:
     name: str
     description: str
-    parameters: dict
+    parameters: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable
 
 from core.errors import DeliveryFailed
+from core.model import OutboundDelivery
 from core.ports import BaseSender, Clock, OutboxStore
 from core.retry import backoff_delay
 
@@ -97,7 +98,7 @@ class Outbox:
     async def prune(self, keep_seconds: float = 7 * 86400.0) -> int:
         return await self._store.prune_settled(self._clock.now() - keep_seconds)
 
-    async def _send_one(self, sender: BaseSender, delivery) -> bool:
+    async def _send_one(self, sender: BaseSender, delivery: OutboundDelivery) -> bool:
         try:
             parts = await sender.send_delivery(delivery)
         except DeliveryFailed as exc:
@@ -115,7 +116,7 @@ class Outbox:
         )
         return True
 
-    async def _failed(self, delivery, kind: str, permanent: bool, parts_sent: int) -> bool:
+    async def _failed(self, delivery: OutboundDelivery, kind: str, permanent: bool, parts_sent: int) -> bool:
         """Record a failure. A permanent one settles the delivery and lets the next go."""
         now = self._clock.now()
         if permanent:

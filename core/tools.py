@@ -11,8 +11,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from core.model import Conversation, ToolCall, ToolSpec
+from core.ports import BaseStore
 from core.valve import ModeState
 
 log = logging.getLogger(__name__)
@@ -28,18 +30,20 @@ class ToolContext:
     conversation: Conversation
     state: ModeState
     now: float
-    timezone: str = "UTC"
-    store: object = None
+    timezone: str
+    store: BaseStore
 
 
-ToolHandler = Callable[[ToolContext, dict], Awaitable[str]]
+# A tool call's arguments, as the model sent them (JSON object).
+Arguments = dict[str, Any]
+ToolHandler = Callable[[ToolContext, Arguments], Awaitable[str]]
 
 
 @dataclass(frozen=True, slots=True)
 class Tool:
     name: str
     description: str
-    parameters: dict
+    parameters: dict[str, Any]
     tags: frozenset[str]
     handler: ToolHandler = field(compare=False)
 
@@ -91,7 +95,7 @@ async def run_tool_call(offered: list[Tool], call: ToolCall, context: ToolContex
         return "error: the tool failed"
 
 
-async def _current_time(context: ToolContext, arguments: dict) -> str:
+async def _current_time(context: ToolContext, arguments: Arguments) -> str:
     from zoneinfo import ZoneInfo
 
     now = datetime.fromtimestamp(context.now, tz=UTC).astimezone(ZoneInfo(context.timezone))
