@@ -6,7 +6,6 @@ import asyncio
 import io
 import logging
 import secrets
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,6 +22,7 @@ from adapters.text import split_message
 from core.commands import carries_secret
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.errors import CompanionError, DeliveryFailed
+from core.locks import KeyedLocks
 from core.model import Attachment, InboundMessage, OutboundDelivery, Reply
 from core.outbox import Outbox
 from core.ports import MessageHandler
@@ -98,7 +98,7 @@ class DiscordAdapter:
         self._client: _CompanionClient | None = None
         self._connection: asyncio.Task | None = None
         self._turns: set[asyncio.Task] = set()
-        self._channel_locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._channel_locks: KeyedLocks[int] = KeyedLocks()
         self._closing = False
 
     @property
@@ -323,10 +323,7 @@ class DiscordAdapter:
     async def _serve(self, message: discord.Message, inbound: InboundMessage) -> None:
         """One turn: typing while the core works, then the reply, strictly in order per channel."""
         channel = message.channel
-        lock = self._channel_locks.get(channel.id)
-        if lock is None:
-            lock = self._channel_locks[channel.id] = asyncio.Lock()
-        async with lock:
+        async with self._channel_locks.of(channel.id):
             typing = asyncio.create_task(self._keep_typing(channel))
             try:
                 reply = await self._handler(inbound)

@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-import weakref
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from core.errors import (
     ProviderRequestTooLong,
     ProviderUnavailable,
 )
+from core.locks import KeyedLocks
 from core.model import (
     Account,
     ChatMessage,
@@ -113,7 +113,7 @@ class Companion:
         )
         self.context = ContextAssembler(store, self.config.persona, self.config.budget, self.clock)
         self.capture = CaptureService(store, provider, self.clock, self.config.timezone)
-        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()
         self._refused: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
         # Conversations whose private mode the restart ended: their next reply says so first.
@@ -263,10 +263,7 @@ class Companion:
             return reply
 
     def _lock_of(self, platform: str, chat_id: str) -> asyncio.Lock:
-        lock = self._locks.get((platform, chat_id))
-        if lock is None:
-            lock = self._locks[(platform, chat_id)] = asyncio.Lock()
-        return lock
+        return self._locks.of((platform, chat_id))
 
     async def _resolve(self, message: InboundMessage, now: float) -> tuple[Account, Conversation]:
         """The account and conversation of a message; ids never change, so they are cached

@@ -254,7 +254,7 @@ def _first_position(item: TimelineItem) -> int:
 
 
 def _speaker(role: str | None) -> str:
-    return "Companion" if role == "assistant" else "Person"
+    return copy.speaker(role, person="Person")  # the summariser reads about the person
 
 
 def _as_chat(item: TimelineItem) -> ChatMessage:

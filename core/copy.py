@@ -118,3 +118,8 @@ CAPTURE_INSTRUCTION = (
 PRIVATE_REFUSES = (
     "Private mode writes nothing that outlives it, so /{command} is not available here. /normal leaves private mode."
 )
+
+
+def speaker(role: str | None, *, person: str) -> str:
+    """Who said a stored line, in words: the companion, or the person (named as the reader needs)."""
+    return "Companion" if role == "assistant" else person

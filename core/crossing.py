@@ -82,4 +82,4 @@ async def export_reply(companion: Companion, conversation: Conversation, state: 
 
 
 def _speaker(role: str | None) -> str:
-    return "Companion" if role == "assistant" else "You"
+    return copy.speaker(role, person="You")  # the export is read by the person it quotes

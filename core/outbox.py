@@ -10,13 +10,12 @@ found) ends a delivery unsent, recorded by kind.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-import weakref
 from collections.abc import Callable
 
 from core.errors import DeliveryFailed
+from core.locks import KeyedLocks
 from core.model import OutboundDelivery
 from core.ports import BaseSender, Clock, OutboxStore
 from core.retry import backoff_delay
@@ -48,7 +47,7 @@ class Outbox:
         self._max_delay = max_delay
         self._rand = rand
         self._senders: dict[str, BaseSender] = {}
-        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locks: KeyedLocks[int] = KeyedLocks()
 
     # --- senders ------------------------------------------------------------
 
@@ -70,10 +69,7 @@ class Outbox:
     async def deliver(self, conversation_id: int, delivery_id: int) -> bool:
         """Send the conversation's pending deliveries up to `delivery_id`, oldest first.
         Returns whether they all went out (False: the rest waits for `dispatch_due`)."""
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            lock = self._locks[conversation_id] = asyncio.Lock()
-        async with lock:
+        async with self._locks.of(conversation_id):
             for delivery in await self._store.pending_of(conversation_id, delivery_id):
                 sender = self._senders.get(delivery.target.platform)
                 if sender is None:

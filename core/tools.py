@@ -63,9 +63,6 @@ class ToolRegistry:
             raise ValueError(f"tool {tool.name} registered twice")
         self._tools[tool.name] = tool
 
-    def all(self) -> list[Tool]:
-        return list(self._tools.values())
-
     def tools_for(self, conversation: Conversation, state: ModeState) -> list[Tool]:
         """The tool set of one turn, decided from the mode before any request is built."""
         if state.is_private:

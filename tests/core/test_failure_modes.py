@@ -10,8 +10,9 @@ from pathlib import Path
 from adapters.storage.backup import backup, restore
 from core import copy
 from core.memory import fts_query
-from core.model import Completion, Summary, ToolCall
+from core.model import Completion, Conversation, Summary, ToolCall
 from core.tools import PRIVATE_FORBIDDEN, default_tools
+from core.valve import NORMAL
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 from tests.helpers.fakes import request_text
@@ -145,7 +146,8 @@ async def test_failure_mode_publishing_from_private_content_without_a_named_conf
     assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
     assert (await say(companion, "/export confirm")).attachments
     assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
-    assert not {t.name for t in default_tools().all()} & {"export", "publish", "publish_app"}
+    every_tool = default_tools().tools_for(Conversation(1, "t", "t", "direct", 1), NORMAL)
+    assert not {t.name for t in every_tool} & {"export", "publish", "publish_app"}
 
 
 def _all_copy() -> str:

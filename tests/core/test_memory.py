@@ -58,7 +58,7 @@ def test_the_private_tool_set_is_decided_by_capability_tags_alone():
     conversation = Conversation(1, "terminal", "t", "direct", 1)
     private = PrivateState(Segment(1, 1, 0, 0.0, 0.0, None, None, None))
     private_names = {t.name for t in registry.tools_for(conversation, private)}
-    for tool in registry.all():
+    for tool in registry.tools_for(conversation, NORMAL):  # the normal set is every tool
         assert (tool.name in private_names) == tool.tags.isdisjoint(PRIVATE_FORBIDDEN), tool.name
     assert {"memory-write", "memory-read", "goal", "follow-up", "export", "publish"} <= PRIVATE_FORBIDDEN
     assert private_names.isdisjoint(LASTING_TOOLS)
