@@ -118,3 +118,9 @@ CAPTURE_INSTRUCTION = (
 PRIVATE_REFUSES = (
     "Private mode writes nothing that outlives it, so /{command} is not available here. /normal leaves private mode."
 )
+
+# A tool's lasting write the store refused because the conversation turned private: the model
+# reads this, so it tells the person the truth rather than "there is no goal #N".
+TOOL_PRIVATE_REFUSED = (
+    "refused: this conversation is in private mode, which writes nothing that outlives it; nothing changed"
+)

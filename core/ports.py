@@ -248,14 +248,16 @@ class ModeStore(Protocol):
 
 
 class MemoryStore(Protocol):
-    """Normal-mode memory. Turn-originated writes raise PrivateWriteRefused while the
-    originating conversation (`origin`) has an open segment."""
+    """Normal-mode memory. Every lasting write (adding, changing or forgetting memory, goals
+    and follow-ups; a run; a tool operation outside a segment) raises PrivateWriteRefused
+    while the originating conversation (`origin`) has an open segment, and changes nothing;
+    a False or 0 result means only that there was nothing to change."""
 
     async def remember(self, person_id: int, origin: int, text: str, now: float) -> int: ...
 
-    async def forget_pad_entry(self, person_id: int, entry_id: int) -> int: ...
+    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int: ...
 
-    async def forget_pad_matching(self, person_id: int, text: str) -> int: ...
+    async def forget_pad_matching(self, person_id: int, origin: int, text: str) -> int: ...
 
     async def recall(self, person_id: int, match: str, limit: int = 8) -> list[RecallHit]: ...
 

@@ -2,50 +2,52 @@
 
 Every statement that could touch private text says so in its own WHERE clause:
 recall joins back to the source row and requires it to be normal; capture joins
-against the conversation kind and the segments; turn-originated writes refuse
-while the originating conversation has an open private segment.
+against the conversation kind and the segments. Every lasting write (pad, goals,
+follow-ups, analytics) passes through `_lasting_tx`, the guard of adapters/storage/guard.py.
 """
 
 from __future__ import annotations
 
-from core.errors import PrivateWriteRefused
-from core.model import FollowUp, Goal, PendingCapture, RecallHit
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-# A write that comes from a turn must not happen while that conversation is private.
-_NO_OPEN_SEGMENT = "NOT EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = :origin AND s.ended_at IS NULL)"
+import aiosqlite
+
+from adapters.storage.guard import refuse_while_private
+from core.model import FollowUp, Goal, PendingCapture, RecallHit
 
 
 class MemoryQueries:
     """Mixed into SqliteStore; uses its `_tx`, `_one` and `_all`."""
 
+    @asynccontextmanager
+    async def _lasting_tx(self, origin: int, what: str) -> AsyncIterator[aiosqlite.Connection]:
+        """A write transaction for a lasting write: refused (PrivateWriteRefused) while the
+        conversation `origin` has an open private segment."""
+        async with self._tx() as db:
+            await refuse_while_private(db, origin, what)
+            yield db
+
     # --- normal pad ---------------------------------------------------------
 
-    async def _insert_unless_private(self, what: str, sql: str, params: dict) -> int:
-        """Run an INSERT ... SELECT ... WHERE <no open segment in :origin>; refuse when it inserted nothing."""
-        async with self._tx() as db:
-            cur = await db.execute(f"{sql} WHERE {_NO_OPEN_SEGMENT}", params)
-            if cur.rowcount == 0:
-                raise PrivateWriteRefused(what)
+    async def remember(self, person_id: int, origin: int, text: str, now: float) -> int:
+        async with self._lasting_tx(origin, "memory") as db:
+            cur = await db.execute(
+                "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, NULL, 'normal', ?, ?)",
+                (person_id, text, now),
+            )
             return cur.lastrowid
 
-    async def remember(self, person_id: int, origin: int, text: str, now: float) -> int:
-        return await self._insert_unless_private(
-            "memory",
-            "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-            " SELECT :person, NULL, 'normal', :text, :now",
-            {"person": person_id, "text": text, "now": now, "origin": origin},
-        )
-
-    async def forget_pad_entry(self, person_id: int, entry_id: int) -> int:
-        async with self._tx() as db:
+    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:
+        async with self._lasting_tx(origin, "change to memory") as db:
             cur = await db.execute(
                 "DELETE FROM pad_entries WHERE id = ? AND person_id = ? AND mode = 'normal'", (entry_id, person_id)
             )
             return cur.rowcount
 
-    async def forget_pad_matching(self, person_id: int, text: str) -> int:
+    async def forget_pad_matching(self, person_id: int, origin: int, text: str) -> int:
         pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        async with self._tx() as db:
+        async with self._lasting_tx(origin, "change to memory") as db:
             cur = await db.execute(
                 "DELETE FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND text LIKE ? ESCAPE '\\'",
                 (person_id, pattern),
@@ -74,12 +76,13 @@ class MemoryQueries:
     # --- goals ------------------------------------------------------------------
 
     async def add_goal(self, person_id: int, origin: int, title: str, due_at: float | None, now: float) -> int:
-        return await self._insert_unless_private(
-            "goal",
-            "INSERT INTO goals (person_id, conversation_id, title, due_at, created_at, updated_at)"
-            " SELECT :person, :origin, :title, :due, :now, :now",
-            {"person": person_id, "origin": origin, "title": title, "due": due_at, "now": now},
-        )
+        async with self._lasting_tx(origin, "goal") as db:
+            cur = await db.execute(
+                "INSERT INTO goals (person_id, conversation_id, title, due_at, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (person_id, origin, title, due_at, now, now),
+            )
+            return cur.lastrowid
 
     async def goals(self, person_id: int, *, include_closed: bool = False) -> list[Goal]:
         status = "" if include_closed else " AND status = 'active'"
@@ -98,11 +101,16 @@ class MemoryQueries:
         status: str | None = None,
         title: str | None = None,
     ) -> bool:
-        async with self._tx() as db:
+        """Change a goal. Returns False when the person has no goal `goal_id`.
+
+        Raises:
+            PrivateWriteRefused: the conversation `origin` is private (told apart from a missing goal).
+        """
+        async with self._lasting_tx(origin, "change to a goal") as db:
             cur = await db.execute(
-                "UPDATE goals SET status = coalesce(:status, status), title = coalesce(:title, title),"
-                f" updated_at = :now WHERE id = :id AND person_id = :person AND {_NO_OPEN_SEGMENT}",
-                {"status": status, "title": title, "now": now, "id": goal_id, "person": person_id, "origin": origin},
+                "UPDATE goals SET status = coalesce(?, status), title = coalesce(?, title), updated_at = ?"
+                " WHERE id = ? AND person_id = ?",
+                (status, title, now, goal_id, person_id),
             )
             return cur.rowcount > 0
 
@@ -111,12 +119,13 @@ class MemoryQueries:
     async def add_followup(
         self, person_id: int, origin: int, kind: str, text: str, due_at: float | None, now: float
     ) -> int:
-        return await self._insert_unless_private(
-            "follow-up",
-            "INSERT INTO followups (person_id, conversation_id, kind, text, due_at, created_at, updated_at)"
-            " SELECT :person, :origin, :kind, :text, :due, :now, :now",
-            {"person": person_id, "origin": origin, "kind": kind, "text": text, "due": due_at, "now": now},
-        )
+        async with self._lasting_tx(origin, "follow-up") as db:
+            cur = await db.execute(
+                "INSERT INTO followups (person_id, conversation_id, kind, text, due_at, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (person_id, origin, kind, text, due_at, now, now),
+            )
+            return cur.lastrowid
 
     async def followups(self, person_id: int) -> list[FollowUp]:
         rows = await self._all(
@@ -127,11 +136,16 @@ class MemoryQueries:
         return [FollowUp(r["id"], r["kind"], r["text"], r["due_at"], r["status"]) for r in rows]
 
     async def set_followup_status(self, person_id: int, origin: int, followup_id: int, status: str, now: float) -> bool:
-        async with self._tx() as db:
+        """Pause or cancel a follow-up. Returns False when the person has no open follow-up `followup_id`.
+
+        Raises:
+            PrivateWriteRefused: the conversation `origin` is private (told apart from a missing follow-up).
+        """
+        async with self._lasting_tx(origin, "change to a follow-up") as db:
             cur = await db.execute(
-                f"UPDATE followups SET status = :status, updated_at = :now"
-                f" WHERE id = :id AND person_id = :person AND status IN ('scheduled', 'paused') AND {_NO_OPEN_SEGMENT}",
-                {"status": status, "now": now, "id": followup_id, "person": person_id, "origin": origin},
+                "UPDATE followups SET status = ?, updated_at = ?"
+                " WHERE id = ? AND person_id = ? AND status IN ('scheduled', 'paused')",
+                (status, now, followup_id, person_id),
             )
             return cur.rowcount > 0
 
@@ -147,7 +161,11 @@ class MemoryQueries:
         result_bytes: int,
         now: float,
     ) -> None:
+        """Record one tool call. Inside a segment it is the segment's (it cascades away with it);
+        outside one it is lasting, so refused while the conversation is private."""
         async with self._tx() as db:
+            if segment_id is None:
+                await refuse_while_private(db, conversation_id, "tool operation")
             await db.execute(
                 "INSERT INTO tool_operations (conversation_id, segment_id, tool, status, args_bytes, result_bytes,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -261,7 +279,9 @@ class MemoryQueries:
 
 
 async def insert_run(db, run) -> int:
-    """Write a core.analytics.RunRecord inside the caller's transaction."""
+    """Write a core.analytics.RunRecord inside the caller's transaction: lasting, so refused
+    (the whole transaction with it) while its conversation is private."""
+    await refuse_while_private(db, run.conversation_id, "analytics")
     cur = await db.execute(
         "INSERT INTO agent_runs (conversation_id, started_at, ended_at, status) VALUES (?, ?, ?, ?)",
         (run.conversation_id, run.started_at, run.ended_at, run.status),
