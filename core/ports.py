@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from core.model import (
     Account,
@@ -26,6 +26,9 @@ from core.model import (
     Summary,
     TimelineItem,
 )
+
+if TYPE_CHECKING:
+    from core.analytics import RunRecord
 
 
 @runtime_checkable
@@ -143,7 +146,7 @@ class TimelineStore(Protocol):
         segment_id: int | None = None,
         kind: str = "chat",
         account_id: int | None = None,
-        run: object | None = None,
+        run: RunRecord | None = None,
         platform_message_id: str | None = None,
     ) -> int | None:
         """Append a message; with a segment it is private and can only be 'skipped' for capture.
@@ -172,7 +175,7 @@ class TimelineStore(Protocol):
         *,
         stored_text: str | None = None,
         segment_id: int | None = None,
-        run: object | None = None,
+        run: RunRecord | None = None,
         answers: int | None = None,
         target: DeliveryTarget | None = None,
     ) -> tuple[int | None, int | None]:
@@ -305,7 +308,7 @@ class MemoryStore(Protocol):
 
     async def skip_capture(self, message_ids: list[int]) -> None: ...
 
-    async def save_run(self, run: object) -> None: ...
+    async def save_run(self, run: RunRecord) -> None: ...
 
 
 class LifetimeStore(Protocol):

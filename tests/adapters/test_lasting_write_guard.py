@@ -65,13 +65,14 @@ async def test_forget_pad_matching_while_private_is_refused(store, chat):
 
 async def test_every_lasting_addition_while_private_is_refused(store, chat):
     person, conversation, _, _ = chat
-    for write in (
-        store.remember(person, conversation.id, "x", NOW),
-        store.add_goal(person, conversation.id, "x", None, NOW),
-        store.add_followup(person, conversation.id, "watch", "x", None, NOW),
-    ):
-        with pytest.raises(PrivateWriteRefused):
-            await write
+    writes = {  # called one at a time, so a failure leaves no coroutine unawaited
+        "memory": lambda: store.remember(person, conversation.id, "x", NOW),
+        "goal": lambda: store.add_goal(person, conversation.id, "x", None, NOW),
+        "follow-up": lambda: store.add_followup(person, conversation.id, "watch", "x", None, NOW),
+    }
+    for what, write in writes.items():
+        with pytest.raises(PrivateWriteRefused, match=f"writes no {what}$"):
+            await write()
     assert await rows(store, "SELECT count(*) FROM pad_entries WHERE text = 'x'") == [(0,)]
     assert await rows(store, "SELECT (SELECT count(*) FROM goals) + (SELECT count(*) FROM followups)") == [(2,)]
 
