@@ -8,6 +8,7 @@ import logging
 import secrets
 import weakref
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -25,6 +26,7 @@ from core.errors import CompanionError, DeliveryFailed
 from core.model import Attachment, InboundMessage, OutboundDelivery, Reply
 from core.outbox import Outbox
 from core.ports import MessageHandler
+from core.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,10 @@ NO_MENTIONS = discord.AllowedMentions.none()
 # (after `retry_after`) and 500/502/504/524 (up to five tries); what reaches us here is
 # a dropped connection, a timeout, or a server error that outlasted those tries.
 _TRANSIENT = (discord.DiscordServerError, discord.RateLimited, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
+def _is_transient(exc: Exception) -> bool:
+    return isinstance(exc, _TRANSIENT)
 
 
 class DiscordStartError(CompanionError):
@@ -85,7 +91,7 @@ class DiscordAdapter:
         self._gateway_url = gateway_url
         self._ready_timeout = ready_timeout
         self._guild_ready_timeout = guild_ready_timeout
-        self._retry_delays = tuple(retry_delays)
+        self._send_policy = RetryPolicy.fixed(retry_delays, retryable=_is_transient)
         self._typing_interval = typing_interval
         self._shutdown_grace = shutdown_grace
         self._outbox = outbox
@@ -357,7 +363,13 @@ class DiscordAdapter:
         if client is None:
             raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
         target = delivery.target
-        channel = client.get_channel(int(target.chat_id)) or client.get_partial_messageable(int(target.chat_id))
+        cached = client.get_channel(int(target.chat_id))
+        # A cached category or forum cannot take a message; the partial one lets Discord say so.
+        channel = (
+            cached
+            if isinstance(cached, discord.abc.Messageable)
+            else client.get_partial_messageable(int(target.chat_id))
+        )
         chunks = split_message(delivery.text, MESSAGE_LIMIT)
         for index in range(delivery.parts_sent, len(chunks)):
             reference = None
@@ -385,6 +397,8 @@ class DiscordAdapter:
             reference = message.to_reference(fail_if_not_exists=False)
         if reply.delivery_id is not None and self._outbox is not None:
             # A pending outbox row already: sent and marked now, or later by the dispatcher.
+            if reply.conversation_id is None:
+                raise RuntimeError("discord: a reply with an outbox delivery names no conversation")
             if text != reply.text:
                 await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
             await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
@@ -462,40 +476,37 @@ class DiscordAdapter:
         Raises:
             DeliveryFailed: permanent when Discord refused it (4xx), else transient.
         """
-        attempts = (0.0, *self._retry_delays)
-        last = "unknown"
-        for attempt, delay in enumerate(attempts, start=1):
-            if delay:
-                await asyncio.sleep(delay)
+        channel_id = getattr(channel, "id", "?")
+
+        async def send(_attempt: Attempt) -> None:
             # discord.File is closed after a send, so every attempt gets fresh ones.
             files = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments] or None
-            try:
-                await channel.send(
-                    content,
-                    reference=reference,
-                    allowed_mentions=NO_MENTIONS,
-                    nonce=nonce,
-                    files=files,
-                )
-                return
-            except _TRANSIENT as exc:
-                last = type(exc).__name__
-                log.warning(
-                    "discord: sending to channel %s failed (%s), attempt %d of %d",
-                    getattr(channel, "id", "?"),
-                    last,
-                    attempt,
-                    len(attempts),
-                )
-            except discord.HTTPException as exc:
-                log.error(
-                    "discord: channel %s refused a message (%s, code %s)",
-                    getattr(channel, "id", "?"),
-                    exc.status,
-                    exc.code,
-                )
-                raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
-        raise DeliveryFailed(last, permanent=False, parts_sent=0)
+            # discord.py's overloads of send() omit the None that its implementation accepts.
+            await channel.send(
+                content,
+                reference=reference,  # type: ignore[arg-type]  # None: not a reply (see above)
+                allowed_mentions=NO_MENTIONS,
+                nonce=nonce,
+                files=files,  # type: ignore[arg-type]  # None: no files (see above)
+            )
+
+        def failed(exc: Exception, number: int) -> None:
+            log.warning(
+                "discord: sending to channel %s failed (%s), attempt %d of %d",
+                channel_id,
+                type(exc).__name__,
+                number,
+                self._send_policy.attempts,
+            )
+
+        try:
+            await retrying(self._send_policy, send, on_retry=lambda exc, attempt, _delay: failed(exc, attempt.number))
+        except _TRANSIENT as exc:  # the last attempt's: an earlier one would have been retried
+            failed(exc, self._send_policy.attempts)
+            raise DeliveryFailed(type(exc).__name__, permanent=False, parts_sent=0) from exc
+        except discord.HTTPException as exc:
+            log.error("discord: channel %s refused a message (%s, code %s)", channel_id, exc.status, exc.code)
+            raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
 
 
 def _network_cause(exc: BaseException | None) -> BaseException | None:
@@ -522,7 +533,7 @@ class _RoutedHTTPClient(HTTPClient):
         self.api_base = api_base
         self.gateway_url: yarl.URL | None = yarl.URL(gateway_url) if gateway_url else None
 
-    async def request(self, route: Route, **kwargs):
+    async def request(self, route: Route, **kwargs: Any) -> Any:
         if self.api_base and route.url.startswith(Route.BASE):
             route.url = self.api_base + route.url[len(Route.BASE) :]
         return await super().request(route, **kwargs)
@@ -557,7 +568,7 @@ class _CompanionClient(discord.Client):
             chunk_guilds_at_startup=False,
             guild_ready_timeout=guild_ready_timeout,
         )
-        self.http = _RoutedHTTPClient(self.loop, api_base=api_base, gateway_url=gateway_url)
+        self.http: _RoutedHTTPClient = _RoutedHTTPClient(self.loop, api_base=api_base, gateway_url=gateway_url)
         self._connection.http = self.http
         self._adapter = adapter
 

@@ -217,12 +217,12 @@ class _Subject:
         return await self.assembler.assemble(self.conversation, self.state(case))
 
     async def record(self, case: str, samples: list[float]) -> None:
-        await self.companion.aclose()  # background folds finish first: they are not this turn's statements
+        await self.companion.drain()  # background folds finish first: they are not this turn's statements
         self.capture.statements.clear()
         self.capture.on = True
         context = await self.assemble(case)
         self.capture.on = False
-        await self.companion.aclose()
+        await self.companion.drain()
         if case == TURN_CASE:
             self.out["cases"][case] = {
                 "median_ms": ms(median(samples)),
@@ -243,7 +243,7 @@ class _Subject:
         }
 
     async def aclose(self) -> None:
-        await self.companion.aclose()
+        await self.companion.drain()
         await self.store.aclose()
 
     async def window_sql(self) -> None:

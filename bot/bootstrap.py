@@ -73,5 +73,5 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
             )
         companion = Companion(store, provider, companion_config(settings, platforms), outbox=outbox)
         await companion.start()
-        stack.push_async_callback(companion.aclose)
+        stack.push_async_callback(companion.drain)
         yield companion

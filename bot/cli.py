@@ -108,7 +108,7 @@ async def _chat(settings) -> int:
     with InstanceLock(settings.db_path, CHAT):
         async with open_companion(settings, frozenset({"terminal"})) as companion:
             await TerminalChat(companion.handle).run()
-            await companion.aclose()  # let a pending summary fold finish first
+            await companion.drain()  # let a pending summary fold finish first
             await companion.capture.run_once()  # the gateway does this on a schedule
     return 0
 

@@ -29,6 +29,8 @@ _DISCORD_TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9
 # A self-hosted Bot API server or a test double may issue other shapes; these are the least.
 _TELEGRAM_TOKEN_ANY = re.compile(r"^\d+:\S+$")
 _DISCORD_TOKEN_ANY = re.compile(r"^\S+$")
+# An LLM API key has no one shape (sk-..., a self-hosted server's own word); it is at least one header word.
+_API_KEY = re.compile(r"^[\x21-\x7e]+$")
 _QUIET = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
@@ -127,7 +129,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"'{item}' is not platform:user_id (for example telegram:123456,discord:987654321)")
         return value
 
-    @field_validator("telegram_token", "discord_token", mode="before")
+    @field_validator("telegram_token", "discord_token", "llm_api_key", mode="before")
     @classmethod
     def _token_stripped(cls, value: object) -> object:
         # A token pasted with a trailing newline or space would be blamed on the network.
@@ -186,6 +188,12 @@ class Settings(BaseSettings):
                 "must be three parts separated by dots, as the Discord developer portal gives it",
             ),
         )
+        if self.llm_api_key is not None and not _API_KEY.match(self.llm_api_key.get_secret_value()):
+            # Sent as it is, a key with whitespace inside makes an illegal header, blamed on the network.
+            raise ValueError(
+                "COMPANION_LLM_API_KEY: must be one word of printable ASCII, without spaces or line breaks "
+                "(the value is not shown)"
+            )
         for name, shape, words in checks:
             token = getattr(self, name)
             if token is not None and not shape.match(token.get_secret_value()):

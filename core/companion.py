@@ -12,16 +12,15 @@ from dataclasses import dataclass, field
 from core import copy
 from core.analytics import RunRecorder
 from core.capture import CaptureService
-from core.commands import COMMANDS, MEMORY_COMMANDS, command_info, mistyped_secret_command, parse_command
+from core.command_text import parse_command
+from core.commands import COMMANDS, Command, CommandCall, command_info, mistyped_secret_command, with_notice
 from core.context import ContextAssembler, ContextBudget, Persona
 from core.errors import (
-    PrivateWriteRefused,
     ProviderError,
     ProviderRejected,
     ProviderRequestTooLong,
     ProviderUnavailable,
 )
-from core.memory import run_memory_command
 from core.model import (
     Account,
     ChatMessage,
@@ -143,7 +142,8 @@ class Companion:
                 artifacts,
             )
 
-    async def aclose(self) -> None:
+    async def drain(self) -> None:
+        """Wait for the background work this companion started (summary folds) to finish."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
@@ -186,7 +186,7 @@ class Companion:
         async with self._lock_of(conversation.platform, conversation.chat_id):
             if not await self.store.turn_is_open(open_turn.message_id):
                 return  # a newer message of the conversation was answered first, and closed it
-            state = await self.valve.read(conversation)
+            state = await self.valve.settle(conversation)
             if state.is_private or state.unreadable:
                 return  # the person went on in private mode meanwhile: that turn is left unread
             turn = Turn(message, account, conversation)
@@ -226,8 +226,9 @@ class Companion:
             account, conversation = await self._resolve(message, now)
             turn = Turn(message, account, conversation, restart_notice=conversation.id in self._restart_closed)
             command = parse_command(message.text)
-            if command is not None and command_info(command.name) is not None:
-                reply = await self._command(turn, command.name, command.args)
+            info = command_info(command.name) if command is not None else None
+            if command is not None and info is not None:
+                reply = await self._command(turn, info, command.args)
             elif mistyped_secret_command(message.text):
                 # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
                 # (`/privte`, a Cyrillic er for the p) may carry the passphrase.
@@ -286,11 +287,11 @@ class Companion:
             kept = await self._keep_in_restarted_interval(turn)
             if kept is not False:
                 return kept
-        state = await self.valve.read(conversation)
+        state = await self.valve.settle(conversation)
         if state.unreadable:
             # It may belong to an open private interval: stored nowhere, shown to no model.
             return await self._finish(turn, copy.MODE_UNREADABLE)
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
             conversation.id,
@@ -341,7 +342,7 @@ class Companion:
         """Run the model on the view that ends with the stored user message and write the reply
         (message, run, answered turn and delivery) in one transaction."""
         conversation = turn.conversation
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it.
         recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
@@ -369,10 +370,10 @@ class Companion:
                 words = copy.PROVIDER_FAILED  # not reached, or no answer in time
             else:
                 words = copy.PROVIDER_SERVER_FAILED
-            return await self._finish(turn, _with_notice(state, words), segment_id=segment_id, answers=message_id)
+            return await self._finish(turn, with_notice(state, words), segment_id=segment_id, answers=message_id)
         reply = await self._finish(
             turn,
-            _with_notice(state, text),
+            with_notice(state, text),
             stored_text=text,
             segment_id=segment_id,
             answers=message_id,
@@ -430,7 +431,7 @@ class Companion:
     ) -> str:
         offered = self.tools.tools_for(conversation, state)
         specs = tuple(t.spec for t in offered)
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         for round_ in range(self.config.max_tool_rounds + 1):
             last = round_ == self.config.max_tool_rounds
             # Out of rounds: one last answer, with no tools to call.
@@ -500,12 +501,8 @@ class Companion:
     async def _fold(self, conversation: Conversation, state: ModeState) -> None:
         async with self._lock_of(conversation.platform, conversation.chat_id):
             # Re-read the mode: the fold must run in the mode it was planned for, or not at all.
-            current = await self.valve.read(conversation)
-            if (
-                current.unreadable
-                or current.mode is not state.mode
-                or (state.is_private and current.segment.id != state.segment.id)
-            ):
+            current = await self.valve.settle(conversation)
+            if current.unreadable or current.mode is not state.mode or current.segment_id != state.segment_id:
                 return
             try:
                 await self.context.fold(conversation, current, self.provider)
@@ -519,12 +516,11 @@ class Companion:
 
     # --- commands ---------------------------------------------------------
 
-    async def _command(self, turn: Turn, name: str, args: str) -> Reply | None:
-        info = command_info(name)
+    async def _command(self, turn: Turn, info: Command, args: str) -> Reply | None:
         carries_secret = info.secret and bool(args)
         stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text
-        state = await self.valve.read(turn.conversation)
-        if state.unreadable and info.name != "normal":
+        state = await self.valve.settle(turn.conversation)
+        if state.unreadable and not info.runs_when_unreadable:
             return await self._finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret)
         try:
             stored_id = await self.store.add_message(
@@ -532,7 +528,7 @@ class Companion:
                 "user",
                 stored,
                 self.clock.now(),
-                segment_id=state.segment.id if state.is_private else None,
+                segment_id=state.segment_id,
                 kind="command",
                 account_id=turn.account.id,
                 platform_message_id=turn.message.message_id,
@@ -542,15 +538,10 @@ class Companion:
         else:
             if stored_id is None:
                 return None  # a redelivered command ran already
-        if info.name == "forget" and args.strip().lower() == "private":
-            reply = await self._forget_private(turn)
-        elif info.lasting and state.is_private:
+        if state.is_private and info.refused_while_private(args):
             reply = Reply(copy.PRIVATE_REFUSES.format(command=info.name))
-        elif info.name in MEMORY_COMMANDS:
-            reply = await self._memory_command(turn, info.name, args, state)
         else:
-            handler = getattr(self, f"_cmd_{info.name}")
-            reply = await handler(turn, args, state)
+            reply = await info.handler(CommandCall(self, turn, info.name, args, state))
         try:
             # An outbox row of the answer stays in the private thread when the command left it private.
             segment = await self.store.open_segment_of(turn.conversation.id) if self._delivers(turn) else None
@@ -564,84 +555,14 @@ class Companion:
         final.attachments = reply.attachments
         return final
 
-    async def _memory_command(self, turn: Turn, name: str, args: str, state: ModeState) -> Reply:
-        context = ToolContext(turn.conversation, state, self.clock.now(), self.config.timezone, self.store)
-        try:
-            return Reply(await run_memory_command(name, args, context))
-        except PrivateWriteRefused:
-            return Reply(copy.PRIVATE_REFUSES.format(command=name))
-        except ValueError as exc:
-            text = str(exc)
-            return Reply(text if text.startswith("Usage") else f"{text[0].upper()}{text[1:]}. Nothing changed.")
-
-    async def _forget_private(self, turn: Turn) -> Reply:
-        await self.valve.leave(turn.conversation, reason="forget")
-        deleted = await self.store.delete_segments_of(turn.conversation.id)
-        return Reply(
-            f"Private mode is off, and {deleted} private interval{'s' if deleted != 1 else ''} "
-            "of this conversation {} deleted now, with everything derived from {}.".format(
-                "was" if deleted == 1 else "were", "it" if deleted == 1 else "them"
-            )
-        )
-
-    async def _cmd_export(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        from core.crossing import export_reply
-
-        return await export_reply(self, turn.conversation, state, args)
-
-    async def _cmd_help(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        lines = ["I'm your companion. Talk to me in plain words; these commands work everywhere:"]
-        lines += [f"{c.usage} - {c.description}" for c in COMMANDS]
-        lines += ["", copy.NORMAL_MODE_MEANS, copy.PRIVATE_MODE_MEANS]
-        lines.append(
-            copy.TRANSITION_GENERATED_NOTE if self.config.transition == "generated" else copy.TRANSITION_CONSTANT_NOTE
-        )
-        if not self.valve.available:
-            lines.append(f"Private mode is unavailable here: {self.valve.unavailable_reason}.")
-        return Reply("\n".join(lines))
-
-    async def _cmd_mode(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        if not state.is_private:
-            return Reply(_with_notice(state, f"You are in normal mode. {copy.NORMAL_MODE_MEANS}"))
-        ends = self.valve.ends_at(state.segment)
-        when = "It lasts until you send /normal."
-        if ends is not None:
-            when = f"It ends at {self._format_time(ends)} at the latest, or earlier when you send /normal."
-        return Reply(f"You are in private mode. {when} {copy.PRIVATE_MODE_MEANS}")
-
-    async def _cmd_private(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        from core.durations import parse_expiry
-
-        def _is_expiry(word: str) -> bool:
-            try:
-                parse_expiry(word)
-            except ValueError:
-                return False
-            return True
-
-        # No answer quotes a word of the arguments: any of them may be the passphrase.
-        words = args.split()
-        if len(words) > 2:
-            return Reply("Usage: /private PASSPHRASE [EXPIRY] (the passphrase is one word). Nothing changed.")
-        if len(words) == 2 and _is_expiry(words[0]) and not _is_expiry(words[1]):
-            return Reply(
-                "Usage: /private PASSPHRASE [EXPIRY]: the passphrase comes first, the expiry second. Nothing changed."
-            )
-        passphrase = words[0] if words else ""
-        expiry = words[1] if len(words) == 2 else None
-        result = await self.valve.enter(turn.conversation, turn.account, passphrase, expiry)
-        return Reply(result.text)
-
-    async def _cmd_normal(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        was_private = await self.valve.leave(turn.conversation)
-        if not was_private:
-            return Reply(_with_notice(state, "You are in normal mode already."))
+    async def say_transition_line(self, conversation: Conversation) -> str:
+        """The line said on leaving private mode, stored in normal mode like any reply."""
         line = await self.transition_line()
         try:
-            await self.store.add_message(turn.conversation.id, "assistant", line, self.clock.now())
+            await self.store.add_message(conversation.id, "assistant", line, self.clock.now())
         except Exception as exc:  # noqa: BLE001 - leaving must work even when storage misbehaves
             log.warning("storing the transition line failed (%s)", type(exc).__name__)
-        return Reply(line)
+        return line
 
     async def transition_line(self) -> str:
         """Fixed intent. By default the constant line itself; with `transition="generated"`, variable
@@ -663,7 +584,7 @@ class Companion:
         # A small model may run on and off its instruction: a long answer is not used.
         return text if text and len(text) <= TRANSITION_MAX_CHARS else copy.TRANSITION_FALLBACK
 
-    def _format_time(self, timestamp: float) -> str:
+    def format_time(self, timestamp: float) -> str:
         from datetime import datetime
         from zoneinfo import ZoneInfo
 
@@ -676,7 +597,3 @@ def _prompt_bytes(request: CompletionRequest) -> int:
     size = sum(len((m.content or "").encode("utf-8", "replace")) for m in request.messages)
     size += sum(len(c.arguments.encode("utf-8", "replace")) for m in request.messages for c in m.tool_calls)
     return size + sum(len(t.name) + len(t.description) + len(repr(t.parameters)) for t in request.tools)
-
-
-def _with_notice(state: ModeState, text: str) -> str:
-    return f"{state.notice}\n\n{text}" if state.notice else text

@@ -12,7 +12,7 @@ from __future__ import annotations
 from core import copy
 from core.durations import describe_seconds, format_moment
 from core.model import Attachment, Conversation, Reply
-from core.valve import ModeState
+from core.valve import ModeState, PrivateState
 
 CONFIRM_WINDOW = 5 * 60.0
 
@@ -26,7 +26,7 @@ def destination_for(platform: str) -> str:
 async def export_reply(companion, conversation: Conversation, state: ModeState, args: str) -> Reply:
     now = companion.clock.now()
     stamp = format_moment(now, companion.config.timezone)
-    if not state.is_private:
+    if not isinstance(state, PrivateState):
         lines = [
             f"Companion export: {conversation.platform} conversation, normal mode, {stamp}.",
             "Each private interval appears as one placeholder line.",

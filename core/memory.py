@@ -252,52 +252,66 @@ def _first_word_id(args: str) -> tuple[str, str]:
     return head.lower(), rest.strip()
 
 
-async def run_memory_command(name: str, args: str, context: ToolContext) -> str:
-    """The chat commands for people whose model cannot call tools; same operations, same checks.
+# --- the chat commands, for people whose model cannot call tools: same operations, same checks.
+# Each raises ValueError for bad arguments (in words fit for the person; nothing changed) and
+# core.errors.PrivateWriteRefused when the conversation is private.
 
-    Raises:
-        ValueError: bad arguments, in words fit for the user (nothing changed).
-        core.errors.PrivateWriteRefused: the conversation is private.
-    """
-    if name == "memory":
-        return await memory_overview(context)
-    if name == "remember":
-        return await remember(context, {"text": args})
-    if name == "recall":
-        return await recall(context, {"query": args})
-    if name == "forget":
-        if not args:
-            raise ValueError("Usage: /forget N (a memory's number from /memory) or /forget TEXT")
-        key = "entry_id" if args.lstrip("#").isdigit() else "text"
-        return await forget(context, {key: args})
-    if name == "goals":
-        return await list_goals(context, {})
-    if name == "goal":
-        verb, rest = _first_word_id(args)
-        if verb in {"done", "drop", "dropped", "reopen"} and rest:
-            status = {"done": "done", "drop": "dropped", "dropped": "dropped", "reopen": "active"}[verb]
-            return await update_goal(context, {"goal_id": rest, "status": status})
-        if not args:
-            raise ValueError("Usage: /goal TITLE, /goal done N or /goal drop N")
-        return await set_goal(context, {"title": args})
-    if name == "followups":
-        return await list_followups(context, {})
-    if name == "followup":
-        verb, rest = _first_word_id(args)
-        if verb == "cancel" and rest:
-            return await cancel_followup(context, {"followup_id": rest})
-        if verb == "pause" and rest:
-            return await pause_followup(context, {"followup_id": rest})
-        when, _, text = args.partition(" ")
-        if when.lower() == "in":
-            amount, _, text = text.partition(" ")
-            when = f"in {amount}"
-        if not text.strip():
-            raise ValueError(
-                "Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d or 2026-12-24), "
-                "/followup pause N or /followup cancel N"
-            )
-        return await schedule_followup(context, {"text": text, "when": when})
-    if name == "watch":
-        return await watch_event(context, {"description": args})
-    raise ValueError(f"unknown memory command /{name}")
+
+async def memory_command(context: ToolContext, args: str) -> str:
+    return await memory_overview(context)
+
+
+async def remember_command(context: ToolContext, args: str) -> str:
+    return await remember(context, {"text": args})
+
+
+async def recall_command(context: ToolContext, args: str) -> str:
+    return await recall(context, {"query": args})
+
+
+async def forget_command(context: ToolContext, args: str) -> str:
+    if not args:
+        raise ValueError("Usage: /forget N (a memory's number from /memory) or /forget TEXT")
+    key = "entry_id" if args.lstrip("#").isdigit() else "text"
+    return await forget(context, {key: args})
+
+
+async def goals_command(context: ToolContext, args: str) -> str:
+    return await list_goals(context, {})
+
+
+_GOAL_VERBS = {"done": "done", "drop": "dropped", "dropped": "dropped", "reopen": "active"}
+
+
+async def goal_command(context: ToolContext, args: str) -> str:
+    verb, rest = _first_word_id(args)
+    if verb in _GOAL_VERBS and rest:
+        return await update_goal(context, {"goal_id": rest, "status": _GOAL_VERBS[verb]})
+    if not args:
+        raise ValueError("Usage: /goal TITLE, /goal done N or /goal drop N")
+    return await set_goal(context, {"title": args})
+
+
+async def followups_command(context: ToolContext, args: str) -> str:
+    return await list_followups(context, {})
+
+
+async def followup_command(context: ToolContext, args: str) -> str:
+    verb, rest = _first_word_id(args)
+    if verb == "cancel" and rest:
+        return await cancel_followup(context, {"followup_id": rest})
+    if verb == "pause" and rest:
+        return await pause_followup(context, {"followup_id": rest})
+    when, _, text = args.partition(" ")
+    if when.lower() == "in":
+        amount, _, text = text.partition(" ")
+        when = f"in {amount}"
+    if not text.strip():
+        raise ValueError(
+            "Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d or 2026-12-24), /followup pause N or /followup cancel N"
+        )
+    return await schedule_followup(context, {"text": text, "when": when})
+
+
+async def watch_command(context: ToolContext, args: str) -> str:
+    return await watch_event(context, {"description": args})

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from core.errors import DeliveryFailed
 from core.ports import BaseSender, Clock, OutboxStore
+from core.retry import backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -135,5 +136,4 @@ class Outbox:
 
     def backoff(self, attempt: int) -> float:
         """Exponential, capped, with jitter: between half and all of base * 2^(attempt-1)."""
-        ceiling = min(self._base_delay * 2 ** min(attempt - 1, 30), self._max_delay)
-        return ceiling * (0.5 + 0.5 * self._rand())
+        return backoff_delay(attempt, base=self._base_delay, cap=self._max_delay, jitter=0.5, rand=self._rand)

@@ -60,7 +60,7 @@ async def core(store, model, passphrase_hash):
     )
     await companion.start()
     yield companion
-    await companion.aclose()
+    await companion.drain()
     await provider.aclose()
 
 
@@ -613,7 +613,7 @@ async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_re
         assert [m.content for m in discord_server.sent] == ["Yes, I'm here."]
     finally:
         await again.aclose()
-        await restarted.aclose()
+        await restarted.drain()
         await provider.aclose()
 
 

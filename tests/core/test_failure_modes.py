@@ -41,10 +41,10 @@ async def test_failure_mode_recall_excludes_private_notes_but_still_searches_pri
 
 
 def test_failure_mode_goal_tool_hidden_while_scheduling_tools_stay_exposed():
-    from core.model import Conversation, Mode, Segment
-    from core.valve import ModeState
+    from core.model import Conversation, Segment
+    from core.valve import PrivateState
 
-    state = ModeState(Mode.PRIVATE, Segment(1, 1, 0, 0.0, 0.0, None, None, None))
+    state = PrivateState(Segment(1, 1, 0, 0.0, 0.0, None, None, None))
     offered = default_tools().tools_for(Conversation(1, "t", "t", "direct", 1), state)
     exposed_tags = set().union(*(t.tags for t in offered))
     assert not exposed_tags & PRIVATE_FORBIDDEN
@@ -160,7 +160,7 @@ async def test_failure_mode_copy_says_nothing_is_remembered_while_memory_is_stil
     )
     help_text = (await say(companion, "/help")).text
     assert not claims.search(_all_copy() + help_text)
-    assert "I still read what I already know about you" in copy.PRIVATE_MODE_MEANS
+    assert "I still read what I already know about you" in help_text
 
 
 async def test_failure_mode_user_expects_blank_slate_from_an_incognito_design(companion):

@@ -14,7 +14,7 @@ from core.errors import PrivateWriteRefused
 from core.memory import fts_query
 from core.model import Completion, ToolCall
 from core.tools import PRIVATE_FORBIDDEN, default_tools
-from core.valve import NORMAL, ModeState
+from core.valve import NORMAL, PrivateState
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 
@@ -56,7 +56,7 @@ def test_the_private_tool_set_is_decided_by_capability_tags_alone():
 
     registry = default_tools()
     conversation = Conversation(1, "terminal", "t", "direct", 1)
-    private = ModeState(NORMAL.mode.PRIVATE, Segment(1, 1, 0, 0.0, 0.0, None, None, None))
+    private = PrivateState(Segment(1, 1, 0, 0.0, 0.0, None, None, None))
     private_names = {t.name for t in registry.tools_for(conversation, private)}
     for tool in registry.all():
         assert (tool.name in private_names) == tool.tags.isdisjoint(PRIVATE_FORBIDDEN), tool.name
@@ -226,13 +226,14 @@ async def test_lasting_commands_are_refused_in_private_mode_with_the_reason(comp
 async def test_the_store_refuses_lasting_writes_while_the_conversation_is_private(companion, store, clock):
     await go_private(companion)
     conversation = await conversation_of(companion)
-    for write in (
-        store.remember(conversation.person_id, conversation.id, "x", clock.now()),
-        store.add_goal(conversation.person_id, conversation.id, "x", None, clock.now()),
-        store.add_followup(conversation.person_id, conversation.id, "reminder", "x", None, clock.now()),
+    person, at = conversation.person_id, clock.now()
+    for write in (  # each coroutine is created where it is awaited: a failure leaves none unawaited
+        lambda: store.remember(person, conversation.id, "x", at),
+        lambda: store.add_goal(person, conversation.id, "x", None, at),
+        lambda: store.add_followup(person, conversation.id, "reminder", "x", None, at),
     ):
         with pytest.raises(PrivateWriteRefused):
-            await write
+            await write()
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from core.outbox import Outbox
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender, request_text
+from tests.helpers.waiting import wait_for
 
 USER = "100"
 CANARY = "OUTBOX-PRIVATE-CANARY"
@@ -362,12 +363,15 @@ async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(bo
 async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_off(boot, store, provider, clock, sender):
     companion = await boot()
     clock.advance(1)
-    provider.delay = 0.2  # the turn is still at the model when the start-up pass looks
+    provider.gate = asyncio.Event()  # the turn stays at the model while the start-up pass looks
     running = asyncio.create_task(tell(companion, "a turn of this process"))
-    while not provider.requests:  # noqa: ASYNC110 - the fake provider records requests; it has no event
-        await asyncio.sleep(0.01)
-    assert await companion.answer_open_turns() == 0
-    await running
+    try:
+        await wait_for(lambda: bool(provider.requests), what="the turn reaching the model")
+        async with asyncio.timeout(5):  # taken for cut off, it would wait for the running turn's lock
+            assert await companion.answer_open_turns() == 0
+    finally:
+        provider.gate.set()
+        await running
     assert len(provider.replies()) == 1 and len(sender.sent) == 1
 
 

@@ -30,11 +30,15 @@ class FakeProvider:
         self.script: list[Completion | Exception] = []
         self.fail_all = False
         self.delay = 0.0
+        self.gate: asyncio.Event | None = None  # when given, each request waits until it is set (10 s at most)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         self.requests.append(request)
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.gate is not None:
+            async with asyncio.timeout(10):
+                await self.gate.wait()
         if self.fail_all:
             raise ProviderUnavailable("fake provider is down")
         if self.script:
