@@ -108,13 +108,13 @@ async def test_the_mode_read_never_queues_behind_a_write_waiting_for_another_pro
     of ours waits for it, and the mode read meanwhile still answers with the open segment."""
     other, segment = await two_private_conversations(companion, store)
     takers: list[asyncio.Task | None] = []
-    acquire = store._lock.acquire
+    acquire = store.database.lock.acquire
 
     async def counted_acquire() -> bool:
         takers.append(asyncio.current_task())
         return await acquire()
 
-    monkeypatch.setattr(store._lock, "acquire", counted_acquire)
+    monkeypatch.setattr(store.database.lock, "acquire", counted_acquire)
     with WriteHolder(store.path) as holder:
         waiting = asyncio.create_task(store.set_adapter_state("ours", "1", clock.now()))
         try:
