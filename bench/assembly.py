@@ -181,12 +181,14 @@ class _Subject:
 
     async def start(self) -> None:
         await self.store.start()
-        self.capture = _Capture(self.store.db)
+        self.capture = _Capture(self.store.database.connection)
         self.conversation = await self.store.ensure_conversation(
             ConversationKey("terminal", "terminal"), "direct", 1, time.time()
         )
         self.segments = await self.store.segments_of(self.conversation.id)
-        self.newest = await self.store.latest_message_id(self.conversation.id)
+        (self.newest,) = await self.store._one(
+            "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (self.conversation.id,)
+        )
         self.assembler = ContextAssembler(self.store, Persona(), ContextBudget(), SystemClock())
         self.companion = Companion(self.store, ZeroLatencyProvider())
         await self.companion.start()
@@ -196,9 +198,9 @@ class _Subject:
         return ModeState(Mode.PRIVATE, self.segments[-1]) if case == CASES[2] else NORMAL
 
     async def prepare(self, case: str) -> None:
-        await self.store.db.execute("DELETE FROM summaries")
+        await self.store.database.connection.execute("DELETE FROM summaries")
         if case in WITH_SUMMARY:
-            await self.store.db.execute(
+            await self.store.database.connection.execute(
                 "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
                 " VALUES (?, NULL, 'normal', ?, ?, ?)",
                 (
@@ -245,7 +247,7 @@ class _Subject:
         await self.store.aclose()
 
     async def window_sql(self) -> None:
-        async with self.store.db.execute(WINDOW_SQL, (self.conversation.id, 0, WINDOW_LIMIT)) as cur:
+        async with self.store.database.connection.execute(WINDOW_SQL, (self.conversation.id, 0, WINDOW_LIMIT)) as cur:
             await cur.fetchall()
 
 

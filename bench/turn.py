@@ -70,7 +70,7 @@ class _CoreTurns:
                     calls[__name] += 1
 
             setattr(self.store, name, timed)
-        db = self.store.db
+        db = self.store.database.connection
         execute = db.execute
 
         def counted(sql, parameters=None):

@@ -119,6 +119,12 @@ PRIVATE_REFUSES = (
     "Private mode writes nothing that outlives it, so /{command} is not available here. /normal leaves private mode."
 )
 
+# A tool's lasting write the store refused because the conversation turned private: the model
+# reads this, so it tells the person the truth rather than "there is no goal #N".
+TOOL_PRIVATE_REFUSED = (
+    "refused: this conversation is in private mode, which writes nothing that outlives it; nothing changed"
+)
+
 
 def speaker(role: str | None, *, person: str) -> str:
     """Who said a stored line, in words: the companion, or the person (named as the reader needs)."""

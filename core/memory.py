@@ -83,10 +83,10 @@ async def forget(context: ToolContext, arguments: Arguments) -> str:
     person = _person(context)
     if arguments.get("entry_id") is not None:
         entry = _id(arguments, "entry_id")
-        removed = await context.store.forget_pad_entry(person, entry)
+        removed = await context.store.forget_pad_entry(person, context.conversation.id, entry)
         return f"Forgot memory #{entry}." if removed else f"There is no memory #{entry}."
     text = _text(arguments, "text", limit=200)
-    removed = await context.store.forget_pad_matching(person, text)
+    removed = await context.store.forget_pad_matching(person, context.conversation.id, text)
     return f"Forgot {removed} memor{'y' if removed == 1 else 'ies'}." if removed else "No memory matched that."
 
 

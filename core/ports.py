@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from core.model import (
     Account,
@@ -26,6 +26,9 @@ from core.model import (
     Summary,
     TimelineItem,
 )
+
+if TYPE_CHECKING:
+    from core.analytics import RunRecord
 
 
 @runtime_checkable
@@ -143,7 +146,7 @@ class TimelineStore(Protocol):
         segment_id: int | None = None,
         kind: str = "chat",
         account_id: int | None = None,
-        run: object | None = None,
+        run: RunRecord | None = None,
         platform_message_id: str | None = None,
     ) -> int | None:
         """Append a message; with a segment it is private and can only be 'skipped' for capture.
@@ -172,7 +175,7 @@ class TimelineStore(Protocol):
         *,
         stored_text: str | None = None,
         segment_id: int | None = None,
-        run: object | None = None,
+        run: RunRecord | None = None,
         answers: int | None = None,
         target: DeliveryTarget | None = None,
     ) -> tuple[int | None, int | None]:
@@ -248,14 +251,16 @@ class ModeStore(Protocol):
 
 
 class MemoryStore(Protocol):
-    """Normal-mode memory. Turn-originated writes raise PrivateWriteRefused while the
-    originating conversation (`origin`) has an open segment."""
+    """Normal-mode memory. Every lasting write (adding, changing or forgetting memory, goals
+    and follow-ups; a run; a tool operation outside a segment) raises PrivateWriteRefused
+    while the originating conversation (`origin`) has an open segment, and changes nothing;
+    a False or 0 result means only that there was nothing to change."""
 
     async def remember(self, person_id: int, origin: int, text: str, now: float) -> int: ...
 
-    async def forget_pad_entry(self, person_id: int, entry_id: int) -> int: ...
+    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int: ...
 
-    async def forget_pad_matching(self, person_id: int, text: str) -> int: ...
+    async def forget_pad_matching(self, person_id: int, origin: int, text: str) -> int: ...
 
     async def recall(self, person_id: int, match: str, limit: int = 8) -> list[RecallHit]: ...
 
@@ -303,7 +308,7 @@ class MemoryStore(Protocol):
 
     async def skip_capture(self, message_ids: list[int]) -> None: ...
 
-    async def save_run(self, run: object) -> None: ...
+    async def save_run(self, run: RunRecord) -> None: ...
 
 
 class LifetimeStore(Protocol):

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from core import copy
+from core.errors import PrivateWriteRefused
 from core.model import Conversation, ToolCall, ToolSpec
 from core.ports import BaseStore
 from core.valve import ModeState
@@ -86,6 +88,8 @@ async def run_tool_call(offered: list[Tool], call: ToolCall, context: ToolContex
         return await tool.handler(context, arguments)
     except ValueError as exc:
         return f"error: {exc}"
+    except PrivateWriteRefused:
+        return f"error: {copy.TOOL_PRIVATE_REFUSED}"
     except Exception as exc:  # noqa: BLE001 - a tool bug must not end the turn
         # The type only: a traceback or message could quote the arguments, and logs carry no text.
         log.error("tool %s failed (%s)", tool.name, type(exc).__name__)

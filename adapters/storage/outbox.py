@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import aiosqlite
 
+from adapters.storage.database import inserted_id
 from core.model import DeliveryTarget, OutboundDelivery
 
 if TYPE_CHECKING:
@@ -46,18 +47,19 @@ async def insert_delivery(
             now,
         ),
     )
-    return cur.lastrowid
+    return inserted_id(cur)
 
 
 class SqliteOutboxStore:
-    """The outbox's reads and marks; implements core.ports.OutboxStore over a started SqliteStore."""
+    """The outbox's reads and marks; implements core.ports.OutboxStore on the database of a
+    SqliteStore (shared with it: one writer connection, one lock)."""
 
     def __init__(self, store: SqliteStore) -> None:
-        self._store = store
+        self._db = store.database
 
     async def pending_of(self, conversation_id: int, upto: int) -> list[OutboundDelivery]:
         """Pending deliveries of one conversation up to `upto`, oldest first: they go out in order."""
-        rows = await self._store._all(
+        rows = await self._db.all(
             f"SELECT {_COLUMNS} FROM deliveries WHERE conversation_id = ? AND status = 'pending' AND id <= ?"
             " ORDER BY id",
             (conversation_id, upto),
@@ -73,7 +75,7 @@ class SqliteOutboxStore:
         if not platforms:
             return []
         marks = ", ".join("?" for _ in platforms)
-        rows = await self._store._all(
+        rows = await self._db.all(
             "SELECT conversation_id, max(id) FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ?"
             f" AND (attempts > 0 OR created_at <= ?) AND platform IN ({marks})"
             " GROUP BY conversation_id ORDER BY min(id) LIMIT ?",
@@ -83,7 +85,7 @@ class SqliteOutboxStore:
 
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None:
         # Not fsynced: a mark lost to a power cut only sends the reply again (at least once).
-        async with self._store._tx(durable=False) as db:
+        async with self._db.tx(durable=False) as db:
             await db.execute(
                 "UPDATE deliveries SET status = 'sent', text = NULL, parts_sent = ?, settled_at = ?, error = NULL"
                 " WHERE id = ? AND status = 'pending'",
@@ -91,7 +93,7 @@ class SqliteOutboxStore:
             )
 
     async def mark_retry(self, delivery_id: int, parts_sent: int, error: str, next_attempt_at: float) -> None:
-        async with self._store._tx() as db:
+        async with self._db.tx() as db:
             await db.execute(
                 "UPDATE deliveries SET attempts = attempts + 1, parts_sent = ?, error = ?, next_attempt_at = ?"
                 " WHERE id = ? AND status = 'pending'",
@@ -99,7 +101,7 @@ class SqliteOutboxStore:
             )
 
     async def mark_failed(self, delivery_id: int, parts_sent: int, error: str, now: float) -> None:
-        async with self._store._tx() as db:
+        async with self._db.tx() as db:
             await db.execute(
                 "UPDATE deliveries SET status = 'failed', text = NULL, attempts = attempts + 1, parts_sent = ?,"
                 " error = ?, settled_at = ? WHERE id = ? AND status = 'pending'",
@@ -108,7 +110,7 @@ class SqliteOutboxStore:
 
     async def append_text(self, delivery_id: int, suffix: str) -> None:
         """Add a line to a pending delivery before it is sent (the note to delete a secret)."""
-        async with self._store._tx() as db:
+        async with self._db.tx() as db:
             await db.execute(
                 "UPDATE deliveries SET text = text || ? WHERE id = ? AND status = 'pending' AND parts_sent = 0",
                 (suffix, delivery_id),
@@ -116,7 +118,7 @@ class SqliteOutboxStore:
 
     async def prune_settled(self, before: float) -> int:
         """Forget settled rows (they hold no text) once they are old."""
-        async with self._store._tx() as db:
+        async with self._db.tx() as db:
             cur = await db.execute("DELETE FROM deliveries WHERE status <> 'pending' AND settled_at < ?", (before,))
             return cur.rowcount
 

@@ -108,13 +108,13 @@ async def test_the_mode_read_never_queues_behind_a_write_waiting_for_another_pro
     of ours waits for it, and the mode read meanwhile still answers with the open segment."""
     other, segment = await two_private_conversations(companion, store)
     takers: list[asyncio.Task | None] = []
-    acquire = store._lock.acquire
+    acquire = store.database.lock.acquire
 
     async def counted_acquire() -> bool:
         takers.append(asyncio.current_task())
         return await acquire()
 
-    monkeypatch.setattr(store._lock, "acquire", counted_acquire)
+    monkeypatch.setattr(store.database.lock, "acquire", counted_acquire)
     with WriteHolder(store.path) as holder:
         waiting = asyncio.create_task(store.set_adapter_state("ours", "1", clock.now()))
         try:
@@ -140,16 +140,15 @@ async def test_the_mode_read_does_not_queue_behind_the_stores_own_writes(compani
     """Under load the writer is busy with commits (each fsynced); the mode read must not wait for
     them, or the valve's timeout would turn messages away."""
     other, segment = await two_private_conversations(companion, store)
-    async with store._lock:  # the writer is in the middle of someone else's transaction
+    async with store.database.lock:  # the writer is in the middle of someone else's transaction
         read = await asyncio.wait_for(store.open_segment_of(other.id), 1)
     assert read is not None and read.id == segment.id
 
 
 async def test_a_write_gives_up_with_a_clear_error_when_another_process_keeps_the_lock(store, clock, monkeypatch):
-    import adapters.storage.sqlite as sqlite_module
     from core.errors import StoreError
 
-    monkeypatch.setattr(sqlite_module, "_BUSY_SECONDS", 0.3)
+    monkeypatch.setattr(store.database, "busy_seconds", 0.3)
     with WriteHolder(store.path), pytest.raises(StoreError, match="locked by another process"):
         await store.set_adapter_state("ours", "1", clock.now())
     assert await store.get_adapter_state("ours") is None
