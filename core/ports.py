@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 from core.model import (
     Account,
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from core.analytics import RunRecord
 
 
-@runtime_checkable
 class BaseProvider(Protocol):
     """A language model behind a chat-completions interface."""
 
