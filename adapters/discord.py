@@ -6,7 +6,7 @@ import asyncio
 import io
 import logging
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import aiohttp
@@ -65,6 +65,10 @@ class DiscordAdapter:
         gateway_url: websocket URL of the gateway. Unset: asked from `{api_base}/gateway/bot`
             when api_base is set, else Discord's.
         retry_delays: pauses before sending a message again after a transient failure.
+        on_fatal: called with one line when Discord refuses the token or the intents while
+            running (close code 4004 or 4014): starting again cannot help until they are fixed.
+        outage_limit: seconds the gateway may stay down while discord.py reconnects before the
+            connection counts as lost for good (`wait_lost`); None: it reconnects for ever.
     """
 
     name = PLATFORM
@@ -83,6 +87,8 @@ class DiscordAdapter:
         typing_interval: float = 8.0,
         shutdown_grace: float = 10.0,
         outbox: Outbox | None = None,
+        on_fatal: Callable[[str], None] | None = None,
+        outage_limit: float | None = None,
     ) -> None:
         self._token = token
         self._handler = handler
@@ -100,6 +106,10 @@ class DiscordAdapter:
         self._turns: set[asyncio.Task] = set()
         self._channel_locks: KeyedLocks[int] = KeyedLocks()
         self._closing = False
+        self._on_fatal = on_fatal
+        self._outage_limit = outage_limit
+        self._outage: asyncio.TimerHandle | None = None
+        self._lost: asyncio.Future[str] | None = None
 
     @property
     def bot_user_id(self) -> int | None:
@@ -113,11 +123,7 @@ class DiscordAdapter:
         if self._client is not None:
             return
         self._closing = False
-        # discord.py logs whole gateway payloads and request bodies at DEBUG, message text
-        # included; a log line is a data path, so its loggers never go below INFO.
-        library_log = logging.getLogger("discord")
-        if library_log.getEffectiveLevel() < logging.INFO:
-            library_log.setLevel(logging.INFO)
+        self._lost = asyncio.get_running_loop().create_future()
         self._client = _CompanionClient(
             self,
             api_base=self._api_base,
@@ -137,6 +143,7 @@ class DiscordAdapter:
     async def aclose(self) -> None:
         """Stop taking messages, finish the turns in flight, disconnect; safe to call twice."""
         self._closing = True
+        self._reconnected()  # no outage to time any more
         client, self._client = self._client, None
         if client is None:
             return
@@ -238,16 +245,69 @@ class DiscordAdapter:
         configured = self._api_base if variable.endswith("API_BASE") else self._gateway_url
         return f"check {variable}" if configured else "check the network connection"
 
+    async def wait_lost(self) -> str:
+        """Wait until the gateway connection is lost for good: discord.py's connection loop ended
+        (a close code it does not reconnect after, or an error), or the gateway stayed down past
+        `outage_limit` while it reconnected. Returns one line naming the platform and why.
+
+        Raises:
+            RuntimeError: the adapter was never started.
+        """
+        if self._lost is None:
+            raise RuntimeError("discord: wait_lost() before start()")
+        return await asyncio.shield(self._lost)
+
     def _connection_ended(self, task: asyncio.Task) -> None:
+        self._reconnected()
         if self._closing or task.cancelled():
             return
         exc = task.exception()
         if isinstance(exc, discord.PrivilegedIntentsRequired):
-            log.error("discord: the gateway refused the Message Content intent; Discord messages stop here")
-        elif exc is not None:
-            log.error("discord: the gateway connection ended (%s); Discord messages stop here", type(exc).__name__)
+            self._fatal(
+                "Discord refused the Message Content intent while running (close code 4014); enable Bot > "
+                "Privileged Gateway Intents > Message Content Intent in the Developer Portal and start again"
+            )
+        elif isinstance(exc, discord.ConnectionClosed) and exc.code == 4004:
+            self._fatal(
+                "COMPANION_DISCORD_TOKEN: the Discord gateway rejected the token while running "
+                "(close code 4004; reset or revoked?); set a valid token and start again"
+            )
+        if isinstance(exc, discord.ConnectionClosed):
+            reason = f" (close code {exc.code})"
         else:
-            log.error("discord: the gateway connection ended; Discord messages stop here")
+            reason = f" ({type(exc).__name__})" if exc is not None else ""
+        self._mark_lost(f"discord: the gateway connection ended{reason}")
+
+    # Both lines are the caller's to report (the gateway prints one and exits): logged at INFO only.
+    def _fatal(self, line: str) -> None:
+        log.info("discord: %s", line)
+        if self._on_fatal is not None:
+            self._on_fatal(line)
+
+    def _mark_lost(self, line: str) -> None:
+        log.info("%s", line)
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(line)
+
+    def _disconnected(self) -> None:
+        """discord.py lost the gateway and is reconnecting: start timing the outage."""
+        if self._closing or not self._outage_limit or self._outage is not None:
+            return
+        self._outage = asyncio.get_running_loop().call_later(self._outage_limit, self._outage_passed)
+
+    def _reconnected(self) -> None:
+        """READY or RESUMED arrived (or the adapter is closing): the outage, if any, is over."""
+        outage, self._outage = self._outage, None
+        if outage is not None:
+            outage.cancel()
+
+    def _outage_passed(self) -> None:
+        self._outage = None
+        if not self._closing:
+            self._mark_lost(
+                f"discord: the gateway stayed disconnected for {self._outage_limit:g} s while discord.py "
+                "reconnected (COMPANION_DISCORD_OUTAGE_SECONDS)"
+            )
 
     # --- inbound ------------------------------------------------------------
 
@@ -571,3 +631,13 @@ class _CompanionClient(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         self._adapter._on_message(message)
+
+    # discord.py's connection events: the adapter times how long the gateway stays down.
+    async def on_disconnect(self) -> None:
+        self._adapter._disconnected()
+
+    async def on_ready(self) -> None:
+        self._adapter._reconnected()
+
+    async def on_resumed(self) -> None:
+        self._adapter._reconnected()

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "passphrase":
         return _passphrase()
 
-    from bot.settings import ConfigError, configure_logging, load_settings
+    from bot.logs import configure_logging
+    from bot.settings import ConfigError, load_settings
     from core.errors import CompanionError
 
     try:

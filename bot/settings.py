@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -62,12 +61,19 @@ class Settings(BaseSettings):
     outbox_tick_seconds: float = Field(5.0, gt=0, le=3600)
     outbox_retry_seconds: float = Field(2.0, gt=0, le=3600)
     outbox_max_retry_seconds: float = Field(300.0, gt=0, le=86400)
+    outbox_prune_seconds: float = Field(3600.0, gt=0, le=86400)
+    # The other scheduled jobs. The expiry sweep runs at least every minute: PRIVACY.md promises it.
+    expiry_sweep_seconds: float = Field(60.0, gt=0, le=60)
+    capture_seconds: float = Field(300.0, gt=0, le=86400)
 
     telegram_token: SecretStr | None = None
     telegram_base_url: str | None = None
     discord_token: SecretStr | None = None
     discord_api_base: str | None = None
     discord_gateway_url: str | None = None
+    # How long the Discord gateway may stay down while discord.py reconnects before the process
+    # exits 1 for its supervisor to start it again; 0: discord.py reconnects for ever.
+    discord_outage_seconds: float = Field(600.0, ge=0, le=86400)
     allowed_users: str = ""
 
     persona: str | None = None
@@ -223,7 +229,7 @@ class Settings(BaseSettings):
         return self.private_persona or ""
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read the settings, or raise ConfigError with one line naming the variable."""
     try:
         return Settings(**overrides)
@@ -238,27 +244,3 @@ def load_settings(**overrides: object) -> Settings:
 
 def _raise(line: str) -> Settings:
     raise ConfigError(line.splitlines()[0])
-
-
-# Libraries that log payloads (SQL parameters, request bodies, gateway events, URLs with
-# the bot token) at DEBUG or INFO: their floor is raised whatever the level, because a log
-# line is a data path and private text must not reach it.
-_FLOORS = {
-    "aiosqlite": logging.WARNING,
-    "httpx": logging.WARNING,
-    "httpcore": logging.WARNING,
-    "hpack": logging.WARNING,
-    "telegram": logging.INFO,
-    "discord": logging.INFO,
-    "discord.gateway": logging.WARNING,
-    "discord.http": logging.WARNING,
-    "apscheduler": logging.WARNING,
-    "asyncio": logging.WARNING,
-}
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    numeric = logging.getLevelName(level)
-    for name, floor in _FLOORS.items():
-        logging.getLogger(name).setLevel(max(numeric, floor))

@@ -62,6 +62,12 @@ class BaseChatAdapter(Protocol):
         """Stop receiving, flush what is being sent, disconnect; safe to call twice."""
         ...
 
+    async def wait_lost(self) -> str:
+        """Wait until the platform connection is lost for good (the library's own reconnects gave
+        up, or could not have helped); return one line naming the platform and why. The gateway
+        then stops the process so that a supervisor starts a fresh one."""
+        ...
+
 
 class BaseSender(Protocol):
     """The sending half of a chat adapter, used by the outbox (core.outbox.Outbox)."""
@@ -334,5 +340,5 @@ class LifetimeStore(Protocol):
     ) -> int | None: ...
 
 
-class BaseStore(TimelineStore, ModeStore, MemoryStore, LifetimeStore, Protocol):
+class BaseStore(TimelineStore, ModeStore, MemoryStore, LifetimeStore, AdapterStateStore, Protocol):
     """Everything the core asks of storage; adapters.storage.sqlite.SqliteStore implements it."""

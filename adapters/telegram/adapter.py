@@ -175,6 +175,21 @@ class TelegramAdapter:
         await self._shutdown_application()
         log.info("telegram: stopped")
 
+    async def wait_lost(self) -> str:
+        """Wait until polling ended on its own, and return one line saying so. Polling outlives every
+        failure but a rejected token (which calls `on_fatal` first), so otherwise this is a bug.
+
+        Raises:
+            RuntimeError: the adapter is not started.
+        """
+        poll = self._poll_task
+        if poll is None:
+            raise RuntimeError("TelegramAdapter is not started")
+        await asyncio.wait({poll})
+        failure = None if poll.cancelled() else poll.exception()
+        reason = f" ({type(failure).__name__})" if failure is not None else ""
+        return f"telegram: polling for updates ended{reason}"
+
     async def send(
         self, chat_id: int | str, text: str, *, reply_to: int | None = None, thread_id: int | None = None
     ) -> list[int]:
@@ -539,11 +554,9 @@ class _RedactToken(logging.Filter):
 
 
 def _guard_logs(token_filter: _RedactToken) -> None:
+    # Levels (python-telegram-bot logs message text at DEBUG) are bot/logs.py's; the token is ours.
     for name in _GUARDED:
         logging.getLogger(name).addFilter(token_filter)
-    # python-telegram-bot logs request parameters (message text included) at DEBUG.
-    library = logging.getLogger("telegram")
-    library.setLevel(max(library.level, logging.INFO))
 
 
 def _unguard_logs(token_filter: _RedactToken) -> None:

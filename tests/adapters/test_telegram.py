@@ -35,6 +35,7 @@ from core.ports import SystemClock
 from core.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.logs import logging_policy
 
 USER, OTHER, GROUP = 111, 333, -100500
 STRANGER = 987650123  # distinctive, so finding it in a stored row means something
@@ -537,9 +538,10 @@ async def test_neither_the_token_nor_message_text_reaches_the_logs(
     adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="httpx")  # whatever another test configured
-    await say(telegram, f"hello {CANARY}")
-    await say(telegram, "/private sesame")
+    with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG: python-telegram-bot's payload logs stay off
+        logging.getLogger("httpx").setLevel(logging.DEBUG)  # request URLs logged: the token must be redacted
+        await say(telegram, f"hello {CANARY}")
+        await say(telegram, "/private sesame")
     # aiosqlite logs SQL parameters at DEBUG: the store's concern, configured at the entry point.
     lines = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("aiosqlite"))
     assert "HTTP Request" in lines  # httpx did log the requests, with the token redacted

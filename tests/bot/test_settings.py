@@ -53,6 +53,10 @@ def test_dotenv_file_is_read(tmp_path):
         ("COMPANION_TELEGRAM_TOKEN", "123456789:AAEabcdefghij\nklmnopqrstuvwxyz0123456", "@BotFather"),
         ("COMPANION_TELEGRAM_TOKEN", "bot123456789:AAEabcdefghijklmnopqrstuvwxyz0123456", "@BotFather"),
         ("COMPANION_DISCORD_TOKEN", "just-one-part-of-a-discord-token", "three parts"),
+        ("COMPANION_EXPIRY_SWEEP_SECONDS", "120", "less than or equal to 60"),
+        ("COMPANION_CAPTURE_SECONDS", "0", "greater than 0"),
+        ("COMPANION_OUTBOX_PRUNE_SECONDS", "often", "number"),
+        ("COMPANION_DISCORD_OUTAGE_SECONDS", "-1", "greater than or equal to 0"),
     ],
 )
 def test_a_bad_value_names_the_variable_and_what_is_wrong(monkeypatch, name, value, words):

@@ -137,6 +137,8 @@ class FakeDiscordServer(LoopbackServer):
         self.forbid_deletes = False  # the bot lacks Manage Messages in the guild
         self.echo_own_messages = True  # the gateway sends the bot its own messages, as Discord does
         self.silent_gateway = False  # accept gateway connections, then say nothing (no HELLO, no READY)
+        self.refuse_gateway = False  # answer gateway connections 503, as in an outage (counted in `refused`)
+        self.refused = 0
         self._snowflakes = itertools.count(1)
         self.bot_id = self.snowflake()
         self.app_id = self.bot_id
@@ -479,7 +481,10 @@ class FakeDiscordServer(LoopbackServer):
 
     # --- the gateway -------------------------------------------------------------
 
-    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        if self.refuse_gateway:
+            self.refused += 1
+            return web.Response(status=503, text="gateway unavailable")
         ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
         await ws.prepare(request)
         session = _Session(ws, compress=request.query.get("compress") == "zlib-stream")
