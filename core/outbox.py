@@ -139,7 +139,8 @@ class Outbox:
         return True
 
     async def _failed(self, delivery: OutboundDelivery, kind: str, permanent: bool, parts_sent: int) -> bool:
-        """Record a failure. A permanent one settles the delivery and lets the next go."""
+        """Record a failure. A permanent one settles the delivery and lets the next go, except on a
+        mirror: that ends the lane (its binding is disabled, its other copies settled)."""
         now = self._clock.now()
         if permanent and delivery.kind == "mirror":
             # The target refused for good (blocked, chat not found): the binding is disabled rather
@@ -153,7 +154,7 @@ class Outbox:
             )
             if notice is not None:
                 await self.deliver(delivery.conversation_id, notice)
-            return True
+            return False  # the binding's later copies were settled with it: none of them may go out
         if permanent:
             await self._store.mark_failed(delivery.id, parts_sent, kind, now)
             log.warning("delivery %s (conversation %s) given up: %s", delivery.id, delivery.conversation_id, kind)
