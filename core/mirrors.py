@@ -55,8 +55,11 @@ async def mirror_command(call: CommandCall) -> Reply:
     if (platform, chat_id) == (conversation.platform, conversation.chat_id):
         return Reply("That is this conversation itself; a mirror goes to another chat. Nothing changed.")
     outbox = companion.outbox
-    if outbox is None or not outbox.serves(platform):
+    configured = companion.config.platforms
+    if outbox is None or (configured is not None and platform not in configured):
         return Reply(f"{platform} is not configured in this process, so I cannot post there. Nothing was stored.")
+    if not outbox.serves(platform):
+        return Reply(f"{platform} is configured here but not connected yet; try again in a moment. Nothing was stored.")
     try:
         await outbox.send_text(platform, chat_id, copy.MIRROR_HELLO.format(source=source_label(conversation)))
     except DeliveryFailed as exc:

@@ -6,6 +6,7 @@ test in tests/bot/test_mirrors_wire.py runs the same flow through both platform 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 
@@ -211,9 +212,15 @@ async def test_mirror_verification_failure_stores_nothing(companion, store, disc
 
 
 async def test_an_unconfigured_target_platform_is_refused(companion, store, discord):
-    companion.outbox.unregister(discord)  # this process serves telegram only
-    reply = await tell(companion, f"/mirror discord:{CHANNEL}")
-    assert reply.text == "discord is not configured in this process, so I cannot post there. Nothing was stored."
+    companion.outbox.unregister(discord)
+    reply = await tell(companion, f"/mirror discord:{CHANNEL}")  # configured, still connecting
+    assert reply.text.startswith("discord is configured here but not connected yet")
+    companion.config = dataclasses.replace(companion.config, platforms=frozenset({"telegram"}))
+    for platform in ("discord", "slack", "terminal"):
+        reply = await tell(companion, f"/mirror {platform}:{CHANNEL}")
+        assert (
+            reply.text == f"{platform} is not configured in this process, so I cannot post there. Nothing was stored."
+        )
     assert discord.posts == [] and await all_rows(store, "SELECT count(*) FROM bindings") == [(0,)]
 
 
