@@ -341,7 +341,8 @@ class FakeDiscordServer(LoopbackServer):
         if route not in (f"{API_PREFIX}/gateway",) and request.headers.get("Authorization") != f"Bot {self.token}":
             self.requests.append((request.method, route, 401))
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
-        self.bodies.append(await request.read())  # read once; aiohttp keeps it for the handler
+        if not request.content_type.startswith("multipart/"):  # a multipart body is recorded as it is parsed
+            self.bodies.append(await request.read())  # read once; aiohttp keeps it for the handler
         faults = self._faults.get((request.method, route))
         fault = faults.popleft() if faults else None
         if fault is not None and not fault.store_then_disconnect:
@@ -426,6 +427,8 @@ class FakeDiscordServer(LoopbackServer):
         if channel_id not in self.channels:
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
         body, files = await _read_message_body(request)
+        if request.content_type.startswith("multipart/"):
+            self.bodies.append(json.dumps(body).encode() + b"".join(data for _, data in files))
         content = body.get("content") or ""
         if not content and not files:
             return _json({"message": "Cannot send an empty message", "code": 50006}, status=400)
