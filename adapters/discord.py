@@ -412,6 +412,31 @@ class DiscordAdapter:
 
     # --- outbound -----------------------------------------------------------
 
+    async def send_text(self, chat_id: str, text: str) -> str:
+        """core.ports.BaseSender: post `text` to a channel now, without an outbox row (a binding's
+        test post). Returns the first message's id.
+
+        Raises:
+            DeliveryFailed: permanent when the id is no channel id or Discord refused (4xx:
+                unknown channel, missing access), else transient.
+        """
+        client = self._client
+        if client is None:
+            raise DeliveryFailed("not started", permanent=False, parts_sent=0)
+        if not chat_id.isdigit():
+            raise DeliveryFailed("not a channel id", permanent=True, parts_sent=0)
+        channel = client.get_partial_messageable(int(chat_id))
+        first = ""
+        for index, chunk in enumerate(split_message(text, MESSAGE_LIMIT)):
+            try:
+                message = await self._send_part(
+                    channel, chunk, reference=None, attachments=(), nonce=str(secrets.randbits(63))
+                )
+            except DeliveryFailed as exc:
+                raise DeliveryFailed(exc.kind, permanent=exc.permanent, parts_sent=index) from exc
+            first = first or str(message.id)
+        return first
+
     async def send_delivery(self, delivery: OutboundDelivery) -> int:
         """core.ports.BaseSender: send an outbox row from part `parts_sent` on. Each part carries a
         nonce derived from the row, so a part sent again after a crash between send and mark
@@ -527,7 +552,7 @@ class DiscordAdapter:
         reference: discord.MessageReference | None,
         attachments: Sequence[Attachment],
         nonce: str,
-    ) -> None:
+    ) -> discord.Message:
         """Send one message, again after transient failures; the nonce makes a repeat a no-op at Discord.
 
         Raises:
@@ -535,11 +560,11 @@ class DiscordAdapter:
         """
         channel_id = getattr(channel, "id", "?")
 
-        async def send(_attempt: Attempt) -> None:
+        async def send(_attempt: Attempt) -> discord.Message:
             # discord.File is closed after a send, so every attempt gets fresh ones.
             files = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments] or None
             # discord.py's overloads of send() omit the None that its implementation accepts.
-            await channel.send(
+            return await channel.send(
                 content,
                 reference=reference,  # type: ignore[arg-type]  # None: not a reply (see above)
                 allowed_mentions=NO_MENTIONS,
@@ -557,7 +582,9 @@ class DiscordAdapter:
             )
 
         try:
-            await retrying(self._send_policy, send, on_retry=lambda exc, attempt, _delay: failed(exc, attempt.number))
+            return await retrying(
+                self._send_policy, send, on_retry=lambda exc, attempt, _delay: failed(exc, attempt.number)
+            )
         except _TRANSIENT as exc:  # the last attempt's: an earlier one would have been retried
             failed(exc, self._send_policy.attempts)
             raise DeliveryFailed(type(exc).__name__, permanent=False, parts_sent=0) from exc

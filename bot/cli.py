@@ -147,11 +147,16 @@ async def _apply_migrations(settings) -> None:
 
 
 async def _report(settings) -> int:
+    import time
+
+    from adapters.storage.outbox import SqliteOutboxStore
     from adapters.storage.sqlite import SqliteStore
     from core.analytics import render_report
 
     async with SqliteStore(settings.db_path) as store:
-        print(render_report(await store.report_rows()))
+        rows = await store.report_rows()
+        rows.update(await SqliteOutboxStore(store).report(time.time()))
+        print(render_report(rows))
     return 0
 
 

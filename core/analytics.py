@@ -76,4 +76,17 @@ def render_report(rows: dict[str, Any]) -> str:
         )
     else:
         lines.append("provider latency: no calls yet")
+    if "deliveries" in rows:
+        lines += _outbox_lines(rows)
     return "\n".join(lines)
+
+
+def _outbox_lines(rows: dict[str, Any]) -> list[str]:
+    """Deliveries by kind and state, the oldest pending one's age, bindings by state."""
+    lines = ["deliveries by kind and state:" if rows["deliveries"] else "deliveries: none"]
+    lines += [f"  {kind} {status}: {count}" for kind, status, count in rows["deliveries"]]
+    age = rows["oldest_pending_age"]
+    lines.append("oldest pending delivery: none" if age is None else f"oldest pending delivery: {age:.0f} s old")
+    bindings = ", ".join(f"{count} {state}" for state, count in rows["bindings"]) or "none"
+    lines.append(f"mirror bindings: {bindings}")
+    return lines

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from core import copy, memory
 from core.command_text import first_word, looks_like, parse_command
 from core.errors import PrivateWriteRefused
+from core.mirrors import mirror_command, unmirror_command
 from core.model import Reply
 from core.tools import ToolContext
 from core.valve import ModeState, PrivateState
@@ -200,6 +201,16 @@ COMMANDS: tuple[Command, ...] = (
         "watch", "/watch EVENT", "Ask me to follow up on an upcoming event", _memory(memory.watch_command), lasting=True
     ),
     Command("export", "/export", "A file of our normal conversation (private intervals masked)", _export),
+    # A binding outlives the turn: refused in private mode here, and by the store's INSERT itself.
+    Command(
+        "mirror",
+        "/mirror [PLATFORM:CHAT_ID]",
+        "Copy each normal exchange to another chat, or list the copies",
+        mirror_command,
+        lasting=True,
+    ),
+    # Removing a binding only closes a path out, so it works in private mode too.
+    Command("unmirror", "/unmirror N", "Stop mirroring to a chat", unmirror_command),
 )
 
 _BY_NAME = {c.name: c for c in COMMANDS}

@@ -23,6 +23,7 @@ from core.errors import (
     ProviderUnavailable,
 )
 from core.locks import KeyedLocks
+from core.mirrors import source_label
 from core.model import (
     Account,
     ChatMessage,
@@ -31,6 +32,7 @@ from core.model import (
     Conversation,
     DeliveryTarget,
     InboundMessage,
+    MirrorOf,
     OpenTurn,
     Reply,
 )
@@ -116,6 +118,8 @@ class Companion:
         self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()
         self._refused: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
+        # Mirror sends of finished turns; cancelled at `drain` (their rows stay pending for the next start).
+        self._sending: set[asyncio.Task[None]] = set()
         # Conversations whose private mode the restart ended: their next reply says so first.
         self._restart_closed: set[int] = set()
         self._resolved: dict[tuple[str, str, str], tuple[Account, Conversation]] = {}
@@ -146,7 +150,12 @@ class Companion:
             )
 
     async def drain(self) -> None:
-        """Wait for the background work this companion started (summary folds) to finish."""
+        """Wait for the background work this companion started (summary folds) to finish; stop
+        the mirror sends still running (their rows stay pending: the next start sends them)."""
+        for task in self._sending:
+            task.cancel()
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
@@ -379,6 +388,9 @@ class Companion:
             segment_id=segment_id,
             answers=message_id,
             run=recorder.finish("ok") if recorder else None,
+            # Asked for every answered exchange: the store's SQL alone decides there is nothing to
+            # copy from a private one (no check up here that a later caller could forget).
+            mirror=MirrorOf(message_id, source_label(conversation)),
         )
         if context.needs_fold:
             self._spawn(self._fold(conversation, state))
@@ -394,9 +406,11 @@ class Companion:
         answers: int | None = None,
         run: RunRecord | None = None,
         delete_inbound: bool = False,
+        mirror: MirrorOf | None = None,
     ) -> Reply:
         """Write the turn's outcome and, where the platform sends through the outbox, its
-        pending delivery, in one transaction; the adapter then sends and marks it."""
+        pending delivery, in one transaction; the adapter then sends and marks it. With
+        `mirror`, the same transaction writes the exchange's mirror rows, sent from here."""
         if turn.restart_notice:
             text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{text}"
         message = turn.message
@@ -407,7 +421,7 @@ class Companion:
             target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)
         if stored_text is None and answers is None and target is None and run is None:
             return Reply(text, delete_inbound=delete_inbound)
-        _, delivery_id = await self.store.record_reply(
+        recorded = await self.store.record_reply(
             turn.conversation.id,
             text,
             self.clock.now(),
@@ -416,8 +430,30 @@ class Companion:
             run=run,
             answers=answers,
             target=target,
+            mirror=mirror,
         )
-        return Reply(text, delete_inbound=delete_inbound, delivery_id=delivery_id, conversation_id=turn.conversation.id)
+        if recorded.mirror_ids and self.outbox is not None:
+            self._send_mirrors(turn.conversation.id, recorded.mirror_ids)
+        return Reply(
+            text,
+            delete_inbound=delete_inbound,
+            delivery_id=recorded.delivery_id,
+            conversation_id=turn.conversation.id,
+        )
+
+    def _send_mirrors(self, conversation_id: int, delivery_ids: tuple[int, ...]) -> None:
+        """Send a turn's mirror rows in the background, each in its own lane: a slow or failing
+        target never delays the reply. What is not sent now the dispatcher sends later."""
+        if self.outbox is None:
+            return
+        task = asyncio.get_running_loop().create_task(self.outbox.deliver_all(conversation_id, delivery_ids))
+        self._sending.add(task)
+        task.add_done_callback(self._mirror_sent)
+
+    def _mirror_sent(self, task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("sending mirrors failed (%s); the dispatcher tries again", type(task.exception()).__name__)
 
     def _delivers(self, turn: Turn) -> bool:
         """Whether this turn's answer goes out through the outbox (the terminal prints it)."""

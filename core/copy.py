@@ -126,6 +126,18 @@ TOOL_PRIVATE_REFUSED = (
 )
 
 
+# Mirrors (issue 13). Never a word of any message: ids, platforms and kinds only.
+MIRROR_HELLO = "Mirroring {source} here. /unmirror in the source stops it."
+MIRROR_DISABLED = (
+    "I stopped mirroring to {target}: it refused my messages for good ({reason}), for example because "
+    "the bot was removed or blocked there, or the chat does not exist. /mirror shows your mirrors."
+)
+MIRROR_MEANS = (
+    "What is mirrored: each normal exchange (your message and my answer). Never mirrored: commands, "
+    "passphrases, exports, the line I say when you leave private mode, refusals, or anything of private mode."
+)
+
+
 def speaker(role: str | None, *, person: str) -> str:
     """Who said a stored line, in words: the companion, or the person (named as the reader needs)."""
     return "Companion" if role == "assistant" else person

@@ -97,6 +97,42 @@ class OutboundDelivery:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class MirrorOf:
+    """Asks `record_reply` to copy the exchange (the user message `user_message_id` and the reply
+    stored with it) to the conversation's active bindings, headed `[label]`. The store's SQL
+    decides whether there is anything to copy: never for a private message or conversation."""
+
+    user_message_id: int
+    label: str  # the source's name, as `telegram DM`
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedReply:
+    """What `record_reply` wrote: the assistant message, its delivery, and its mirror rows."""
+
+    message_id: int | None
+    delivery_id: int | None
+    mirror_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A conversation's normal output copied to another chat; `reason` is a failure's kind."""
+
+    id: int
+    conversation_id: int
+    platform: str
+    chat_id: str
+    state: str  # active | disabled
+    reason: str | None
+    created_at: float
+
+    @property
+    def target(self) -> str:
+        return f"{self.platform}:{self.chat_id}"
+
+
 # --- the model side -------------------------------------------------------
 
 

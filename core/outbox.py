@@ -1,11 +1,13 @@
 """The outbox: outbound messages are delivery rows first; this service sends them and marks them.
 
-Every reply (and later every mirror, reminder and nudge) is written as a pending delivery
-in the transaction that stores what it carries. `deliver` sends a conversation's pending
-deliveries in order right after the turn; `dispatch_due` (scheduled) sends what is due
-again, with exponential backoff and jitter, across outages of any length and across
-restarts, and never runs the model again. Only a permanent refusal (blocked, chat not
-found) ends a delivery unsent, recorded by kind.
+Every reply and mirror (and later every reminder and nudge) is written as a pending delivery
+in the transaction that stores what it carries. Deliveries go out in order per lane: one
+conversation's deliveries to one (platform, chat), so a mirror target that is down never
+holds back the replies. `deliver` sends a lane right after the turn; `dispatch_due`
+(scheduled) sends what is due again, with exponential backoff and jitter, across outages
+of any length and across restarts, and never runs the model again. Only a permanent
+refusal (blocked, chat not found) ends a delivery unsent, recorded by kind; on a mirror it
+also disables the binding and tells the source conversation once.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import random
 from collections.abc import Callable
 
+from core import copy
 from core.errors import DeliveryFailed
 from core.locks import KeyedLocks
 from core.model import OutboundDelivery
@@ -47,7 +50,7 @@ class Outbox:
         self._max_delay = max_delay
         self._rand = rand
         self._senders: dict[str, BaseSender] = {}
-        self._locks: KeyedLocks[int] = KeyedLocks()
+        self._locks: KeyedLocks[tuple[int, str, str]] = KeyedLocks()
 
     # --- senders ------------------------------------------------------------
 
@@ -66,10 +69,28 @@ class Outbox:
     async def append_text(self, delivery_id: int, suffix: str) -> None:
         await self._store.append_text(delivery_id, suffix)
 
+    async def send_text(self, platform: str, chat_id: str, text: str) -> str:
+        """Post `text` to a chat now, without a row: the test post that verifies a binding.
+
+        Returns:
+            The platform's id of the first message.
+        Raises:
+            DeliveryFailed: no sender for `platform` in this process (kind "not configured"), or
+                the platform did not take it.
+        """
+        sender = self._senders.get(platform)
+        if sender is None:
+            raise DeliveryFailed("not configured", permanent=True, parts_sent=0)
+        return await sender.send_text(chat_id, text)
+
     async def deliver(self, conversation_id: int, delivery_id: int) -> bool:
-        """Send the conversation's pending deliveries up to `delivery_id`, oldest first.
-        Returns whether they all went out (False: the rest waits for `dispatch_due`)."""
-        async with self._locks.of(conversation_id):
+        """Send the pending deliveries of the lane of `delivery_id` (its conversation, platform and
+        chat) up to it, oldest first. Returns whether they all went out (False: the rest waits
+        for `dispatch_due`)."""
+        lane = await self._store.lane_of(delivery_id)
+        if lane is None:
+            return True  # sent and pruned long ago
+        async with self._locks.of((conversation_id, *lane)):
             for delivery in await self._store.pending_of(conversation_id, delivery_id):
                 sender = self._senders.get(delivery.target.platform)
                 if sender is None:
@@ -77,6 +98,11 @@ class Outbox:
                 if not await self._send_one(sender, delivery):
                     return False
             return True
+
+    async def deliver_all(self, conversation_id: int, delivery_ids: tuple[int, ...]) -> None:
+        """Send several lanes one after another (a turn's mirror rows, one per binding)."""
+        for delivery_id in delivery_ids:
+            await self.deliver(conversation_id, delivery_id)
 
     async def dispatch_due(self, *, at_start: bool = False) -> int:
         """Scheduled: send what is due, per conversation in order. A delivery never tried is left
@@ -113,8 +139,22 @@ class Outbox:
         return True
 
     async def _failed(self, delivery: OutboundDelivery, kind: str, permanent: bool, parts_sent: int) -> bool:
-        """Record a failure. A permanent one settles the delivery and lets the next go."""
+        """Record a failure. A permanent one settles the delivery and lets the next go, except on a
+        mirror: that ends the lane (its binding is disabled, its other copies settled)."""
         now = self._clock.now()
+        if permanent and delivery.kind == "mirror":
+            # The target refused for good (blocked, chat not found): the binding is disabled rather
+            # than retried forever, and the source is told once.
+            notice = await self._store.give_up_mirror(delivery.id, parts_sent, kind, now, copy.MIRROR_DISABLED)
+            log.warning(
+                "mirror %s (conversation %s) refused for good (%s); its binding is disabled",
+                delivery.id,
+                delivery.conversation_id,
+                kind,
+            )
+            if notice is not None:
+                await self.deliver(delivery.conversation_id, notice)
+            return False  # the binding's later copies were settled with it: none of them may go out
         if permanent:
             await self._store.mark_failed(delivery.id, parts_sent, kind, now)
             log.warning("delivery %s (conversation %s) given up: %s", delivery.id, delivery.conversation_id, kind)

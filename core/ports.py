@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from core.model import (
     Account,
+    Binding,
     Completion,
     CompletionRequest,
     Conversation,
@@ -16,11 +17,13 @@ from core.model import (
     FollowUp,
     Goal,
     InboundMessage,
+    MirrorOf,
     OpenTurn,
     OutboundDelivery,
     PadEntry,
     PendingCapture,
     RecallHit,
+    RecordedReply,
     Reply,
     Segment,
     Summary,
@@ -85,10 +88,24 @@ class BaseSender(Protocol):
         """
         ...
 
+    async def send_text(self, chat_id: str, text: str) -> str:
+        """Send `text` to a chat now, without an outbox row (the one test post that verifies a
+        binding before it is stored), split to the platform's limit.
+
+        Returns:
+            The platform's id of the first message sent.
+        Raises:
+            core.errors.DeliveryFailed: the chat cannot be posted in, or the platform failed.
+        """
+        ...
+
 
 class OutboxStore(Protocol):
     """Delivery rows: read what is pending, mark what happened. Rows are written by the
-    timeline's `record_reply`, in the transaction of what they carry."""
+    timeline's `record_reply`, in the transaction of what they carry. A lane is one
+    conversation's deliveries to one (platform, chat): they go out in order."""
+
+    async def lane_of(self, delivery_id: int) -> tuple[str, str] | None: ...
 
     async def pending_of(self, conversation_id: int, upto: int) -> list[OutboundDelivery]: ...
 
@@ -103,6 +120,13 @@ class OutboxStore(Protocol):
     async def mark_failed(self, delivery_id: int, parts_sent: int, error: str, now: float) -> None: ...
 
     async def append_text(self, delivery_id: int, suffix: str) -> None: ...
+
+    async def give_up_mirror(
+        self, delivery_id: int, parts_sent: int, error: str, now: float, notice: str
+    ) -> int | None:
+        """Settle a mirror refused for good, disable its binding and, the first time only, queue
+        `notice` to the source conversation. Returns the notice's delivery id, or None."""
+        ...
 
     async def prune_settled(self, before: float) -> int: ...
 
@@ -183,9 +207,11 @@ class TimelineStore(Protocol):
         run: RunRecord | None = None,
         answers: int | None = None,
         target: DeliveryTarget | None = None,
-    ) -> tuple[int | None, int | None]:
-        """One transaction: the assistant message, the run, the answered turns, the delivery.
-        Returns (message id, delivery id)."""
+        mirror: MirrorOf | None = None,
+    ) -> RecordedReply:
+        """One transaction: the assistant message, the run, the answered turns, the delivery and,
+        with `mirror`, one mirror row per active binding, selected by SQL that excludes private
+        messages and conversations with an open segment."""
         ...
 
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]: ...
@@ -340,5 +366,24 @@ class LifetimeStore(Protocol):
     ) -> int | None: ...
 
 
-class BaseStore(TimelineStore, ModeStore, MemoryStore, LifetimeStore, AdapterStateStore, Protocol):
+class BindingStore(Protocol):
+    """Mirrors: bindings of a conversation's normal output to other chats. A binding holds no text."""
+
+    async def add_binding(self, conversation_id: int, platform: str, chat_id: str, now: float) -> Binding:
+        """Bind (or bind again) the conversation to a chat.
+
+        Raises:
+            core.errors.PrivateWriteRefused: the conversation has an open segment; the write's
+                own SQL refused it, whoever called.
+        """
+        ...
+
+    async def bindings_of(self, conversation_id: int) -> list[Binding]: ...
+
+    async def remove_binding(self, conversation_id: int, binding_id: int) -> Binding | None:
+        """Remove one binding of the conversation with its pending copies; None: no such binding."""
+        ...
+
+
+class BaseStore(TimelineStore, ModeStore, MemoryStore, LifetimeStore, BindingStore, AdapterStateStore, Protocol):
     """Everything the core asks of storage; adapters.storage.sqlite.SqliteStore implements it."""

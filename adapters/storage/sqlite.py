@@ -3,7 +3,7 @@
 Every SQL statement of the companion lives in the query modules, with the privacy predicates
 inside it: timeline.py (messages, the masked view, summaries, pads), modes.py (segments,
 offsets, the valve's attempts), memory.py (memory, goals, follow-ups, capture, analytics),
-privacy.py (forgetting, checkpoints, export, crossings) and outbox.py. Every lasting write
+privacy.py (forgetting, checkpoints, export, crossings), bindings.py (mirrors) and outbox.py. Every lasting write
 passes through the one guard of guard.py.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 
 import aiosqlite
 
+from adapters.storage.bindings import BindingQueries
 from adapters.storage.database import Database, Params
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
@@ -33,6 +34,7 @@ class SqliteStore:
         self.modes = ModeQueries(self.database, self.checkpoints)
         self.memory = MemoryQueries(self.database)
         self.lifetime = LifetimeQueries(self.database, self.timeline, self.checkpoints)
+        self.bindings = BindingQueries(self.database)
 
         # core.ports.TimelineStore
         self.ensure_account = self.timeline.ensure_account
@@ -92,6 +94,11 @@ class SqliteStore:
         self.request_crossing = self.lifetime.request_crossing
         self.confirm_crossing = self.lifetime.confirm_crossing
         self.checkpoint = self.checkpoints.run
+
+        # core.ports.BindingStore (mirrors)
+        self.add_binding = self.bindings.add_binding
+        self.bindings_of = self.bindings.bindings_of
+        self.remove_binding = self.bindings.remove_binding
         self.checkpoint_if_owed = self.checkpoints.finish_owed
 
     # --- lifecycle ----------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from adapters.storage.bindings import insert_mirrors
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.memory import insert_run
 from adapters.storage.outbox import insert_delivery
@@ -11,9 +12,11 @@ from core.model import (
     Conversation,
     ConversationKey,
     DeliveryTarget,
+    MirrorOf,
     Mode,
     OpenTurn,
     PadEntry,
+    RecordedReply,
     Summary,
     TimelineItem,
 )
@@ -148,11 +151,12 @@ class TimelineQueries:
         run: RunRecord | None = None,
         answers: int | None = None,
         target: DeliveryTarget | None = None,
-    ) -> tuple[int | None, int | None]:
+        mirror: MirrorOf | None = None,
+    ) -> RecordedReply:
         """Write the outcome of a turn in one transaction: the assistant message (`stored_text`,
         if any), the analytics run, the answered turns (every open turn of the conversation up
-        to `answers`) and the pending delivery of `send_text` to `target`.
-        Returns (message id, delivery id)."""
+        to `answers`), the pending delivery of `send_text` to `target`, and with `mirror` the
+        mirror rows of the exchange (none for a private message or conversation, by the SQL)."""
         if run is not None and segment_id is not None:
             raise ValueError("a private turn has no analytics run")
         async with self._db.tx() as db:
@@ -182,7 +186,10 @@ class TimelineQueries:
                 delivery_id = await insert_delivery(
                     db, conversation_id, target, send_text, now, message_id=message_id, segment_id=segment_id
                 )
-            return message_id, delivery_id
+            mirror_ids: tuple[int, ...] = ()
+            if mirror is not None and message_id is not None:
+                mirror_ids = await insert_mirrors(db, conversation_id, message_id, mirror, now)
+            return RecordedReply(message_id, delivery_id, mirror_ids)
 
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]:
         """The newest open normal turn of each conversation (on `platforms`, or all): a user

@@ -204,6 +204,25 @@ class TelegramAdapter:
             raise RuntimeError("TelegramAdapter is not started")
         return await self._delivery.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id)
 
+    async def send_text(self, chat_id: str, text: str) -> str:
+        """core.ports.BaseSender: post `text` now, without an outbox row (a binding's test post).
+
+        Raises:
+            DeliveryFailed: permanent for 400 (chat not found), 403 (not a member, blocked) and
+                ChatMigrated, else transient.
+        """
+        if self._delivery is None or self._app is None:
+            raise DeliveryFailed("not started", permanent=False, parts_sent=0)
+        try:
+            sent = await self._delivery.send_text(chat_id, text)
+        except TelegramDeliveryError as exc:
+            cause = exc.__cause__
+            permanent = isinstance(cause, TelegramError) and is_permanent(cause)
+            raise DeliveryFailed(
+                type(cause).__name__ if cause else "unknown", permanent=permanent, parts_sent=exc.delivered
+            ) from exc
+        return str(sent[0]) if sent else ""
+
     async def send_delivery(self, delivery: OutboundDelivery) -> int:
         """core.ports.BaseSender: send an outbox row from part `parts_sent` on.
 

@@ -9,7 +9,7 @@ import pytest
 from adapters.storage.sqlite import SqliteStore
 from core import ports
 
-PORTS = [ports.TimelineStore, ports.ModeStore, ports.MemoryStore, ports.LifetimeStore]
+PORTS = [ports.TimelineStore, ports.ModeStore, ports.MemoryStore, ports.LifetimeStore, ports.BindingStore]
 
 
 def port_methods(port) -> list[str]:
@@ -30,5 +30,5 @@ def test_sqlite_store_implements_every_port_method_with_its_parameters(port, tmp
 
 
 def test_the_base_store_is_the_union_of_the_ports():
-    assert set(port_methods(ports.BaseStore)) == set()  # nothing beyond the four parts
+    assert set(port_methods(ports.BaseStore)) == set()  # nothing beyond its parts
     assert set(ports.BaseStore.__mro__) >= set(PORTS)
