@@ -156,6 +156,7 @@ async def _report(settings) -> int:
     async with SqliteStore(settings.db_path) as store:
         rows = await store.report_rows()
         rows.update(await SqliteOutboxStore(store).report(time.time()))
+        rows.update(await store.proactive.report())
         print(render_report(rows))
     return 0
 

@@ -81,6 +81,8 @@ def scheduled_jobs(settings: Settings, companion) -> list[Job]:
     if companion.outbox is not None:
         jobs.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
         jobs.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
+    if companion.proactive is not None:
+        jobs.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
     return jobs
 
 

@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     # The other scheduled jobs. The expiry sweep runs at least every minute: PRIVACY.md promises it.
     expiry_sweep_seconds: float = Field(60.0, gt=0, le=60)
     capture_seconds: float = Field(300.0, gt=0, le=86400)
+    # Reminders and nudges: the triage tick, and the defaults of the manners (each person may
+    # change theirs with /nudges, /quiet and /timezone).
+    proactive_tick_seconds: float = Field(60.0, gt=0, le=3600)
+    nudges_per_day: int = Field(2, ge=0, le=24)
+    nudge_cooldown_minutes: float = Field(240.0, ge=0, le=7 * 24 * 60)
 
     telegram_token: SecretStr | None = None
     telegram_base_url: str | None = None

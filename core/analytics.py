@@ -78,6 +78,9 @@ def render_report(rows: dict[str, Any]) -> str:
         lines.append("provider latency: no calls yet")
     if "deliveries" in rows:
         lines += _outbox_lines(rows)
+    if "decisions" in rows:
+        lines.append("proactive decisions (kind outcome reason):" if rows["decisions"] else "proactive decisions: none")
+        lines += [f"  {kind} {outcome} {reason}: {count}" for kind, outcome, reason, count in rows["decisions"]]
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from core.command_text import first_word, looks_like, parse_command
 from core.errors import PrivateWriteRefused
 from core.mirrors import mirror_command, unmirror_command
 from core.model import Reply
+from core.nudges import nudges_command, quiet_command, timezone_command
 from core.tools import ToolContext
 from core.valve import ModeState, PrivateState
 
@@ -207,6 +208,22 @@ COMMANDS: tuple[Command, ...] = (
         "/mirror [PLATFORM:CHAT_ID]",
         "Copy each normal exchange to another chat, or list the copies",
         mirror_command,
+        lasting=True,
+    ),
+    # Proactive manners outlive the turn: refused in private mode here, and by the store's guard.
+    Command(
+        "nudges",
+        "/nudges [N|off|on|here]",
+        "How many nudges a day I may send, and where; reminders always come",
+        nudges_command,
+        lasting=True,
+    ),
+    Command("quiet", "/quiet [HH:MM-HH:MM|off]", "Your quiet hours: no nudges then", quiet_command, lasting=True),
+    Command(
+        "timezone",
+        "/timezone [Area/City]",
+        "Your time zone, for quiet hours and reminders",
+        timezone_command,
         lasting=True,
     ),
     # Removing a binding only closes a path out, so it works in private mode too.

@@ -38,6 +38,7 @@ from core.model import (
 )
 from core.outbox import Outbox
 from core.ports import BaseProvider, BaseStore, Clock, SystemClock
+from core.proactive import ProactiveConfig, ProactiveService
 from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
 from core.valve import ModeState, ModeValve
 
@@ -71,6 +72,8 @@ class CompanionConfig:
     # The line said on leaving private mode: "constant" (copy.TRANSITION_FALLBACK, no model call)
     # or "generated" (seed 000's variable wording from a constant instruction, capped).
     transition: str = "constant"
+    # Reminders and nudges: the manners' defaults (COMPANION_QUIET_HOURS, COMPANION_TIMEZONE, ...).
+    proactive: ProactiveConfig = field(default_factory=ProactiveConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,12 @@ class Companion:
         )
         self.context = ContextAssembler(store, self.config.persona, self.config.budget, self.clock)
         self.capture = CaptureService(store, provider, self.clock, self.config.timezone)
+        # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
+        self.proactive = (
+            ProactiveService(store, provider, self.clock, outbox, self.context, self.config.proactive)
+            if outbox is not None
+            else None
+        )
         self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()
         self._refused: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()

@@ -145,7 +145,7 @@ async def list_followups(context: ToolContext, arguments: Arguments) -> str:
     lines = []
     for f in items:
         when = format_moment(f.due_at, context.timezone) if f.due_at else "when it happens"
-        paused = " (paused)" if f.status == "paused" else ""
+        paused = {"paused": " (paused)", "missed": " (missed: more than 12 hours late)"}.get(f.status, "")
         lines.append(f"#{f.id} {f.kind} {when}: {f.text}{paused}")
     return "\n".join(lines)
 

@@ -64,6 +64,11 @@ class Outbox:
     def serves(self, platform: str) -> bool:
         return platform in self._senders
 
+    @property
+    def platforms(self) -> frozenset[str]:
+        """The platforms a delivery can go out on now (their senders are registered)."""
+        return frozenset(self._senders)
+
     # --- sending --------------------------------------------------------------
 
     async def append_text(self, delivery_id: int, suffix: str) -> None:

@@ -22,6 +22,10 @@ from core.model import (
     OutboundDelivery,
     PadEntry,
     PendingCapture,
+    ProactiveCandidate,
+    ProactiveDecision,
+    ProactivePrefs,
+    ProactiveSent,
     RecallHit,
     RecordedReply,
     Reply,
@@ -385,5 +389,72 @@ class BindingStore(Protocol):
         ...
 
 
-class BaseStore(TimelineStore, ModeStore, MemoryStore, LifetimeStore, BindingStore, AdapterStateStore, Protocol):
+class ProactiveStore(Protocol):
+    """Reminders and nudges: what is due (never for a conversation with an open segment, by the
+    SQL), the claim that writes a message with its delivery, the decision record (no text) and
+    each person's manners."""
+
+    async def due_candidates(
+        self,
+        now: float,
+        platforms: frozenset[str],
+        *,
+        watch_after: float,
+        goal_every: float,
+        checkin_after: float,
+        limit: int = 500,
+    ) -> list[ProactiveCandidate]:
+        """What is due now for people reachable on `platforms`, oldest first per kind. The SQL
+        excludes every person with an open segment in any conversation, groups, and any
+        conversation that is not direct."""
+        ...
+
+    async def waiting_in_private(self, now: float, limit: int = 500) -> list[tuple[int, int, str, int]]:
+        """(person, open segment, kind, follow-up id) of follow-ups due now whose person is in
+        private mode: ids only, for the 'private' decision (they wait)."""
+        ...
+
+    async def nudges_sent_on(self, person_id: int, local_day: str) -> int: ...
+
+    async def record_decision(self, decision: ProactiveDecision) -> bool:
+        """Record a decision; a skip repeating the subject's latest decision is not recorded
+        again. Returns whether a row was written."""
+        ...
+
+    async def claim_and_send(
+        self,
+        candidate: ProactiveCandidate,
+        text: str,
+        decision: ProactiveDecision,
+        mirror_label: str,
+    ) -> ProactiveSent | None:
+        """One transaction: claim the candidate (it must still be due and its person must have no
+        open segment), store `text` as a normal assistant message in the candidate's
+        conversation, write its delivery (kind reminder or nudge) and mirror rows, the person's
+        nudge state and `decision`. Returns None (nothing written) when it was claimed already
+        or the person is in private mode now."""
+        ...
+
+    async def settle_without_message(self, candidate: ProactiveCandidate, decision: ProactiveDecision) -> bool:
+        """Claim the candidate with no message (silence, or a missed reminder) and record
+        `decision`, in one transaction. Returns False when it was claimed already."""
+        ...
+
+    async def proactive_prefs(self, person_id: int) -> ProactivePrefs: ...
+
+    async def set_proactive_pref(
+        self, person_id: int, origin: int, name: str, value: int | str | None
+    ) -> ProactivePrefs:
+        """Change one manner (`name`: budget, quiet, timezone or pinned_conversation_id; None:
+        back to the default) and return them all.
+
+        Raises:
+            core.errors.PrivateWriteRefused: the conversation `origin` has an open segment.
+        """
+        ...
+
+
+class BaseStore(
+    TimelineStore, ModeStore, MemoryStore, LifetimeStore, BindingStore, AdapterStateStore, ProactiveStore, Protocol
+):
     """Everything the core asks of storage; adapters.storage.sqlite.SqliteStore implements it."""

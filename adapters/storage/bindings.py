@@ -19,20 +19,24 @@ async def insert_mirrors(
     db: aiosqlite.Connection, conversation_id: int, message_id: int, mirror: MirrorOf, now: float
 ) -> tuple[int, ...]:
     """Inside the caller's transaction (the one that stored the reply `message_id`): one pending
-    mirror row per active binding of the conversation, carrying the exchange. The SELECT finds
-    nothing when either message is private or a segment of the conversation is open, so a
+    mirror row per active binding of the conversation, carrying the exchange (or, for a reminder
+    or nudge, whose `mirror.user_message_id` is None, the companion's message alone). The SELECT
+    finds nothing when either message is private or a segment of the conversation is open, so a
     private reply creates no row at all. Returns the new rows' ids, oldest first."""
     async with db.execute(
         "INSERT INTO deliveries (conversation_id, message_id, binding_id, kind, platform, chat_id, nonce, text,"
         " next_attempt_at, created_at)"
         " SELECT b.conversation_id, a.id, b.id, 'mirror', b.platform, b.chat_id, lower(hex(randomblob(8))),"
-        "  '[' || :label || '] you: ' || u.text || char(10) || 'companion: ' || a.text, :now, :now"
+        "  '[' || :label || '] '"
+        "  || CASE WHEN :user IS NULL THEN '' ELSE 'you: ' || u.text || char(10) END"
+        "  || 'companion: ' || a.text, :now, :now"
         " FROM bindings b"
         " JOIN messages a ON a.id = :assistant AND a.conversation_id = b.conversation_id"
-        " JOIN messages u ON u.id = :user AND u.conversation_id = b.conversation_id"
+        " LEFT JOIN messages u ON u.id = :user AND u.conversation_id = b.conversation_id"
         " WHERE b.conversation_id = :c AND b.state = 'active'"
         "  AND a.segment_id IS NULL AND a.mode = 'normal' AND a.kind = 'chat' AND a.role = 'assistant'"
-        "  AND u.segment_id IS NULL AND u.mode = 'normal' AND u.kind = 'chat' AND u.role = 'user'"
+        "  AND (:user IS NULL OR (u.id IS NOT NULL"
+        "   AND u.segment_id IS NULL AND u.mode = 'normal' AND u.kind = 'chat' AND u.role = 'user'))"
         f"  AND {_NO_OPEN_SEGMENT.format(c='b.conversation_id')}"
         " ORDER BY b.id RETURNING id",
         {

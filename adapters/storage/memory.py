@@ -123,8 +123,9 @@ class MemoryQueries:
 
     async def followups(self, person_id: int) -> list[FollowUp]:
         rows = await self._db.all(
-            "SELECT id, kind, text, due_at, status FROM followups"
-            " WHERE person_id = ? AND status IN ('scheduled', 'paused') ORDER BY coalesce(due_at, 1e18), id",
+            "SELECT id, kind, text, due_at, CASE WHEN outcome = 'missed' THEN 'missed' ELSE status END AS status"
+            " FROM followups WHERE person_id = ? AND (status IN ('scheduled', 'paused') OR outcome = 'missed')"
+            " ORDER BY coalesce(due_at, 1e18), id",
             (person_id,),
         )
         return [FollowUp(r["id"], r["kind"], r["text"], r["due_at"], r["status"]) for r in rows]
@@ -137,8 +138,8 @@ class MemoryQueries:
         """
         async with lasting_tx(self._db, origin, "change to a follow-up") as db:
             cur = await db.execute(
-                "UPDATE followups SET status = ?, updated_at = ?"
-                " WHERE id = ? AND person_id = ? AND status IN ('scheduled', 'paused')",
+                "UPDATE followups SET status = ?, outcome = NULL, updated_at = ?"
+                " WHERE id = ? AND person_id = ? AND (status IN ('scheduled', 'paused') OR outcome = 'missed')",
                 (status, now, followup_id, person_id),
             )
             return cur.rowcount > 0

@@ -3,7 +3,8 @@
 Every SQL statement of the companion lives in the query modules, with the privacy predicates
 inside it: timeline.py (messages, the masked view, summaries, pads), modes.py (segments,
 offsets, the valve's attempts), memory.py (memory, goals, follow-ups, capture, analytics),
-privacy.py (forgetting, checkpoints, export, crossings), bindings.py (mirrors) and outbox.py. Every lasting write
+privacy.py (forgetting, checkpoints, export, crossings), bindings.py (mirrors), proactive.py
+(reminders and nudges) and outbox.py. Every lasting write
 passes through the one guard of guard.py.
 """
 
@@ -19,6 +20,7 @@ from adapters.storage.database import Database, Params
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
 from adapters.storage.privacy import Checkpoints, LifetimeQueries
+from adapters.storage.proactive import ProactiveQueries
 from adapters.storage.timeline import TimelineQueries
 
 
@@ -35,6 +37,7 @@ class SqliteStore:
         self.memory = MemoryQueries(self.database)
         self.lifetime = LifetimeQueries(self.database, self.timeline, self.checkpoints)
         self.bindings = BindingQueries(self.database)
+        self.proactive = ProactiveQueries(self.database)
 
         # core.ports.TimelineStore
         self.ensure_account = self.timeline.ensure_account
@@ -101,6 +104,16 @@ class SqliteStore:
         self.remove_binding = self.bindings.remove_binding
         self.checkpoint_if_owed = self.checkpoints.finish_owed
 
+        # core.ports.ProactiveStore (reminders and nudges)
+        self.due_candidates = self.proactive.due_candidates
+        self.waiting_in_private = self.proactive.waiting_in_private
+        self.nudges_sent_on = self.proactive.nudges_sent_on
+        self.record_decision = self.proactive.record_decision
+        self.claim_and_send = self.proactive.claim_and_send
+        self.settle_without_message = self.proactive.settle_without_message
+        self.proactive_prefs = self.proactive.proactive_prefs
+        self.set_proactive_pref = self.proactive.set_proactive_pref
+
     # --- lifecycle ----------------------------------------------------------
 
     async def start(self) -> None:
@@ -123,3 +136,9 @@ class SqliteStore:
 
     async def _one(self, sql: str, params: Params = ()) -> Any:
         return await self.database.one(sql, params)
+
+    async def _planted(self, sql: str, params: Params = ()) -> None:
+        """A write straight into the database, past every mutator and guard: tests plant rows
+        with it to show what the queries themselves refuse."""
+        async with self.database.tx() as db:
+            await db.execute(sql, params)

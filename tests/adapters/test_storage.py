@@ -123,7 +123,13 @@ async def test_every_child_table_cascades_from_its_owner(store):
             column, on_delete = fk["from"], fk["on_delete"]
             # account_id on messages only attributes authorship; it is SET NULL so that
             # an account's removal never silently deletes a shared group timeline.
-            if (table, column) == ("messages", "account_id"):
+            # proactive_people only points at where nudges go: a person's manners outlive one
+            # conversation, and the target falls back to where they write next.
+            if (table, column) in {
+                ("messages", "account_id"),
+                ("proactive_people", "conversation_id"),
+                ("proactive_people", "pinned_conversation_id"),
+            }:
                 assert on_delete == "SET NULL"
             else:
                 assert on_delete == "CASCADE", f"{table}.{column} does not cascade"

@@ -9,7 +9,14 @@ import pytest
 from adapters.storage.sqlite import SqliteStore
 from core import ports
 
-PORTS = [ports.TimelineStore, ports.ModeStore, ports.MemoryStore, ports.LifetimeStore, ports.BindingStore]
+PORTS = [
+    ports.TimelineStore,
+    ports.ModeStore,
+    ports.MemoryStore,
+    ports.LifetimeStore,
+    ports.BindingStore,
+    ports.ProactiveStore,
+]
 
 
 def port_methods(port) -> list[str]:

@@ -55,14 +55,22 @@ async def test_the_gateway_schedule_deletes_expired_private_segments_and_capture
 
 def test_the_intervals_are_settings():
     settings = load_settings(
-        _env_file=None, expiry_sweep_seconds=7, capture_seconds=11, outbox_tick_seconds=13, outbox_prune_seconds=17
+        _env_file=None,
+        expiry_sweep_seconds=7,
+        capture_seconds=11,
+        outbox_tick_seconds=13,
+        outbox_prune_seconds=17,
+        proactive_tick_seconds=19,
     )
 
     companion = SimpleNamespace(
-        sweep=None, capture=SimpleNamespace(run_once=None), outbox=SimpleNamespace(dispatch_due=None, prune=None)
+        sweep=None,
+        capture=SimpleNamespace(run_once=None),
+        outbox=SimpleNamespace(dispatch_due=None, prune=None),
+        proactive=SimpleNamespace(tick=None),
     )
     jobs = {job.name: job.seconds for job in scheduled_jobs(settings, companion)}
-    assert jobs == {"expiry-sweep": 7, "capture": 11, "outbox": 13, "outbox-prune": 17}
+    assert jobs == {"expiry-sweep": 7, "capture": 11, "outbox": 13, "outbox-prune": 17, "proactive": 19}
 
 
 async def test_a_job_failing_run_after_run_ends_the_schedule_with_one_line():
