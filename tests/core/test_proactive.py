@@ -525,3 +525,20 @@ async def test_report_counts_decisions_by_outcome_and_reason(make, clock, store,
     rows = await store.report_rows()
     rows.update(await store.proactive.report())
     assert "  reminder sent due: 1" in render_report(rows).splitlines()
+
+
+async def test_a_claim_refuses_a_person_who_entered_private_mode_after_the_triage_read(make, clock, store, telegram):
+    """The candidate was read in normal mode; private mode opened before the claim (the model was
+    writing): the claim's own SQL refuses, and nothing is written."""
+    companion = await make()
+    await tell(companion, "/followup 1m stretch")
+    clock.advance(60)
+    (candidate,) = await store.due_candidates(
+        clock.now(), frozenset({"telegram"}), watch_after=0.0, goal_every=1e9, checkin_after=1e9
+    )
+    await tell(companion, f"/private {PASSPHRASE}")
+    decision = ProactiveDecision(candidate.prefs.person_id, "reminder", candidate.subject, "sent", "due", "d", 0.0)
+    assert await store.claim_and_send(candidate, "Reminder: stretch", decision, "telegram DM") is None
+    assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE kind = 'reminder'") == [(0,)]
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE 'Reminder:%'") == [(0,)]
+    assert await all_rows(store, "SELECT status FROM followups") == [("scheduled",)]
