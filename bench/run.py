@@ -16,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import assembly, cli_run, gateway_rss, load, mirror, request_size, roundtrip, turn
+from bench import assembly, cli_run, gateway_rss, load, mirror, request_size, roundtrip, triage, turn
 from bench._common import ROOT, environment
 
 MEASUREMENTS = {
@@ -28,6 +28,7 @@ MEASUREMENTS = {
     "roundtrip": roundtrip.run,
     "load": load.run,
     "mirror": mirror.run,
+    "triage": triage.run,
 }
 
 
@@ -255,6 +256,29 @@ def table(results: dict) -> list[str]:
             f"{d['ratio_time']:.2f}× the time",
             "",
             "info",
+        )
+    if not failed(9, "Proactive triage", "triage"):
+        t = results["triage"]
+        small, large = (t["sizes"][k] for k in sorted(t["sizes"], key=int))
+        add(
+            9,
+            f"one triage tick, {large['people']} people / {large['followups']} follow-ups"
+            f" ({large['due_candidates']} due), median of {t['repeats']}",
+            f"{large['median_ms']:.2f} ms",
+            f"{small['people']} people / {small['followups']} follow-ups {small['median_ms']:.2f} ms",
+            f"{t['ratio']:.2f}×",
+            f"≤ {t['target_ratio']:g}×",
+            _status(t["ok"]),
+        )
+        plans = ", ".join(f"{kind} {'yes' if ok else 'NO'}" for kind, ok in t["indexed"].items())
+        add(
+            9,
+            "candidate statements start from their due index (EXPLAIN QUERY PLAN)",
+            plans,
+            "",
+            "",
+            "all",
+            _status(all(t["indexed"].values())),
         )
     return rows
 

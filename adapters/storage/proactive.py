@@ -38,11 +38,62 @@ _PREFS = (
 _TARGET = "t.id AS cid, t.platform, t.chat_id, t.kind AS ckind, t.person_id AS cperson"
 # Where a proactive message goes: `/nudges here`, else the direct conversation the person last
 # wrote in (normal mode), else where the item was made. Never a group, never another person's.
+# CROSS JOIN keeps the due rows' index the outer loop (SQLite never reorders it): without
+# statistics the planner would otherwise start from every conversation of the platform.
 _TARGET_JOIN = (
-    " JOIN conversations t ON t.id = coalesce(pp.pinned_conversation_id, pp.conversation_id, {origin})"
+    " CROSS JOIN conversations t ON t.id = coalesce(pp.pinned_conversation_id, pp.conversation_id, {origin})"
     " AND t.kind = 'direct' AND t.person_id = {p} AND t.platform IN ({platforms})"
 )
 _PREF_NAMES = frozenset({"budget", "quiet", "timezone", "pinned_conversation_id"})
+
+
+def _guarded(person: str, target: str) -> str:
+    return f" AND {_NO_PRIVATE_PERSON.format(p=person)} AND {_NO_OPEN_SEGMENT.format(c=target)}"
+
+
+def candidate_statements(
+    now: float,
+    platforms: frozenset[str],
+    *,
+    watch_after: float,
+    goal_every: float,
+    checkin_after: float,
+    limit: int,
+) -> list[tuple[str, str, tuple[object, ...]]]:
+    """(kind, SQL, parameters) of the four candidate statements; bench/triage.py reads their plans."""
+    marks = ", ".join("?" for _ in platforms)
+    served = tuple(sorted(platforms))
+    followups = (
+        f"SELECT f.id AS item, f.due_at AS due, f.text AS text, f.person_id AS person, {_TARGET}, {_PREFS}"
+        " FROM followups f LEFT JOIN proactive_people pp ON pp.person_id = f.person_id"
+        + _TARGET_JOIN.format(origin="f.conversation_id", p="f.person_id", platforms=marks)
+        + " WHERE f.status = 'scheduled' AND f.kind = ? AND f.due_at IS NOT NULL AND f.due_at <= ?"
+        + _guarded("f.person_id", "t.id")
+        + " ORDER BY f.due_at, f.id LIMIT ?"
+    )
+    goals = (
+        "SELECT g.id AS item, coalesce(g.checked_in_at, g.created_at) AS due, g.title AS text,"
+        f" g.person_id AS person, {_TARGET}, {_PREFS}"
+        " FROM goals g LEFT JOIN proactive_people pp ON pp.person_id = g.person_id"
+        + _TARGET_JOIN.format(origin="g.conversation_id", p="g.person_id", platforms=marks)
+        + " WHERE g.status = 'active' AND coalesce(g.checked_in_at, g.created_at) <= ?"
+        + _guarded("g.person_id", "t.id")
+        + " ORDER BY coalesce(g.checked_in_at, g.created_at), g.id LIMIT ?"
+    )
+    checkins = (
+        f"SELECT pp.person_id AS item, pp.last_wrote_at AS due, '' AS text, pp.person_id AS person, {_TARGET},"
+        f" {_PREFS} FROM proactive_people pp"
+        + _TARGET_JOIN.format(origin="NULL", p="pp.person_id", platforms=marks)
+        + " WHERE pp.checkin_open = 1 AND pp.last_wrote_at <= ?"
+        + _guarded("pp.person_id", "t.id")
+        + " ORDER BY pp.last_wrote_at, pp.person_id LIMIT ?"
+    )
+    return [
+        ("reminder", followups, (*served, "reminder", now, limit)),
+        ("watch", followups, (*served, "watch", now - watch_after, limit)),
+        ("goal", goals, (*served, now - goal_every, limit)),
+        ("checkin", checkins, (*served, now - checkin_after, limit)),
+    ]
 
 
 class _NothingWritten(Exception):
@@ -56,9 +107,6 @@ class ProactiveQueries:
         self._db = db
 
     # --- candidates -----------------------------------------------------------
-
-    def _guarded(self, person: str, target: str) -> str:
-        return f" AND {_NO_PRIVATE_PERSON.format(p=person)} AND {_NO_OPEN_SEGMENT.format(c=target)}"
 
     async def due_candidates(
         self,
@@ -74,39 +122,9 @@ class ProactiveQueries:
         with the privacy predicates inside it; reminders first, then watches, goals, check-ins."""
         if not platforms:
             return []
-        marks = ", ".join("?" for _ in platforms)
-        served = tuple(sorted(platforms))
-        followups = (
-            f"SELECT f.id AS item, f.due_at AS due, f.text AS text, f.person_id AS person, {_TARGET}, {_PREFS}"
-            " FROM followups f LEFT JOIN proactive_people pp ON pp.person_id = f.person_id"
-            + _TARGET_JOIN.format(origin="f.conversation_id", p="f.person_id", platforms=marks)
-            + " WHERE f.status = 'scheduled' AND f.kind = ? AND f.due_at IS NOT NULL AND f.due_at <= ?"
-            + self._guarded("f.person_id", "t.id")
-            + " ORDER BY f.due_at, f.id LIMIT ?"
-        )
-        goals = (
-            "SELECT g.id AS item, coalesce(g.checked_in_at, g.created_at) AS due, g.title AS text,"
-            f" g.person_id AS person, {_TARGET}, {_PREFS}"
-            " FROM goals g LEFT JOIN proactive_people pp ON pp.person_id = g.person_id"
-            + _TARGET_JOIN.format(origin="g.conversation_id", p="g.person_id", platforms=marks)
-            + " WHERE g.status = 'active' AND coalesce(g.checked_in_at, g.created_at) <= ?"
-            + self._guarded("g.person_id", "t.id")
-            + " ORDER BY coalesce(g.checked_in_at, g.created_at), g.id LIMIT ?"
-        )
-        checkins = (
-            f"SELECT pp.person_id AS item, pp.last_wrote_at AS due, '' AS text, pp.person_id AS person, {_TARGET},"
-            f" {_PREFS} FROM proactive_people pp"
-            + _TARGET_JOIN.format(origin="NULL", p="pp.person_id", platforms=marks)
-            + " WHERE pp.checkin_open = 1 AND pp.last_wrote_at <= ?"
-            + self._guarded("pp.person_id", "t.id")
-            + " ORDER BY pp.last_wrote_at, pp.person_id LIMIT ?"
-        )
         found: list[ProactiveCandidate] = []
-        for kind, sql, params in (
-            ("reminder", followups, (*served, "reminder", now, limit)),
-            ("watch", followups, (*served, "watch", now - watch_after, limit)),
-            ("goal", goals, (*served, now - goal_every, limit)),
-            ("checkin", checkins, (*served, now - checkin_after, limit)),
+        for kind, sql, params in candidate_statements(
+            now, platforms, watch_after=watch_after, goal_every=goal_every, checkin_after=checkin_after, limit=limit
         ):
             found += [_candidate(kind, row) for row in await self._db.all(sql, params)]
         return found
