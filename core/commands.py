@@ -144,9 +144,8 @@ def _memory(operation: MemoryOperation) -> CommandHandler:
     async def handler(call: CommandCall) -> Reply:
         companion = call.companion
         conversation = call.turn.conversation
-        context = ToolContext(
-            conversation, call.state, companion.clock.now(), companion.config.timezone, companion.store
-        )
+        timezone = await companion.timezone_of(conversation)
+        context = ToolContext(conversation, call.state, companion.clock.now(), timezone, companion.store)
         try:
             return Reply(await operation(context, call.args))
         except PrivateWriteRefused:

@@ -488,7 +488,8 @@ class Companion:
                 # A reply stopped at its token limit says so, rather than reading as complete.
                 return text + copy.CUT_OFF_MARKER if completion.truncated else text
             messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
-            tool_context = ToolContext(conversation, state, self.clock.now(), self.config.timezone, self.store)
+            timezone = await self.timezone_of(conversation)
+            tool_context = ToolContext(conversation, state, self.clock.now(), timezone, self.store)
             for call in completion.tool_calls:
                 started = time.perf_counter()
                 result = await run_tool_call(offered, call, tool_context)
@@ -629,6 +630,17 @@ class Companion:
         text = completion.text.strip()
         # A small model may run on and off its instruction: a long answer is not used.
         return text if text and len(text) <= TRANSITION_MAX_CHARS else copy.TRANSITION_FALLBACK
+
+    async def timezone_of(self, conversation: Conversation) -> str:
+        """The person's time zone (/timezone), else the configured one: reminders' clock times are theirs."""
+        if conversation.person_id is None:
+            return self.config.timezone
+        try:
+            prefs = await self.store.proactive_prefs(conversation.person_id)
+        except Exception as exc:  # noqa: BLE001 - a read failure falls back to the configured zone
+            log.warning("reading a person's time zone failed (%s)", type(exc).__name__)
+            return self.config.timezone
+        return prefs.timezone or self.config.timezone
 
     def format_time(self, timestamp: float) -> str:
         from datetime import datetime

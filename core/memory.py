@@ -222,7 +222,7 @@ MEMORY_TOOLS = (
     ),
     Tool(
         "schedule_followup",
-        "Remind the person later; when like 30m, 2h, 3d or 2026-12-24 18:00.",
+        "Remind the person later; when like 30m, 2h, 3d, 7:00 or 2026-12-24 18:00 (their time zone).",
         _schema({"text": _S, "when": _S}, ["text", "when"]),
         frozenset({"follow-up"}),
         schedule_followup,
@@ -314,7 +314,7 @@ async def followup_command(context: ToolContext, args: str) -> str:
         when = f"in {amount}"
     if not text.strip():
         raise ValueError(
-            "Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d or 2026-12-24), /followup pause N or /followup cancel N"
+            "Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d, 7:00 or 2026-12-24), /followup pause N or /followup cancel N"
         )
     return await schedule_followup(context, {"text": text, "when": when})
 

@@ -542,3 +542,29 @@ async def test_a_claim_refuses_a_person_who_entered_private_mode_after_the_triag
     assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE kind = 'reminder'") == [(0,)]
     assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE 'Reminder:%'") == [(0,)]
     assert await all_rows(store, "SELECT status FROM followups") == [("scheduled",)]
+
+
+async def test_a_reminder_at_a_clock_time_fires_at_that_time_in_the_persons_zone(make, clock, store, telegram):
+    companion = await make(timezone="UTC")
+    at(clock, "2027-01-15 06:00", "Europe/Berlin")
+    await tell(companion, "/timezone Europe/Berlin")
+    answer = await tell(companion, "/followup 7:00 call mum")
+    assert "2027-01-15 07:00 CET" in answer.text
+    at(clock, "2027-01-15 06:59", "Europe/Berlin")
+    await tick(companion)
+    assert proactive_sent(telegram) == []
+    at(clock, "2027-01-15 07:00", "Europe/Berlin")
+    await tick(companion)
+    assert proactive_sent(telegram) == ["Reminder: call mum"]
+
+
+def test_a_clock_time_is_the_next_one_and_skips_a_daylight_saving_gap():
+    from core.durations import parse_when
+
+    zone = ZoneInfo("Europe/Berlin")
+    evening = datetime(2027, 3, 27, 23, 0, tzinfo=zone).timestamp()
+    assert datetime.fromtimestamp(parse_when("7:00", evening, "Europe/Berlin"), zone) == datetime(
+        2027, 3, 28, 7, 0, tzinfo=zone
+    )
+    # 02:30 does not exist on 2027-03-28 in Berlin: whatever zoneinfo makes of it, never the past.
+    assert parse_when("2:30", evening, "Europe/Berlin") > evening
