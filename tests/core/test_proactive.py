@@ -568,3 +568,18 @@ def test_a_clock_time_is_the_next_one_and_skips_a_daylight_saving_gap():
     )
     # 02:30 does not exist on 2027-03-28 in Berlin: whatever zoneinfo makes of it, never the past.
     assert parse_when("2:30", evening, "Europe/Berlin") > evening
+
+
+async def test_a_provider_failure_leaves_the_nudge_due_for_the_next_tick(make, clock, store, telegram, provider):
+    companion = await make(cooldown=0.0)
+    await tell(companion, "hello")
+    clock.advance(HOUR)
+    item = await watch(companion, "the race", clock.now() - 2 * HOUR)
+    provider.fail_all = True
+    await tick(companion)
+    assert await decisions(store) == []
+    assert await all_rows(store, "SELECT status FROM followups WHERE id = ?", (item,)) == [("scheduled",)]
+    provider.fail_all = False
+    clock.advance(60)
+    await tick(companion)
+    assert await decisions(store) == [("watch", "sent", "due")]
