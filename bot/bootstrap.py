@@ -40,6 +40,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         default_expiry=settings.private_default_expiry,
         private_idle_seconds=settings.private_idle_minutes * 60 if settings.private_idle_minutes else None,
         allowed_accounts=settings.allowed_accounts,
+        owner_accounts=settings.owner_accounts,
         timezone=settings.timezone,
         budget=ContextBudget(total_tokens=settings.context_tokens),
         allow_private_export=settings.allow_private_export,

@@ -80,6 +80,8 @@ class Settings(BaseSettings):
     # exits 1 for its supervisor to start it again; 0: discord.py reconnects for ever.
     discord_outage_seconds: float = Field(600.0, ge=0, le=86400)
     allowed_users: str = ""
+    # Accounts that are one person with the terminal's owner from start-up (and so allowed too).
+    owner: str = ""
 
     persona: str | None = None
     persona_file: Path | None = None
@@ -132,7 +134,7 @@ class Settings(BaseSettings):
             raise ValueError("must be an http(s):// or ws(s):// URL")
         return value
 
-    @field_validator("allowed_users")
+    @field_validator("allowed_users", "owner")
     @classmethod
     def _allowed_users(cls, value: str) -> str:
         for item in filter(None, (part.strip() for part in value.split(","))):
@@ -175,15 +177,19 @@ class Settings(BaseSettings):
         (COMPANION_TELEGRAM_BASE_URL, COMPANION_DISCORD_API_BASE) only the least shape is
         required: such a server may issue its own ids and tokens. No message quotes a token."""
         custom = {"telegram": self.telegram_base_url is not None, "discord": self.discord_api_base is not None}
-        for item in self.allowed_accounts:
+        listed = [("COMPANION_ALLOWED_USERS", item) for item in sorted(self.allowed_accounts)]
+        listed += [("COMPANION_OWNER", item) for item in sorted(self.owner_accounts)]
+        for variable, item in listed:
             platform, _, user_id = item.partition(":")
             shape, words = _IDS.get(platform, (None, ""))
             if shape is None:
+                if variable == "COMPANION_OWNER":
+                    raise ValueError(f"COMPANION_OWNER: '{item}' is not a telegram or discord account")
                 continue
             if not (user_id.isascii() and user_id.isdigit() and int(user_id) > 0) or (
                 not custom[platform] and not shape.match(user_id)
             ):
-                raise ValueError(f"COMPANION_ALLOWED_USERS: '{item}' is not a {platform} account; {words}")
+                raise ValueError(f"{variable}: '{item}' is not a {platform} account; {words}")
         checks = (
             (
                 "telegram_token",
@@ -222,6 +228,10 @@ class Settings(BaseSettings):
     @property
     def allowed_accounts(self) -> frozenset[str]:
         return frozenset(filter(None, (part.strip() for part in self.allowed_users.split(","))))
+
+    @property
+    def owner_accounts(self) -> frozenset[str]:
+        return frozenset(filter(None, (part.strip() for part in self.owner.split(","))))
 
     def persona_text(self) -> str | None:
         if self.persona_file is not None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from core import copy, memory
 from core.command_text import first_word, looks_like, parse_command
 from core.errors import PrivateWriteRefused
+from core.links import link_command, unlink_command, whoami_command
 from core.mirrors import mirror_command, unmirror_command
 from core.model import Reply
 from core.nudges import nudges_command, quiet_command, timezone_command
@@ -225,6 +226,20 @@ COMMANDS: tuple[Command, ...] = (
         timezone_command,
         lasting=True,
     ),
+    # Linking changes whose memory a chat reads: refused in private mode here, and by the store's
+    # write while any conversation of either person is private. A code is a secret like a passphrase.
+    Command(
+        "link",
+        "/link [CODE]",
+        "One person across apps: get a code, or send it from your other account",
+        link_command,
+        secret=True,
+        lasting=True,
+    ),
+    Command("whoami", "/whoami", "Which accounts are you, across apps", whoami_command),
+    Command(
+        "unlink", "/unlink PLATFORM", "Separate an account again (it keeps no memory)", unlink_command, lasting=True
+    ),
     # Removing a binding only closes a path out, so it works in private mode too.
     Command("unmirror", "/unmirror N", "Stop mirroring to a chat", unmirror_command),
 )
@@ -264,7 +279,7 @@ def mistyped_secret_command(text: str) -> bool:
 
 
 def carries_secret(text: str) -> bool:
-    """Whether a message may hold a secret (a passphrase): a secret command with arguments, or a
+    """Whether a message may hold a secret (a passphrase, a link code): a secret command with arguments, or a
     look-alike of one. Adapters use it to delete the message when the core could not answer."""
     command = parse_command(text)
     if command is not None:

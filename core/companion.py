@@ -17,6 +17,8 @@ from core.command_text import parse_command
 from core.commands import COMMANDS, Command, CommandCall, command_info, mistyped_secret_command, with_notice
 from core.context import ContextAssembler, ContextBudget, Persona
 from core.errors import (
+    LinkConflict,
+    PrivateWriteRefused,
     ProviderError,
     ProviderRejected,
     ProviderRequestTooLong,
@@ -45,6 +47,7 @@ from core.valve import ModeState, ModeValve
 log = logging.getLogger(__name__)
 
 OWNER_PLATFORMS = frozenset({"terminal"})  # the person at the terminal is the owner
+TERMINAL_OWNER = "owner"  # the terminal's one account (adapters/terminal.py)
 # A platform's clock and ours may differ a little: a message stamped this close after a restart
 # is taken to be from before it (the fail-closed direction). Telegram's whole-second dates are
 # rounded down, which already errs the same way.
@@ -61,6 +64,8 @@ class CompanionConfig:
     default_expiry: str = "24h"
     private_idle_seconds: float | None = 30 * 60.0
     allowed_accounts: frozenset[str] = frozenset()  # "platform:user_id"
+    # COMPANION_OWNER: accounts that are one person with the terminal's owner from start-up.
+    owner_accounts: frozenset[str] = frozenset()  # "platform:user_id"
     timezone: str = "UTC"
     budget: ContextBudget = field(default_factory=ContextBudget)
     max_tool_rounds: int = 4
@@ -148,6 +153,7 @@ class Companion:
         self._restart_closed.update(closed)
         self._closed_at_start.update(closed)
         expired = await self.store.delete_expired_segments(self.clock.now())
+        await self._link_owner()
         artifacts = await self.store.delete_expired_artifacts(self.clock.now())
         if closed or expired or artifacts:
             log.info(
@@ -226,7 +232,31 @@ class Companion:
     # --- access -----------------------------------------------------------
 
     def is_allowed(self, message: InboundMessage) -> bool:
-        return message.platform in OWNER_PLATFORMS or message.account in self.config.allowed_accounts
+        return (
+            message.platform in OWNER_PLATFORMS
+            or message.account in self.config.allowed_accounts
+            or message.account in self.config.owner_accounts
+        )
+
+    def accounts_changed(self) -> None:
+        """Linking or unlinking moved an account to another person: resolve every chat afresh."""
+        self._resolved.clear()
+
+    async def _link_owner(self) -> None:
+        """COMPANION_OWNER: the listed accounts and the terminal are one person, the owner. Refused
+        (and said in the log) while a conversation of theirs is private; the next start tries again."""
+        if not self.config.owner_accounts:
+            return
+        now = self.clock.now()
+        terminal = await self.store.ensure_account("terminal", TERMINAL_OWNER, None, now)
+        for item in sorted(self.config.owner_accounts):
+            platform, _, user_id = item.partition(":")
+            account = await self.store.ensure_account(platform, user_id, None, now)
+            try:
+                await self.store.merge_accounts(terminal.id, account.id, now)
+            except (PrivateWriteRefused, LinkConflict) as exc:
+                log.warning("COMPANION_OWNER: account %s was not linked to the owner (%s)", account.id, exc)
+        self.accounts_changed()
 
     # --- the turn ---------------------------------------------------------
 
@@ -252,10 +282,11 @@ class Companion:
                 reply = await self._command(turn, info, command.args)
             elif mistyped_secret_command(message.text):
                 # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
-                # (`/privte`, a Cyrillic er for the p) may carry the passphrase.
+                # or /link (`/privte`, a Cyrillic er for the p) may carry the passphrase or a code.
                 reply = await self._finish(
                     turn,
-                    "That looked like a mistyped /private; nothing of that message was kept. /help lists the commands.",
+                    "That looked like a mistyped /private or /link; nothing of that message was kept. "
+                    "/help lists the commands.",
                     delete_inbound=True,
                 )
             elif command is not None:

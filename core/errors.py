@@ -12,7 +12,8 @@ CompanionError
 ├── DeliveryFailed           a platform did not take an outbound message (permanent or not)
 └── StoreError               the database failed or refused
     ├── MigrationError       the schema cannot be brought to this code's version
-    └── PrivateWriteRefused  a lasting write was attempted while the conversation is private
+    ├── PrivateWriteRefused  a lasting write was attempted while the conversation is private
+    └── LinkConflict         two people to link both have an account on one platform
 """
 
 from __future__ import annotations
@@ -91,3 +92,11 @@ class PrivateWriteRefused(StoreError):
     def __init__(self, what: str) -> None:
         super().__init__(f"private mode writes no {what}")
         self.what = what
+
+
+class LinkConflict(StoreError):
+    """Two people to be linked both have an account on the same platform(s); nothing changed."""
+
+    def __init__(self, platforms: tuple[str, ...]) -> None:
+        super().__init__(f"both people have an account on {', '.join(platforms)}")
+        self.platforms = platforms

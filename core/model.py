@@ -208,6 +208,15 @@ class Account:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingLinkCode:
+    """A `/link` code waiting to be used: whose it is and its slow hash (never the code)."""
+
+    id: int
+    account_id: int
+    code_hash: str
+
+
+@dataclass(frozen=True, slots=True)
 class Segment:
     """One private interval of a conversation; `ended_at is None` means it is open."""
 

@@ -22,6 +22,7 @@ from core.model import (
     OutboundDelivery,
     PadEntry,
     PendingCapture,
+    PendingLinkCode,
     ProactiveCandidate,
     ProactiveDecision,
     ProactivePrefs,
@@ -454,7 +455,56 @@ class ProactiveStore(Protocol):
         ...
 
 
+class LinkStore(Protocol):
+    """Linked accounts: pending one-time codes (hashes only), their lockout log, and merging two
+    people into one in one transaction (pad, notes, recall, goals, follow-ups, manners; nothing
+    lost, nothing duplicated). Linking and unlinking raise PrivateWriteRefused, changing nothing,
+    while any conversation of the people concerned has an open segment."""
+
+    async def save_link_code(self, account_id: int, code_hash: str, now: float, expires_at: float) -> None: ...
+
+    async def pending_link_codes(self, now: float) -> list[PendingLinkCode]: ...
+
+    async def redeem_link_code(self, code_id: int, account_id: int, now: float) -> int | None:
+        """Use up the code and merge the person of `account_id` into that of the code's account.
+
+        Returns:
+            The person now holding both accounts; None when the code was used or expired.
+        Raises:
+            core.errors.PrivateWriteRefused: either person is in private mode somewhere.
+        """
+        ...
+
+    async def merge_accounts(self, into_account_id: int, account_id: int, now: float) -> int: ...
+
+    async def failed_link_attempts_since(self, account_id: int, since: float) -> list[float]: ...
+
+    async def record_failed_link_attempt(self, account_id: int, now: float, keep_after: float) -> None: ...
+
+    async def clear_failed_link_attempts(self, account_id: int) -> None: ...
+
+    async def accounts_of(self, person_id: int) -> list[Account]: ...
+
+    async def unlink_account(self, person_id: int, platform: str, now: float) -> Account | None:
+        """Separate the person's account on `platform` into a new person with no memory.
+
+        Returns:
+            The account with its new person; None when there is no such account or it is the only one.
+        Raises:
+            core.errors.PrivateWriteRefused: a conversation of the person is in private mode.
+        """
+        ...
+
+
 class BaseStore(
-    TimelineStore, ModeStore, MemoryStore, LifetimeStore, BindingStore, AdapterStateStore, ProactiveStore, Protocol
+    TimelineStore,
+    ModeStore,
+    MemoryStore,
+    LifetimeStore,
+    BindingStore,
+    AdapterStateStore,
+    ProactiveStore,
+    LinkStore,
+    Protocol,
 ):
     """Everything the core asks of storage; adapters.storage.sqlite.SqliteStore implements it."""

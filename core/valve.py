@@ -175,12 +175,12 @@ class ModeValve:
             return EntryResult(False, f"{str(exc)[:1].upper()}{str(exc)[1:]}; nothing changed.")
         now = self._clock.now()
         attempts = await self._store.failed_attempts_since(account.id, now - LOCKOUT_WINDOW - LOCKOUT_DURATION)
-        locked_until = _locked_until(attempts)
-        if locked_until is not None and now < locked_until:
+        until = locked_until(attempts)
+        if until is not None and now < until:
             return EntryResult(
                 False,
                 "Private mode entry is locked after too many wrong passphrases; "
-                f"try again in {describe_seconds(locked_until - now)}.",
+                f"try again in {describe_seconds(until - now)}.",
             )
         current = await self.settle(conversation)
         if current.is_private:
@@ -190,7 +190,7 @@ class ModeValve:
             await self._store.record_failed_attempt(account.id, now, keep_after=now - 86400)
             attempts = [t for t in attempts if t > now - LOCKOUT_WINDOW] + [now]
             log.info("private-mode entry refused for account %s (attempt %d)", account.id, len(attempts))
-            if _locked_until(attempts) is not None:
+            if locked_until(attempts) is not None:
                 return EntryResult(
                     False,
                     "That passphrase is not right. Private mode entry is now locked for "
@@ -262,7 +262,7 @@ def _well_formed(segment: Segment) -> bool:
     )
 
 
-def _locked_until(attempts: list[float]) -> float | None:
+def locked_until(attempts: list[float]) -> float | None:
     """The end of the latest lockout: five failures within fifteen minutes lock for fifteen minutes."""
     ordered = sorted(attempts)
     locked = None

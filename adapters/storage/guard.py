@@ -3,7 +3,8 @@ the conversation it comes from (its origin) has a segment open.
 
 A lasting write is a row no segment's cascade removes that a turn causes: normal pad entries
 (added or forgotten), goals, follow-ups and event watches (added or changed), analytics runs,
-and tool operations outside a segment. Every such write runs in `lasting_tx` (or, inside a
+and tool operations outside a segment; linking and unlinking accounts
+(`refuse_while_person_private`, over every conversation of the people concerned). Every such write runs in `lasting_tx` (or, inside a
 transaction that also writes other rows, calls `refuse_while_private` first). The transaction is BEGIN IMMEDIATE, so no segment can
 open between the check and the write. Rows a segment owns (its messages, summaries, private
 pad facts, tool operations, its reply's delivery) are not lasting: they cascade away with it.
@@ -29,6 +30,24 @@ async def refuse_while_private(conn: aiosqlite.Connection, origin: int, what: st
     """
     async with conn.execute(
         "SELECT 1 FROM segments WHERE conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)
+    ) as cur:
+        if await cur.fetchone() is not None:
+            raise PrivateWriteRefused(what)
+
+
+async def refuse_while_person_private(conn: aiosqlite.Connection, people: tuple[int, ...], what: str) -> None:
+    """Inside the caller's write transaction: raise PrivateWriteRefused(`what`) when any
+    conversation of any of `people` has an open private segment. Linking and unlinking change
+    whose memory a conversation reads, so they wait until every interval of both is closed.
+
+    Raises:
+        PrivateWriteRefused: a conversation is private; nothing of the transaction is kept.
+    """
+    marks = ", ".join("?" for _ in people)
+    async with conn.execute(
+        "SELECT 1 FROM segments s JOIN conversations c ON c.id = s.conversation_id"
+        f" WHERE s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",
+        people,
     ) as cur:
         if await cur.fetchone() is not None:
             raise PrivateWriteRefused(what)

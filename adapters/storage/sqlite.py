@@ -4,7 +4,7 @@ Every SQL statement of the companion lives in the query modules, with the privac
 inside it: timeline.py (messages, the masked view, summaries, pads), modes.py (segments,
 offsets, the valve's attempts), memory.py (memory, goals, follow-ups, capture, analytics),
 privacy.py (forgetting, checkpoints, export, crossings), bindings.py (mirrors), proactive.py
-(reminders and nudges) and outbox.py. Every lasting write
+(reminders and nudges), links.py (linked accounts) and outbox.py. Every lasting write
 passes through the one guard of guard.py.
 """
 
@@ -17,6 +17,7 @@ import aiosqlite
 
 from adapters.storage.bindings import BindingQueries
 from adapters.storage.database import Database, Params
+from adapters.storage.links import LinkQueries
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
 from adapters.storage.privacy import Checkpoints, LifetimeQueries
@@ -38,6 +39,7 @@ class SqliteStore:
         self.lifetime = LifetimeQueries(self.database, self.timeline, self.checkpoints)
         self.bindings = BindingQueries(self.database)
         self.proactive = ProactiveQueries(self.database)
+        self.links = LinkQueries(self.database)
 
         # core.ports.TimelineStore
         self.ensure_account = self.timeline.ensure_account
@@ -113,6 +115,17 @@ class SqliteStore:
         self.settle_without_message = self.proactive.settle_without_message
         self.proactive_prefs = self.proactive.proactive_prefs
         self.set_proactive_pref = self.proactive.set_proactive_pref
+
+        # core.ports.LinkStore (linked accounts)
+        self.save_link_code = self.links.save_link_code
+        self.pending_link_codes = self.links.pending_link_codes
+        self.redeem_link_code = self.links.redeem_link_code
+        self.merge_accounts = self.links.merge_accounts
+        self.failed_link_attempts_since = self.links.failed_link_attempts_since
+        self.record_failed_link_attempt = self.links.record_failed_link_attempt
+        self.clear_failed_link_attempts = self.links.clear_failed_link_attempts
+        self.accounts_of = self.links.accounts_of
+        self.unlink_account = self.links.unlink_account
 
     # --- lifecycle ----------------------------------------------------------
 

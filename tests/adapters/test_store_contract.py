@@ -16,6 +16,7 @@ PORTS = [
     ports.LifetimeStore,
     ports.BindingStore,
     ports.ProactiveStore,
+    ports.LinkStore,
 ]
 
 

@@ -17,6 +17,8 @@ NEVER_PRIVATE = {
     "accounts": "platform ids",
     "conversations": "owners of segments",
     "valve_attempts": "times of failed entries, no secret",
+    "link_codes": "hashes of one-time link codes, no text; linking is refused while a conversation is private",
+    "link_attempts": "times of wrong link codes, no code",
     "adapter_state": "platform offsets",
     "notes": "capture reads only normal rows (two checks, tests/core/test_memory.py)",
     "note_sources": "link notes to normal messages",

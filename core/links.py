@@ -1,0 +1,157 @@
+"""Linked accounts: `/link` (a one-time code, and using it), `/whoami` and `/unlink PLATFORM`.
+
+A code is 8 digits, valid 10 minutes, single use, kept only as a slow hash; wrong codes lock
+linking like wrong passphrases lock private mode (the valve's lockout, its own attempt log).
+No answer quotes a code someone sent, and nothing here logs one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import TYPE_CHECKING
+
+from core.durations import describe_seconds
+from core.errors import LinkConflict, PrivateWriteRefused
+from core.model import Account, Reply
+from core.secrets import PassphraseHash, hash_passphrase
+from core.valve import LOCKOUT_ATTEMPTS, LOCKOUT_DURATION, LOCKOUT_WINDOW, locked_until
+
+if TYPE_CHECKING:
+    from core.commands import CommandCall
+
+log = logging.getLogger(__name__)
+
+CODE_DIGITS = 8
+CODE_SECONDS = 10 * 60.0
+PLATFORM_NAMES = {"telegram": "Telegram", "discord": "Discord", "terminal": "the terminal"}
+
+ONLY_DIRECT = (
+    "Linking works only in a one-to-one chat with me, never in a group: a code posted here could be "
+    "used by anyone who read it. {deleted}Send /link in a direct message instead. Nothing changed."
+)
+PRIVATE_REFUSED = (
+    "I can't {what} accounts while a conversation of yours is in private mode: which memory a chat "
+    "reads would change under it. Send /normal there first. Nothing changed."
+)
+
+
+def new_code() -> str:
+    return "".join(str(secrets.randbelow(10)) for _ in range(CODE_DIGITS))
+
+
+def describe_account(account: Account) -> str:
+    if account.platform == "terminal":
+        return "the terminal"
+    return f"{PLATFORM_NAMES.get(account.platform, account.platform)} {account.platform_user_id}"
+
+
+async def _accounts_text(call: CommandCall, person_id: int) -> str:
+    accounts = await call.companion.store.accounts_of(person_id)
+    listed = "\n".join(f"- {describe_account(a)}" for a in accounts)
+    return f"You are one person across these accounts; they share memory, goals and follow-ups:\n{listed}"
+
+
+async def link_command(call: CommandCall) -> Reply:
+    """`/link`: a new code, and the accounts already linked; `/link CODE`: join this account
+    to the person whose code it is."""
+    if not call.turn.conversation.is_direct:
+        deleted = "I deleted your message where I could. " if call.args else ""
+        return Reply(ONLY_DIRECT.format(deleted=deleted))
+    if call.args:
+        return await _redeem(call, "".join(call.args.split()))
+    return await _issue(call)
+
+
+async def _issue(call: CommandCall) -> Reply:
+    companion = call.companion
+    account = call.turn.account
+    code = new_code()
+    code_hash = await asyncio.to_thread(hash_passphrase, code)
+    now = companion.clock.now()
+    await companion.store.save_link_code(account.id, code_hash, now, now + CODE_SECONDS)
+    log.info("link code issued for account %s", account.id)
+    listed = await _accounts_text(call, account.person_id)
+    return Reply(
+        f"Your link code: {code}\nSend /link {code} to me from your other account, in a direct message, "
+        f"within {describe_seconds(CODE_SECONDS)}. It works once. Linked accounts share memory, goals, "
+        "follow-ups and nudges; private mode always stays in the one chat where you turn it on.\n\n" + listed
+    )
+
+
+async def _redeem(call: CommandCall, code: str) -> Reply:
+    companion = call.companion
+    store = companion.store
+    account = call.turn.account
+    now = companion.clock.now()
+    attempts = await store.failed_link_attempts_since(account.id, now - LOCKOUT_WINDOW - LOCKOUT_DURATION)
+    until = locked_until(attempts)
+    if until is not None and now < until:
+        return Reply(f"Linking is locked after too many wrong codes; try again in {describe_seconds(until - now)}.")
+    match = None
+    for pending in await store.pending_link_codes(now):
+        if pending.account_id != account.id and await asyncio.to_thread(_matches, pending.code_hash, code):
+            match = pending
+            break
+    if match is None:
+        await store.record_failed_link_attempt(account.id, now, keep_after=now - 86400)
+        recent = [t for t in attempts if t > now - LOCKOUT_WINDOW] + [now]
+        log.info("link refused for account %s (attempt %d)", account.id, len(recent))
+        if locked_until(recent) is not None:
+            return Reply(f"That code is not right. Linking is now locked for {describe_seconds(LOCKOUT_DURATION)}.")
+        left = LOCKOUT_ATTEMPTS - len(recent)
+        return Reply(
+            f"That code is not right, or it expired or was used. {left} more wrong "
+            f"{'try' if left == 1 else 'tries'} will lock linking for 15 minutes. Nothing changed."
+        )
+    try:
+        person = await store.redeem_link_code(match.id, account.id, now)
+    except PrivateWriteRefused:
+        return Reply(PRIVATE_REFUSED.format(what="link"))
+    except LinkConflict as exc:
+        shared = ", ".join(PLATFORM_NAMES.get(p, p) for p in exc.platforms)
+        return Reply(
+            f"Both already have an account on {shared}; a person links one account per platform. "
+            "/unlink PLATFORM on one of them first. Nothing changed."
+        )
+    if person is None:
+        return Reply("That code expired or was used a moment ago. Send /link on the other account for a new one.")
+    await store.clear_failed_link_attempts(account.id)
+    companion.accounts_changed()
+    log.info("account %s linked to person %s", account.id, person)
+    return Reply("Linked. " + await _accounts_text(call, person))
+
+
+def _matches(code_hash: str, code: str) -> bool:
+    try:
+        return PassphraseHash.parse(code_hash).verify(code)
+    except ValueError:
+        return False
+
+
+async def whoami_command(call: CommandCall) -> Reply:
+    """`/whoami`: the accounts of this person (in a direct chat only: a group would learn their ids)."""
+    if not call.turn.conversation.is_direct:
+        return Reply("I list your accounts only in a one-to-one chat with me. Nothing changed.")
+    return Reply(await _accounts_text(call, call.turn.account.person_id))
+
+
+async def unlink_command(call: CommandCall) -> Reply:
+    """`/unlink PLATFORM`: separate that account into a new person with no memory."""
+    platform = call.args.strip().lower()
+    if platform not in PLATFORM_NAMES:
+        return Reply("Usage: /unlink telegram|discord|terminal. Nothing changed.")
+    companion = call.companion
+    try:
+        separated = await companion.store.unlink_account(call.turn.account.person_id, platform, companion.clock.now())
+    except PrivateWriteRefused:
+        return Reply(PRIVATE_REFUSED.format(what="unlink"))
+    if separated is None:
+        return Reply(f"No other account of yours is on {PLATFORM_NAMES[platform]}: nothing to unlink. Nothing changed.")
+    companion.accounts_changed()
+    log.info("account %s unlinked into person %s", separated.id, separated.person_id)
+    return Reply(
+        f"Unlinked {describe_account(separated)}: it starts as a new person, with no memory of yours; "
+        "its own conversations stay with it."
+    )

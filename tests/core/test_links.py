@@ -1,0 +1,296 @@
+"""One person across Telegram, Discord and the terminal (issue 16): `/link` codes, `/whoami`,
+`/unlink`, COMPANION_OWNER, and the wall: a private interval stays in its one conversation.
+
+The core, the real SQLite store and the outbox run for real; the far ends are FakeSenders and
+the FakeProvider, which records every request the model would receive."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+
+from adapters.storage.outbox import SqliteOutboxStore
+from bot.logs import FLOORS
+from core.companion import Companion, CompanionConfig
+from core.links import CODE_SECONDS
+from core.manners import Manners
+from core.model import InboundMessage
+from core.outbox import Outbox
+from core.proactive import ProactiveConfig
+from tests.conftest import PASSPHRASE
+from tests.helpers.fakes import FakeSender, request_text
+
+TG = "101"  # the person's Telegram user id (and their direct chat's id)
+DC = "202"  # ... on Discord
+STRANGER = "303"
+CANARY = "CANARY-LILAC-7741"
+
+
+@pytest.fixture
+def senders() -> dict[str, FakeSender]:
+    return {"telegram": FakeSender("telegram"), "discord": FakeSender("discord", limit=2000)}
+
+
+@pytest.fixture
+def make(store, provider, clock, passphrase_hash, senders):
+    async def make(**config) -> Companion:
+        outbox = Outbox(SqliteOutboxStore(store), clock, rand=lambda: 1.0)
+        for sender in senders.values():
+            outbox.register(sender)
+        config.setdefault(
+            "allowed_accounts",
+            frozenset({f"telegram:{TG}", f"discord:{DC}", f"telegram:{STRANGER}", f"discord:{STRANGER}"}),
+        )
+        companion = Companion(
+            store,
+            provider,
+            CompanionConfig(
+                passphrase_hash=passphrase_hash,
+                platforms=frozenset({"telegram", "discord"}),
+                proactive=ProactiveConfig(Manners(quiet_hours=None)),
+                **config,
+            ),
+            clock=clock,
+            outbox=outbox,
+        )
+        await companion.start()
+        return companion
+
+    return make
+
+
+_ids = iter(range(1, 10**6))
+
+
+async def tell(companion: Companion, platform: str, user: str, text: str, *, chat: str | None = None):
+    message = InboundMessage(
+        platform,
+        chat or user,
+        user,
+        text,
+        is_direct=chat is None,
+        message_id=f"m{next(_ids)}",
+        sent_at=companion.clock.now(),
+    )
+    reply = await companion.handle(message)
+    assert reply is not None
+    if reply.delivery_id is not None and companion.outbox is not None:
+        await companion.outbox.deliver(reply.conversation_id, reply.delivery_id)
+    return reply
+
+
+def code_in(text: str) -> str:
+    match = re.search(r"link code: (\d{8})", text)
+    assert match, "no code in the answer"
+    return match.group(1)
+
+
+async def link(companion: Companion, first=("telegram", TG), second=("discord", DC)) -> str:
+    code = code_in((await tell(companion, *first, "/link")).text)
+    reply = await tell(companion, *second, f"/link {code}")
+    assert reply.text.startswith("Linked."), reply.text
+    return code
+
+
+async def person_of(store, platform: str, user: str) -> int:
+    row = await store._one(
+        "SELECT person_id FROM accounts WHERE platform = ? AND platform_user_id = ?", (platform, user)
+    )
+    return row[0]
+
+
+async def every_text_in_the_database(store) -> str:
+    """Every value of every row of every table (the recall index too), as one string."""
+    tables = [r[0] for r in await store._all("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    values: list[str] = []
+    for table in tables:
+        for row in await store._all(f"SELECT * FROM {table}"):
+            values += [str(v) for v in tuple(row)]
+    return "\n".join(values)
+
+
+# --- linking ------------------------------------------------------------------------------
+
+
+async def test_link_code_joins_a_telegram_and_a_discord_account_into_one_person(make, store):
+    companion = await make()
+    await tell(companion, "telegram", TG, "hello")
+    await tell(companion, "discord", DC, "hello")
+    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+    await link(companion)
+    assert await person_of(store, "telegram", TG) == await person_of(store, "discord", DC)
+    whoami = (await tell(companion, "telegram", TG, "/whoami")).text
+    assert f"Telegram {TG}" in whoami and f"Discord {DC}" in whoami
+
+
+async def test_a_memory_saved_on_discord_is_recalled_on_telegram(make, provider):
+    companion = await make()
+    await link(companion)
+    await tell(companion, "discord", DC, "/remember my sister is called Ana")
+    await tell(companion, "telegram", TG, "what do you know about my family?")
+    assert "my sister is called Ana" in request_text(provider.last_reply_request())
+    await tell(companion, "discord", DC, "we hiked the Pelister ridge today")
+    recalled = (await tell(companion, "telegram", TG, "/recall Pelister")).text
+    assert "Pelister ridge" in recalled
+
+
+async def test_link_code_is_single_use(make, store):
+    companion = await make()
+    code = await link(companion)
+    reply = await tell(companion, "telegram", STRANGER, f"/link {code}")
+    assert "not right" in reply.text
+    assert await person_of(store, "telegram", STRANGER) != await person_of(store, "telegram", TG)
+
+
+async def test_link_code_expires_after_ten_minutes(make, store, clock):
+    companion = await make()
+    code = code_in((await tell(companion, "telegram", TG, "/link")).text)
+    clock.advance(CODE_SECONDS + 1)
+    assert "not right" in (await tell(companion, "discord", DC, f"/link {code}")).text
+    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+
+
+async def test_five_wrong_codes_lock_linking_for_15_minutes_across_a_restart(make, store, clock):
+    companion = await make()
+    code = code_in((await tell(companion, "telegram", TG, "/link")).text)
+    wrong = "00000000" if code != "00000000" else "11111111"
+    for _ in range(4):
+        await tell(companion, "discord", DC, f"/link {wrong}")
+    restarted = await make()  # the attempts are rows, not memory
+    assert "now locked" in (await tell(restarted, "discord", DC, f"/link {wrong}")).text
+    assert "locked" in (await tell(restarted, "discord", DC, f"/link {code}")).text
+    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+    clock.advance(15 * 60 + 1)
+    code = code_in((await tell(restarted, "telegram", TG, "/link")).text)
+    assert (await tell(restarted, "discord", DC, f"/link {code}")).text.startswith("Linked.")
+
+
+async def test_link_code_is_never_logged_stored_in_clear_or_sent_to_the_model(make, store, provider, caplog):
+    caplog.set_level(logging.DEBUG)
+    for name, floor in FLOORS.items():  # the entry point's policy: libraries that log payloads held at their floor
+        caplog.set_level(floor, logger=name)
+    companion = await make()
+    issued = await tell(companion, "telegram", TG, "/link")
+    code = code_in(issued.text)
+    used = await tell(companion, "discord", DC, f"/link {code}")
+    assert used.delete_inbound  # the message that carried it is deleted from the chat
+    await tell(companion, "discord", DC, "did that work?")
+    assert code not in caplog.text
+    assert all(code not in request_text(r) for r in provider.requests)
+    stored = [
+        r[0]
+        for r in await store._all("SELECT text FROM messages WHERE kind = 'command' AND text LIKE '/link%' ORDER BY id")
+    ]
+    assert stored == ["/link", "/link [redacted]"]
+    # The issued code goes out in the answer's delivery row; once sent, nothing holds it in clear.
+    assert code not in await every_text_in_the_database(store)
+
+
+async def test_link_code_sent_in_a_group_is_refused_and_deleted(make, store):
+    companion = await make()
+    code = code_in((await tell(companion, "telegram", TG, "/link")).text)
+    reply = await tell(companion, "discord", DC, f"/link {code}", chat="guild-channel-9")
+    assert "direct message" in reply.text and reply.delete_inbound
+    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+    assert code not in await every_text_in_the_database(store)
+
+
+async def test_linking_while_a_conversation_is_private_is_refused_by_the_store(make, store):
+    companion = await make()
+    await tell(companion, "telegram", TG, "hi")
+    code = code_in((await tell(companion, "discord", DC, "/link")).text)
+    await tell(companion, "telegram", TG, f"/private {PASSPHRASE}")
+    # The command is refused in private mode; from the other side, the store's write refuses it.
+    assert "private mode" in (await tell(companion, "telegram", TG, f"/link {code}")).text
+    discord_person = await person_of(store, "discord", DC)
+    telegram_account = await store._one("SELECT id FROM accounts WHERE platform = 'telegram'")
+    (pending,) = await store.pending_link_codes(companion.clock.now())
+    from core.errors import PrivateWriteRefused
+
+    with pytest.raises(PrivateWriteRefused):
+        await store.redeem_link_code(pending.id, telegram_account[0], companion.clock.now())
+    assert await person_of(store, "telegram", TG) != discord_person
+    assert len(await store.pending_link_codes(companion.clock.now())) == 1  # the code is still there
+    await tell(companion, "telegram", TG, "/normal")
+    assert (await tell(companion, "telegram", TG, f"/link {code}")).text.startswith("Linked.")
+
+
+async def test_private_mode_on_telegram_does_not_make_discord_private(make):
+    companion = await make()
+    await link(companion)
+    await tell(companion, "telegram", TG, f"/private {PASSPHRASE}")
+    assert "normal mode" in (await tell(companion, "discord", DC, "/mode")).text
+    assert "private mode" in (await tell(companion, "telegram", TG, "/mode")).text
+
+
+async def test_telegram_private_canary_never_reaches_the_model_for_linked_discord_normal_turns(
+    make, store, provider, clock, senders
+):
+    """Context, pad, recall, notes (capture), goals, follow-ups and nudges of the Discord account."""
+    companion = await make()
+    await link(companion)
+    await tell(companion, "discord", DC, "/goal run a 10k in spring")
+    await tell(companion, "telegram", TG, "normal words before")
+    await tell(companion, "telegram", TG, f"/private {PASSPHRASE}")
+    await tell(companion, "telegram", TG, f"my secret is {CANARY}")
+    assert CANARY in request_text(provider.last_reply_request())  # it was said, in its own thread
+    seen = len(provider.requests)
+    # During the Telegram interval, Discord turns are normal and read none of it.
+    await tell(companion, "discord", DC, "what did I tell you today?")
+    await tell(companion, "telegram", TG, "/normal")
+    for text in ("tell me everything you remember", f"/recall {CANARY}", "/memory", "/goals", "/followups"):
+        reply = await tell(companion, "discord", DC, text)
+        assert CANARY not in reply.text
+    await companion.capture.run_once()
+    clock.advance(4 * 86400)  # a goal check-in and an open check-in are due: nudges to Discord
+    await companion.proactive.tick()
+    await tell(companion, "discord", DC, "anything new?")
+    later = provider.requests[seen:]
+    assert any(r.purpose == "nudge" for r in later), "no nudge was written"
+    assert all(CANARY not in request_text(r) for r in later)
+    assert all(CANARY not in text for sender in senders.values() for text in sender.texts())
+    assert senders["discord"].texts()  # nudges went where the person last wrote
+
+
+async def test_unlink_separates_an_account_into_a_new_person_with_no_memory(make, store, provider):
+    companion = await make()
+    await link(companion)
+    await tell(companion, "telegram", TG, "/remember I live in Skopje")
+    reply = await tell(companion, "telegram", TG, "/unlink discord")
+    assert reply.text.startswith("Unlinked")
+    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+    await tell(companion, "discord", DC, "where do I live?")
+    assert "Skopje" not in request_text(provider.last_reply_request())
+    await tell(companion, "telegram", TG, "where do I live?")
+    assert "Skopje" in request_text(provider.last_reply_request())
+    assert "nothing to unlink" in (await tell(companion, "telegram", TG, "/unlink discord")).text
+
+
+async def test_unlinking_while_a_conversation_is_private_is_refused(make, store):
+    companion = await make()
+    await link(companion)
+    await tell(companion, "discord", DC, f"/private {PASSPHRASE}")
+    assert "private mode" in (await tell(companion, "telegram", TG, "/unlink discord")).text
+    assert await person_of(store, "telegram", TG) == await person_of(store, "discord", DC)
+
+
+async def test_owner_setting_makes_the_terminal_and_listed_accounts_one_person(make, store, provider):
+    companion = await make(owner_accounts=frozenset({f"telegram:{TG}", f"discord:{DC}"}))
+    assert await person_of(store, "terminal", "owner") == await person_of(store, "telegram", TG)
+    assert await person_of(store, "terminal", "owner") == await person_of(store, "discord", DC)
+    reply = await companion.handle(
+        InboundMessage("terminal", "terminal", "owner", "/remember my cat is Miso", is_direct=True)
+    )
+    assert reply is not None
+    await tell(companion, "discord", DC, "what is my cat called?")
+    assert "my cat is Miso" in request_text(provider.last_reply_request())
+
+
+async def test_mistyped_link_with_a_code_is_not_kept(make, store, provider):
+    companion = await make()
+    reply = await tell(companion, "discord", DC, "/lnik 12345678")
+    assert reply.delete_inbound
+    assert "12345678" not in await every_text_in_the_database(store)
+    assert all("12345678" not in request_text(r) for r in provider.requests)
