@@ -16,7 +16,7 @@ from bot.logs import FLOORS
 from core.companion import Companion, CompanionConfig
 from core.links import CODE_SECONDS
 from core.manners import Manners
-from core.model import InboundMessage
+from core.model import InboundMessage, Summary
 from core.outbox import Outbox
 from core.proactive import ProactiveConfig
 from tests.conftest import PASSPHRASE
@@ -225,21 +225,36 @@ async def test_private_mode_on_telegram_does_not_make_discord_private(make):
     assert "private mode" in (await tell(companion, "telegram", TG, "/mode")).text
 
 
+@pytest.mark.parametrize("link_first", [True, False], ids=["linked-before-the-interval", "linked-after-it"])
 async def test_telegram_private_canary_never_reaches_the_model_for_linked_discord_normal_turns(
-    make, store, provider, clock, senders
+    make, store, provider, clock, senders, link_first
 ):
     """Context, pad, recall, notes (capture), goals, follow-ups and nudges of the Discord account."""
     companion = await make()
-    await link(companion)
+    if link_first:
+        await link(companion)
     await tell(companion, "discord", DC, "/goal run a 10k in spring")
     await tell(companion, "telegram", TG, "normal words before")
     await tell(companion, "telegram", TG, f"/private {PASSPHRASE}")
     await tell(companion, "telegram", TG, f"my secret is {CANARY}")
     assert CANARY in request_text(provider.last_reply_request())  # it was said, in its own thread
+    # What a private fold of that interval keeps: its own summary and a private pad fact.
+    telegram_chat = await store._one("SELECT id, person_id FROM conversations WHERE platform = 'telegram'")
+    segment = await store.open_segment_of(telegram_chat[0])
+    await store.save_summary(
+        telegram_chat[0],
+        Summary(f"they said {CANARY}", 0),
+        clock.now(),
+        segment_id=segment.id,
+        pad_person_id=telegram_chat[1],
+        pad_facts=(f"fact: {CANARY}",),
+    )
     seen = len(provider.requests)
     # During the Telegram interval, Discord turns are normal and read none of it.
     await tell(companion, "discord", DC, "what did I tell you today?")
     await tell(companion, "telegram", TG, "/normal")
+    if not link_first:
+        await link(companion)
     for text in ("tell me everything you remember", f"/recall {CANARY}", "/memory", "/goals", "/followups"):
         reply = await tell(companion, "discord", DC, text)
         assert CANARY not in reply.text
