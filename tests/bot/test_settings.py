@@ -29,6 +29,11 @@ def test_allowed_users_are_a_comma_separated_list_of_platform_accounts(monkeypat
     assert load_settings().allowed_accounts == {"telegram:123456", "discord:987654321012345678"}
 
 
+def test_owner_is_a_comma_separated_list_of_platform_accounts(monkeypatch):
+    monkeypatch.setenv("COMPANION_OWNER", "telegram:123456, discord:987654321012345678")
+    assert load_settings().owner_accounts == {"telegram:123456", "discord:987654321012345678"}
+
+
 def test_dotenv_file_is_read(tmp_path):
     (tmp_path / ".env").write_text("COMPANION_LLM_MODEL=from-dotenv\nCOMPANION_TIMEZONE=Europe/Berlin\n")
     settings = load_settings()
@@ -61,6 +66,9 @@ def test_dotenv_file_is_read(tmp_path):
         ("COMPANION_NUDGES_PER_DAY", "many", "integer"),
         ("COMPANION_NUDGES_PER_DAY", "25", "less than or equal to 24"),
         ("COMPANION_NUDGE_COOLDOWN_MINUTES", "-5", "greater than or equal to 0"),
+        ("COMPANION_OWNER", "telegram:1,bob", "'bob' is not platform:user_id"),
+        ("COMPANION_OWNER", "discord:12", "17 to 20 digits"),
+        ("COMPANION_OWNER", "web:abc", "not a telegram or discord account"),
     ],
 )
 def test_a_bad_value_names_the_variable_and_what_is_wrong(monkeypatch, name, value, words):
