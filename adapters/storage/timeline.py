@@ -349,11 +349,14 @@ class TimelineQueries:
         )
         return [PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in rows]
 
-    async def private_pad(self, person_id: int) -> list[PadEntry]:
-        """Only the private-mode context assembly calls this."""
+    async def private_pad(self, person_id: int, conversation_id: int | None = None) -> list[PadEntry]:
+        """Only the private-mode context assembly calls this. With `conversation_id`, only the
+        facts of that conversation's own intervals: a linked account's private mode in another
+        conversation never reads them (a private interval belongs to one conversation)."""
         rows = await self._db.read(
-            "SELECT id, text, segment_id FROM pad_entries WHERE person_id = ? AND mode = 'private' ORDER BY id",
-            (person_id,),
+            "SELECT id, text, segment_id FROM pad_entries WHERE person_id = :p AND mode = 'private'"
+            " AND (:c IS NULL OR segment_id IN (SELECT id FROM segments WHERE conversation_id = :c)) ORDER BY id",
+            {"p": person_id, "c": conversation_id},
         )
         return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
 

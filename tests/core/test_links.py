@@ -309,3 +309,25 @@ async def test_mistyped_link_with_a_code_is_not_kept(make, store, provider):
     assert reply.delete_inbound
     assert "12345678" not in await every_text_in_the_database(store)
     assert all("12345678" not in request_text(r) for r in provider.requests)
+
+
+async def test_a_private_pad_fact_of_telegram_is_not_read_by_discord_private_mode(make, store, provider, clock):
+    companion = await make()
+    await link(companion)
+    await tell(companion, "telegram", TG, f"/private {PASSPHRASE}")
+    await tell(companion, "telegram", TG, "something private")
+    telegram_chat = await store._one("SELECT id, person_id FROM conversations WHERE platform = 'telegram'")
+    segment = await store.open_segment_of(telegram_chat[0])
+    await store.save_summary(
+        telegram_chat[0],
+        Summary("private summary", 0),
+        clock.now(),
+        segment_id=segment.id,
+        pad_person_id=telegram_chat[1],
+        pad_facts=(f"fact: {CANARY}",),
+    )
+    await tell(companion, "telegram", TG, "and more")
+    assert CANARY in request_text(provider.last_reply_request())  # its own conversation's private mode reads it
+    await tell(companion, "discord", DC, f"/private {PASSPHRASE}")
+    await tell(companion, "discord", DC, "private on discord")
+    assert CANARY not in request_text(provider.last_reply_request())
