@@ -131,7 +131,7 @@ class ContextAssembler:
             if pad:
                 parts.append(copy.MEMORY_HEADER + "\n" + "\n".join(f"- {t}" for t in pad))
             if state.is_private:
-                private_pad = [e.text for e in await self._store.private_pad(conversation.person_id)]
+                private_pad = [e.text for e in await self._store.private_pad(conversation.person_id, conversation.id)]
                 if private_pad:
                     parts.append(copy.PRIVATE_MEMORY_HEADER + "\n" + "\n".join(f"- {t}" for t in private_pad))
         if summary.text:
