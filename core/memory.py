@@ -264,7 +264,17 @@ def _first_word_id(args: str) -> tuple[str, str]:
 
 
 async def memory_command(context: ToolContext, args: str) -> str:
-    return await memory_overview(context)
+    overview = await memory_overview(context)
+    person = context.conversation.person_id
+    if person is None or not context.conversation.is_direct:
+        return overview
+    # Only the command says whose accounts share it: the model's memory tool never reads platform ids.
+    from core.links import describe_account
+
+    accounts = await context.store.accounts_of(person)
+    if len(accounts) < 2:
+        return overview
+    return f"{overview}\n\nShared by your linked accounts: {', '.join(describe_account(a) for a in accounts)}."
 
 
 async def remember_command(context: ToolContext, args: str) -> str:

@@ -331,3 +331,13 @@ async def test_a_private_pad_fact_of_telegram_is_not_read_by_discord_private_mod
     await tell(companion, "discord", DC, f"/private {PASSPHRASE}")
     await tell(companion, "discord", DC, "private on discord")
     assert CANARY not in request_text(provider.last_reply_request())
+
+
+async def test_memory_says_which_linked_accounts_share_it_and_forget_works_across_them(make, store):
+    companion = await make()
+    await link(companion)
+    await tell(companion, "discord", DC, "/remember I play the cello")
+    shown = (await tell(companion, "telegram", TG, "/memory")).text
+    assert "I play the cello" in shown and f"Telegram {TG}" in shown and f"Discord {DC}" in shown
+    await tell(companion, "telegram", TG, "/forget cello")
+    assert await store.normal_pad(await person_of(store, "discord", DC)) == []
