@@ -117,7 +117,15 @@ def test_in_private_mode_nothing_arrives_and_no_model_request_outside_it_holds_t
         plant_due_watch(tmp_path)
         assert say(telegram, gateway, "/private sesame").startswith("Private mode is on")
         say(telegram, gateway, CANARY)
-        time.sleep(6)  # the reminder is due, the watch too: six ticks in private mode
+        # The reminder falls due in private mode, the watch is due already: each waits, one decision
+        # each naming the segment (waited for with a deadline, since ticks run late on a loaded machine);
+        # then two more ticks (1 s each) in which nothing may arrive.
+        wait_until(
+            telegram,
+            gateway,
+            lambda: rows(tmp_path, "SELECT count(*) FROM proactive_decisions WHERE reason = 'private'") == [(2,)],
+        )
+        time.sleep(2)
         assert reminders(telegram, "stretch") == []
         assert rows(tmp_path, "SELECT count(*) FROM deliveries WHERE kind IN ('reminder', 'nudge')") == [(0,)]
         # The reminder and the watch each wait, one decision each, naming the segment.
