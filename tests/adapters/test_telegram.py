@@ -407,6 +407,47 @@ async def test_restart_does_not_handle_updates_again(
     assert user_texts(model.requests[-1])[-1] == "three, sent while the gateway was down"
 
 
+async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(message: InboundMessage) -> Reply | None:
+        entered.set()
+        await release.wait()
+        return Reply("handled")
+
+    adapter = TelegramAdapter(
+        telegram.token,
+        slow,
+        base_url=telegram.base_url,
+        state=store,
+        poll_timeout=2.0,
+        repoll_interval=0.05,
+        sleep=sleep,
+    )
+    key = f"telegram:offset:{telegram.bot_id}"
+    await adapter.start()
+    try:
+        telegram.send_text(USER, USER, "one")
+        async with asyncio.timeout(10):
+            await entered.wait()
+        # While the turn runs, the adapter keeps polling (other chats must not wait) ...
+        polls = len(telegram.get_updates_offsets)
+        await telegram.wait_for(lambda: len(telegram.get_updates_offsets) >= polls + 3)
+        # ... and none of those polls confirmed the update, nor was it stored as handled.
+        assert telegram.pending_updates == 1
+        assert all(offset is None or offset <= 1 for offset in telegram.get_updates_offsets)
+        assert await store.get_adapter_state(key) is None
+        release.set()
+        await telegram.wait_for(lambda: telegram.pending_updates == 0)  # confirmed once handled
+        assert telegram.texts_to(USER) == ["handled"]
+        assert await store.get_adapter_state(key) == "1"
+    finally:
+        release.set()
+        await adapter.aclose()
+
+
 async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_nor_skipped(
     new_adapter: AdapterFactory,
     companion: Companion,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 
 import pytest
@@ -140,6 +141,27 @@ async def test_the_recall_privacy_predicate_is_inside_the_sql(companion, store):
     assert await store.recall(conversation.person_id, fts_query("okapi")) == []
 
 
+async def test_recall_never_returns_a_private_pad_entry_even_when_the_index_holds_it(companion, store, clock):
+    await say(companion, "/remember the walrus is grey")
+    await go_private(companion)
+    conversation = await conversation_of(companion)
+    (segment_id,) = (await all_rows(store, "SELECT id FROM segments"))[0]
+    # A private pad fact, the way a private fold writes it ...
+    await store._all(
+        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+        " VALUES (?, ?, 'private', 'the walrus is a secret', ?)",
+        (conversation.person_id, segment_id, clock.now()),
+    )
+    (private_id,) = (await all_rows(store, "SELECT id FROM pad_entries WHERE mode = 'private'"))[0]
+    # ... and an index that wrongly holds it: the recall statement itself must refuse it.
+    await store._all(
+        "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, 'the walrus is a secret', 'pad', ?)",
+        (private_id * 4 + 3, conversation.person_id),
+    )
+    hits = await store.recall(conversation.person_id, fts_query("walrus"))
+    assert [h.text for h in hits] == ["the walrus is grey"]
+
+
 async def test_private_messages_never_enter_the_recall_index(companion, store):
     await go_private(companion)
     await say(companion, "quokka in private")
@@ -233,6 +255,24 @@ async def test_the_store_refuses_lasting_writes_while_the_conversation_is_privat
     ):
         with pytest.raises(PrivateWriteRefused):
             await write
+
+
+async def test_a_goal_or_follow_up_update_is_refused_while_the_conversation_is_private(companion, store, clock):
+    await say(companion, "/goal run 5k")
+    await say(companion, "/followup in 2h call mum")
+    await go_private(companion)
+    conversation = await conversation_of(companion)
+    person, origin = conversation.person_id, conversation.id
+    # Refused either way the store says it (False, or PrivateWriteRefused): what counts is that nothing changed.
+    for update in (
+        lambda: store.update_goal(person, origin, 1, clock.now(), status="done"),
+        lambda: store.update_goal(person, origin, 1, clock.now(), title="PRIVATE-TITLE-CANARY"),
+        lambda: store.set_followup_status(person, origin, 1, "cancelled", clock.now()),
+    ):
+        with contextlib.suppress(PrivateWriteRefused):
+            assert await update() is False
+    assert await all_rows(store, "SELECT title, status FROM goals") == [("run 5k", "active")]
+    assert await all_rows(store, "SELECT status FROM followups") == [("scheduled",)]
 
 
 @pytest.mark.parametrize(

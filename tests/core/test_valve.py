@@ -278,6 +278,17 @@ async def test_idle_timeout_returns_the_conversation_to_normal(make_companion, c
     assert (await all_rows(store, "SELECT mode FROM messages ORDER BY id DESC LIMIT 1")) == [("normal",)]
 
 
+async def test_private_activity_extends_the_idle_timeout(make_companion, clock, store):
+    companion = await make_companion(private_idle_seconds=600)
+    await say(companion, f"/private {PASSPHRASE} 7d")
+    for _ in range(3):  # 20 minutes in all, never 10 without a message
+        clock.advance(400)
+        reply = await say(companion, "still here")
+        assert not reply.text.startswith("Private mode ended"), reply.text
+    assert await mode_of(companion) == "private"
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE mode = 'private' AND role = 'user'") == [(3,)]
+
+
 async def test_expiry_returns_the_conversation_to_normal(make_companion, clock):
     companion = await make_companion(private_idle_seconds=None)
     await say(companion, f"/private {PASSPHRASE} 45s")
