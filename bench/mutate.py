@@ -485,11 +485,13 @@ def suite_for(mutation: Mutation | None, suite: list[str]) -> list[str]:
     return paths
 
 
-def run_one(mutation: Mutation | None, suite: list[str], files: list[str], timeout: float, extra: list[str]) -> Outcome:
+def run_one(
+    mutation: Mutation | None, suite: list[str], snapshot: Path, files: list[str], timeout: float, extra: list[str]
+) -> Outcome:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="companion-mutant-") as folder:
         copy = Path(folder) / "tree"
-        copy_tree(ROOT, files, copy)
+        copy_tree(snapshot, files, copy)
         if mutation is not None:
             (copy / mutation.path).write_text(check(mutation, copy), encoding="utf-8")
         junit = Path(folder) / "junit.xml"
@@ -606,11 +608,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(selected)} mutations, every original text found exactly once")
         return 0
 
-    files = tree_files(ROOT)
+    # One snapshot of the tree at the start: edits to the checkout while this runs change nothing.
+    with tempfile.TemporaryDirectory(prefix="companion-snapshot-") as folder:
+        snapshot = Path(folder)
+        files = tree_files(ROOT)
+        copy_tree(ROOT, files, snapshot)
+        return run_all(selected, args, extra, snapshot, files)
+
+
+def run_all(
+    selected: list[Mutation], args: argparse.Namespace, extra: list[str], snapshot: Path, files: list[str]
+) -> int:
     baseline: set[str] = set()
     if not args.no_baseline:
         print(f"baseline: {' '.join(args.suite)} on a clean copy ...", flush=True)
-        clean = run_one(None, args.suite, files, args.timeout, extra)
+        clean = run_one(None, args.suite, snapshot, files, args.timeout, extra)
         if clean.status != "ran":
             print(f"the clean copy did not run ({clean.status}: {clean.detail})", file=sys.stderr)
             return 2
@@ -621,7 +633,7 @@ def main(argv: list[str] | None = None) -> int:
 
     outcomes: list[Outcome] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(run_one, m, args.suite, files, args.timeout, extra): m for m in selected}
+        futures = {pool.submit(run_one, m, args.suite, snapshot, files, args.timeout, extra): m for m in selected}
         for future in concurrent.futures.as_completed(futures):
             outcome = future.result()
             outcomes.append(outcome)
