@@ -145,6 +145,21 @@ async def test_a_restore_never_brings_back_an_artifact_past_its_retention(make_c
     assert await all_rows(store, "SELECT id FROM artifacts") == [(2,)]
 
 
+async def test_restoring_our_own_backup_applies_the_artifacts_retention(make_companion, store, clock, tmp_path):
+    clock.t = time.time() - 2 * 86400  # the artifact's one-day retention ended a day ago; no sweep ran since
+    companion = await make_companion(allow_private_export=True, artifact_retention_seconds=86400.0)
+    await say(companion, f"/private {PASSPHRASE} never")
+    await say(companion, "/export")
+    await say(companion, "/export confirm")
+    await say(companion, "/normal")
+    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+    result = backup(store.path, tmp_path / "backups", retention_days=0)
+    await store.aclose()
+    restore(result.path, store.path)
+    await store.start()
+    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
+
+
 def test_restoring_a_backup_from_a_newer_version_is_refused(tmp_path):
     path = tmp_path / "future.db"
     with sqlite3.connect(path) as db:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from bot import gateway
 from bot.settings import Settings
@@ -60,37 +63,63 @@ class FastSchedule:
                 await ran.wait()
 
 
-def segments(db_path: Path) -> int:
+def count(db_path: Path, table: str) -> int:
     with sqlite3.connect(db_path) as db:
-        return db.execute("SELECT count(*) FROM segments").fetchone()[0]
+        return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
-async def test_the_gateway_sweeps_an_expired_private_segment_while_it_runs(tmp_path, monkeypatch):
+@contextlib.asynccontextmanager
+async def running_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **settings: object):
+    """`companion run` in this process on a fake Bot API, its schedule on FastSchedule."""
     schedule = FastSchedule()
     monkeypatch.setattr(gateway, "SchedulerService", schedule)
-    db_path = tmp_path / "companion.db"
     async with FakeTelegramServer() as telegram:
-        settings = Settings(
+        config = Settings(
             _env_file=None,
             telegram_token=telegram.token,
             telegram_base_url=telegram.base_url,
             allowed_users=f"telegram:{USER}",
             private_passphrase_hash=hash_passphrase("sesame"),
-            db_path=db_path,
+            db_path=tmp_path / "companion.db",
+            **settings,
         )
         stop = asyncio.Event()
-        run = asyncio.create_task(gateway.run_gateway(settings, stop))
+        run = asyncio.create_task(gateway.run_gateway(config, stop))
         try:
             await telegram.wait_for_polling()
             assert schedule.jobs, "the gateway gave its scheduler no jobs"
-            telegram.send_text(USER, USER, "/private sesame 1s")
-            (reply,) = await telegram.wait_for_sent(1)
-            assert reply.text.startswith("Private mode is on")
-            # Nobody writes again, so nothing but a scheduled job can delete the segment once it expired.
-            try:
-                await schedule.wait_for(lambda: segments(db_path) == 0, timeout=5.0)
-            except TimeoutError:
-                raise AssertionError("the expired segment outlived 50 (fast) minutes of the schedule") from None
+            yield telegram, schedule
         finally:
             stop.set()
             assert await asyncio.wait_for(run, 30) == 0
+
+
+async def say(telegram: FakeTelegramServer, text: str) -> str:
+    before = len(telegram.sent)
+    telegram.send_text(USER, USER, text)
+    return (await telegram.wait_for_sent(before + 1))[before].text
+
+
+async def test_the_gateway_sweeps_an_expired_private_segment_while_it_runs(tmp_path, monkeypatch):
+    db_path = tmp_path / "companion.db"
+    async with running_gateway(tmp_path, monkeypatch) as (telegram, schedule):
+        assert (await say(telegram, "/private sesame 1s")).startswith("Private mode is on")
+        # Nobody writes again, so nothing but a scheduled job can delete the segment once it expired.
+        try:
+            await schedule.wait_for(lambda: count(db_path, "segments") == 0, timeout=5.0)
+        except TimeoutError:
+            raise AssertionError("the expired segment outlived 50 (fast) minutes of the schedule") from None
+
+
+async def test_the_gateway_deletes_a_crossing_artifact_at_its_retention_while_it_runs(tmp_path, monkeypatch):
+    db_path = tmp_path / "companion.db"
+    retention = {"allow_private_export": True, "artifact_retention_days": 2 / 86400}  # two seconds
+    async with running_gateway(tmp_path, monkeypatch, **retention) as (telegram, schedule):
+        await say(telegram, "/private sesame 1h")
+        await say(telegram, "/export")
+        assert (await say(telegram, "/export confirm")).startswith("Created non-private artifact")
+        assert count(db_path, "artifacts") == 1
+        try:
+            await schedule.wait_for(lambda: count(db_path, "artifacts") == 0, timeout=8.0)
+        except TimeoutError:
+            raise AssertionError("the artifact outlived its retention by 50 (fast) minutes of the schedule") from None
