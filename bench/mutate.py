@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -509,17 +512,37 @@ def run_one(
             f"--junitxml={junit}",
             *extra,
         ]
+        # Its own session, so a stop of this script ends the whole pytest run (and its children).
+        process = subprocess.Popen(
+            argv, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        _RUNNING.add(process)
         try:
-            result = subprocess.run(
-                argv, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout, check=False
-            )
+            output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            _stop(process)
             return Outcome(mutation, set(), "timeout", time.monotonic() - started, f"over {timeout:.0f} s")
+        finally:
+            _RUNNING.discard(process)
         seconds = time.monotonic() - started
         if not junit.exists():
-            tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+            tail = output.strip().splitlines()[-3:]
             return Outcome(mutation, set(), "broken", seconds, " / ".join(tail))
         return Outcome(mutation, failing_tests(junit), "ran", seconds)
+
+
+_RUNNING: set[subprocess.Popen[str]] = set()
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End a pytest run and everything it started (its process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: runs stopped, temporary copies removed
 
 
 def failing_tests(junit: Path) -> set[str]:
@@ -583,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", nargs="+", default=list(FAST_LAYERS), help="test paths (default: the fast layers)")
     parser.add_argument("--jobs", type=int, default=1, help="mutated copies run in parallel")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per run; a run over it counts killed")
+    parser.add_argument(
+        "--json", default=str(ROOT / "bench" / "results" / "mutate.json"), help="where to write every outcome"
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the clean run (assume it is green)")
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
@@ -607,13 +633,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(f"{len(selected)} mutations, every original text found exactly once")
         return 0
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
     # One snapshot of the tree at the start: edits to the checkout while this runs change nothing.
     with tempfile.TemporaryDirectory(prefix="companion-snapshot-") as folder:
         snapshot = Path(folder)
         files = tree_files(ROOT)
         copy_tree(ROOT, files, snapshot)
-        return run_all(selected, args, extra, snapshot, files)
+        try:
+            return run_all(selected, args, extra, snapshot, files)
+        except KeyboardInterrupt:
+            for process in list(_RUNNING):
+                _stop(process)
+            print("stopped", file=sys.stderr)
+            return 130
 
 
 def run_all(
@@ -632,7 +665,8 @@ def run_all(
             print(f"  failing without any mutation (not counted): {test}")
 
     outcomes: list[Outcome] = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    try:
         futures = {pool.submit(run_one, m, args.suite, snapshot, files, args.timeout, extra): m for m in selected}
         for future in concurrent.futures.as_completed(futures):
             outcome = future.result()
@@ -644,9 +678,35 @@ def run_all(
                 f"({outcome.status}, {count} failing, {outcome.seconds:.0f} s)",
                 flush=True,
             )
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     order = {m.name: i for i, m in enumerate(selected)}
     outcomes.sort(key=lambda o: order[o.mutation.name])
+    if args.json:
+        write_json(Path(args.json), outcomes, baseline, args.suite)
     return report(outcomes, baseline, args.suite)
+
+
+def write_json(path: Path, outcomes: list[Outcome], baseline: set[str], suite: list[str]) -> None:
+    """Every outcome with the tests that failed, for reading which test guards what."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {
+            "name": o.mutation.name,
+            "category": o.mutation.category,
+            "path": o.mutation.path,
+            "status": o.status,
+            "killed": o.killed(baseline),
+            "failing": sorted(o.failing_beyond(baseline)),
+            "seconds": round(o.seconds, 1),
+        }
+        for o in outcomes
+        if o.mutation is not None
+    ]
+    body = {"date": datetime.date.today().isoformat(), "suite": suite, "baseline_failing": sorted(baseline)}
+    path.write_text(json.dumps({**body, "mutations": rows}, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
