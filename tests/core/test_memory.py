@@ -295,6 +295,19 @@ async def test_lasting_commands_are_refused_in_private_mode_with_the_reason(comp
         assert await all_rows(store, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
+async def test_commands_sent_in_private_mode_leave_normal_memory_as_it_was(companion, store):
+    await say(companion, "/remember my sister is Ana")
+    await say(companion, "/goal run 5k")
+    await say(companion, "/followup in 2h call mum")
+    lasting = "SELECT 'pad', text FROM pad_entries UNION ALL SELECT 'goal', title || status FROM goals"
+    lasting += " UNION ALL SELECT 'followup', text || status FROM followups ORDER BY 1, 2"
+    before = await all_rows(store, lasting)
+    await go_private(companion)
+    for command in ("/forget 1", "/forget Ana", "/goal done 1", "/goal drop 1", "/followup cancel 1"):
+        await say(companion, command)
+    assert await all_rows(store, lasting) == before
+
+
 async def test_the_store_refuses_lasting_writes_while_the_conversation_is_private(companion, store, clock):
     await go_private(companion)
     conversation = await conversation_of(companion)
