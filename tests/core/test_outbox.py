@@ -371,6 +371,17 @@ async def test_a_cut_off_normal_turn_is_left_unread_once_the_person_went_on_in_p
     assert await all_rows(store, "SELECT turn FROM messages WHERE text = 'a normal question cut off'") == [("open",)]
 
 
+async def test_an_old_cut_off_turn_is_not_asked_again_into_a_private_interval(boot, store, provider, clock, sender):
+    await cut_off_turn(boot, store, provider, "an old normal question")
+    clock.advance(ANSWER_CUT_OFF_TURNS_WITHIN + 1)
+    restarted = await boot()
+    await tell(restarted, f"/private {PASSPHRASE}")
+    sent = len(sender.sent)
+    await restarted.answer_open_turns()
+    assert len(sender.sent) == sent  # no "could you say it again?" inside the private interval
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = ?", (copy.MISSED_IN_RESTART,)) == [(0,)]
+
+
 async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_off(boot, store, provider, clock, sender):
     companion = await boot()
     clock.advance(1)

@@ -172,6 +172,27 @@ async def test_the_private_pad_is_never_loaded_in_normal_mode(companion, store, 
     assert "PRIVATE-PAD-FACT" not in request_text(normal_request)
 
 
+async def test_the_private_pad_never_reaches_normal_mode_in_another_chat_while_its_interval_is_open(
+    companion, store, provider
+):
+    await say(companion, "hi", chat="first")
+    first = await conversation_of(companion, chat="first")
+    await say(companion, f"/private {PASSPHRASE}", chat="first")
+    (segment,) = await store.segments_of(first.id)
+    await store.save_summary(
+        first.id,
+        Summary("s", 1),
+        2.0,
+        segment_id=segment.id,
+        pad_person_id=first.person_id,
+        pad_facts=("OTHER-CHAT-PAD-CANARY",),
+    )
+    await say(companion, "hello from my other chat", chat="second")  # the same person, normal mode
+    second = await conversation_of(companion, chat="second")
+    assert second.person_id == first.person_id
+    assert "OTHER-CHAT-PAD-CANARY" not in request_text(provider.last_reply_request())
+
+
 async def test_the_private_pad_is_filled_only_by_the_private_summary_consolidation(make_companion, store, provider):
     from core.model import Completion
 
