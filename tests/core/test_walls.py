@@ -82,6 +82,20 @@ async def test_private_mode_sees_its_own_interval_and_the_normal_history(compani
     assert placeholders(request) == 1
 
 
+async def test_a_private_summary_never_folds_in_an_earlier_interval(make_companion, provider):
+    companion = await make_companion(budget=SMALL)
+    await say(companion, "normal before")
+    await interval(companion, "EARLIER-INTERVAL-CANARY " + "e" * 60)
+    await say(companion, f"/private {PASSPHRASE}")
+    entered = len(provider.requests)
+    for i in range(12):
+        await say(companion, f"current interval {i} " + "c" * 60)
+        await fold_all(companion)
+    folds = [r for r in provider.requests[entered:] if r.purpose == "summary"]
+    assert any("current interval" in request_text(r) for r in folds), "the current interval's summary folded"
+    assert all("EARLIER-INTERVAL-CANARY" not in request_text(r) for r in folds)
+
+
 async def test_the_private_persona_exists_only_in_private_prompts(make_companion, provider):
     companion = await make_companion(persona=Persona(private_additions="PRIVATE-PERSONA-MARKER"))
     await say(companion, "normal turn")
