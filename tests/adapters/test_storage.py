@@ -25,6 +25,24 @@ async def test_every_connection_enforces_foreign_keys_wal_secure_delete_and_full
     assert await pragma(store, "busy_timeout") > 0  # a read waits a moment; a write waits in _tx
 
 
+async def test_the_store_asks_for_secure_delete_itself_whatever_the_sqlite_builds_default(tmp_path, monkeypatch):
+    # Debian's SQLite overwrites deleted content by default, python.org's and others' do not: reading the
+    # PRAGMA back cannot tell whether the store asked, so every statement of the writer is traced.
+    statements: list[str] = []
+    connect = aiosqlite.connect
+
+    async def traced(*args, **kwargs):
+        db = await connect(*args, **kwargs)
+        await db.set_trace_callback(statements.append)
+        return db
+
+    monkeypatch.setattr(aiosqlite, "connect", traced)
+    async with SqliteStore(tmp_path / "companion.db"):
+        pass
+    asked = {" ".join(s.split()).upper() for s in statements if s.upper().startswith("PRAGMA")}
+    assert {"PRAGMA FOREIGN_KEYS = ON", "PRAGMA SECURE_DELETE = ON"} <= asked
+
+
 async def test_database_folder_is_created(tmp_path):
     async with SqliteStore(tmp_path / "a" / "b" / "c.db") as store:
         assert store.path.exists()
