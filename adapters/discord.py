@@ -6,8 +6,8 @@ import asyncio
 import io
 import logging
 import secrets
-import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -22,9 +22,11 @@ from adapters.text import split_message
 from core.commands import carries_secret
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.errors import CompanionError, DeliveryFailed
+from core.locks import KeyedLocks
 from core.model import Attachment, InboundMessage, OutboundDelivery, Reply
 from core.outbox import Outbox
 from core.ports import MessageHandler
+from core.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,10 @@ NO_MENTIONS = discord.AllowedMentions.none()
 # (after `retry_after`) and 500/502/504/524 (up to five tries); what reaches us here is
 # a dropped connection, a timeout, or a server error that outlasted those tries.
 _TRANSIENT = (discord.DiscordServerError, discord.RateLimited, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
+def _is_transient(exc: Exception) -> bool:
+    return isinstance(exc, _TRANSIENT)
 
 
 class DiscordStartError(CompanionError):
@@ -59,6 +65,10 @@ class DiscordAdapter:
         gateway_url: websocket URL of the gateway. Unset: asked from `{api_base}/gateway/bot`
             when api_base is set, else Discord's.
         retry_delays: pauses before sending a message again after a transient failure.
+        on_fatal: called with one line when Discord refuses the token or the intents while
+            running (close code 4004 or 4014): starting again cannot help until they are fixed.
+        outage_limit: seconds the gateway may stay down while discord.py reconnects before the
+            connection counts as lost for good (`wait_lost`); None: it reconnects for ever.
     """
 
     name = PLATFORM
@@ -77,6 +87,8 @@ class DiscordAdapter:
         typing_interval: float = 8.0,
         shutdown_grace: float = 10.0,
         outbox: Outbox | None = None,
+        on_fatal: Callable[[str], None] | None = None,
+        outage_limit: float | None = None,
     ) -> None:
         self._token = token
         self._handler = handler
@@ -85,15 +97,19 @@ class DiscordAdapter:
         self._gateway_url = gateway_url
         self._ready_timeout = ready_timeout
         self._guild_ready_timeout = guild_ready_timeout
-        self._retry_delays = tuple(retry_delays)
+        self._send_policy = RetryPolicy.fixed(retry_delays, retryable=_is_transient)
         self._typing_interval = typing_interval
         self._shutdown_grace = shutdown_grace
         self._outbox = outbox
         self._client: _CompanionClient | None = None
         self._connection: asyncio.Task | None = None
         self._turns: set[asyncio.Task] = set()
-        self._channel_locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._channel_locks: KeyedLocks[int] = KeyedLocks()
         self._closing = False
+        self._on_fatal = on_fatal
+        self._outage_limit = outage_limit
+        self._outage: asyncio.TimerHandle | None = None
+        self._lost: asyncio.Future[str] | None = None
 
     @property
     def bot_user_id(self) -> int | None:
@@ -107,11 +123,7 @@ class DiscordAdapter:
         if self._client is not None:
             return
         self._closing = False
-        # discord.py logs whole gateway payloads and request bodies at DEBUG, message text
-        # included; a log line is a data path, so its loggers never go below INFO.
-        library_log = logging.getLogger("discord")
-        if library_log.getEffectiveLevel() < logging.INFO:
-            library_log.setLevel(logging.INFO)
+        self._lost = asyncio.get_running_loop().create_future()
         self._client = _CompanionClient(
             self,
             api_base=self._api_base,
@@ -131,6 +143,7 @@ class DiscordAdapter:
     async def aclose(self) -> None:
         """Stop taking messages, finish the turns in flight, disconnect; safe to call twice."""
         self._closing = True
+        self._reconnected()  # no outage to time any more
         client, self._client = self._client, None
         if client is None:
             return
@@ -232,16 +245,69 @@ class DiscordAdapter:
         configured = self._api_base if variable.endswith("API_BASE") else self._gateway_url
         return f"check {variable}" if configured else "check the network connection"
 
+    async def wait_lost(self) -> str:
+        """Wait until the gateway connection is lost for good: discord.py's connection loop ended
+        (a close code it does not reconnect after, or an error), or the gateway stayed down past
+        `outage_limit` while it reconnected. Returns one line naming the platform and why.
+
+        Raises:
+            RuntimeError: the adapter was never started.
+        """
+        if self._lost is None:
+            raise RuntimeError("discord: wait_lost() before start()")
+        return await asyncio.shield(self._lost)
+
     def _connection_ended(self, task: asyncio.Task) -> None:
+        self._reconnected()
         if self._closing or task.cancelled():
             return
         exc = task.exception()
         if isinstance(exc, discord.PrivilegedIntentsRequired):
-            log.error("discord: the gateway refused the Message Content intent; Discord messages stop here")
-        elif exc is not None:
-            log.error("discord: the gateway connection ended (%s); Discord messages stop here", type(exc).__name__)
+            self._fatal(
+                "Discord refused the Message Content intent while running (close code 4014); enable Bot > "
+                "Privileged Gateway Intents > Message Content Intent in the Developer Portal and start again"
+            )
+        elif isinstance(exc, discord.ConnectionClosed) and exc.code == 4004:
+            self._fatal(
+                "COMPANION_DISCORD_TOKEN: the Discord gateway rejected the token while running "
+                "(close code 4004; reset or revoked?); set a valid token and start again"
+            )
+        if isinstance(exc, discord.ConnectionClosed):
+            reason = f" (close code {exc.code})"
         else:
-            log.error("discord: the gateway connection ended; Discord messages stop here")
+            reason = f" ({type(exc).__name__})" if exc is not None else ""
+        self._mark_lost(f"discord: the gateway connection ended{reason}")
+
+    # Both lines are the caller's to report (the gateway prints one and exits): logged at INFO only.
+    def _fatal(self, line: str) -> None:
+        log.info("discord: %s", line)
+        if self._on_fatal is not None:
+            self._on_fatal(line)
+
+    def _mark_lost(self, line: str) -> None:
+        log.info("%s", line)
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(line)
+
+    def _disconnected(self) -> None:
+        """discord.py lost the gateway and is reconnecting: start timing the outage."""
+        if self._closing or not self._outage_limit or self._outage is not None:
+            return
+        self._outage = asyncio.get_running_loop().call_later(self._outage_limit, self._outage_passed)
+
+    def _reconnected(self) -> None:
+        """READY or RESUMED arrived (or the adapter is closing): the outage, if any, is over."""
+        outage, self._outage = self._outage, None
+        if outage is not None:
+            outage.cancel()
+
+    def _outage_passed(self) -> None:
+        self._outage = None
+        if not self._closing:
+            self._mark_lost(
+                f"discord: the gateway stayed disconnected for {self._outage_limit:g} s while discord.py "
+                "reconnected (COMPANION_DISCORD_OUTAGE_SECONDS)"
+            )
 
     # --- inbound ------------------------------------------------------------
 
@@ -317,10 +383,7 @@ class DiscordAdapter:
     async def _serve(self, message: discord.Message, inbound: InboundMessage) -> None:
         """One turn: typing while the core works, then the reply, strictly in order per channel."""
         channel = message.channel
-        lock = self._channel_locks.get(channel.id)
-        if lock is None:
-            lock = self._channel_locks[channel.id] = asyncio.Lock()
-        async with lock:
+        async with self._channel_locks.of(channel.id):
             typing = asyncio.create_task(self._keep_typing(channel))
             try:
                 reply = await self._handler(inbound)
@@ -349,6 +412,31 @@ class DiscordAdapter:
 
     # --- outbound -----------------------------------------------------------
 
+    async def send_text(self, chat_id: str, text: str) -> str:
+        """core.ports.BaseSender: post `text` to a channel now, without an outbox row (a binding's
+        test post). Returns the first message's id.
+
+        Raises:
+            DeliveryFailed: permanent when the id is no channel id or Discord refused (4xx:
+                unknown channel, missing access), else transient.
+        """
+        client = self._client
+        if client is None:
+            raise DeliveryFailed("not started", permanent=False, parts_sent=0)
+        if not chat_id.isdigit():
+            raise DeliveryFailed("not a channel id", permanent=True, parts_sent=0)
+        channel = client.get_partial_messageable(int(chat_id))
+        first = ""
+        for index, chunk in enumerate(split_message(text, MESSAGE_LIMIT)):
+            try:
+                message = await self._send_part(
+                    channel, chunk, reference=None, attachments=(), nonce=str(secrets.randbits(63))
+                )
+            except DeliveryFailed as exc:
+                raise DeliveryFailed(exc.kind, permanent=exc.permanent, parts_sent=index) from exc
+            first = first or str(message.id)
+        return first
+
     async def send_delivery(self, delivery: OutboundDelivery) -> int:
         """core.ports.BaseSender: send an outbox row from part `parts_sent` on. Each part carries a
         nonce derived from the row, so a part sent again after a crash between send and mark
@@ -357,7 +445,13 @@ class DiscordAdapter:
         if client is None:
             raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
         target = delivery.target
-        channel = client.get_channel(int(target.chat_id)) or client.get_partial_messageable(int(target.chat_id))
+        cached = client.get_channel(int(target.chat_id))
+        # A cached category or forum cannot take a message; the partial one lets Discord say so.
+        channel = (
+            cached
+            if isinstance(cached, discord.abc.Messageable)
+            else client.get_partial_messageable(int(target.chat_id))
+        )
         chunks = split_message(delivery.text, MESSAGE_LIMIT)
         for index in range(delivery.parts_sent, len(chunks)):
             reference = None
@@ -385,6 +479,8 @@ class DiscordAdapter:
             reference = message.to_reference(fail_if_not_exists=False)
         if reply.delivery_id is not None and self._outbox is not None:
             # A pending outbox row already: sent and marked now, or later by the dispatcher.
+            if reply.conversation_id is None:
+                raise RuntimeError("discord: a reply with an outbox delivery names no conversation")
             if text != reply.text:
                 await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
             await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
@@ -456,46 +552,45 @@ class DiscordAdapter:
         reference: discord.MessageReference | None,
         attachments: Sequence[Attachment],
         nonce: str,
-    ) -> None:
+    ) -> discord.Message:
         """Send one message, again after transient failures; the nonce makes a repeat a no-op at Discord.
 
         Raises:
             DeliveryFailed: permanent when Discord refused it (4xx), else transient.
         """
-        attempts = (0.0, *self._retry_delays)
-        last = "unknown"
-        for attempt, delay in enumerate(attempts, start=1):
-            if delay:
-                await asyncio.sleep(delay)
+        channel_id = getattr(channel, "id", "?")
+
+        async def send(_attempt: Attempt) -> discord.Message:
             # discord.File is closed after a send, so every attempt gets fresh ones.
             files = [discord.File(io.BytesIO(a.data), filename=a.filename) for a in attachments] or None
-            try:
-                await channel.send(
-                    content,
-                    reference=reference,
-                    allowed_mentions=NO_MENTIONS,
-                    nonce=nonce,
-                    files=files,
-                )
-                return
-            except _TRANSIENT as exc:
-                last = type(exc).__name__
-                log.warning(
-                    "discord: sending to channel %s failed (%s), attempt %d of %d",
-                    getattr(channel, "id", "?"),
-                    last,
-                    attempt,
-                    len(attempts),
-                )
-            except discord.HTTPException as exc:
-                log.error(
-                    "discord: channel %s refused a message (%s, code %s)",
-                    getattr(channel, "id", "?"),
-                    exc.status,
-                    exc.code,
-                )
-                raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
-        raise DeliveryFailed(last, permanent=False, parts_sent=0)
+            # discord.py's overloads of send() omit the None that its implementation accepts.
+            return await channel.send(
+                content,
+                reference=reference,  # type: ignore[arg-type]  # None: not a reply (see above)
+                allowed_mentions=NO_MENTIONS,
+                nonce=nonce,
+                files=files,  # type: ignore[arg-type]  # None: no files (see above)
+            )
+
+        def failed(exc: Exception, number: int) -> None:
+            log.warning(
+                "discord: sending to channel %s failed (%s), attempt %d of %d",
+                channel_id,
+                type(exc).__name__,
+                number,
+                self._send_policy.attempts,
+            )
+
+        try:
+            return await retrying(
+                self._send_policy, send, on_retry=lambda exc, attempt, _delay: failed(exc, attempt.number)
+            )
+        except _TRANSIENT as exc:  # the last attempt's: an earlier one would have been retried
+            failed(exc, self._send_policy.attempts)
+            raise DeliveryFailed(type(exc).__name__, permanent=False, parts_sent=0) from exc
+        except discord.HTTPException as exc:
+            log.error("discord: channel %s refused a message (%s, code %s)", channel_id, exc.status, exc.code)
+            raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
 
 
 def _network_cause(exc: BaseException | None) -> BaseException | None:
@@ -522,7 +617,7 @@ class _RoutedHTTPClient(HTTPClient):
         self.api_base = api_base
         self.gateway_url: yarl.URL | None = yarl.URL(gateway_url) if gateway_url else None
 
-    async def request(self, route: Route, **kwargs):
+    async def request(self, route: Route, **kwargs: Any) -> Any:
         if self.api_base and route.url.startswith(Route.BASE):
             route.url = self.api_base + route.url[len(Route.BASE) :]
         return await super().request(route, **kwargs)
@@ -557,9 +652,19 @@ class _CompanionClient(discord.Client):
             chunk_guilds_at_startup=False,
             guild_ready_timeout=guild_ready_timeout,
         )
-        self.http = _RoutedHTTPClient(self.loop, api_base=api_base, gateway_url=gateway_url)
+        self.http: _RoutedHTTPClient = _RoutedHTTPClient(self.loop, api_base=api_base, gateway_url=gateway_url)
         self._connection.http = self.http
         self._adapter = adapter
 
     async def on_message(self, message: discord.Message) -> None:
         self._adapter._on_message(message)
+
+    # discord.py's connection events: the adapter times how long the gateway stays down.
+    async def on_disconnect(self) -> None:
+        self._adapter._disconnected()
+
+    async def on_ready(self) -> None:
+        self._adapter._reconnected()
+
+    async def on_resumed(self) -> None:
+        self._adapter._reconnected()

@@ -75,10 +75,18 @@ def _best_cut(text: str, window: int) -> tuple[int, int]:
     for pattern in _BOUNDARIES:
         best = None
         for match in pattern.finditer(span):
-            if 0 < match.start(match.lastindex) <= window:
+            if 0 < _separator(match)[0] <= window:
                 best = match
         if best is not None:
             # Match again on the whole text, so a separator running past the window is dropped whole.
             full = pattern.match(text, best.start()) or best
-            return full.start(full.lastindex), full.end(full.lastindex)
+            return _separator(full)
     return window, window
+
+
+def _separator(match: re.Match[str]) -> tuple[int, int]:
+    """Where the match's separator (its last group that took part) starts and ends."""
+    group = match.lastindex
+    if group is None:  # every alternative of every boundary pattern has a group
+        raise ValueError(f"boundary pattern {match.re.pattern!r} matched without its separator group")
+    return match.start(group), match.end(group)

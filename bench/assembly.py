@@ -181,12 +181,14 @@ class _Subject:
 
     async def start(self) -> None:
         await self.store.start()
-        self.capture = _Capture(self.store.db)
+        self.capture = _Capture(self.store.database.connection)
         self.conversation = await self.store.ensure_conversation(
             ConversationKey("terminal", "terminal"), "direct", 1, time.time()
         )
         self.segments = await self.store.segments_of(self.conversation.id)
-        self.newest = await self.store.latest_message_id(self.conversation.id)
+        (self.newest,) = await self.store._one(
+            "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (self.conversation.id,)
+        )
         self.assembler = ContextAssembler(self.store, Persona(), ContextBudget(), SystemClock())
         self.companion = Companion(self.store, ZeroLatencyProvider())
         await self.companion.start()
@@ -196,9 +198,9 @@ class _Subject:
         return ModeState(Mode.PRIVATE, self.segments[-1]) if case == CASES[2] else NORMAL
 
     async def prepare(self, case: str) -> None:
-        await self.store.db.execute("DELETE FROM summaries")
+        await self.store.database.connection.execute("DELETE FROM summaries")
         if case in WITH_SUMMARY:
-            await self.store.db.execute(
+            await self.store.database.connection.execute(
                 "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
                 " VALUES (?, NULL, 'normal', ?, ?, ?)",
                 (
@@ -215,12 +217,12 @@ class _Subject:
         return await self.assembler.assemble(self.conversation, self.state(case))
 
     async def record(self, case: str, samples: list[float]) -> None:
-        await self.companion.aclose()  # background folds finish first: they are not this turn's statements
+        await self.companion.drain()  # background folds finish first: they are not this turn's statements
         self.capture.statements.clear()
         self.capture.on = True
         context = await self.assemble(case)
         self.capture.on = False
-        await self.companion.aclose()
+        await self.companion.drain()
         if case == TURN_CASE:
             self.out["cases"][case] = {
                 "median_ms": ms(median(samples)),
@@ -241,11 +243,11 @@ class _Subject:
         }
 
     async def aclose(self) -> None:
-        await self.companion.aclose()
+        await self.companion.drain()
         await self.store.aclose()
 
     async def window_sql(self) -> None:
-        async with self.store.db.execute(WINDOW_SQL, (self.conversation.id, 0, WINDOW_LIMIT)) as cur:
+        async with self.store.database.connection.execute(WINDOW_SQL, (self.conversation.id, 0, WINDOW_LIMIT)) as cur:
             await cur.fetchall()
 
 

@@ -36,7 +36,7 @@ async def _measure() -> dict:
                 companion = Companion(store, provider, companion_config(settings))
                 await companion.start()
                 reply = await companion.handle(InboundMessage("terminal", "terminal", "owner", "hello", is_direct=True))
-                await companion.aclose()
+                await companion.drain()
             finally:
                 await provider.aclose()
                 await store.aclose()

@@ -16,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import assembly, cli_run, gateway_rss, load, request_size, roundtrip, turn
+from bench import assembly, cli_run, gateway_rss, load, mirror, request_size, roundtrip, triage, turn
 from bench._common import ROOT, environment
 
 MEASUREMENTS = {
@@ -27,6 +27,8 @@ MEASUREMENTS = {
     "gateway": gateway_rss.run,
     "roundtrip": roundtrip.run,
     "load": load.run,
+    "mirror": mirror.run,
+    "triage": triage.run,
 }
 
 
@@ -224,6 +226,59 @@ def table(results: dict) -> list[str]:
             f"{d['rss_growth_mb']:+.2f} MB",
             f"≤ +{d['budget_mb']:g} MB",
             _status(d["memory_ok"]),
+        )
+    if not failed(8, "Mirrors", "mirror"):
+        m = results["mirror"]
+        add(
+            8,
+            f"a normal turn with two mirror bindings (handle + reply delivery), median of {m['turns']}",
+            f"{m['two_median_ms']:.2f} ms",
+            f"no binding {m['none_median_ms']:.2f} ms",
+            f"{m['ratio_median']:.2f}×",
+            f"≤ {m['target_ratio']:g}×",
+            _status(m["ok"]),
+        )
+        add(
+            8,
+            "… including sending both copies (in-process senders)",
+            f"{m['two_with_sends_median_ms']:.2f} ms",
+            f"{m['none_median_ms']:.2f} ms",
+            f"{m['ratio_with_sends']:.2f}×",
+            "",
+            "info",
+        )
+        d = m["dispatch"]
+        add(
+            8,
+            f"dispatcher: {d['rows']} mirror rows to the fake Discord through discord.py",
+            f"{d['dispatch_rows_per_s']:.0f} rows/s",
+            f"bare discord.py sends {d['bare_sends_per_s']:.0f}/s",
+            f"{d['ratio_time']:.2f}× the time",
+            "",
+            "info",
+        )
+    if not failed(9, "Proactive triage", "triage"):
+        t = results["triage"]
+        small, large = (t["sizes"][k] for k in sorted(t["sizes"], key=int))
+        add(
+            9,
+            f"one triage tick, {large['people']} people / {large['followups']} follow-ups"
+            f" ({large['due_candidates']} due), median of {t['repeats']}",
+            f"{large['median_ms']:.2f} ms",
+            f"{small['people']} people / {small['followups']} follow-ups {small['median_ms']:.2f} ms",
+            f"{t['ratio']:.2f}×",
+            f"≤ {t['target_ratio']:g}×",
+            _status(t["ok"]),
+        )
+        plans = ", ".join(f"{kind} {'yes' if ok else 'NO'}" for kind, ok in t["indexed"].items())
+        add(
+            9,
+            "candidate statements start from their due index (EXPLAIN QUERY PLAN)",
+            plans,
+            "",
+            "",
+            "all",
+            _status(all(t["indexed"].values())),
         )
     return rows
 

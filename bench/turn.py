@@ -70,7 +70,7 @@ class _CoreTurns:
                     calls[__name] += 1
 
             setattr(self.store, name, timed)
-        db = self.store.db
+        db = self.store.database.connection
         execute = db.execute
 
         def counted(sql, parameters=None):
@@ -79,11 +79,11 @@ class _CoreTurns:
 
         db.execute = counted
         try:
-            await self.companion.aclose()
+            await self.companion.drain()
             spent.clear(), calls.clear(), statements.clear()
             for _ in range(turns):
                 await self.turn()
-            await self.companion.aclose()
+            await self.companion.drain()
         finally:
             for name in originals:
                 delattr(self.store, name)
@@ -98,7 +98,7 @@ class _CoreTurns:
         }
 
     async def aclose(self) -> None:
-        await self.companion.aclose()
+        await self.companion.drain()
         await self.store.aclose()
 
 
@@ -169,7 +169,7 @@ async def _measure(turns: int, warmup: int, block: int) -> dict:
                         await side.turn()
                         samples[name].append(time.perf_counter() - t0)
                 done += n
-            await core.companion.aclose()  # wait for background folds before the totals
+            await core.companion.drain()  # wait for background folds before the totals
             elapsed = time.perf_counter() - started
             profile = await core.profile(50)
         finally:

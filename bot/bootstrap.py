@@ -8,7 +8,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from bot.settings import Settings
 from core.companion import Companion, CompanionConfig
 from core.context import ContextBudget, Persona
+from core.manners import Manners
 from core.ports import BaseProvider
+from core.proactive import ProactiveConfig
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -44,6 +46,14 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         transition=settings.transition,
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
+        proactive=ProactiveConfig(
+            Manners(
+                timezone=settings.timezone,
+                quiet_hours=settings.quiet_hours,
+                budget=settings.nudges_per_day,
+                cooldown=settings.nudge_cooldown_minutes * 60,
+            )
+        ),
     )
 
 
@@ -73,5 +83,5 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
             )
         companion = Companion(store, provider, companion_config(settings, platforms), outbox=outbox)
         await companion.start()
-        stack.push_async_callback(companion.aclose)
+        stack.push_async_callback(companion.drain)
         yield companion

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "passphrase":
         return _passphrase()
 
-    from bot.settings import ConfigError, configure_logging, load_settings
+    from bot.logs import configure_logging
+    from bot.settings import ConfigError, load_settings
     from core.errors import CompanionError
 
     try:
@@ -108,7 +109,7 @@ async def _chat(settings) -> int:
     with InstanceLock(settings.db_path, CHAT):
         async with open_companion(settings, frozenset({"terminal"})) as companion:
             await TerminalChat(companion.handle).run()
-            await companion.aclose()  # let a pending summary fold finish first
+            await companion.drain()  # let a pending summary fold finish first
             await companion.capture.run_once()  # the gateway does this on a schedule
     return 0
 
@@ -146,11 +147,17 @@ async def _apply_migrations(settings) -> None:
 
 
 async def _report(settings) -> int:
+    import time
+
+    from adapters.storage.outbox import SqliteOutboxStore
     from adapters.storage.sqlite import SqliteStore
     from core.analytics import render_report
 
     async with SqliteStore(settings.db_path) as store:
-        print(render_report(await store.report_rows()))
+        rows = await store.report_rows()
+        rows.update(await SqliteOutboxStore(store).report(time.time()))
+        rows.update(await store.proactive.report())
+        print(render_report(rows))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`companion run`: settings, storage, core, scheduler and every configured adapter, stopped cleanly."""
+"""`companion run`: settings, storage, core, scheduler and every configured adapter, supervised and stopped cleanly."""
 
 from __future__ import annotations
 
@@ -7,14 +7,23 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
 
 from bot.bootstrap import open_companion
 from bot.instance import RUN, InstanceLock
 from bot.scheduler import Job, SchedulerService
 from bot.settings import Settings
+from core.ports import BaseChatAdapter
+
+if TYPE_CHECKING:
+    from core.companion import Companion
 
 log = logging.getLogger(__name__)
+
+EXIT_LOST = 1
+EXIT_REFUSED = 2  # the CLI's exit code for configuration errors
 
 NOTHING_CONFIGURED = (
     "companion: no chat platform is configured. Set COMPANION_TELEGRAM_TOKEN (Telegram) or "
@@ -23,10 +32,12 @@ NOTHING_CONFIGURED = (
 )
 
 
-def build_adapters(settings: Settings, companion, on_fatal=None) -> list:
+def build_adapters(
+    settings: Settings, companion: Companion, on_fatal: Callable[[str], None] | None = None
+) -> list[BaseChatAdapter]:
     """Each platform library is imported only when its adapter is configured. `on_fatal(line)`:
-    an adapter that cannot go on (its token was revoked while running) stops the gateway."""
-    adapters = []
+    the platform refused the configuration while running (a revoked token); the gateway stops."""
+    adapters: list[BaseChatAdapter] = []
     if settings.telegram_token:
         from adapters.telegram import TelegramAdapter
 
@@ -54,15 +65,40 @@ def build_adapters(settings: Settings, companion, on_fatal=None) -> list:
                 gateway_url=settings.discord_gateway_url,
                 outbox=companion.outbox,
                 shutdown_grace=settings.llm_timeout,
+                on_fatal=on_fatal,
+                outage_limit=settings.discord_outage_seconds or None,
             )
         )
     return adapters
 
 
+def scheduled_jobs(settings: Settings, companion) -> list[Job]:
+    """What the gateway runs on a schedule, at the intervals the settings give."""
+    jobs = [
+        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),
+        Job("capture", settings.capture_seconds, companion.capture.run_once),
+    ]
+    if companion.outbox is not None:
+        jobs.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
+        jobs.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
+    if companion.proactive is not None:
+        jobs.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
+    return jobs
+
+
 async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> int:
+    """Run until the stop signal, or until an adapter's `wait_lost()` or the scheduler's
+    `wait_failed()` ends, whichever comes first; everything is closed in reverse order.
+
+    Returns:
+        The exit code: 0 stopped by a signal; 2 a platform refused the configuration while
+        running (a token rejected: fixed by a person, as at start-up); 1 a platform connection
+        lost for good or the schedule failed, for the supervisor (Docker, systemd) to start the
+        process again. The 1 and 2 cases print one line on stderr.
+    """
     if not (settings.telegram_token or settings.discord_token):
         print(NOTHING_CONFIGURED, file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -77,14 +113,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             if token
         )
         companion = await stack.enter_async_context(open_companion(settings, platforms))
-        jobs = [
-            Job("expiry-sweep", 60.0, companion.sweep),
-            Job("capture", 300.0, companion.capture.run_once),
-        ]
-        if companion.outbox is not None:
-            jobs.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
-            jobs.append(Job("outbox-prune", 3600.0, companion.outbox.prune))
-        scheduler = SchedulerService(jobs)
+        scheduler = SchedulerService(scheduled_jobs(settings, companion))
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)
         fatal: list[str] = []
@@ -102,30 +131,57 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
                 log.info("stopped while adapter %s was starting", adapter.name)
                 return 0
             log.info("adapter %s started", adapter.name)
+        # Watched from here on: a connection lost while the rest starts is seen as soon as this waits.
+        watches = [asyncio.create_task(adapter.wait_lost(), name=f"watch-{adapter.name}") for adapter in adapters]
+        watches.append(asyncio.create_task(_scheduler_failure(scheduler), name="watch-scheduler"))
+        stack.push_async_callback(_finish_tasks, watches)
         # Turns the last process died in, answered now that replies can be sent.
         recovery = asyncio.create_task(companion.answer_open_turns(), name="answer-open-turns")
-        stack.push_async_callback(_finish_task, recovery)
+        stack.push_async_callback(_finish_tasks, [recovery])
         if companion.outbox is not None:
             await _unless_stopped(companion.outbox.dispatch_due(at_start=True), stop)  # what the last process left
         log.info("gateway running")
-        await stop.wait()
+        lost = await _first_loss(watches, stop)
         log.info("stopping")
-    if fatal:
+    if fatal:  # before `lost`: a refused token also ends the connection
         print(f"companion: {fatal[0]}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
+    if lost is not None:
+        print(f"companion: {lost}; exiting so that a supervisor (Docker, systemd) starts it again", file=sys.stderr)
+        return EXIT_LOST
     return 0
 
 
-async def _close_all(adapters: list) -> None:
+async def _scheduler_failure(scheduler: SchedulerService) -> str:
+    return f"scheduler: {await scheduler.wait_failed()}"
+
+
+async def _first_loss(watches: list[asyncio.Task[str]], stop: asyncio.Event) -> str | None:
+    """Wait for the stop signal or the first watch to end; the line of what was lost, if anything was."""
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait({stopping, *watches}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await _finish_tasks([stopping])
+    for watch in watches:
+        if watch in done and not watch.cancelled():
+            failure = watch.exception()
+            # A watch that itself failed is a loss too: nothing watches that part any more.
+            return watch.result() if failure is None else f"{watch.get_name()}: failed ({type(failure).__name__})"
+    return None
+
+
+async def _close_all(adapters: list[BaseChatAdapter]) -> None:
     results = await asyncio.gather(*(adapter.aclose() for adapter in adapters), return_exceptions=True)
     for adapter, result in zip(adapters, results, strict=True):
         if isinstance(result, Exception):
             log.warning("adapter %s did not close cleanly (%s)", adapter.name, type(result).__name__)
 
 
-async def _finish_task(task: asyncio.Task) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
+async def _finish_tasks(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _unless_stopped(coro, stop: asyncio.Event) -> bool:

@@ -1,7 +1,8 @@
-"""Scheduled work as a service: APScheduler jobs with a start/aclose lifecycle."""
+"""Scheduled work as a service: APScheduler jobs with a start/aclose lifecycle, watched by the gateway."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,22 +18,41 @@ class Job:
 
 
 class SchedulerService:
-    def __init__(self, jobs: list[Job]) -> None:
+    """Runs each job every `seconds` (one run at a time per job; missed runs coalesce).
+
+    One failed run is logged and the schedule goes on. A job that fails `max_failures` runs in
+    a row cannot do its work (the database is gone, say): the schedule has failed, and
+    `wait_failed()` says so, for the gateway to stop the process rather than run on without
+    its expiry sweep.
+
+    Args:
+        jobs: what to run and how often.
+        max_failures: failed runs in a row of one job that end the schedule.
+    """
+
+    def __init__(self, jobs: list[Job], *, max_failures: int = 5) -> None:
+        if max_failures < 1:
+            raise ValueError("max_failures must be at least 1")
         self._jobs = jobs
+        self._max_failures = max_failures
         self._scheduler = None
+        self._failed: asyncio.Future[str] | None = None
 
     async def start(self) -> None:
+        """Start the schedule; the first run of each job is one interval from now. Safe to call twice."""
         if self._scheduler is not None:
             return
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+        self._failed = asyncio.get_running_loop().create_future()
         scheduler = AsyncIOScheduler(timezone="UTC")
         for job in self._jobs:
             scheduler.add_job(
-                _logged(job),
+                self._watched(job),
                 "interval",
                 seconds=job.seconds,
                 id=job.name,
+                name=job.name,
                 max_instances=1,
                 coalesce=True,
                 misfire_grace_time=None,
@@ -40,17 +60,43 @@ class SchedulerService:
         scheduler.start()
         self._scheduler = scheduler
 
+    async def wait_failed(self) -> str:
+        """Wait until the schedule has failed; returns one line naming the job and the error type.
+
+        Raises:
+            RuntimeError: the service is not started.
+        """
+        if self._failed is None:
+            raise RuntimeError("the scheduler is not started")
+        return await asyncio.shield(self._failed)
+
     async def aclose(self) -> None:
+        """Stop scheduling; a run in progress is not awaited. Safe to call twice."""
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.shutdown(wait=False)
 
+    def _watched(self, job: Job) -> Callable[[], Awaitable[None]]:
+        failures = 0
 
-def _logged(job: Job) -> Callable[[], Awaitable[None]]:
-    async def run() -> None:
-        try:
-            await job.callback()
-        except Exception as exc:  # noqa: BLE001 - one failed run must not stop the schedule
-            log.warning("scheduled job %s failed (%s)", job.name, type(exc).__name__)
+        async def run() -> None:
+            nonlocal failures
+            try:
+                await job.callback()
+            except Exception as exc:  # noqa: BLE001 - one failed run must not stop the schedule
+                failures += 1
+                log.warning(
+                    "scheduled job %s failed (%s), %d of %d in a row",
+                    job.name,
+                    type(exc).__name__,
+                    failures,
+                    self._max_failures,
+                )
+                if failures >= self._max_failures and self._failed is not None and not self._failed.done():
+                    self._failed.set_result(
+                        f"the scheduled job {job.name} failed {failures} times in a row ({type(exc).__name__})"
+                    )
+            else:
+                failures = 0
 
-    return run
+        return run

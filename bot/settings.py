@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,6 +28,8 @@ _DISCORD_TOKEN = re.compile(r"^[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9
 # A self-hosted Bot API server or a test double may issue other shapes; these are the least.
 _TELEGRAM_TOKEN_ANY = re.compile(r"^\d+:\S+$")
 _DISCORD_TOKEN_ANY = re.compile(r"^\S+$")
+# An LLM API key has no one shape (sk-..., a self-hosted server's own word); it is at least one header word.
+_API_KEY = re.compile(r"^[\x21-\x7e]+$")
 _QUIET = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
@@ -60,12 +61,24 @@ class Settings(BaseSettings):
     outbox_tick_seconds: float = Field(5.0, gt=0, le=3600)
     outbox_retry_seconds: float = Field(2.0, gt=0, le=3600)
     outbox_max_retry_seconds: float = Field(300.0, gt=0, le=86400)
+    outbox_prune_seconds: float = Field(3600.0, gt=0, le=86400)
+    # The other scheduled jobs. The expiry sweep runs at least every minute: PRIVACY.md promises it.
+    expiry_sweep_seconds: float = Field(60.0, gt=0, le=60)
+    capture_seconds: float = Field(300.0, gt=0, le=86400)
+    # Reminders and nudges: the triage tick, and the defaults of the manners (each person may
+    # change theirs with /nudges, /quiet and /timezone).
+    proactive_tick_seconds: float = Field(60.0, gt=0, le=3600)
+    nudges_per_day: int = Field(2, ge=0, le=24)
+    nudge_cooldown_minutes: float = Field(240.0, ge=0, le=7 * 24 * 60)
 
     telegram_token: SecretStr | None = None
     telegram_base_url: str | None = None
     discord_token: SecretStr | None = None
     discord_api_base: str | None = None
     discord_gateway_url: str | None = None
+    # How long the Discord gateway may stay down while discord.py reconnects before the process
+    # exits 1 for its supervisor to start it again; 0: discord.py reconnects for ever.
+    discord_outage_seconds: float = Field(600.0, ge=0, le=86400)
     allowed_users: str = ""
 
     persona: str | None = None
@@ -127,7 +140,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"'{item}' is not platform:user_id (for example telegram:123456,discord:987654321)")
         return value
 
-    @field_validator("telegram_token", "discord_token", mode="before")
+    @field_validator("telegram_token", "discord_token", "llm_api_key", mode="before")
     @classmethod
     def _token_stripped(cls, value: object) -> object:
         # A token pasted with a trailing newline or space would be blamed on the network.
@@ -186,6 +199,12 @@ class Settings(BaseSettings):
                 "must be three parts separated by dots, as the Discord developer portal gives it",
             ),
         )
+        if self.llm_api_key is not None and not _API_KEY.match(self.llm_api_key.get_secret_value()):
+            # Sent as it is, a key with whitespace inside makes an illegal header, blamed on the network.
+            raise ValueError(
+                "COMPANION_LLM_API_KEY: must be one word of printable ASCII, without spaces or line breaks "
+                "(the value is not shown)"
+            )
         for name, shape, words in checks:
             token = getattr(self, name)
             if token is not None and not shape.match(token.get_secret_value()):
@@ -215,7 +234,7 @@ class Settings(BaseSettings):
         return self.private_persona or ""
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Read the settings, or raise ConfigError with one line naming the variable."""
     try:
         return Settings(**overrides)
@@ -230,27 +249,3 @@ def load_settings(**overrides: object) -> Settings:
 
 def _raise(line: str) -> Settings:
     raise ConfigError(line.splitlines()[0])
-
-
-# Libraries that log payloads (SQL parameters, request bodies, gateway events, URLs with
-# the bot token) at DEBUG or INFO: their floor is raised whatever the level, because a log
-# line is a data path and private text must not reach it.
-_FLOORS = {
-    "aiosqlite": logging.WARNING,
-    "httpx": logging.WARNING,
-    "httpcore": logging.WARNING,
-    "hpack": logging.WARNING,
-    "telegram": logging.INFO,
-    "discord": logging.INFO,
-    "discord.gateway": logging.WARNING,
-    "discord.http": logging.WARNING,
-    "apscheduler": logging.WARNING,
-    "asyncio": logging.WARNING,
-}
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    numeric = logging.getLevelName(level)
-    for name, floor in _FLOORS.items():
-        logging.getLogger(name).setLevel(max(numeric, floor))

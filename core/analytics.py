@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from core.ports import Clock
+
+# One event of a run: (kind, name, status, duration_ms, size_in, size_out, created_at).
+Event = tuple[str, str, str, float | None, int | None, int | None, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +25,7 @@ class RunRecord:
     started_at: float
     ended_at: float
     status: str
-    events: tuple[tuple, ...]
+    events: tuple[Event, ...]
 
 
 class RunRecorder:
@@ -32,7 +36,7 @@ class RunRecorder:
         self._clock = clock
         self._conversation_id = conversation_id
         self._started_at = clock.now()
-        self._events: list[tuple] = []
+        self._events: list[Event] = []
 
     def event(
         self,
@@ -51,7 +55,7 @@ class RunRecorder:
         return RunRecord(self._conversation_id, self._started_at, self._clock.now(), status, tuple(self._events))
 
 
-def render_report(rows: dict) -> str:
+def render_report(rows: dict[str, Any]) -> str:
     """The structural report `companion report` prints."""
     lines = [f"turns: {rows['turns']} ({rows['ok']} answered, {rows['failed']} failed)"]
     lines.append("tool calls:" if rows["tools"] else "tool calls: none")
@@ -59,7 +63,7 @@ def render_report(rows: dict) -> str:
     lines.append(f"replies cut off at max_tokens: {rows['cut_off']}")
     lines.append("errors by kind:" if rows["errors"] else "errors: none")
     lines += [f"  {name}: {count}" for name, count in rows["errors"]]
-    latencies = rows["latencies"]
+    latencies: list[float] = rows["latencies"]
     if latencies:
 
         def pct(p: float) -> float:
@@ -72,4 +76,20 @@ def render_report(rows: dict) -> str:
         )
     else:
         lines.append("provider latency: no calls yet")
+    if "deliveries" in rows:
+        lines += _outbox_lines(rows)
+    if "decisions" in rows:
+        lines.append("proactive decisions (kind outcome reason):" if rows["decisions"] else "proactive decisions: none")
+        lines += [f"  {kind} {outcome} {reason}: {count}" for kind, outcome, reason, count in rows["decisions"]]
     return "\n".join(lines)
+
+
+def _outbox_lines(rows: dict[str, Any]) -> list[str]:
+    """Deliveries by kind and state, the oldest pending one's age, bindings by state."""
+    lines = ["deliveries by kind and state:" if rows["deliveries"] else "deliveries: none"]
+    lines += [f"  {kind} {status}: {count}" for kind, status, count in rows["deliveries"]]
+    age = rows["oldest_pending_age"]
+    lines.append("oldest pending delivery: none" if age is None else f"oldest pending delivery: {age:.0f} s old")
+    bindings = ", ".join(f"{count} {state}" for state, count in rows["bindings"]) or "none"
+    lines.append(f"mirror bindings: {bindings}")
+    return lines

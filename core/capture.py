@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 from core import copy
 from core.context import split_facts
 from core.errors import ProviderError, ProviderRejected
-from core.model import ChatMessage, CompletionRequest
+from core.model import ChatMessage, CompletionRequest, PendingCapture
 from core.ports import BaseProvider, Clock, MemoryStore
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class CaptureService:
     async def run_once(self) -> int:
         """Capture what is pending; returns how many messages were captured."""
         pending = await self._store.pending_capture(self._batch)
-        groups: dict[tuple[int, str], list] = defaultdict(list)
+        groups: dict[tuple[int, str], list[PendingCapture]] = defaultdict(list)
         for item in pending:
             day = datetime.fromtimestamp(item.created_at, self._tz).strftime("%Y-%m-%d")
             groups[(item.person_id, day)].append(item)

@@ -6,34 +6,39 @@ import asyncio
 import dataclasses
 import logging
 import time
-import weakref
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from core import copy
-from core.analytics import RunRecorder
+from core.analytics import RunRecord, RunRecorder
 from core.capture import CaptureService
-from core.commands import COMMANDS, MEMORY_COMMANDS, command_info, mistyped_secret_command, parse_command
+from core.command_text import parse_command
+from core.commands import COMMANDS, Command, CommandCall, command_info, mistyped_secret_command, with_notice
 from core.context import ContextAssembler, ContextBudget, Persona
 from core.errors import (
-    PrivateWriteRefused,
     ProviderError,
     ProviderRejected,
     ProviderRequestTooLong,
     ProviderUnavailable,
 )
-from core.memory import run_memory_command
+from core.locks import KeyedLocks
+from core.mirrors import source_label
 from core.model import (
     Account,
     ChatMessage,
+    Completion,
     CompletionRequest,
     Conversation,
     DeliveryTarget,
     InboundMessage,
+    MirrorOf,
     OpenTurn,
     Reply,
 )
 from core.outbox import Outbox
 from core.ports import BaseProvider, BaseStore, Clock, SystemClock
+from core.proactive import ProactiveConfig, ProactiveService
 from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
 from core.valve import ModeState, ModeValve
 
@@ -67,6 +72,8 @@ class CompanionConfig:
     # The line said on leaving private mode: "constant" (copy.TRANSITION_FALLBACK, no model call)
     # or "generated" (seed 000's variable wording from a constant instruction, capped).
     transition: str = "constant"
+    # Reminders and nudges: the manners' defaults (COMPANION_QUIET_HOURS, COMPANION_TIMEZONE, ...).
+    proactive: ProactiveConfig = field(default_factory=ProactiveConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +118,17 @@ class Companion:
         )
         self.context = ContextAssembler(store, self.config.persona, self.config.budget, self.clock)
         self.capture = CaptureService(store, provider, self.clock, self.config.timezone)
-        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
+        # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
+        self.proactive = (
+            ProactiveService(store, provider, self.clock, outbox, self.context, self.config.proactive)
+            if outbox is not None
+            else None
+        )
+        self._locks: KeyedLocks[tuple[str, str]] = KeyedLocks()
         self._refused: set[str] = set()
-        self._background: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        # Mirror sends of finished turns; cancelled at `drain` (their rows stay pending for the next start).
+        self._sending: set[asyncio.Task[None]] = set()
         # Conversations whose private mode the restart ended: their next reply says so first.
         self._restart_closed: set[int] = set()
         self._resolved: dict[tuple[str, str, str], tuple[Account, Conversation]] = {}
@@ -143,7 +158,13 @@ class Companion:
                 artifacts,
             )
 
-    async def aclose(self) -> None:
+    async def drain(self) -> None:
+        """Wait for the background work this companion started (summary folds) to finish; stop
+        the mirror sends still running (their rows stay pending: the next start sends them)."""
+        for task in self._sending:
+            task.cancel()
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
 
@@ -186,7 +207,7 @@ class Companion:
         async with self._lock_of(conversation.platform, conversation.chat_id):
             if not await self.store.turn_is_open(open_turn.message_id):
                 return  # a newer message of the conversation was answered first, and closed it
-            state = await self.valve.read(conversation)
+            state = await self.valve.settle(conversation)
             if state.is_private or state.unreadable:
                 return  # the person went on in private mode meanwhile: that turn is left unread
             turn = Turn(message, account, conversation)
@@ -226,8 +247,9 @@ class Companion:
             account, conversation = await self._resolve(message, now)
             turn = Turn(message, account, conversation, restart_notice=conversation.id in self._restart_closed)
             command = parse_command(message.text)
-            if command is not None and command_info(command.name) is not None:
-                reply = await self._command(turn, command.name, command.args)
+            info = command_info(command.name) if command is not None else None
+            if command is not None and info is not None:
+                reply = await self._command(turn, info, command.args)
             elif mistyped_secret_command(message.text):
                 # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
                 # (`/privte`, a Cyrillic er for the p) may carry the passphrase.
@@ -259,10 +281,7 @@ class Companion:
             return reply
 
     def _lock_of(self, platform: str, chat_id: str) -> asyncio.Lock:
-        lock = self._locks.get((platform, chat_id))
-        if lock is None:
-            lock = self._locks[(platform, chat_id)] = asyncio.Lock()
-        return lock
+        return self._locks.of((platform, chat_id))
 
     async def _resolve(self, message: InboundMessage, now: float) -> tuple[Account, Conversation]:
         """The account and conversation of a message; ids never change, so they are cached
@@ -283,14 +302,14 @@ class Companion:
     async def _chat(self, turn: Turn) -> Reply | None:
         conversation, message = turn.conversation, turn.message
         if message.sent_at is not None and message.sent_at < self._started_at + SENT_AT_MARGIN:
-            kept = await self._keep_in_restarted_interval(turn)
-            if kept is not False:
+            applies, kept = await self._keep_in_restarted_interval(turn, message.sent_at)
+            if applies:
                 return kept
-        state = await self.valve.read(conversation)
+        state = await self.valve.settle(conversation)
         if state.unreadable:
             # It may belong to an open private interval: stored nowhere, shown to no model.
             return await self._finish(turn, copy.MODE_UNREADABLE)
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
             conversation.id,
@@ -304,16 +323,17 @@ class Companion:
             return None
         return await self._answer(turn, state, message_id)
 
-    async def _keep_in_restarted_interval(self, turn: Turn) -> Reply | bool | None:
+    async def _keep_in_restarted_interval(self, turn: Turn, sent_at: float) -> tuple[bool, Reply | None]:
         """A message sent before this process started, into a conversation whose private interval
         a restart closed after it was sent, belongs to that interval: stored there (masked,
-        expiring with it), never read. Returns False when the rule does not apply."""
+        expiring with it), never read. Returns whether the rule applied, and then the reply
+        (None for a redelivery)."""
         conversation, message = turn.conversation, turn.message
         if not conversation.is_direct:
-            return False
+            return False, None
         turn = dataclasses.replace(turn, restart_notice=False)  # the reply says it already
         # The platform's clock and ours may differ a little: the margin errs toward the interval.
-        segment_id = await self.store.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
+        segment_id = await self.store.restart_segment_for(conversation.id, sent_at - SENT_AT_MARGIN)
         if segment_id is not None:
             message_id = await self.store.add_inbound(
                 conversation.id,
@@ -324,24 +344,24 @@ class Companion:
                 platform_message_id=message.message_id,
             )
             if message_id is None:
-                return None
+                return True, None
             log.info(
                 "conversation %s: a message from before the restart was kept in segment %s unread",
                 conversation.id,
                 segment_id,
             )
-            return await self._finish(turn, copy.RESTART_KEPT_PRIVATE, segment_id=segment_id, answers=message_id)
+            return True, await self._finish(turn, copy.RESTART_KEPT_PRIVATE, segment_id=segment_id, answers=message_id)
         if conversation.id in self._closed_at_start:
             # Its interval expired while the process was down and is deleted: the message is not kept.
             log.info("conversation %s: a message from an expired interval was dropped unread", conversation.id)
-            return await self._finish(turn, copy.RESTART_KEPT_PRIVATE)
-        return False
+            return True, await self._finish(turn, copy.RESTART_KEPT_PRIVATE)
+        return False, None
 
     async def _answer(self, turn: Turn, state: ModeState, message_id: int) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
         (message, run, answered turn and delivery) in one transaction."""
         conversation = turn.conversation
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it.
         recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
@@ -369,14 +389,17 @@ class Companion:
                 words = copy.PROVIDER_FAILED  # not reached, or no answer in time
             else:
                 words = copy.PROVIDER_SERVER_FAILED
-            return await self._finish(turn, _with_notice(state, words), segment_id=segment_id, answers=message_id)
+            return await self._finish(turn, with_notice(state, words), segment_id=segment_id, answers=message_id)
         reply = await self._finish(
             turn,
-            _with_notice(state, text),
+            with_notice(state, text),
             stored_text=text,
             segment_id=segment_id,
             answers=message_id,
             run=recorder.finish("ok") if recorder else None,
+            # Asked for every answered exchange: the store's SQL alone decides there is nothing to
+            # copy from a private one (no check up here that a later caller could forget).
+            mirror=MirrorOf(message_id, source_label(conversation)),
         )
         if context.needs_fold:
             self._spawn(self._fold(conversation, state))
@@ -390,11 +413,13 @@ class Companion:
         stored_text: str | None = None,
         segment_id: int | None = None,
         answers: int | None = None,
-        run=None,
+        run: RunRecord | None = None,
         delete_inbound: bool = False,
+        mirror: MirrorOf | None = None,
     ) -> Reply:
         """Write the turn's outcome and, where the platform sends through the outbox, its
-        pending delivery, in one transaction; the adapter then sends and marks it."""
+        pending delivery, in one transaction; the adapter then sends and marks it. With
+        `mirror`, the same transaction writes the exchange's mirror rows, sent from here."""
         if turn.restart_notice:
             text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{text}"
         message = turn.message
@@ -405,7 +430,7 @@ class Companion:
             target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)
         if stored_text is None and answers is None and target is None and run is None:
             return Reply(text, delete_inbound=delete_inbound)
-        _, delivery_id = await self.store.record_reply(
+        recorded = await self.store.record_reply(
             turn.conversation.id,
             text,
             self.clock.now(),
@@ -414,8 +439,30 @@ class Companion:
             run=run,
             answers=answers,
             target=target,
+            mirror=mirror,
         )
-        return Reply(text, delete_inbound=delete_inbound, delivery_id=delivery_id, conversation_id=turn.conversation.id)
+        if recorded.mirror_ids and self.outbox is not None:
+            self._send_mirrors(turn.conversation.id, recorded.mirror_ids)
+        return Reply(
+            text,
+            delete_inbound=delete_inbound,
+            delivery_id=recorded.delivery_id,
+            conversation_id=turn.conversation.id,
+        )
+
+    def _send_mirrors(self, conversation_id: int, delivery_ids: tuple[int, ...]) -> None:
+        """Send a turn's mirror rows in the background, each in its own lane: a slow or failing
+        target never delays the reply. What is not sent now the dispatcher sends later."""
+        if self.outbox is None:
+            return
+        task = asyncio.get_running_loop().create_task(self.outbox.deliver_all(conversation_id, delivery_ids))
+        self._sending.add(task)
+        task.add_done_callback(self._mirror_sent)
+
+    def _mirror_sent(self, task: asyncio.Task[None]) -> None:
+        self._sending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("sending mirrors failed (%s); the dispatcher tries again", type(task.exception()).__name__)
 
     def _delivers(self, turn: Turn) -> bool:
         """Whether this turn's answer goes out through the outbox (the terminal prints it)."""
@@ -430,7 +477,7 @@ class Companion:
     ) -> str:
         offered = self.tools.tools_for(conversation, state)
         specs = tuple(t.spec for t in offered)
-        segment_id = state.segment.id if state.is_private else None
+        segment_id = state.segment_id
         for round_ in range(self.config.max_tool_rounds + 1):
             last = round_ == self.config.max_tool_rounds
             # Out of rounds: one last answer, with no tools to call.
@@ -441,7 +488,8 @@ class Companion:
                 # A reply stopped at its token limit says so, rather than reading as complete.
                 return text + copy.CUT_OFF_MARKER if completion.truncated else text
             messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
-            tool_context = ToolContext(conversation, state, self.clock.now(), self.config.timezone, self.store)
+            timezone = await self.timezone_of(conversation)
+            tool_context = ToolContext(conversation, state, self.clock.now(), timezone, self.store)
             for call in completion.tool_calls:
                 started = time.perf_counter()
                 result = await run_tool_call(offered, call, tool_context)
@@ -467,13 +515,13 @@ class Companion:
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
         raise AssertionError("unreachable")
 
-    async def _save_run(self, run) -> None:
+    async def _save_run(self, run: RunRecord) -> None:
         try:
             await self.store.save_run(run)
         except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
             log.warning("analytics run could not be written (%s)", type(exc).__name__)
 
-    async def _call(self, request: CompletionRequest, recorder: RunRecorder | None):
+    async def _call(self, request: CompletionRequest, recorder: RunRecorder | None) -> Completion:
         started = time.perf_counter()
         try:
             completion = await self.provider.complete(request)
@@ -500,31 +548,26 @@ class Companion:
     async def _fold(self, conversation: Conversation, state: ModeState) -> None:
         async with self._lock_of(conversation.platform, conversation.chat_id):
             # Re-read the mode: the fold must run in the mode it was planned for, or not at all.
-            current = await self.valve.read(conversation)
-            if (
-                current.unreadable
-                or current.mode is not state.mode
-                or (state.is_private and current.segment.id != state.segment.id)
-            ):
+            current = await self.valve.settle(conversation)
+            if current.unreadable or current.mode is not state.mode or current.segment_id != state.segment_id:
                 return
             try:
                 await self.context.fold(conversation, current, self.provider)
             except Exception as exc:  # noqa: BLE001 - e.g. the segment expired meanwhile; retried next turn
                 log.warning("summary fold for conversation %s failed (%s)", conversation.id, type(exc).__name__)
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     # --- commands ---------------------------------------------------------
 
-    async def _command(self, turn: Turn, name: str, args: str) -> Reply | None:
-        info = command_info(name)
+    async def _command(self, turn: Turn, info: Command, args: str) -> Reply | None:
         carries_secret = info.secret and bool(args)
         stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text
-        state = await self.valve.read(turn.conversation)
-        if state.unreadable and info.name != "normal":
+        state = await self.valve.settle(turn.conversation)
+        if state.unreadable and not info.runs_when_unreadable:
             return await self._finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret)
         try:
             stored_id = await self.store.add_message(
@@ -532,7 +575,7 @@ class Companion:
                 "user",
                 stored,
                 self.clock.now(),
-                segment_id=state.segment.id if state.is_private else None,
+                segment_id=state.segment_id,
                 kind="command",
                 account_id=turn.account.id,
                 platform_message_id=turn.message.message_id,
@@ -542,15 +585,10 @@ class Companion:
         else:
             if stored_id is None:
                 return None  # a redelivered command ran already
-        if info.name == "forget" and args.strip().lower() == "private":
-            reply = await self._forget_private(turn)
-        elif info.lasting and state.is_private:
+        if state.is_private and info.refused_while_private(args):
             reply = Reply(copy.PRIVATE_REFUSES.format(command=info.name))
-        elif info.name in MEMORY_COMMANDS:
-            reply = await self._memory_command(turn, info.name, args, state)
         else:
-            handler = getattr(self, f"_cmd_{info.name}")
-            reply = await handler(turn, args, state)
+            reply = await info.handler(CommandCall(self, turn, info.name, args, state))
         try:
             # An outbox row of the answer stays in the private thread when the command left it private.
             segment = await self.store.open_segment_of(turn.conversation.id) if self._delivers(turn) else None
@@ -564,84 +602,14 @@ class Companion:
         final.attachments = reply.attachments
         return final
 
-    async def _memory_command(self, turn: Turn, name: str, args: str, state: ModeState) -> Reply:
-        context = ToolContext(turn.conversation, state, self.clock.now(), self.config.timezone, self.store)
-        try:
-            return Reply(await run_memory_command(name, args, context))
-        except PrivateWriteRefused:
-            return Reply(copy.PRIVATE_REFUSES.format(command=name))
-        except ValueError as exc:
-            text = str(exc)
-            return Reply(text if text.startswith("Usage") else f"{text[0].upper()}{text[1:]}. Nothing changed.")
-
-    async def _forget_private(self, turn: Turn) -> Reply:
-        await self.valve.leave(turn.conversation, reason="forget")
-        deleted = await self.store.delete_segments_of(turn.conversation.id)
-        return Reply(
-            f"Private mode is off, and {deleted} private interval{'s' if deleted != 1 else ''} "
-            "of this conversation {} deleted now, with everything derived from {}.".format(
-                "was" if deleted == 1 else "were", "it" if deleted == 1 else "them"
-            )
-        )
-
-    async def _cmd_export(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        from core.crossing import export_reply
-
-        return await export_reply(self, turn.conversation, state, args)
-
-    async def _cmd_help(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        lines = ["I'm your companion. Talk to me in plain words; these commands work everywhere:"]
-        lines += [f"{c.usage} - {c.description}" for c in COMMANDS]
-        lines += ["", copy.NORMAL_MODE_MEANS, copy.PRIVATE_MODE_MEANS]
-        lines.append(
-            copy.TRANSITION_GENERATED_NOTE if self.config.transition == "generated" else copy.TRANSITION_CONSTANT_NOTE
-        )
-        if not self.valve.available:
-            lines.append(f"Private mode is unavailable here: {self.valve.unavailable_reason}.")
-        return Reply("\n".join(lines))
-
-    async def _cmd_mode(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        if not state.is_private:
-            return Reply(_with_notice(state, f"You are in normal mode. {copy.NORMAL_MODE_MEANS}"))
-        ends = self.valve.ends_at(state.segment)
-        when = "It lasts until you send /normal."
-        if ends is not None:
-            when = f"It ends at {self._format_time(ends)} at the latest, or earlier when you send /normal."
-        return Reply(f"You are in private mode. {when} {copy.PRIVATE_MODE_MEANS}")
-
-    async def _cmd_private(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        from core.durations import parse_expiry
-
-        def _is_expiry(word: str) -> bool:
-            try:
-                parse_expiry(word)
-            except ValueError:
-                return False
-            return True
-
-        # No answer quotes a word of the arguments: any of them may be the passphrase.
-        words = args.split()
-        if len(words) > 2:
-            return Reply("Usage: /private PASSPHRASE [EXPIRY] (the passphrase is one word). Nothing changed.")
-        if len(words) == 2 and _is_expiry(words[0]) and not _is_expiry(words[1]):
-            return Reply(
-                "Usage: /private PASSPHRASE [EXPIRY]: the passphrase comes first, the expiry second. Nothing changed."
-            )
-        passphrase = words[0] if words else ""
-        expiry = words[1] if len(words) == 2 else None
-        result = await self.valve.enter(turn.conversation, turn.account, passphrase, expiry)
-        return Reply(result.text)
-
-    async def _cmd_normal(self, turn: Turn, args: str, state: ModeState) -> Reply:
-        was_private = await self.valve.leave(turn.conversation)
-        if not was_private:
-            return Reply(_with_notice(state, "You are in normal mode already."))
+    async def say_transition_line(self, conversation: Conversation) -> str:
+        """The line said on leaving private mode, stored in normal mode like any reply."""
         line = await self.transition_line()
         try:
-            await self.store.add_message(turn.conversation.id, "assistant", line, self.clock.now())
+            await self.store.add_message(conversation.id, "assistant", line, self.clock.now())
         except Exception as exc:  # noqa: BLE001 - leaving must work even when storage misbehaves
             log.warning("storing the transition line failed (%s)", type(exc).__name__)
-        return Reply(line)
+        return line
 
     async def transition_line(self) -> str:
         """Fixed intent. By default the constant line itself; with `transition="generated"`, variable
@@ -663,7 +631,18 @@ class Companion:
         # A small model may run on and off its instruction: a long answer is not used.
         return text if text and len(text) <= TRANSITION_MAX_CHARS else copy.TRANSITION_FALLBACK
 
-    def _format_time(self, timestamp: float) -> str:
+    async def timezone_of(self, conversation: Conversation) -> str:
+        """The person's time zone (/timezone), else the configured one: reminders' clock times are theirs."""
+        if conversation.person_id is None:
+            return self.config.timezone
+        try:
+            prefs = await self.store.proactive_prefs(conversation.person_id)
+        except Exception as exc:  # noqa: BLE001 - a read failure falls back to the configured zone
+            log.warning("reading a person's time zone failed (%s)", type(exc).__name__)
+            return self.config.timezone
+        return prefs.timezone or self.config.timezone
+
+    def format_time(self, timestamp: float) -> str:
         from datetime import datetime
         from zoneinfo import ZoneInfo
 
@@ -676,7 +655,3 @@ def _prompt_bytes(request: CompletionRequest) -> int:
     size = sum(len((m.content or "").encode("utf-8", "replace")) for m in request.messages)
     size += sum(len(c.arguments.encode("utf-8", "replace")) for m in request.messages for c in m.tool_calls)
     return size + sum(len(t.name) + len(t.description) + len(repr(t.parameters)) for t in request.tools)
-
-
-def _with_notice(state: ModeState, text: str) -> str:
-    return f"{state.notice}\n\n{text}" if state.notice else text

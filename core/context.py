@@ -90,16 +90,16 @@ class ContextAssembler:
 
     async def summary_for(self, conversation: Conversation, state: ModeState) -> Summary:
         normal = await self._store.normal_summary(conversation.id) or EMPTY_SUMMARY
-        if not state.is_private:
+        if state.segment_id is None:
             return normal
-        own = await self._store.private_summary(state.segment.id)
+        own = await self._store.private_summary(state.segment_id)
         # A new private summary starts where the normal one stands (normal content only).
         return own if own is not None else normal
 
     async def assemble(self, conversation: Conversation, state: ModeState, *, shrink: int = 1) -> AssembledContext:
         """The request's messages for this mode; `shrink` divides the budget (a retry after the
         server found the request too long)."""
-        visible = state.segment.id if state.is_private else None
+        visible = state.segment_id
         summary = await self.summary_for(conversation, state)
         system = await self._system_text(conversation, state, summary)
         remaining = self._budget.total_tokens // shrink - estimate_tokens(system, self.ratio.value)
@@ -144,7 +144,7 @@ class ContextAssembler:
         context = await self.assemble(conversation, state)
         if not context.needs_fold or not context.window:
             return False
-        visible = state.segment.id if state.is_private else None
+        visible = state.segment_id
         first = context.window[0]
         upto = first.position if first.is_placeholder else first.position - 1
         batch = await self._store.view(
@@ -169,12 +169,12 @@ class ContextAssembler:
             return False
         text, facts = split_facts(completion.text, "SUMMARY")
         new = Summary(text or context.summary.text, batch[-1].position)
-        if state.is_private:
+        if state.segment_id is not None:
             await self._store.save_summary(
                 conversation.id,
                 new,
                 self._clock.now(),
-                segment_id=state.segment.id,
+                segment_id=state.segment_id,
                 pad_person_id=conversation.person_id,
                 pad_facts=facts,
             )
@@ -234,7 +234,7 @@ def _fit(
         if not kept and cost > max(budget_tokens, 64) and not item.is_placeholder:
             text = _shorten(item.text or "", max(budget_tokens, 64), tokens_per_byte)
             item = TimelineItem(item.position, item.role, text, None)
-            cost = estimate_tokens(item.text, tokens_per_byte)
+            cost = estimate_tokens(text, tokens_per_byte)
         kept.append(item)
         used += cost
     kept.reverse()
@@ -254,7 +254,7 @@ def _first_position(item: TimelineItem) -> int:
 
 
 def _speaker(role: str | None) -> str:
-    return "Companion" if role == "assistant" else "Person"
+    return copy.speaker(role, person="Person")  # the summariser reads about the person
 
 
 def _as_chat(item: TimelineItem) -> ChatMessage:

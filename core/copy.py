@@ -118,3 +118,55 @@ CAPTURE_INSTRUCTION = (
 PRIVATE_REFUSES = (
     "Private mode writes nothing that outlives it, so /{command} is not available here. /normal leaves private mode."
 )
+
+# A tool's lasting write the store refused because the conversation turned private: the model
+# reads this, so it tells the person the truth rather than "there is no goal #N".
+TOOL_PRIVATE_REFUSED = (
+    "refused: this conversation is in private mode, which writes nothing that outlives it; nothing changed"
+)
+
+
+# Mirrors (issue 13). Never a word of any message: ids, platforms and kinds only.
+MIRROR_HELLO = "Mirroring {source} here. /unmirror in the source stops it."
+MIRROR_DISABLED = (
+    "I stopped mirroring to {target}: it refused my messages for good ({reason}), for example because "
+    "the bot was removed or blocked there, or the chat does not exist. /mirror shows your mirrors."
+)
+MIRROR_MEANS = (
+    "What is mirrored: each normal exchange (your message and my answer). Never mirrored: commands, "
+    "passphrases, exports, the line I say when you leave private mode, refusals, or anything of private mode."
+)
+
+
+def speaker(role: str | None, *, person: str) -> str:
+    """Who said a stored line, in words: the companion, or the person (named as the reader needs)."""
+    return "Companion" if role == "assistant" else person
+
+
+# --- reminders and nudges ---------------------------------------------------------------------
+
+REMINDER = "Reminder: {text}"
+REMINDER_LATE = " (late: due at {time})"
+# What the model answers when now is not the moment: recorded as a silence, never sent.
+NUDGE_SILENCE = "SILENCE"
+NUDGE_INSTRUCTION = (
+    "You may send the person one short, unprompted message now, because {why}. Write it as you "
+    "would in chat: one or two warm sentences, one question at most, nothing about any private "
+    "interval. If a message now would be unwelcome, pointless or repetitive, answer exactly "
+    f"{NUDGE_SILENCE} and nothing else; staying silent is a good answer."
+)
+NUDGE_WHY = {
+    "watch": "they mentioned this event, which should have happened by now: {text}",
+    "goal": "they set this goal and it has been a while: {text}",
+    "checkin": "you have not heard from them for a few days",
+}
+# The offline responder's nudge: fixed and honest about what it is.
+OFFLINE_NUDGE = (
+    "Checking in: how are things going? (This is the built-in offline responder, not a language model, "
+    "so this check-in is a fixed line.)"
+)
+NUDGES_MEAN = (
+    "Reminders you ask for come at their time, also in quiet hours. Nudges (asking how an event went, "
+    "a goal, a check-in after a long silence) keep to your daily budget, your quiet hours and a "
+    "cooldown, stop after two go unanswered, and never go to a conversation in private mode."
+)

@@ -9,10 +9,15 @@ private segment is never relabelled.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from core import copy
 from core.durations import describe_seconds, format_moment
 from core.model import Attachment, Conversation, Reply
-from core.valve import ModeState
+from core.valve import ModeState, PrivateState
+
+if TYPE_CHECKING:
+    from core.companion import Companion
 
 CONFIRM_WINDOW = 5 * 60.0
 
@@ -23,10 +28,10 @@ def destination_for(platform: str) -> str:
     return f"a file sent to you in this {platform} chat"
 
 
-async def export_reply(companion, conversation: Conversation, state: ModeState, args: str) -> Reply:
+async def export_reply(companion: Companion, conversation: Conversation, state: ModeState, args: str) -> Reply:
     now = companion.clock.now()
     stamp = format_moment(now, companion.config.timezone)
-    if not state.is_private:
+    if not isinstance(state, PrivateState):
         lines = [
             f"Companion export: {conversation.platform} conversation, normal mode, {stamp}.",
             "Each private interval appears as one placeholder line.",
@@ -77,4 +82,4 @@ async def export_reply(companion, conversation: Conversation, state: ModeState, 
 
 
 def _speaker(role: str | None) -> str:
-    return "Companion" if role == "assistant" else "You"
+    return copy.speaker(role, person="You")  # the export is read by the person it quotes

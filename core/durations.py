@@ -41,10 +41,12 @@ def describe_seconds(seconds: float) -> str:
 
 _RELATIVE = re.compile(r"^(?:in\s+)?(\d{1,6})\s*([smhd])$")
 _ABSOLUTE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:[ T](\d{1,2}):(\d{2}))?$")
+_CLOCK = re.compile(r"^(?:at\s+)?([01]?\d|2[0-3]):([0-5]\d)$")
 
 
 def parse_when(text: str, now: float, timezone: str) -> float:
-    """A moment people type: `30m`, `in 2h`, `3d`, `2026-12-24`, `2026-12-24 18:00` (local time).
+    """A moment people type: `30m`, `in 2h`, `3d`, `7:00` (the next 7:00), `2026-12-24`,
+    `2026-12-24 18:00`; clock times are wall-clock times in `timezone` (zoneinfo).
 
     Raises:
         ValueError: with a message fit to show the user.
@@ -59,6 +61,18 @@ def parse_when(text: str, now: float, timezone: str) -> float:
         if not 0 < seconds <= 5 * 366 * 86400:
             raise ValueError("a time must be between now and five years from now")
         return now + seconds
+    match = _CLOCK.match(value)
+    if match:
+        from datetime import timedelta
+
+        zone = ZoneInfo(timezone)
+        today = datetime.fromtimestamp(now, zone).date()
+        for days in range(3):  # the next day may not have that time (a daylight-saving gap)
+            day = today + timedelta(days=days)
+            moment = datetime(day.year, day.month, day.day, int(match.group(1)), int(match.group(2)), tzinfo=zone)
+            if moment.timestamp() > now:
+                return moment.timestamp()
+        raise ValueError(f"'{text}' is not a time I can place")
     match = _ABSOLUTE.match(value)
     if match:
         hour, minute = int(match.group(2) or 9), int(match.group(3) or 0)
@@ -69,7 +83,7 @@ def parse_when(text: str, now: float, timezone: str) -> float:
         if moment.timestamp() <= now:
             raise ValueError(f"'{text}' is in the past")
         return moment.timestamp()
-    raise ValueError(f"'{text}' is not a time; use 30m, 2h, 3d, 2026-12-24 or 2026-12-24 18:00")
+    raise ValueError(f"'{text}' is not a time; use 30m, 2h, 3d, 7:00, 2026-12-24 or 2026-12-24 18:00")
 
 
 def format_moment(timestamp: float, timezone: str) -> str:

@@ -8,9 +8,10 @@ store refuses the write while the conversation has an open private segment.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from core.durations import format_moment, parse_when
-from core.tools import Tool, ToolContext
+from core.tools import Arguments, Tool, ToolContext
 
 MAX_ENTRY = 500
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -25,11 +26,16 @@ def fts_query(text: str) -> str | None:
     return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 
-def _text(arguments: dict, name: str, *, required: bool = True, limit: int = MAX_ENTRY) -> str | None:
+def _text(arguments: Arguments, name: str, *, limit: int = MAX_ENTRY) -> str:
+    text = _optional_text(arguments, name, limit=limit)
+    if text is None:
+        raise ValueError(f"'{name}' is required")
+    return text
+
+
+def _optional_text(arguments: Arguments, name: str, *, limit: int = MAX_ENTRY) -> str | None:
     value = arguments.get(name)
     if value is None or (isinstance(value, str) and not value.strip()):
-        if required:
-            raise ValueError(f"'{name}' is required")
         return None
     if not isinstance(value, str):
         raise ValueError(f"'{name}' must be text")
@@ -39,7 +45,7 @@ def _text(arguments: dict, name: str, *, required: bool = True, limit: int = MAX
     return value
 
 
-def _id(arguments: dict, name: str) -> int:
+def _id(arguments: Arguments, name: str) -> int:
     value = arguments.get(name)
     if isinstance(value, str) and value.strip().lstrip("#").isdigit():
         value = int(value.strip().lstrip("#"))
@@ -57,13 +63,13 @@ def _person(context: ToolContext) -> int:
 # --- operations (shared by tools and commands) ------------------------------
 
 
-async def remember(context: ToolContext, arguments: dict) -> str:
+async def remember(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "text")
     entry = await context.store.remember(_person(context), context.conversation.id, text, context.now)
     return f"Remembered (#{entry}): {text}"
 
 
-async def recall(context: ToolContext, arguments: dict) -> str:
+async def recall(context: ToolContext, arguments: Arguments) -> str:
     query = fts_query(_text(arguments, "query", limit=200))
     if query is None:
         raise ValueError("'query' needs at least one word")
@@ -73,18 +79,18 @@ async def recall(context: ToolContext, arguments: dict) -> str:
     return "\n".join(f"- [{hit.source}] {_clip(hit.text)}" for hit in hits)
 
 
-async def forget(context: ToolContext, arguments: dict) -> str:
+async def forget(context: ToolContext, arguments: Arguments) -> str:
     person = _person(context)
     if arguments.get("entry_id") is not None:
         entry = _id(arguments, "entry_id")
-        removed = await context.store.forget_pad_entry(person, entry)
+        removed = await context.store.forget_pad_entry(person, context.conversation.id, entry)
         return f"Forgot memory #{entry}." if removed else f"There is no memory #{entry}."
     text = _text(arguments, "text", limit=200)
-    removed = await context.store.forget_pad_matching(person, text)
+    removed = await context.store.forget_pad_matching(person, context.conversation.id, text)
     return f"Forgot {removed} memor{'y' if removed == 1 else 'ies'}." if removed else "No memory matched that."
 
 
-async def list_goals(context: ToolContext, arguments: dict) -> str:
+async def list_goals(context: ToolContext, arguments: Arguments) -> str:
     goals = await context.store.goals(_person(context))
     if not goals:
         return "No active goals."
@@ -93,20 +99,20 @@ async def list_goals(context: ToolContext, arguments: dict) -> str:
     )
 
 
-async def set_goal(context: ToolContext, arguments: dict) -> str:
+async def set_goal(context: ToolContext, arguments: Arguments) -> str:
     title = _text(arguments, "title", limit=200)
-    due_text = _text(arguments, "due", required=False, limit=40)
+    due_text = _optional_text(arguments, "due", limit=40)
     due = parse_when(due_text, context.now, context.timezone) if due_text else None
     goal = await context.store.add_goal(_person(context), context.conversation.id, title, due, context.now)
     return f"Goal #{goal} set: {title}"
 
 
-async def update_goal(context: ToolContext, arguments: dict) -> str:
+async def update_goal(context: ToolContext, arguments: Arguments) -> str:
     goal = _id(arguments, "goal_id")
-    status = _text(arguments, "status", required=False, limit=10)
+    status = _optional_text(arguments, "status", limit=10)
     if status is not None and status not in {"active", "done", "dropped"}:
         raise ValueError("'status' must be active, done or dropped")
-    title = _text(arguments, "title", required=False, limit=200)
+    title = _optional_text(arguments, "title", limit=200)
     if status is None and title is None:
         raise ValueError("give a new 'status' or 'title'")
     changed = await context.store.update_goal(
@@ -115,7 +121,7 @@ async def update_goal(context: ToolContext, arguments: dict) -> str:
     return f"Goal #{goal} updated." if changed else f"There is no goal #{goal}."
 
 
-async def schedule_followup(context: ToolContext, arguments: dict) -> str:
+async def schedule_followup(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "text", limit=300)
     due = parse_when(_text(arguments, "when", limit=40), context.now, context.timezone)
     item = await context.store.add_followup(
@@ -124,27 +130,27 @@ async def schedule_followup(context: ToolContext, arguments: dict) -> str:
     return f"Follow-up #{item} scheduled for {format_moment(due, context.timezone)}: {text}"
 
 
-async def watch_event(context: ToolContext, arguments: dict) -> str:
+async def watch_event(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "description", limit=300)
-    when = _text(arguments, "when", required=False, limit=40)
+    when = _optional_text(arguments, "when", limit=40)
     due = parse_when(when, context.now, context.timezone) if when else None
     item = await context.store.add_followup(_person(context), context.conversation.id, "watch", text, due, context.now)
     return f"Watching for #{item}: {text}"
 
 
-async def list_followups(context: ToolContext, arguments: dict) -> str:
+async def list_followups(context: ToolContext, arguments: Arguments) -> str:
     items = await context.store.followups(_person(context))
     if not items:
         return "No follow-ups."
     lines = []
     for f in items:
         when = format_moment(f.due_at, context.timezone) if f.due_at else "when it happens"
-        paused = " (paused)" if f.status == "paused" else ""
+        paused = {"paused": " (paused)", "missed": " (missed: more than 12 hours late)"}.get(f.status, "")
         lines.append(f"#{f.id} {f.kind} {when}: {f.text}{paused}")
     return "\n".join(lines)
 
 
-async def pause_followup(context: ToolContext, arguments: dict) -> str:
+async def pause_followup(context: ToolContext, arguments: Arguments) -> str:
     item = _id(arguments, "followup_id")
     changed = await context.store.set_followup_status(
         _person(context), context.conversation.id, item, "paused", context.now
@@ -167,7 +173,7 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _schema(properties: dict, required: list[str]) -> dict:
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required}
 
 
@@ -216,7 +222,7 @@ MEMORY_TOOLS = (
     ),
     Tool(
         "schedule_followup",
-        "Remind the person later; when like 30m, 2h, 3d or 2026-12-24 18:00.",
+        "Remind the person later; when like 30m, 2h, 3d, 7:00 or 2026-12-24 18:00 (their time zone).",
         _schema({"text": _S, "when": _S}, ["text", "when"]),
         frozenset({"follow-up"}),
         schedule_followup,
@@ -239,7 +245,7 @@ MEMORY_TOOLS = (
 )
 
 
-async def cancel_followup(context: ToolContext, arguments: dict) -> str:
+async def cancel_followup(context: ToolContext, arguments: Arguments) -> str:
     item = _id(arguments, "followup_id")
     changed = await context.store.set_followup_status(
         _person(context), context.conversation.id, item, "cancelled", context.now
@@ -252,52 +258,66 @@ def _first_word_id(args: str) -> tuple[str, str]:
     return head.lower(), rest.strip()
 
 
-async def run_memory_command(name: str, args: str, context: ToolContext) -> str:
-    """The chat commands for people whose model cannot call tools; same operations, same checks.
+# --- the chat commands, for people whose model cannot call tools: same operations, same checks.
+# Each raises ValueError for bad arguments (in words fit for the person; nothing changed) and
+# core.errors.PrivateWriteRefused when the conversation is private.
 
-    Raises:
-        ValueError: bad arguments, in words fit for the user (nothing changed).
-        core.errors.PrivateWriteRefused: the conversation is private.
-    """
-    if name == "memory":
-        return await memory_overview(context)
-    if name == "remember":
-        return await remember(context, {"text": args})
-    if name == "recall":
-        return await recall(context, {"query": args})
-    if name == "forget":
-        if not args:
-            raise ValueError("Usage: /forget N (a memory's number from /memory) or /forget TEXT")
-        key = "entry_id" if args.lstrip("#").isdigit() else "text"
-        return await forget(context, {key: args})
-    if name == "goals":
-        return await list_goals(context, {})
-    if name == "goal":
-        verb, rest = _first_word_id(args)
-        if verb in {"done", "drop", "dropped", "reopen"} and rest:
-            status = {"done": "done", "drop": "dropped", "dropped": "dropped", "reopen": "active"}[verb]
-            return await update_goal(context, {"goal_id": rest, "status": status})
-        if not args:
-            raise ValueError("Usage: /goal TITLE, /goal done N or /goal drop N")
-        return await set_goal(context, {"title": args})
-    if name == "followups":
-        return await list_followups(context, {})
-    if name == "followup":
-        verb, rest = _first_word_id(args)
-        if verb == "cancel" and rest:
-            return await cancel_followup(context, {"followup_id": rest})
-        if verb == "pause" and rest:
-            return await pause_followup(context, {"followup_id": rest})
-        when, _, text = args.partition(" ")
-        if when.lower() == "in":
-            amount, _, text = text.partition(" ")
-            when = f"in {amount}"
-        if not text.strip():
-            raise ValueError(
-                "Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d or 2026-12-24), "
-                "/followup pause N or /followup cancel N"
-            )
-        return await schedule_followup(context, {"text": text, "when": when})
-    if name == "watch":
-        return await watch_event(context, {"description": args})
-    raise ValueError(f"unknown memory command /{name}")
+
+async def memory_command(context: ToolContext, args: str) -> str:
+    return await memory_overview(context)
+
+
+async def remember_command(context: ToolContext, args: str) -> str:
+    return await remember(context, {"text": args})
+
+
+async def recall_command(context: ToolContext, args: str) -> str:
+    return await recall(context, {"query": args})
+
+
+async def forget_command(context: ToolContext, args: str) -> str:
+    if not args:
+        raise ValueError("Usage: /forget N (a memory's number from /memory) or /forget TEXT")
+    key = "entry_id" if args.lstrip("#").isdigit() else "text"
+    return await forget(context, {key: args})
+
+
+async def goals_command(context: ToolContext, args: str) -> str:
+    return await list_goals(context, {})
+
+
+_GOAL_VERBS = {"done": "done", "drop": "dropped", "dropped": "dropped", "reopen": "active"}
+
+
+async def goal_command(context: ToolContext, args: str) -> str:
+    verb, rest = _first_word_id(args)
+    if verb in _GOAL_VERBS and rest:
+        return await update_goal(context, {"goal_id": rest, "status": _GOAL_VERBS[verb]})
+    if not args:
+        raise ValueError("Usage: /goal TITLE, /goal done N or /goal drop N")
+    return await set_goal(context, {"title": args})
+
+
+async def followups_command(context: ToolContext, args: str) -> str:
+    return await list_followups(context, {})
+
+
+async def followup_command(context: ToolContext, args: str) -> str:
+    verb, rest = _first_word_id(args)
+    if verb == "cancel" and rest:
+        return await cancel_followup(context, {"followup_id": rest})
+    if verb == "pause" and rest:
+        return await pause_followup(context, {"followup_id": rest})
+    when, _, text = args.partition(" ")
+    if when.lower() == "in":
+        amount, _, text = text.partition(" ")
+        when = f"in {amount}"
+    if not text.strip():
+        raise ValueError(
+            "Usage: /followup WHEN TEXT (WHEN like 30m, 2h, 3d, 7:00 or 2026-12-24), /followup pause N or /followup cancel N"
+        )
+    return await schedule_followup(context, {"text": text, "when": when})
+
+
+async def watch_command(context: ToolContext, args: str) -> str:
+    return await watch_event(context, {"description": args})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class Mode(enum.StrEnum):
@@ -96,6 +97,43 @@ class OutboundDelivery:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class MirrorOf:
+    """Asks `record_reply` to copy the exchange (the user message `user_message_id` and the reply
+    stored with it) to the conversation's active bindings, headed `[label]`; None: a reminder or
+    nudge, copied alone. The store's SQL decides whether there is anything to copy: never for a
+    private message or conversation."""
+
+    user_message_id: int | None
+    label: str  # the source's name, as `telegram DM`
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedReply:
+    """What `record_reply` wrote: the assistant message, its delivery, and its mirror rows."""
+
+    message_id: int | None
+    delivery_id: int | None
+    mirror_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A conversation's normal output copied to another chat; `reason` is a failure's kind."""
+
+    id: int
+    conversation_id: int
+    platform: str
+    chat_id: str
+    state: str  # active | disabled
+    reason: str | None
+    created_at: float
+
+    @property
+    def target(self) -> str:
+        return f"{self.platform}:{self.chat_id}"
+
+
 # --- the model side -------------------------------------------------------
 
 
@@ -120,7 +158,7 @@ class ChatMessage:
 class ToolSpec:
     name: str
     description: str
-    parameters: dict
+    parameters: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,3 +303,67 @@ class OpenTurn:
     account_id: int | None
     created_at: float
     platform_message_id: str | None = None
+
+
+# --- proactive messages -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProactivePrefs:
+    """A person's manners for proactive messages. None: the configured default. Holds no text."""
+
+    person_id: int
+    budget: int | None = None  # nudges per local day; 0: `/nudges off`
+    quiet: str | None = None  # 'HH:MM-HH:MM' or 'off'
+    timezone: str | None = None  # an IANA name
+    pinned_conversation_id: int | None = None  # `/nudges here`
+    last_wrote_at: float | None = None  # their last normal message in a direct conversation
+    last_nudge_at: float | None = None
+    unanswered: int = 0  # nudges since they last wrote
+
+
+@dataclass(frozen=True, slots=True)
+class ProactiveCandidate:
+    """Something due for one person: a reminder, an event watch, a goal check-in or an open
+    check-in, with the direct conversation it would go to. Only normal rows, never a
+    conversation with an open segment (the candidate query's own SQL)."""
+
+    kind: str  # reminder | watch | goal | checkin
+    item_id: int  # the follow-up, the goal, or (checkin) the person
+    due_at: float
+    text: str  # what the person asked to be reminded of / the event / the goal; '' for a check-in
+    conversation: Conversation
+    prefs: ProactivePrefs
+
+    @property
+    def subject(self) -> str:
+        prefix = {"reminder": "followup", "watch": "followup"}.get(self.kind, self.kind)
+        return f"{prefix}:{self.item_id}"
+
+    @property
+    def is_reminder(self) -> bool:
+        return self.kind == "reminder"
+
+
+@dataclass(frozen=True, slots=True)
+class ProactiveDecision:
+    """One triage decision, recorded without any text. `segment_id` only with reason 'private'
+    (the row then goes with that segment)."""
+
+    person_id: int
+    kind: str
+    subject: str
+    outcome: str  # sent | silent | skipped | missed
+    reason: str
+    local_day: str
+    decided_at: float
+    segment_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProactiveSent:
+    """What a claim wrote: the message, its delivery and its mirror rows."""
+
+    message_id: int
+    delivery_id: int
+    mirror_ids: tuple[int, ...] = ()

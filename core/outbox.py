@@ -1,23 +1,27 @@
 """The outbox: outbound messages are delivery rows first; this service sends them and marks them.
 
-Every reply (and later every mirror, reminder and nudge) is written as a pending delivery
-in the transaction that stores what it carries. `deliver` sends a conversation's pending
-deliveries in order right after the turn; `dispatch_due` (scheduled) sends what is due
-again, with exponential backoff and jitter, across outages of any length and across
-restarts, and never runs the model again. Only a permanent refusal (blocked, chat not
-found) ends a delivery unsent, recorded by kind.
+Every reply and mirror (and later every reminder and nudge) is written as a pending delivery
+in the transaction that stores what it carries. Deliveries go out in order per lane: one
+conversation's deliveries to one (platform, chat), so a mirror target that is down never
+holds back the replies. `deliver` sends a lane right after the turn; `dispatch_due`
+(scheduled) sends what is due again, with exponential backoff and jitter, across outages
+of any length and across restarts, and never runs the model again. Only a permanent
+refusal (blocked, chat not found) ends a delivery unsent, recorded by kind; on a mirror it
+also disables the binding and tells the source conversation once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
-import weakref
 from collections.abc import Callable
 
+from core import copy
 from core.errors import DeliveryFailed
+from core.locks import KeyedLocks
+from core.model import OutboundDelivery
 from core.ports import BaseSender, Clock, OutboxStore
+from core.retry import backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,7 @@ class Outbox:
         self._max_delay = max_delay
         self._rand = rand
         self._senders: dict[str, BaseSender] = {}
-        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._locks: KeyedLocks[tuple[int, str, str]] = KeyedLocks()
 
     # --- senders ------------------------------------------------------------
 
@@ -60,18 +64,38 @@ class Outbox:
     def serves(self, platform: str) -> bool:
         return platform in self._senders
 
+    @property
+    def platforms(self) -> frozenset[str]:
+        """The platforms a delivery can go out on now (their senders are registered)."""
+        return frozenset(self._senders)
+
     # --- sending --------------------------------------------------------------
 
     async def append_text(self, delivery_id: int, suffix: str) -> None:
         await self._store.append_text(delivery_id, suffix)
 
+    async def send_text(self, platform: str, chat_id: str, text: str) -> str:
+        """Post `text` to a chat now, without a row: the test post that verifies a binding.
+
+        Returns:
+            The platform's id of the first message.
+        Raises:
+            DeliveryFailed: no sender for `platform` in this process (kind "not configured"), or
+                the platform did not take it.
+        """
+        sender = self._senders.get(platform)
+        if sender is None:
+            raise DeliveryFailed("not configured", permanent=True, parts_sent=0)
+        return await sender.send_text(chat_id, text)
+
     async def deliver(self, conversation_id: int, delivery_id: int) -> bool:
-        """Send the conversation's pending deliveries up to `delivery_id`, oldest first.
-        Returns whether they all went out (False: the rest waits for `dispatch_due`)."""
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            lock = self._locks[conversation_id] = asyncio.Lock()
-        async with lock:
+        """Send the pending deliveries of the lane of `delivery_id` (its conversation, platform and
+        chat) up to it, oldest first. Returns whether they all went out (False: the rest waits
+        for `dispatch_due`)."""
+        lane = await self._store.lane_of(delivery_id)
+        if lane is None:
+            return True  # sent and pruned long ago
+        async with self._locks.of((conversation_id, *lane)):
             for delivery in await self._store.pending_of(conversation_id, delivery_id):
                 sender = self._senders.get(delivery.target.platform)
                 if sender is None:
@@ -79,6 +103,11 @@ class Outbox:
                 if not await self._send_one(sender, delivery):
                     return False
             return True
+
+    async def deliver_all(self, conversation_id: int, delivery_ids: tuple[int, ...]) -> None:
+        """Send several lanes one after another (a turn's mirror rows, one per binding)."""
+        for delivery_id in delivery_ids:
+            await self.deliver(conversation_id, delivery_id)
 
     async def dispatch_due(self, *, at_start: bool = False) -> int:
         """Scheduled: send what is due, per conversation in order. A delivery never tried is left
@@ -96,7 +125,7 @@ class Outbox:
     async def prune(self, keep_seconds: float = 7 * 86400.0) -> int:
         return await self._store.prune_settled(self._clock.now() - keep_seconds)
 
-    async def _send_one(self, sender: BaseSender, delivery) -> bool:
+    async def _send_one(self, sender: BaseSender, delivery: OutboundDelivery) -> bool:
         try:
             parts = await sender.send_delivery(delivery)
         except DeliveryFailed as exc:
@@ -114,9 +143,23 @@ class Outbox:
         )
         return True
 
-    async def _failed(self, delivery, kind: str, permanent: bool, parts_sent: int) -> bool:
-        """Record a failure. A permanent one settles the delivery and lets the next go."""
+    async def _failed(self, delivery: OutboundDelivery, kind: str, permanent: bool, parts_sent: int) -> bool:
+        """Record a failure. A permanent one settles the delivery and lets the next go, except on a
+        mirror: that ends the lane (its binding is disabled, its other copies settled)."""
         now = self._clock.now()
+        if permanent and delivery.kind == "mirror":
+            # The target refused for good (blocked, chat not found): the binding is disabled rather
+            # than retried forever, and the source is told once.
+            notice = await self._store.give_up_mirror(delivery.id, parts_sent, kind, now, copy.MIRROR_DISABLED)
+            log.warning(
+                "mirror %s (conversation %s) refused for good (%s); its binding is disabled",
+                delivery.id,
+                delivery.conversation_id,
+                kind,
+            )
+            if notice is not None:
+                await self.deliver(delivery.conversation_id, notice)
+            return False  # the binding's later copies were settled with it: none of them may go out
         if permanent:
             await self._store.mark_failed(delivery.id, parts_sent, kind, now)
             log.warning("delivery %s (conversation %s) given up: %s", delivery.id, delivery.conversation_id, kind)
@@ -135,5 +178,4 @@ class Outbox:
 
     def backoff(self, attempt: int) -> float:
         """Exponential, capped, with jitter: between half and all of base * 2^(attempt-1)."""
-        ceiling = min(self._base_delay * 2 ** min(attempt - 1, 30), self._max_delay)
-        return ceiling * (0.5 + 0.5 * self._rand())
+        return backoff_delay(attempt, base=self._base_delay, cap=self._max_delay, jitter=0.5, rand=self._rand)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 from core.model import (
     Account,
+    Binding,
     Completion,
     CompletionRequest,
     Conversation,
@@ -16,19 +17,27 @@ from core.model import (
     FollowUp,
     Goal,
     InboundMessage,
+    MirrorOf,
     OpenTurn,
     OutboundDelivery,
     PadEntry,
     PendingCapture,
+    ProactiveCandidate,
+    ProactiveDecision,
+    ProactivePrefs,
+    ProactiveSent,
     RecallHit,
+    RecordedReply,
     Reply,
     Segment,
     Summary,
     TimelineItem,
 )
 
+if TYPE_CHECKING:
+    from core.analytics import RunRecord
 
-@runtime_checkable
+
 class BaseProvider(Protocol):
     """A language model behind a chat-completions interface."""
 
@@ -60,6 +69,12 @@ class BaseChatAdapter(Protocol):
         """Stop receiving, flush what is being sent, disconnect; safe to call twice."""
         ...
 
+    async def wait_lost(self) -> str:
+        """Wait until the platform connection is lost for good (the library's own reconnects gave
+        up, or could not have helped); return one line naming the platform and why. The gateway
+        then stops the process so that a supervisor starts a fresh one."""
+        ...
+
 
 class BaseSender(Protocol):
     """The sending half of a chat adapter, used by the outbox (core.outbox.Outbox)."""
@@ -77,10 +92,24 @@ class BaseSender(Protocol):
         """
         ...
 
+    async def send_text(self, chat_id: str, text: str) -> str:
+        """Send `text` to a chat now, without an outbox row (the one test post that verifies a
+        binding before it is stored), split to the platform's limit.
+
+        Returns:
+            The platform's id of the first message sent.
+        Raises:
+            core.errors.DeliveryFailed: the chat cannot be posted in, or the platform failed.
+        """
+        ...
+
 
 class OutboxStore(Protocol):
     """Delivery rows: read what is pending, mark what happened. Rows are written by the
-    timeline's `record_reply`, in the transaction of what they carry."""
+    timeline's `record_reply`, in the transaction of what they carry. A lane is one
+    conversation's deliveries to one (platform, chat): they go out in order."""
+
+    async def lane_of(self, delivery_id: int) -> tuple[str, str] | None: ...
 
     async def pending_of(self, conversation_id: int, upto: int) -> list[OutboundDelivery]: ...
 
@@ -95,6 +124,13 @@ class OutboxStore(Protocol):
     async def mark_failed(self, delivery_id: int, parts_sent: int, error: str, now: float) -> None: ...
 
     async def append_text(self, delivery_id: int, suffix: str) -> None: ...
+
+    async def give_up_mirror(
+        self, delivery_id: int, parts_sent: int, error: str, now: float, notice: str
+    ) -> int | None:
+        """Settle a mirror refused for good, disable its binding and, the first time only, queue
+        `notice` to the source conversation. Returns the notice's delivery id, or None."""
+        ...
 
     async def prune_settled(self, before: float) -> int: ...
 
@@ -143,7 +179,7 @@ class TimelineStore(Protocol):
         segment_id: int | None = None,
         kind: str = "chat",
         account_id: int | None = None,
-        run: object | None = None,
+        run: RunRecord | None = None,
         platform_message_id: str | None = None,
     ) -> int | None:
         """Append a message; with a segment it is private and can only be 'skipped' for capture.
@@ -172,12 +208,14 @@ class TimelineStore(Protocol):
         *,
         stored_text: str | None = None,
         segment_id: int | None = None,
-        run: object | None = None,
+        run: RunRecord | None = None,
         answers: int | None = None,
         target: DeliveryTarget | None = None,
-    ) -> tuple[int | None, int | None]:
-        """One transaction: the assistant message, the run, the answered turns, the delivery.
-        Returns (message id, delivery id)."""
+        mirror: MirrorOf | None = None,
+    ) -> RecordedReply:
+        """One transaction: the assistant message, the run, the answered turns, the delivery and,
+        with `mirror`, one mirror row per active binding, selected by SQL that excludes private
+        messages and conversations with an open segment."""
         ...
 
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]: ...
@@ -248,14 +286,16 @@ class ModeStore(Protocol):
 
 
 class MemoryStore(Protocol):
-    """Normal-mode memory. Turn-originated writes raise PrivateWriteRefused while the
-    originating conversation (`origin`) has an open segment."""
+    """Normal-mode memory. Every lasting write (adding, changing or forgetting memory, goals
+    and follow-ups; a run; a tool operation outside a segment) raises PrivateWriteRefused
+    while the originating conversation (`origin`) has an open segment, and changes nothing;
+    a False or 0 result means only that there was nothing to change."""
 
     async def remember(self, person_id: int, origin: int, text: str, now: float) -> int: ...
 
-    async def forget_pad_entry(self, person_id: int, entry_id: int) -> int: ...
+    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int: ...
 
-    async def forget_pad_matching(self, person_id: int, text: str) -> int: ...
+    async def forget_pad_matching(self, person_id: int, origin: int, text: str) -> int: ...
 
     async def recall(self, person_id: int, match: str, limit: int = 8) -> list[RecallHit]: ...
 
@@ -303,7 +343,7 @@ class MemoryStore(Protocol):
 
     async def skip_capture(self, message_ids: list[int]) -> None: ...
 
-    async def save_run(self, run: object) -> None: ...
+    async def save_run(self, run: RunRecord) -> None: ...
 
 
 class LifetimeStore(Protocol):
@@ -330,5 +370,91 @@ class LifetimeStore(Protocol):
     ) -> int | None: ...
 
 
-class BaseStore(TimelineStore, ModeStore, MemoryStore, LifetimeStore, Protocol):
+class BindingStore(Protocol):
+    """Mirrors: bindings of a conversation's normal output to other chats. A binding holds no text."""
+
+    async def add_binding(self, conversation_id: int, platform: str, chat_id: str, now: float) -> Binding:
+        """Bind (or bind again) the conversation to a chat.
+
+        Raises:
+            core.errors.PrivateWriteRefused: the conversation has an open segment; the write's
+                own SQL refused it, whoever called.
+        """
+        ...
+
+    async def bindings_of(self, conversation_id: int) -> list[Binding]: ...
+
+    async def remove_binding(self, conversation_id: int, binding_id: int) -> Binding | None:
+        """Remove one binding of the conversation with its pending copies; None: no such binding."""
+        ...
+
+
+class ProactiveStore(Protocol):
+    """Reminders and nudges: what is due (never for a conversation with an open segment, by the
+    SQL), the claim that writes a message with its delivery, the decision record (no text) and
+    each person's manners."""
+
+    async def due_candidates(
+        self,
+        now: float,
+        platforms: frozenset[str],
+        *,
+        watch_after: float,
+        goal_every: float,
+        checkin_after: float,
+        limit: int = 500,
+    ) -> list[ProactiveCandidate]:
+        """What is due now for people reachable on `platforms`, oldest first per kind. The SQL
+        excludes every person with an open segment in any conversation, groups, and any
+        conversation that is not direct."""
+        ...
+
+    async def waiting_in_private(self, now: float, limit: int = 500) -> list[tuple[int, int, str, int]]:
+        """(person, open segment, kind, follow-up id) of follow-ups due now whose person is in
+        private mode: ids only, for the 'private' decision (they wait)."""
+        ...
+
+    async def nudges_sent_on(self, person_id: int, local_day: str) -> int: ...
+
+    async def record_decision(self, decision: ProactiveDecision) -> bool:
+        """Record a decision; a skip repeating the subject's latest decision is not recorded
+        again. Returns whether a row was written."""
+        ...
+
+    async def claim_and_send(
+        self,
+        candidate: ProactiveCandidate,
+        text: str,
+        decision: ProactiveDecision,
+        mirror_label: str,
+    ) -> ProactiveSent | None:
+        """One transaction: claim the candidate (it must still be due and its person must have no
+        open segment), store `text` as a normal assistant message in the candidate's
+        conversation, write its delivery (kind reminder or nudge) and mirror rows, the person's
+        nudge state and `decision`. Returns None (nothing written) when it was claimed already
+        or the person is in private mode now."""
+        ...
+
+    async def settle_without_message(self, candidate: ProactiveCandidate, decision: ProactiveDecision) -> bool:
+        """Claim the candidate with no message (silence, or a missed reminder) and record
+        `decision`, in one transaction. Returns False when it was claimed already."""
+        ...
+
+    async def proactive_prefs(self, person_id: int) -> ProactivePrefs: ...
+
+    async def set_proactive_pref(
+        self, person_id: int, origin: int, name: str, value: int | str | None
+    ) -> ProactivePrefs:
+        """Change one manner (`name`: budget, quiet, timezone or pinned_conversation_id; None:
+        back to the default) and return them all.
+
+        Raises:
+            core.errors.PrivateWriteRefused: the conversation `origin` has an open segment.
+        """
+        ...
+
+
+class BaseStore(
+    TimelineStore, ModeStore, MemoryStore, LifetimeStore, BindingStore, AdapterStateStore, ProactiveStore, Protocol
+):
     """Everything the core asks of storage; adapters.storage.sqlite.SqliteStore implements it."""

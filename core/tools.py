@@ -11,8 +11,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from core import copy
+from core.errors import PrivateWriteRefused
 from core.model import Conversation, ToolCall, ToolSpec
+from core.ports import BaseStore
 from core.valve import ModeState
 
 log = logging.getLogger(__name__)
@@ -28,18 +32,20 @@ class ToolContext:
     conversation: Conversation
     state: ModeState
     now: float
-    timezone: str = "UTC"
-    store: object = None
+    timezone: str
+    store: BaseStore
 
 
-ToolHandler = Callable[[ToolContext, dict], Awaitable[str]]
+# A tool call's arguments, as the model sent them (JSON object).
+Arguments = dict[str, Any]
+ToolHandler = Callable[[ToolContext, Arguments], Awaitable[str]]
 
 
 @dataclass(frozen=True, slots=True)
 class Tool:
     name: str
     description: str
-    parameters: dict
+    parameters: dict[str, Any]
     tags: frozenset[str]
     handler: ToolHandler = field(compare=False)
 
@@ -58,9 +64,6 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name} registered twice")
         self._tools[tool.name] = tool
-
-    def all(self) -> list[Tool]:
-        return list(self._tools.values())
 
     def tools_for(self, conversation: Conversation, state: ModeState) -> list[Tool]:
         """The tool set of one turn, decided from the mode before any request is built."""
@@ -85,13 +88,15 @@ async def run_tool_call(offered: list[Tool], call: ToolCall, context: ToolContex
         return await tool.handler(context, arguments)
     except ValueError as exc:
         return f"error: {exc}"
+    except PrivateWriteRefused:
+        return f"error: {copy.TOOL_PRIVATE_REFUSED}"
     except Exception as exc:  # noqa: BLE001 - a tool bug must not end the turn
         # The type only: a traceback or message could quote the arguments, and logs carry no text.
         log.error("tool %s failed (%s)", tool.name, type(exc).__name__)
         return "error: the tool failed"
 
 
-async def _current_time(context: ToolContext, arguments: dict) -> str:
+async def _current_time(context: ToolContext, arguments: Arguments) -> str:
     from zoneinfo import ZoneInfo
 
     now = datetime.fromtimestamp(context.now, tz=UTC).astimezone(ZoneInfo(context.timezone))

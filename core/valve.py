@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from core.durations import describe_seconds, parse_expiry
 from core.model import Account, Conversation, Mode, Segment
@@ -20,24 +21,39 @@ LOCKOUT_DURATION = 15 * 60.0
 
 
 @dataclass(frozen=True, slots=True)
-class ModeState:
-    """The mode a turn runs in. `segment` is set only in private mode.
-    `notice` tells the user that automation just ended private mode."""
+class NormalState:
+    """A turn in normal mode. `notice` tells the person that automation just ended private mode."""
 
-    mode: Mode
-    segment: Segment | None = None
     notice: str | None = None
     # The mode could not be read (store error or timeout): normal mode, and the message that
     # asked is not used at all, since it may have been meant for an open private interval.
     unreadable: bool = False
 
+    mode: ClassVar[Mode] = Mode.NORMAL
+    is_private: ClassVar[bool] = False
+    segment_id: ClassVar[None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrivateState:
+    """A turn in private mode, inside its open segment: the type proves a private turn has one."""
+
+    segment: Segment
+
+    mode: ClassVar[Mode] = Mode.PRIVATE
+    is_private: ClassVar[bool] = True
+    notice: ClassVar[None] = None
+    unreadable: ClassVar[bool] = False
+
     @property
-    def is_private(self) -> bool:
-        return self.mode is Mode.PRIVATE and self.segment is not None
+    def segment_id(self) -> int:
+        return self.segment.id
 
 
-NORMAL = ModeState(Mode.NORMAL)
-UNREADABLE = ModeState(Mode.NORMAL, unreadable=True)
+ModeState = NormalState | PrivateState
+
+NORMAL = NormalState()
+UNREADABLE = NormalState(unreadable=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +105,9 @@ class ModeValve:
 
     # --- reading ----------------------------------------------------------
 
-    async def read(self, conversation: Conversation) -> ModeState:
-        """The mode of `conversation` now. Never raises; every failure is normal mode."""
+    async def settle(self, conversation: Conversation) -> ModeState:
+        """The mode of `conversation` now, after closing a segment whose time is over (expiry, idle,
+        a malformed row, a group): a read that may write. Never raises; every failure is normal mode."""
         if conversation.id in self._leaving:
             await self._retry_leave(conversation)
             return NORMAL
@@ -119,15 +136,14 @@ class ModeValve:
                 await self._store.delete_expired_segments(now)
             except Exception as exc:  # noqa: BLE001 - the sweep retries; the turn must go on in normal mode
                 log.warning("deleting expired segments failed (%s); the sweep retries", type(exc).__name__)
-            return ModeState(Mode.NORMAL, notice="Private mode ended: its time ran out. You are in normal mode now.")
+            return NormalState(notice="Private mode ended: its time ran out. You are in normal mode now.")
         if self._idle is not None and now - segment.last_activity_at >= self._idle:
             await self._close_quietly(segment, "idle")
-            return ModeState(
-                Mode.NORMAL,
+            return NormalState(
                 notice=f"Private mode ended after {describe_seconds(self._idle)} without messages. "
                 "You are in normal mode now.",
             )
-        return ModeState(Mode.PRIVATE, segment)
+        return PrivateState(segment)
 
     def ends_at(self, segment: Segment) -> float | None:
         """When the segment will end by itself if nothing else happens (expiry or idle)."""
@@ -166,7 +182,7 @@ class ModeValve:
                 "Private mode entry is locked after too many wrong passphrases; "
                 f"try again in {describe_seconds(locked_until - now)}.",
             )
-        current = await self.read(conversation)
+        current = await self.settle(conversation)
         if current.is_private:
             return EntryResult(False, "You are already in private mode. /normal leaves it.")
         ok = await asyncio.to_thread(self._hash.verify, passphrase)

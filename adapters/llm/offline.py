@@ -39,6 +39,8 @@ class OfflineProvider:
             return Completion(line)
         if request.purpose == "summary":
             return Completion(_fold(request))
+        if request.purpose == "nudge":
+            return Completion(copy.OFFLINE_NUDGE)  # fixed and honest: no model wrote it
         if request.purpose == "capture":
             return Completion(_capture(request))
         return Completion(_digest(request))

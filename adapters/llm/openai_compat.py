@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import logging
@@ -22,6 +23,7 @@ from core.errors import (
     ProviderUnavailable,
 )
 from core.model import ChatMessage, Completion, CompletionRequest, ToolCall, ToolSpec
+from core.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,9 @@ _TOO_LONG = re.compile(
 _INVALID = re.compile(
     r"invalid|type.must.be|type_error|must be a|expected|missing|required|unsupported|parse", re.IGNORECASE
 )
+# vLLM started without --enable-auto-tool-choice and --tool-call-parser refuses, with a 400, every
+# request that offers tools with tool_choice "auto" (classification only, like the two above).
+_TOOL_CHOICE_REFUSED = re.compile(r"tool.choice.{0,40}(enable-auto-tool-choice|tool-call-parser)", re.IGNORECASE)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SERVER_MESSAGE_LIMIT = 200
 # A server message sharing a run this long with the request is taken to quote it.
@@ -134,13 +139,20 @@ class OpenAICompatibleProvider:
         self._api_key = api_key
         self._timeout = timeout
         self._max_tokens = max_tokens
-        self._max_retries = max_retries
-        self._backoff = backoff
-        self._max_retry_after = max_retry_after
+        self._policy = RetryPolicy(
+            attempts=max_retries + 1,
+            base_delay=backoff,
+            deadline=timeout,
+            retryable=_worth_retrying,
+            retry_after=_server_retry_after,
+            max_retry_after=max_retry_after,
+        )
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._closed = False
         self._sleep = asyncio.sleep
+        # False once the server refused tool_choice "auto" (see _TOOL_CHOICE_REFUSED): tools are left out.
+        self._tools_accepted = True
 
     async def aclose(self) -> None:
         """Close the HTTP client; safe to call twice."""
@@ -155,11 +167,19 @@ class OpenAICompatibleProvider:
         Raises:
             core.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
-        body = json.dumps(
-            _payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False
-        ).encode()
-        self.last_request_bytes = len(body)
-        response, attempts = await self._post(body, request)
+        body = self._body(request)
+        try:
+            response, attempts = await self._post(body, request)
+        except ProviderRejected as exc:
+            if not (request.tools and self._tools_accepted and _refuses_tool_choice(exc)):
+                raise
+            # Failing every turn would cut the companion off from its model: it answers without tools.
+            log.warning(
+                "the model server refuses tool_choice 'auto' (vLLM needs --enable-auto-tool-choice and "
+                "--tool-call-parser); answering without tools from now on"
+            )
+            self._tools_accepted = False
+            response, attempts = await self._post(self._body(request), request)
         try:
             parsed = _parse_completion(response.content)
         except ValidationError as exc:
@@ -193,6 +213,15 @@ class OpenAICompatibleProvider:
             truncated=truncated,
         )
 
+    def _body(self, request: CompletionRequest) -> bytes:
+        if request.tools and not self._tools_accepted:
+            request = dataclasses.replace(request, tools=())
+        body = json.dumps(
+            _payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False
+        ).encode()
+        self.last_request_bytes = len(body)
+        return body
+
     def _http(self) -> httpx.AsyncClient:
         if self._closed:
             raise RuntimeError("OpenAICompatibleProvider.complete() called after aclose()")
@@ -209,70 +238,58 @@ class OpenAICompatibleProvider:
         """POST `body`, retrying what is worth retrying before one deadline for the whole call;
         return the 2xx response and the attempts used."""
         client = self._http()
-        deadline = time.monotonic() + self._timeout
-        attempts = self._max_retries + 1
-        for attempt in range(1, attempts + 1):
-            remaining = deadline - time.monotonic()
-            started = time.perf_counter()
+        tried = 0
+        started = 0.0
+
+        async def post(attempt: Attempt) -> httpx.Response:
+            nonlocal tried, started
+            tried, started = attempt.number, time.perf_counter()
+            remaining = attempt.remaining if attempt.remaining is not None else self._timeout
             log.debug(
-                "POST chat/completions (%s) attempt %d/%d: %d bytes", request.purpose, attempt, attempts, len(body)
+                "POST chat/completions (%s) attempt %d/%d: %d bytes",
+                request.purpose,
+                attempt.number,
+                attempt.of,
+                len(body),
             )
-            try:
-                # httpx's timeout is per read; asyncio's bounds the attempt as a whole.
-                async with asyncio.timeout(remaining):
-                    response = await client.post(self._url, content=body, timeout=remaining)
-            except (TimeoutError, httpx.TimeoutException) as exc:
-                self._raise_translated(exc, attempts=attempt, request=request)
-            except _RETRYABLE_ERRORS as exc:
-                elapsed = time.perf_counter() - started
-                delay = self._backoff * 2 ** (attempt - 1)
-                if attempt == attempts or time.monotonic() + delay >= deadline:
-                    self._raise_translated(exc, attempts=attempt, request=request)
+            # httpx's timeout is per read; asyncio's bounds the attempt as a whole.
+            async with asyncio.timeout(remaining):
+                response = await client.post(self._url, content=body, timeout=remaining)
+            log.debug(
+                "model server answered %d on attempt %d/%d: %d bytes in %.0f ms",
+                response.status_code,
+                attempt.number,
+                attempt.of,
+                len(response.content),
+                (time.perf_counter() - started) * 1000,
+            )
+            response.raise_for_status()  # a status that says "try again" is retried as a failure
+            return response
+
+        def retrying_after(exc: Exception, attempt: Attempt, delay: float) -> None:
+            if isinstance(exc, httpx.HTTPStatusError):
                 log.warning(
-                    "model server attempt %d/%d failed after %.0f ms (%s); retrying in %.2f s",
-                    attempt,
-                    attempts,
-                    elapsed * 1000,
-                    type(exc).__name__,
+                    "model server answered %d on attempt %d/%d; retrying in %.2f s",
+                    exc.response.status_code,
+                    attempt.number,
+                    attempt.of,
                     delay,
                 )
-            except httpx.RequestError as exc:
-                self._raise_translated(exc, attempts=attempt, request=request)
-            else:
-                elapsed = time.perf_counter() - started
-                status = response.status_code
-                log.debug(
-                    "model server answered %d on attempt %d/%d: %d bytes in %.0f ms",
-                    status,
-                    attempt,
-                    attempts,
-                    len(response.content),
-                    elapsed * 1000,
-                )
-                if response.is_success:
-                    return response, attempt
-                delay = self._retry_delay(response, attempt)
-                if (
-                    status not in _RETRYABLE_STATUSES
-                    or attempt == attempts
-                    or time.monotonic() + delay >= deadline  # waiting would outlast the call's deadline
-                ):
-                    try:
-                        response.raise_for_status()
-                    except httpx.HTTPStatusError as exc:
-                        self._raise_translated(exc, attempts=attempt, request=request)
-                    raise AssertionError(f"unreachable: {status} is not a success")
-                log.warning(
-                    "model server answered %d on attempt %d/%d; retrying in %.2f s", status, attempt, attempts, delay
-                )
-            await self._sleep(delay)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                return
+            log.warning(
+                "model server attempt %d/%d failed after %.0f ms (%s); retrying in %.2f s",
+                attempt.number,
+                attempt.of,
+                (time.perf_counter() - started) * 1000,
+                type(exc).__name__,
+                delay,
+            )
 
-    def _retry_delay(self, response: httpx.Response, attempt: int) -> float:
-        retry_after = _parse_retry_after(response.headers.get("Retry-After"))
-        if retry_after is None:
-            return self._backoff * 2 ** (attempt - 1)
-        return min(retry_after, self._max_retry_after)
+        try:
+            response = await retrying(self._policy, post, on_retry=retrying_after, sleep=self._sleep)
+        except (httpx.HTTPError, TimeoutError) as exc:
+            self._raise_translated(exc, attempts=tried, request=request)
+        return response, tried
 
     def _raise_translated(self, exc: Exception, *, attempts: int, request: CompletionRequest) -> NoReturn:
         """The one place where httpx and pydantic failures become ProviderErrors."""
@@ -360,6 +377,16 @@ def _tool(tool: ToolSpec) -> dict[str, Any]:
     }
 
 
+def _refuses_tool_choice(exc: ProviderRejected) -> bool:
+    """Whether a rejection is a server refusing tool_choice "auto" (vLLM without tool parsing)."""
+    cause = exc.__cause__
+    return (
+        exc.status == 400
+        and isinstance(cause, httpx.HTTPStatusError)
+        and bool(_TOOL_CHOICE_REFUSED.search(_error_text(cause.response)))
+    )
+
+
 def _parse_completion(content: bytes) -> _ChatCompletion:
     """Parse a response body; a lone UTF-16 surrogate escape becomes U+FFFD instead of a failure.
 
@@ -393,6 +420,18 @@ def _arguments_text(arguments: str | dict[str, Any]) -> str:
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+
+
+def _worth_retrying(exc: Exception) -> bool:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code in _RETRYABLE_STATUSES
+    return isinstance(exc, _RETRYABLE_ERRORS)
+
+
+def _server_retry_after(exc: Exception) -> float | None:
+    if isinstance(exc, httpx.HTTPStatusError):
+        return _parse_retry_after(exc.response.headers.get("Retry-After"))
+    return None
 
 
 def _parse_retry_after(value: str | None) -> float | None:
@@ -433,10 +472,10 @@ def _server_message(response: httpx.Response, request: CompletionRequest) -> str
             message = data.get("message")
     if not isinstance(message, str):
         return ""
-    message = _one_line(message)[:_SERVER_MESSAGE_LIMIT]
-    if _quotes_request(message, request):
+    said = _one_line(message)[:_SERVER_MESSAGE_LIMIT]
+    if _quotes_request(said, request):
         return "(server message withheld: it quotes the request)"
-    return message
+    return said
 
 
 def _error_text(response: httpx.Response) -> str:

@@ -2,50 +2,46 @@
 
 Every statement that could touch private text says so in its own WHERE clause:
 recall joins back to the source row and requires it to be normal; capture joins
-against the conversation kind and the segments; turn-originated writes refuse
-while the originating conversation has an open private segment.
+against the conversation kind and the segments. Every lasting write (pad, goals,
+follow-ups, analytics) passes through the guard of adapters/storage/guard.py.
 """
 
 from __future__ import annotations
 
-from core.errors import PrivateWriteRefused
-from core.model import FollowUp, Goal, PendingCapture, RecallHit
+import aiosqlite
 
-# A write that comes from a turn must not happen while that conversation is private.
-_NO_OPEN_SEGMENT = "NOT EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = :origin AND s.ended_at IS NULL)"
+from adapters.storage.database import Database, inserted_id, present
+from adapters.storage.guard import lasting_tx, refuse_while_private
+from core.analytics import RunRecord
+from core.model import FollowUp, Goal, PendingCapture, RecallHit
 
 
 class MemoryQueries:
-    """Mixed into SqliteStore; uses its `_tx`, `_one` and `_all`."""
+    """Pads, recall, goals, follow-ups, capture and analytics; implements core.ports.MemoryStore."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
     # --- normal pad ---------------------------------------------------------
 
-    async def _insert_unless_private(self, what: str, sql: str, params: dict) -> int:
-        """Run an INSERT ... SELECT ... WHERE <no open segment in :origin>; refuse when it inserted nothing."""
-        async with self._tx() as db:
-            cur = await db.execute(f"{sql} WHERE {_NO_OPEN_SEGMENT}", params)
-            if cur.rowcount == 0:
-                raise PrivateWriteRefused(what)
-            return cur.lastrowid
-
     async def remember(self, person_id: int, origin: int, text: str, now: float) -> int:
-        return await self._insert_unless_private(
-            "memory",
-            "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-            " SELECT :person, NULL, 'normal', :text, :now",
-            {"person": person_id, "text": text, "now": now, "origin": origin},
-        )
+        async with lasting_tx(self._db, origin, "memory") as db:
+            cur = await db.execute(
+                "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, NULL, 'normal', ?, ?)",
+                (person_id, text, now),
+            )
+            return inserted_id(cur)
 
-    async def forget_pad_entry(self, person_id: int, entry_id: int) -> int:
-        async with self._tx() as db:
+    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:
+        async with lasting_tx(self._db, origin, "change to memory") as db:
             cur = await db.execute(
                 "DELETE FROM pad_entries WHERE id = ? AND person_id = ? AND mode = 'normal'", (entry_id, person_id)
             )
             return cur.rowcount
 
-    async def forget_pad_matching(self, person_id: int, text: str) -> int:
+    async def forget_pad_matching(self, person_id: int, origin: int, text: str) -> int:
         pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        async with self._tx() as db:
+        async with lasting_tx(self._db, origin, "change to memory") as db:
             cur = await db.execute(
                 "DELETE FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND text LIKE ? ESCAPE '\\'",
                 (person_id, pattern),
@@ -58,7 +54,7 @@ class MemoryQueries:
         """Ranked full-text recall. The privacy predicates are part of this statement: a hit
         from a message counts only if that message is normal, outside every segment; a hit
         from the pad only if the entry is normal. Nothing private is read, even to drop it."""
-        rows = await self._all(
+        rows = await self._db.all(
             "SELECT f.source, f.rowid / 4 AS ref, f.text, bm25(recall_fts) AS rank"
             " FROM recall_fts f"
             " LEFT JOIN messages m ON f.source = 'message' AND m.id = f.rowid / 4"
@@ -74,16 +70,17 @@ class MemoryQueries:
     # --- goals ------------------------------------------------------------------
 
     async def add_goal(self, person_id: int, origin: int, title: str, due_at: float | None, now: float) -> int:
-        return await self._insert_unless_private(
-            "goal",
-            "INSERT INTO goals (person_id, conversation_id, title, due_at, created_at, updated_at)"
-            " SELECT :person, :origin, :title, :due, :now, :now",
-            {"person": person_id, "origin": origin, "title": title, "due": due_at, "now": now},
-        )
+        async with lasting_tx(self._db, origin, "goal") as db:
+            cur = await db.execute(
+                "INSERT INTO goals (person_id, conversation_id, title, due_at, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (person_id, origin, title, due_at, now, now),
+            )
+            return inserted_id(cur)
 
     async def goals(self, person_id: int, *, include_closed: bool = False) -> list[Goal]:
         status = "" if include_closed else " AND status = 'active'"
-        rows = await self._all(
+        rows = await self._db.all(
             f"SELECT id, title, status, due_at FROM goals WHERE person_id = ?{status} ORDER BY id", (person_id,)
         )
         return [Goal(r["id"], r["title"], r["status"], r["due_at"]) for r in rows]
@@ -98,11 +95,16 @@ class MemoryQueries:
         status: str | None = None,
         title: str | None = None,
     ) -> bool:
-        async with self._tx() as db:
+        """Change a goal. Returns False when the person has no goal `goal_id`.
+
+        Raises:
+            PrivateWriteRefused: the conversation `origin` is private (told apart from a missing goal).
+        """
+        async with lasting_tx(self._db, origin, "change to a goal") as db:
             cur = await db.execute(
-                "UPDATE goals SET status = coalesce(:status, status), title = coalesce(:title, title),"
-                f" updated_at = :now WHERE id = :id AND person_id = :person AND {_NO_OPEN_SEGMENT}",
-                {"status": status, "title": title, "now": now, "id": goal_id, "person": person_id, "origin": origin},
+                "UPDATE goals SET status = coalesce(?, status), title = coalesce(?, title), updated_at = ?"
+                " WHERE id = ? AND person_id = ?",
+                (status, title, now, goal_id, person_id),
             )
             return cur.rowcount > 0
 
@@ -111,27 +113,34 @@ class MemoryQueries:
     async def add_followup(
         self, person_id: int, origin: int, kind: str, text: str, due_at: float | None, now: float
     ) -> int:
-        return await self._insert_unless_private(
-            "follow-up",
-            "INSERT INTO followups (person_id, conversation_id, kind, text, due_at, created_at, updated_at)"
-            " SELECT :person, :origin, :kind, :text, :due, :now, :now",
-            {"person": person_id, "origin": origin, "kind": kind, "text": text, "due": due_at, "now": now},
-        )
+        async with lasting_tx(self._db, origin, "follow-up") as db:
+            cur = await db.execute(
+                "INSERT INTO followups (person_id, conversation_id, kind, text, due_at, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (person_id, origin, kind, text, due_at, now, now),
+            )
+            return inserted_id(cur)
 
     async def followups(self, person_id: int) -> list[FollowUp]:
-        rows = await self._all(
-            "SELECT id, kind, text, due_at, status FROM followups"
-            " WHERE person_id = ? AND status IN ('scheduled', 'paused') ORDER BY coalesce(due_at, 1e18), id",
+        rows = await self._db.all(
+            "SELECT id, kind, text, due_at, CASE WHEN outcome = 'missed' THEN 'missed' ELSE status END AS status"
+            " FROM followups WHERE person_id = ? AND (status IN ('scheduled', 'paused') OR outcome = 'missed')"
+            " ORDER BY coalesce(due_at, 1e18), id",
             (person_id,),
         )
         return [FollowUp(r["id"], r["kind"], r["text"], r["due_at"], r["status"]) for r in rows]
 
     async def set_followup_status(self, person_id: int, origin: int, followup_id: int, status: str, now: float) -> bool:
-        async with self._tx() as db:
+        """Pause or cancel a follow-up. Returns False when the person has no open follow-up `followup_id`.
+
+        Raises:
+            PrivateWriteRefused: the conversation `origin` is private (told apart from a missing follow-up).
+        """
+        async with lasting_tx(self._db, origin, "change to a follow-up") as db:
             cur = await db.execute(
-                f"UPDATE followups SET status = :status, updated_at = :now"
-                f" WHERE id = :id AND person_id = :person AND status IN ('scheduled', 'paused') AND {_NO_OPEN_SEGMENT}",
-                {"status": status, "now": now, "id": followup_id, "person": person_id, "origin": origin},
+                "UPDATE followups SET status = ?, outcome = NULL, updated_at = ?"
+                " WHERE id = ? AND person_id = ? AND (status IN ('scheduled', 'paused') OR outcome = 'missed')",
+                (status, now, followup_id, person_id),
             )
             return cur.rowcount > 0
 
@@ -147,7 +156,11 @@ class MemoryQueries:
         result_bytes: int,
         now: float,
     ) -> None:
-        async with self._tx() as db:
+        """Record one tool call. Inside a segment it is the segment's (it cascades away with it);
+        outside one it is lasting, so refused while the conversation is private."""
+        async with self._db.tx() as db:
+            if segment_id is None:
+                await refuse_while_private(db, conversation_id, "tool operation")
             await db.execute(
                 "INSERT INTO tool_operations (conversation_id, segment_id, tool, status, args_bytes, result_bytes,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -161,7 +174,7 @@ class MemoryQueries:
         which also refuses any row in a private segment, inside a segment's time span, or
         outside a direct conversation, so a caller that forgot the mark still cannot feed
         private text to capture."""
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             # What the join refuses is marked skipped, so it is not looked at again.
             await db.execute(
                 "UPDATE messages SET capture = 'skipped' WHERE capture = 'pending' AND ("
@@ -187,7 +200,7 @@ class MemoryQueries:
 
     async def skip_capture(self, message_ids: list[int]) -> None:
         """Pending messages the model refused to capture: marked so they are not asked again."""
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             await db.executemany(
                 "UPDATE messages SET capture = 'skipped' WHERE id = ? AND capture = 'pending'",
                 [(mid,) for mid in message_ids],
@@ -197,11 +210,11 @@ class MemoryQueries:
         self, person_id: int, day: str, note: str, facts: tuple[str, ...], message_ids: list[int], now: float
     ) -> int:
         """One note, its sources, new pad facts, and the capture marks, in one transaction."""
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             cur = await db.execute(
                 "INSERT INTO notes (person_id, day, text, created_at) VALUES (?, ?, ?, ?)", (person_id, day, note, now)
             )
-            note_id = cur.lastrowid
+            note_id = inserted_id(cur)
             await db.executemany(
                 "INSERT INTO note_sources (note_id, message_id) SELECT ?, id FROM messages"
                 " WHERE id = ? AND mode = 'normal' AND segment_id IS NULL",
@@ -221,33 +234,35 @@ class MemoryQueries:
             return note_id
 
     async def notes(self, person_id: int, limit: int = 20) -> list[tuple[int, str, str]]:
-        rows = await self._all(
+        rows = await self._db.all(
             "SELECT id, day, text FROM notes WHERE person_id = ? ORDER BY id DESC LIMIT ?", (person_id, limit)
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
     # --- analytics ------------------------------------------------------------
 
-    async def save_run(self, run) -> None:
+    async def save_run(self, run: RunRecord) -> None:
         """A normal turn's run and its events (a core.analytics.RunRecord), in one transaction."""
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             await insert_run(db, run)
 
     async def report_rows(self) -> dict:
-        turns = await self._one("SELECT count(*), sum(status = 'ok'), sum(status = 'error') FROM agent_runs")
-        tools = await self._all(
+        turns = present(
+            await self._db.one("SELECT count(*), sum(status = 'ok'), sum(status = 'error') FROM agent_runs")
+        )
+        tools = await self._db.all(
             "SELECT name, count(*), sum(status <> 'ok') FROM agent_events WHERE kind = 'tool_call'"
             " GROUP BY name ORDER BY count(*) DESC, name"
         )
-        errors = await self._all(
+        errors = await self._db.all(
             "SELECT name, count(*) FROM agent_events WHERE kind = 'error' GROUP BY name ORDER BY count(*) DESC, name"
         )
-        latencies = await self._all(
+        latencies = await self._db.all(
             "SELECT duration_ms FROM agent_events WHERE kind = 'provider_call' AND duration_ms IS NOT NULL"
             " ORDER BY duration_ms"
         )
-        cut_off = await self._one(
-            "SELECT count(*) FROM agent_events WHERE kind = 'provider_call' AND status = 'cut_off'"
+        cut_off = present(
+            await self._db.one("SELECT count(*) FROM agent_events WHERE kind = 'provider_call' AND status = 'cut_off'")
         )
         return {
             "turns": turns[0] or 0,
@@ -260,13 +275,15 @@ class MemoryQueries:
         }
 
 
-async def insert_run(db, run) -> int:
-    """Write a core.analytics.RunRecord inside the caller's transaction."""
+async def insert_run(db: aiosqlite.Connection, run: RunRecord) -> int:
+    """Write a core.analytics.RunRecord inside the caller's transaction: lasting, so refused
+    (the whole transaction with it) while its conversation is private."""
+    await refuse_while_private(db, run.conversation_id, "analytics")
     cur = await db.execute(
         "INSERT INTO agent_runs (conversation_id, started_at, ended_at, status) VALUES (?, ?, ?, ?)",
         (run.conversation_id, run.started_at, run.ended_at, run.status),
     )
-    run_id = cur.lastrowid
+    run_id = inserted_id(cur)
     await db.executemany(
         "INSERT INTO agent_events (run_id, kind, name, status, duration_ms, size_in, size_out, created_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

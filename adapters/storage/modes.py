@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import aiosqlite
 
-from adapters.storage.privacy import owe_checkpoint
+from adapters.storage.database import Database, inserted_id, present
+from adapters.storage.privacy import Checkpoints, owe_checkpoint
 from core.model import Segment
 
 _SEGMENT_COLUMNS = (
@@ -13,12 +14,17 @@ _SEGMENT_COLUMNS = (
 
 
 class ModeQueries:
-    """Mixed into SqliteStore; uses its `_tx`, `_one`, `_all`, `_read_one` and `checkpoint_if_owed`."""
+    """Private segments, adapter offsets and the valve's attempt log; implements core.ports.ModeStore.
+    Deleting expired segments finishes the WAL checkpoint it owes through `checkpoints`."""
+
+    def __init__(self, db: Database, checkpoints: Checkpoints) -> None:
+        self._db = db
+        self._checkpoints = checkpoints
 
     # --- private segments (the mode state) ---------------------------------
 
     async def open_segment(self, conversation_id: int, now: float, expires_at: float | None) -> Segment:
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             async with db.execute(
                 f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL",
                 (conversation_id,),
@@ -29,16 +35,16 @@ class ModeQueries:
             async with db.execute(
                 "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
             ) as cur:
-                anchor = (await cur.fetchone())[0]
+                anchor = present(await cur.fetchone())[0]
             cur = await db.execute(
                 "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, expires_at)"
                 " VALUES (?, ?, ?, ?, ?)",
                 (conversation_id, anchor, now, now, expires_at),
             )
-            return Segment(cur.lastrowid, conversation_id, anchor, now, now, None, None, expires_at)
+            return Segment(inserted_id(cur), conversation_id, anchor, now, now, None, None, expires_at)
 
     async def open_segment_of(self, conversation_id: int) -> Segment | None:
-        row = await self._read_one(
+        row = await self._db.read_one(
             f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL"
             " ORDER BY id DESC LIMIT 1",
             (conversation_id,),
@@ -46,13 +52,13 @@ class ModeQueries:
         return _segment(row) if row else None
 
     async def segments_of(self, conversation_id: int) -> list[Segment]:
-        rows = await self._all(
+        rows = await self._db.all(
             f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? ORDER BY id", (conversation_id,)
         )
         return [_segment(r) for r in rows]
 
     async def close_segment(self, segment_id: int, now: float, reason: str) -> bool:
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             cur = await db.execute(
                 "UPDATE segments SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
                 (now, reason, segment_id),
@@ -60,7 +66,7 @@ class ModeQueries:
             return cur.rowcount > 0
 
     async def close_open_segments(self, conversation_id: int, now: float, reason: str) -> int:
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             cur = await db.execute(
                 "UPDATE segments SET ended_at = ?, end_reason = ? WHERE conversation_id = ? AND ended_at IS NULL",
                 (now, reason, conversation_id),
@@ -84,7 +90,7 @@ class ModeQueries:
             )
         )
         params = () if platforms is None else tuple(sorted(platforms))
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             async with db.execute(
                 f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope}", params
             ) as cur:
@@ -103,7 +109,7 @@ class ModeQueries:
         only now: the conversation's newest segment, when a restart closed it after `sent_at`.
         Turns of a chat run in order, so a message not stored yet was sent after every stored
         one, inside that interval."""
-        row = await self._one(
+        row = await self._db.one(
             "SELECT id, restart_at FROM segments WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
             (conversation_id,),
         )
@@ -116,24 +122,24 @@ class ModeQueries:
         (messages, summaries, pad entries, tool operations, pending crossings), and a checkpoint
         leaves none of it in the WAL (or, blocked by a reader, is owed and finished by the next
         deletion, sweep or start)."""
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             cur = await db.execute("DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
             deleted = cur.rowcount
             if deleted:
                 await owe_checkpoint(db)
-        await self.checkpoint_if_owed()
+        await self._checkpoints.finish_owed()
         return deleted
 
     # --- adapter state (offsets, cursors) -----------------------------------
 
     async def get_adapter_state(self, name: str) -> str | None:
-        row = await self._one("SELECT value FROM adapter_state WHERE name = ?", (name,))
+        row = await self._db.one("SELECT value FROM adapter_state WHERE name = ?", (name,))
         return row[0] if row else None
 
     async def set_adapter_state(self, name: str, value: str, now: float) -> None:
         """Not fsynced: an offset lost to a power cut only makes the platform deliver again, and
         the inbox makes a redelivery a no-op."""
-        async with self._tx(durable=False) as db:
+        async with self._db.tx(durable=False) as db:
             await db.execute(
                 "INSERT INTO adapter_state (name, value, updated_at) VALUES (?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
@@ -143,19 +149,19 @@ class ModeQueries:
     # --- the valve's attempt log -------------------------------------------
 
     async def failed_attempts_since(self, account_id: int, since: float) -> list[float]:
-        rows = await self._all(
+        rows = await self._db.all(
             "SELECT attempted_at FROM valve_attempts WHERE account_id = ? AND attempted_at > ? ORDER BY attempted_at",
             (account_id, since),
         )
         return [r[0] for r in rows]
 
     async def record_failed_attempt(self, account_id: int, now: float, keep_after: float) -> None:
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             await db.execute("INSERT INTO valve_attempts (account_id, attempted_at) VALUES (?, ?)", (account_id, now))
             await db.execute("DELETE FROM valve_attempts WHERE attempted_at <= ?", (keep_after,))
 
     async def clear_failed_attempts(self, account_id: int) -> None:
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             await db.execute("DELETE FROM valve_attempts WHERE account_id = ?", (account_id,))
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
+from adapters.storage.database import inserted_id
 from core.model import DeliveryTarget, OutboundDelivery
 
 if TYPE_CHECKING:
@@ -46,44 +47,51 @@ async def insert_delivery(
             now,
         ),
     )
-    return cur.lastrowid
+    return inserted_id(cur)
 
 
 class SqliteOutboxStore:
-    """The outbox's reads and marks; implements core.ports.OutboxStore over a started SqliteStore."""
+    """The outbox's reads and marks; implements core.ports.OutboxStore on the database of a
+    SqliteStore (shared with it: one writer connection, one lock)."""
 
     def __init__(self, store: SqliteStore) -> None:
-        self._store = store
+        self._db = store.database
+
+    async def lane_of(self, delivery_id: int) -> tuple[str, str] | None:
+        """The (platform, chat) a delivery goes to: its lane, in which deliveries go out in order."""
+        row = await self._db.one("SELECT platform, chat_id FROM deliveries WHERE id = ?", (delivery_id,))
+        return (row["platform"], row["chat_id"]) if row is not None else None
 
     async def pending_of(self, conversation_id: int, upto: int) -> list[OutboundDelivery]:
-        """Pending deliveries of one conversation up to `upto`, oldest first: they go out in order."""
-        rows = await self._store._all(
-            f"SELECT {_COLUMNS} FROM deliveries WHERE conversation_id = ? AND status = 'pending' AND id <= ?"
-            " ORDER BY id",
-            (conversation_id, upto),
+        """Pending deliveries of one conversation up to `upto` in the lane of `upto` (the same
+        platform and chat), oldest first: they go out in order."""
+        rows = await self._db.all(
+            f"SELECT {_COLUMNS} FROM deliveries WHERE conversation_id = :c AND status = 'pending' AND id <= :upto"
+            " AND (platform, chat_id) = (SELECT platform, chat_id FROM deliveries WHERE id = :upto) ORDER BY id",
+            {"c": conversation_id, "upto": upto},
         )
         return [_delivery(r) for r in rows]
 
     async def due(
         self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
     ) -> list[tuple[int, int]]:
-        """(conversation, newest due delivery id) for conversations with a pending delivery due now
-        on one of `platforms`; one never tried only once it is `untried_after` seconds old (its
-        adapter is sending it right now)."""
+        """(conversation, newest due delivery id) for each lane (conversation, platform, chat) with
+        a pending delivery due now on one of `platforms`; one never tried only once it is
+        `untried_after` seconds old (its adapter, or the turn's mirror task, is sending it)."""
         if not platforms:
             return []
         marks = ", ".join("?" for _ in platforms)
-        rows = await self._store._all(
+        rows = await self._db.all(
             "SELECT conversation_id, max(id) FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ?"
             f" AND (attempts > 0 OR created_at <= ?) AND platform IN ({marks})"
-            " GROUP BY conversation_id ORDER BY min(id) LIMIT ?",
+            " GROUP BY conversation_id, platform, chat_id ORDER BY min(id) LIMIT ?",
             (now, now - untried_after, *sorted(platforms), limit),
         )
         return [(r[0], r[1]) for r in rows]
 
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None:
         # Not fsynced: a mark lost to a power cut only sends the reply again (at least once).
-        async with self._store._tx(durable=False) as db:
+        async with self._db.tx(durable=False) as db:
             await db.execute(
                 "UPDATE deliveries SET status = 'sent', text = NULL, parts_sent = ?, settled_at = ?, error = NULL"
                 " WHERE id = ? AND status = 'pending'",
@@ -91,7 +99,7 @@ class SqliteOutboxStore:
             )
 
     async def mark_retry(self, delivery_id: int, parts_sent: int, error: str, next_attempt_at: float) -> None:
-        async with self._store._tx() as db:
+        async with self._db.tx() as db:
             await db.execute(
                 "UPDATE deliveries SET attempts = attempts + 1, parts_sent = ?, error = ?, next_attempt_at = ?"
                 " WHERE id = ? AND status = 'pending'",
@@ -99,7 +107,7 @@ class SqliteOutboxStore:
             )
 
     async def mark_failed(self, delivery_id: int, parts_sent: int, error: str, now: float) -> None:
-        async with self._store._tx() as db:
+        async with self._db.tx() as db:
             await db.execute(
                 "UPDATE deliveries SET status = 'failed', text = NULL, attempts = attempts + 1, parts_sent = ?,"
                 " error = ?, settled_at = ? WHERE id = ? AND status = 'pending'",
@@ -108,17 +116,73 @@ class SqliteOutboxStore:
 
     async def append_text(self, delivery_id: int, suffix: str) -> None:
         """Add a line to a pending delivery before it is sent (the note to delete a secret)."""
-        async with self._store._tx() as db:
+        async with self._db.tx() as db:
             await db.execute(
                 "UPDATE deliveries SET text = text || ? WHERE id = ? AND status = 'pending' AND parts_sent = 0",
                 (suffix, delivery_id),
             )
 
+    async def give_up_mirror(
+        self, delivery_id: int, parts_sent: int, error: str, now: float, notice: str
+    ) -> int | None:
+        """A mirror's target refused it for good: in one transaction, settle the row as failed,
+        disable its binding (the reason is `error`, a kind), settle the binding's other pending
+        copies, and, only when this disabled the binding, queue `notice` (its `{target}` filled
+        in) as a reply to the source conversation. Returns that notice's delivery id, or None."""
+        async with self._db.tx() as db:
+            await db.execute(
+                "UPDATE deliveries SET status = 'failed', text = NULL, attempts = attempts + 1, parts_sent = ?,"
+                " error = ?, settled_at = ? WHERE id = ? AND status = 'pending'",
+                (parts_sent, error[:64], now, delivery_id),
+            )
+            async with db.execute(
+                "UPDATE bindings SET state = 'disabled', disabled_reason = ?, disabled_at = ?"
+                " WHERE state = 'active' AND id = (SELECT binding_id FROM deliveries WHERE id = ? AND kind = 'mirror')"
+                " RETURNING id, conversation_id, platform, chat_id",
+                (error[:64], now, delivery_id),
+            ) as cur:
+                binding = await cur.fetchone()
+            if binding is None:
+                return None  # disabled already (by an earlier copy), or removed: nothing to say again
+            await db.execute(
+                "UPDATE deliveries SET status = 'failed', text = NULL, error = 'binding disabled', settled_at = ?"
+                " WHERE binding_id = ? AND status = 'pending'",
+                (now, binding["id"]),
+            )
+            async with db.execute(
+                "SELECT platform, chat_id FROM conversations WHERE id = ?", (binding["conversation_id"],)
+            ) as cur:
+                source = await cur.fetchone()
+            if source is None:
+                return None
+            return await insert_delivery(
+                db,
+                binding["conversation_id"],
+                DeliveryTarget(source["platform"], source["chat_id"]),
+                notice.format(target=f"{binding['platform']}:{binding['chat_id']}", reason=error[:64]),
+                now,
+            )
+
     async def prune_settled(self, before: float) -> int:
         """Forget settled rows (they hold no text) once they are old."""
-        async with self._store._tx() as db:
+        async with self._db.tx() as db:
             cur = await db.execute("DELETE FROM deliveries WHERE status <> 'pending' AND settled_at < ?", (before,))
             return cur.rowcount
+
+    async def report(self, now: float) -> dict[str, Any]:
+        """For `companion report`: deliveries by kind and state, the oldest pending one's age, and
+        bindings by state. Counts and times only."""
+        by_kind = await self._db.all(
+            "SELECT kind, status, count(*) FROM deliveries GROUP BY kind, status ORDER BY kind, status"
+        )
+        oldest = await self._db.one("SELECT min(created_at) FROM deliveries WHERE status = 'pending'")
+        bindings = await self._db.all("SELECT state, count(*) FROM bindings GROUP BY state ORDER BY state")
+        oldest_at = oldest[0] if oldest is not None else None
+        return {
+            "deliveries": [(r[0], r[1], r[2]) for r in by_kind],
+            "oldest_pending_age": None if oldest_at is None else max(0.0, now - oldest_at),
+            "bindings": [(r[0], r[1]) for r in bindings],
+        }
 
 
 def _delivery(row: aiosqlite.Row) -> OutboundDelivery:

@@ -6,10 +6,13 @@ import asyncio
 import logging
 import sqlite3
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiosqlite
 
+from adapters.storage.database import Database, inserted_id
+from adapters.storage.timeline import TimelineQueries
 from core.model import TimelineItem
 
 log = logging.getLogger(__name__)
@@ -44,20 +47,17 @@ def _checkpoint_file(path: Path) -> tuple[int, int, bool]:
         db.close()
 
 
-class PrivacyQueries:
-    """Mixed into SqliteStore; uses its `path`, `_tx`, `_one`, `_all`, `view` and `get_adapter_state`."""
+class Checkpoints:
+    """WAL checkpoints that deleted private text owes (a durable flag in adapter_state)."""
 
-    async def delete_segments_of(self, conversation_id: int) -> int:
-        """`/forget private`: delete every segment of the conversation now; cascades do the rest."""
-        async with self._tx() as db:
-            cur = await db.execute("DELETE FROM segments WHERE conversation_id = ?", (conversation_id,))
-            deleted = cur.rowcount
-            if deleted:
-                await owe_checkpoint(db)
-        await self.checkpoint_if_owed()
-        return deleted
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    async def checkpoint(self) -> bool:
+    async def _owed(self) -> str | None:
+        row = await self._db.one("SELECT value FROM adapter_state WHERE name = ?", (CHECKPOINT_OWED,))
+        return row[0] if row else None
+
+    async def run(self) -> bool:
         """Move the WAL into the main file and truncate it, so deleted text lingers in neither
         (secure_delete has already overwritten the freed space of the pages themselves).
 
@@ -66,23 +66,23 @@ class PrivacyQueries:
         durable flag keeps the debt until a later call empties the WAL.
         Returns whether the WAL was emptied.
         """
-        owed = await self.get_adapter_state(CHECKPOINT_OWED)
+        owed = await self._owed()
         try:
-            if str(self.path) == ":memory:":  # no file, no WAL: nothing can linger
+            if self._db.in_memory:  # no file, no WAL: nothing can linger
                 frames, copied, emptied = 0, 0, True
             else:
-                frames, copied, emptied = await asyncio.to_thread(_checkpoint_file, self.path)
+                frames, copied, emptied = await asyncio.to_thread(_checkpoint_file, self._db.path)
         except sqlite3.Error as exc:  # e.g. SQLITE_BUSY opening the file: the same as blocked
             frames, copied, emptied = -1, -1, False
             log.warning("WAL checkpoint failed (%s)", type(exc).__name__)
         if emptied:
             if owed is not None:  # unless a deletion committed meanwhile owes another one
-                async with self._tx() as db:
+                async with self._db.tx() as db:
                     await db.execute("DELETE FROM adapter_state WHERE name = ? AND value = ?", (CHECKPOINT_OWED, owed))
             log.info("WAL checkpoint emptied the log (%d frames)", frames)
             return True
         if owed is None:
-            async with self._tx() as db:
+            async with self._db.tx() as db:
                 await owe_checkpoint(db)
         log.warning(
             "WAL checkpoint blocked by a reader (%d of %d frames copied); owed until a sweep or start completes it",
@@ -91,28 +91,49 @@ class PrivacyQueries:
         )
         return False
 
-    async def checkpoint_if_owed(self) -> bool:
+    async def finish_owed(self) -> bool:
         """Finish a checkpoint a deletion owes (the durable flag); True when none is owed now."""
-        if await self.get_adapter_state(CHECKPOINT_OWED) is None:
+        if await self._owed() is None:
             return True
-        return await self.checkpoint()
+        return await self.run()
+
+
+class LifetimeQueries:
+    """Forgetting, expiry of artifacts, export and confirmed crossings; implements core.ports.LifetimeStore."""
+
+    def __init__(self, db: Database, timeline: TimelineQueries, checkpoints: Checkpoints) -> None:
+        self._db = db
+        self._timeline = timeline
+        self._checkpoints = checkpoints
+
+    async def delete_segments_of(self, conversation_id: int) -> int:
+        """`/forget private`: delete every segment of the conversation now; cascades do the rest."""
+        async with self._db.tx() as db:
+            cur = await db.execute("DELETE FROM segments WHERE conversation_id = ?", (conversation_id,))
+            deleted = cur.rowcount
+            if deleted:
+                await owe_checkpoint(db)
+        await self._checkpoints.finish_owed()
+        return deleted
 
     async def delete_expired_artifacts(self, now: float) -> int:
         """Delete crossing artifacts past their retention; like every deletion, it also
         finishes an owed checkpoint, so a sweep or start retries one a reader blocked."""
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             cur = await db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
             deleted = cur.rowcount
             if deleted:
                 await owe_checkpoint(db)
-        await self.checkpoint_if_owed()
+        await self._checkpoints.finish_owed()
         return deleted
 
-    async def export_items(self, conversation_id: int, *, visible_segment: int | None, chunk: int = 1000):
+    async def export_items(
+        self, conversation_id: int, *, visible_segment: int | None, chunk: int = 1000
+    ) -> AsyncIterator[TimelineItem]:
         """The whole view of one mode, oldest first, in chunks (masked for normal mode)."""
         after = -1
         while True:
-            items: list[TimelineItem] = await self.view(
+            items: list[TimelineItem] = await self._timeline.view(
                 conversation_id, visible_segment=visible_segment, after=after, limit=chunk, newest_first=False
             )
             if not items:
@@ -125,19 +146,19 @@ class PrivacyQueries:
             after = messages[-1].position
 
     async def segment_items(self, segment_id: int) -> list[TimelineItem]:
-        rows = await self._all(
+        rows = await self._db.all(
             "SELECT id, role, text FROM messages WHERE segment_id = ? AND kind = 'chat' ORDER BY id", (segment_id,)
         )
         return [TimelineItem(r["id"], r["role"], r["text"]) for r in rows]
 
     async def request_crossing(self, segment_id: int, destination: str, now: float, confirm_by: float) -> int:
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             await db.execute("DELETE FROM crossings WHERE segment_id = ?", (segment_id,))
             cur = await db.execute(
                 "INSERT INTO crossings (segment_id, destination, requested_at, confirm_by) VALUES (?, ?, ?, ?)",
                 (segment_id, destination, now, confirm_by),
             )
-            return cur.lastrowid
+            return inserted_id(cur)
 
     async def confirm_crossing(
         self,
@@ -150,7 +171,7 @@ class PrivacyQueries:
     ) -> int | None:
         """Consume a pending, unexpired crossing of this segment and create the artifact, in one
         transaction. Returns the artifact id, or None when nothing was pending."""
-        async with self._tx() as db:
+        async with self._db.tx() as db:
             async with db.execute(
                 "SELECT id, destination FROM crossings WHERE segment_id = ? AND confirm_by >= ?"
                 " ORDER BY id DESC LIMIT 1",

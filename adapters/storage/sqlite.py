@@ -1,119 +1,126 @@
-"""The SQLite store: every SQL statement of the companion, with the privacy predicates inside it."""
+"""The SQLite store: a facade over the query classes, which share one explicit Database.
+
+Every SQL statement of the companion lives in the query modules, with the privacy predicates
+inside it: timeline.py (messages, the masked view, summaries, pads), modes.py (segments,
+offsets, the valve's attempts), memory.py (memory, goals, follow-ups, capture, analytics),
+privacy.py (forgetting, checkpoints, export, crossings), bindings.py (mirrors), proactive.py
+(reminders and nudges) and outbox.py. Every lasting write
+passes through the one guard of guard.py.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
+from typing import Any
 
 import aiosqlite
 
-from adapters.storage.memory import MemoryQueries, insert_run
-from adapters.storage.migrate import migrate
+from adapters.storage.bindings import BindingQueries
+from adapters.storage.database import Database, Params
+from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
-from adapters.storage.outbox import insert_delivery
-from adapters.storage.privacy import PrivacyQueries
-from core.errors import StoreError
-from core.model import (
-    Account,
-    Conversation,
-    ConversationKey,
-    DeliveryTarget,
-    Mode,
-    OpenTurn,
-    PadEntry,
-    Summary,
-    TimelineItem,
-)
-
-log = logging.getLogger(__name__)
-
-# How long a write waits for another process's write lock in all, and SQLite's own wait per try.
-_BUSY_SECONDS = 5.0
-_BUSY_STEP = 0.05
+from adapters.storage.privacy import Checkpoints, LifetimeQueries
+from adapters.storage.proactive import ProactiveQueries
+from adapters.storage.timeline import TimelineQueries
 
 
-class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
-    """One aiosqlite connection, serialised by a lock so transactions never interleave.
-
-    PRAGMAs, set on every connection:
-    - foreign_keys=ON, read back and checked (SQLite ignores it silently inside a
-      transaction, and every cascade of the privacy design depends on it);
-    - journal_mode=WAL, so readers do not block the writer;
-    - synchronous=FULL: each commit is fsynced, so a stored user message survives
-      power loss as well as a crash; a chat turn commits a handful of times, and a
-      few milliseconds of fsync are nothing beside a model call;
-    - secure_delete=ON, so deleted private text is overwritten, not left in free pages;
-    - a short busy_timeout: a write that meets another process's write lock (a backup,
-      `companion chat`) waits for it in `_tx`, with the store's lock released between
-      tries, so reads (the valve's mode read above all) never queue behind that wait.
-    """
+class SqliteStore:
+    """Implements core.ports.BaseStore: each port's methods are those of one query class,
+    bound here by name, so the facade adds no behaviour of its own."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._db: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()
-        # A second, read-only connection for the reads of a turn (the mode read above all): in
-        # WAL mode it sees every committed write and never waits behind the writer's commits.
-        self._reader: aiosqlite.Connection | None = None
-        self._read_lock = asyncio.Lock()
+        self.database = Database(path)
+        self.path = self.database.path
+        self.timeline = TimelineQueries(self.database)
+        self.checkpoints = Checkpoints(self.database)
+        self.modes = ModeQueries(self.database, self.checkpoints)
+        self.memory = MemoryQueries(self.database)
+        self.lifetime = LifetimeQueries(self.database, self.timeline, self.checkpoints)
+        self.bindings = BindingQueries(self.database)
+        self.proactive = ProactiveQueries(self.database)
+
+        # core.ports.TimelineStore
+        self.ensure_account = self.timeline.ensure_account
+        self.ensure_conversation = self.timeline.ensure_conversation
+        self.add_message = self.timeline.add_message
+        self.add_inbound = self.timeline.add_inbound
+        self.record_reply = self.timeline.record_reply
+        self.open_turns = self.timeline.open_turns
+        self.turn_is_open = self.timeline.turn_is_open
+        self.view = self.timeline.view
+        self.has_items_before = self.timeline.has_items_before
+        self.normal_summary = self.timeline.normal_summary
+        self.private_summary = self.timeline.private_summary
+        self.save_summary = self.timeline.save_summary
+        self.normal_pad = self.timeline.normal_pad
+        self.private_pad = self.timeline.private_pad
+
+        # core.ports.ModeStore, and the adapters' offsets
+        self.open_segment = self.modes.open_segment
+        self.open_segment_of = self.modes.open_segment_of
+        self.segments_of = self.modes.segments_of
+        self.close_segment = self.modes.close_segment
+        self.close_open_segments = self.modes.close_open_segments
+        self.close_crash_open_segments = self.modes.close_crash_open_segments
+        self.restart_segment_for = self.modes.restart_segment_for
+        self.delete_expired_segments = self.modes.delete_expired_segments
+        self.failed_attempts_since = self.modes.failed_attempts_since
+        self.record_failed_attempt = self.modes.record_failed_attempt
+        self.clear_failed_attempts = self.modes.clear_failed_attempts
+        self.get_adapter_state = self.modes.get_adapter_state
+        self.set_adapter_state = self.modes.set_adapter_state
+
+        # core.ports.MemoryStore, and the report
+        self.remember = self.memory.remember
+        self.forget_pad_entry = self.memory.forget_pad_entry
+        self.forget_pad_matching = self.memory.forget_pad_matching
+        self.recall = self.memory.recall
+        self.add_goal = self.memory.add_goal
+        self.goals = self.memory.goals
+        self.update_goal = self.memory.update_goal
+        self.add_followup = self.memory.add_followup
+        self.followups = self.memory.followups
+        self.set_followup_status = self.memory.set_followup_status
+        self.record_tool_operation = self.memory.record_tool_operation
+        self.pending_capture = self.memory.pending_capture
+        self.save_capture = self.memory.save_capture
+        self.skip_capture = self.memory.skip_capture
+        self.notes = self.memory.notes
+        self.save_run = self.memory.save_run
+        self.report_rows = self.memory.report_rows
+
+        # core.ports.LifetimeStore, and the WAL checkpoints deletions owe
+        self.delete_segments_of = self.lifetime.delete_segments_of
+        self.delete_expired_artifacts = self.lifetime.delete_expired_artifacts
+        self.export_items = self.lifetime.export_items
+        self.segment_items = self.lifetime.segment_items
+        self.request_crossing = self.lifetime.request_crossing
+        self.confirm_crossing = self.lifetime.confirm_crossing
+        self.checkpoint = self.checkpoints.run
+
+        # core.ports.BindingStore (mirrors)
+        self.add_binding = self.bindings.add_binding
+        self.bindings_of = self.bindings.bindings_of
+        self.remove_binding = self.bindings.remove_binding
+        self.checkpoint_if_owed = self.checkpoints.finish_owed
+
+        # core.ports.ProactiveStore (reminders and nudges)
+        self.due_candidates = self.proactive.due_candidates
+        self.waiting_in_private = self.proactive.waiting_in_private
+        self.nudges_sent_on = self.proactive.nudges_sent_on
+        self.record_decision = self.proactive.record_decision
+        self.claim_and_send = self.proactive.claim_and_send
+        self.settle_without_message = self.proactive.settle_without_message
+        self.proactive_prefs = self.proactive.proactive_prefs
+        self.set_proactive_pref = self.proactive.set_proactive_pref
 
     # --- lifecycle ----------------------------------------------------------
 
     async def start(self) -> None:
-        if self._db is not None:
-            return
-        # Every failure to open is one line naming the setting (the command line prints it).
-        where = f"the database at {self.path} (COMPANION_DB_PATH)"
-
-        def _one_line(exc: BaseException) -> str:
-            return (str(exc).splitlines() or [type(exc).__name__])[0]
-
-        try:
-            if str(self.path) != ":memory:":
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = await aiosqlite.connect(self.path, isolation_level=None)
-        except Exception as exc:  # sqlite3.Error or OSError, with the path in words
-            raise StoreError(f"cannot open {where}: {_one_line(exc)}") from exc
-        try:
-            await self._configure(db)
-            await migrate(db)
-            if str(self.path) != ":memory:":
-                self._reader = await self._open_reader()
-        except StoreError:
-            await db.close()
-            raise
-        except (sqlite3.Error, OSError) as exc:  # not SQLite, read-only, a folder it cannot write in
-            await db.close()
-            raise StoreError(f"cannot use {where}: {_one_line(exc)}") from exc
-        except BaseException:
-            await db.close()
-            raise
-        self._db = db
-
-    async def _open_reader(self) -> aiosqlite.Connection:
-        reader = await aiosqlite.connect(self.path, isolation_level=None)
-        try:
-            reader.row_factory = aiosqlite.Row
-            await reader.execute("PRAGMA query_only = ON")
-            await reader.execute(f"PRAGMA busy_timeout = {int(_BUSY_STEP * 1000)}")
-            await reader.execute("PRAGMA cache_size = -512")  # KiB: the hot pages of a turn
-        except BaseException:
-            await reader.close()
-            raise
-        return reader
+        await self.database.start()
 
     async def aclose(self) -> None:
-        db, self._db = self._db, None
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            await reader.close()
-        if db is not None:
-            await db.close()
+        await self.database.aclose()
 
     async def __aenter__(self) -> SqliteStore:
         await self.start()
@@ -122,418 +129,16 @@ class SqliteStore(ModeQueries, MemoryQueries, PrivacyQueries):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    @staticmethod
-    async def _configure(db: aiosqlite.Connection) -> None:
-        db.row_factory = aiosqlite.Row
-        await db.execute("PRAGMA foreign_keys = ON")
-        await db.execute("PRAGMA journal_mode = WAL")
-        await db.execute("PRAGMA synchronous = FULL")
-        await db.execute("PRAGMA secure_delete = ON")
-        await db.execute(f"PRAGMA busy_timeout = {int(_BUSY_STEP * 1000)}")
-        async with db.execute("PRAGMA foreign_keys") as cur:
-            row = await cur.fetchone()
-        if not row or row[0] != 1:
-            raise StoreError("SQLite refused PRAGMA foreign_keys=ON; the privacy cascades cannot work without it")
+    # --- raw SQL, for tests and bench/ only ---------------------------------
 
-    @property
-    def db(self) -> aiosqlite.Connection:
-        if self._db is None:
-            raise StoreError("the store is not started")
-        return self._db
+    async def _all(self, sql: str, params: Params = ()) -> list[aiosqlite.Row]:
+        return await self.database.all(sql, params)
 
-    @asynccontextmanager
-    async def _tx(self, *, durable: bool = True) -> AsyncIterator[aiosqlite.Connection]:
-        """One write transaction. While another process holds the database's write lock, the
-        store's lock is released between tries (up to `_BUSY_SECONDS`), so reads go on.
+    async def _one(self, sql: str, params: Params = ()) -> Any:
+        return await self.database.one(sql, params)
 
-        `durable=False` commits without an fsync (synchronous=NORMAL for this one commit): it
-        survives a crash of the process, and a power loss only until the next durable commit
-        or checkpoint. Only for marks whose loss repeats an action (a delivery marked sent)."""
-        deadline = asyncio.get_running_loop().time() + _BUSY_SECONDS
-        while True:
-            await self._lock.acquire()
-            try:
-                if not durable:
-                    await self.db.execute("PRAGMA synchronous = NORMAL")  # not allowed inside a transaction
-                await self.db.execute("BEGIN IMMEDIATE")
-                break
-            except BaseException as exc:
-                await self._release(durable)
-                busy = isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
-                if not busy:
-                    raise
-                if asyncio.get_running_loop().time() >= deadline:
-                    raise StoreError("the database stayed locked by another process") from exc
-                await asyncio.sleep(_BUSY_STEP)
-        try:
-            db = self.db
-            try:
-                yield db
-            except BaseException:
-                await db.execute("ROLLBACK")
-                raise
-            else:
-                await db.execute("COMMIT")
-        finally:
-            await self._release(durable)
-
-    async def _release(self, durable: bool) -> None:
-        """Give the store's lock back, with every commit after this one fsynced again."""
-        try:
-            if not durable:
-                await self.db.execute("PRAGMA synchronous = FULL")
-        finally:
-            self._lock.release()
-
-    async def _one(self, sql: str, params: tuple | dict = ()) -> aiosqlite.Row | None:
-        rows = await self._all(sql, params)
-        return rows[0] if rows else None
-
-    async def _all(self, sql: str, params: tuple | dict = ()) -> list[aiosqlite.Row]:
-        async with self._lock:  # one round trip to the connection's thread
-            return list(await self.db.execute_fetchall(sql, params))
-
-    async def _read(self, sql: str, params: tuple | dict = ()) -> list[aiosqlite.Row]:
-        """A read on the read-only connection: committed data, never queued behind a write."""
-        if self._reader is None:
-            return await self._all(sql, params)
-        async with self._read_lock:
-            return list(await self._reader.execute_fetchall(sql, params))
-
-    async def _read_one(self, sql: str, params: tuple | dict = ()) -> aiosqlite.Row | None:
-        rows = await self._read(sql, params)
-        return rows[0] if rows else None
-
-    # --- people, accounts, conversations -----------------------------------
-
-    async def ensure_account(self, platform: str, user_id: str, display_name: str | None, now: float) -> Account:
-        row = await self._one(
-            "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?", (platform, user_id)
-        )
-        if row is not None:  # the common case reads only
-            return Account(row["id"], row["person_id"], platform, user_id)
-        async with self._tx() as db:
-            async with db.execute(
-                "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?",
-                (platform, user_id),
-            ) as cur:
-                row = await cur.fetchone()
-            if row is not None:
-                return Account(row["id"], row["person_id"], platform, user_id)
-            cur = await db.execute("INSERT INTO people (display_name, created_at) VALUES (?, ?)", (display_name, now))
-            person_id = cur.lastrowid
-            cur = await db.execute(
-                "INSERT INTO accounts (person_id, platform, platform_user_id, created_at) VALUES (?, ?, ?, ?)",
-                (person_id, platform, user_id, now),
-            )
-            return Account(cur.lastrowid, person_id, platform, user_id)
-
-    async def ensure_conversation(
-        self, key: ConversationKey, kind: str, person_id: int | None, now: float
-    ) -> Conversation:
-        select = "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?"
-        row = await self._one(select, (key.platform, key.chat_id))
-        if row is None:
-            async with self._tx() as db:
-                await db.execute(
-                    "INSERT INTO conversations (platform, chat_id, kind, person_id, created_at)"
-                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (platform, chat_id) DO NOTHING",
-                    (key.platform, key.chat_id, kind, person_id if kind == "direct" else None, now),
-                )
-            row = await self._one(select, (key.platform, key.chat_id))
-        return Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
-
-    # --- the timeline -------------------------------------------------------
-
-    async def add_message(
-        self,
-        conversation_id: int,
-        role: str,
-        text: str,
-        now: float,
-        *,
-        segment_id: int | None = None,
-        kind: str = "chat",
-        account_id: int | None = None,
-        run=None,
-        platform_message_id: str | None = None,
-    ) -> int | None:
-        """Append a message. A message with a segment is private: its capture is 'skipped' here,
-        whatever any caller wants, and the schema's CHECK refuses anything else. `run` (a normal
-        turn's analytics record) is written in the same transaction; a private one cannot be.
-        With `platform_message_id` (the inbox key), a message stored already is not stored
-        again and None is returned."""
-        if run is not None and segment_id is not None:
-            raise ValueError("a private turn has no analytics run")
-        mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
-        capture = "pending" if (mode == "normal" and kind == "chat") else "skipped"
-        async with self._tx() as db:
-            cur = await db.execute(
-                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
-                " created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
-                " DO NOTHING",
-                (conversation_id, segment_id, account_id, mode, role, kind, text, capture, now, platform_message_id),
-            )
-            if cur.rowcount == 0:
-                return None
-            message_id = cur.lastrowid
-            if segment_id is not None:
-                await db.execute(
-                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
-                )
-            if run is not None:
-                await insert_run(db, run)
-            return message_id
-
-    async def add_inbound(
-        self,
-        conversation_id: int,
-        text: str,
-        now: float,
-        *,
-        segment_id: int | None,
-        account_id: int | None,
-        platform_message_id: str | None,
-    ) -> int | None:
-        """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
-        Returns None when that platform message is stored already: a redelivery is a no-op."""
-        mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
-        capture = "pending" if mode == "normal" else "skipped"
-        async with self._tx() as db:
-            cur = await db.execute(
-                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
-                " created_at, platform_message_id, turn) VALUES (?, ?, ?, ?, 'user', 'chat', ?, ?, ?, ?, 'open')"
-                " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
-                " DO NOTHING",
-                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),
-            )
-            if cur.rowcount == 0:
-                return None
-            if segment_id is not None:
-                await db.execute(
-                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
-                )
-            return cur.lastrowid
-
-    async def record_reply(
-        self,
-        conversation_id: int,
-        send_text: str,
-        now: float,
-        *,
-        stored_text: str | None = None,
-        segment_id: int | None = None,
-        run=None,
-        answers: int | None = None,
-        target: DeliveryTarget | None = None,
-    ) -> tuple[int | None, int | None]:
-        """Write the outcome of a turn in one transaction: the assistant message (`stored_text`,
-        if any), the analytics run, the answered turns (every open turn of the conversation up
-        to `answers`) and the pending delivery of `send_text` to `target`.
-        Returns (message id, delivery id)."""
-        if run is not None and segment_id is not None:
-            raise ValueError("a private turn has no analytics run")
-        async with self._tx() as db:
-            message_id = None
-            if stored_text is not None:
-                mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
-                cur = await db.execute(
-                    "INSERT INTO messages (conversation_id, segment_id, mode, role, kind, text, capture, created_at)"
-                    " VALUES (?, ?, ?, 'assistant', 'chat', ?, ?, ?)",
-                    (conversation_id, segment_id, mode, stored_text, "skipped" if segment_id else "pending", now),
-                )
-                message_id = cur.lastrowid
-                if segment_id is not None:
-                    await db.execute(
-                        "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL",
-                        (now, segment_id),
-                    )
-            if run is not None:
-                await insert_run(db, run)
-            if answers is not None:
-                await db.execute(
-                    "UPDATE messages SET turn = 'done' WHERE conversation_id = ? AND turn = 'open' AND id <= ?",
-                    (conversation_id, answers),
-                )
-            delivery_id = None
-            if target is not None:
-                delivery_id = await insert_delivery(
-                    db, conversation_id, target, send_text, now, message_id=message_id, segment_id=segment_id
-                )
-            return message_id, delivery_id
-
-    async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]:
-        """The newest open normal turn of each conversation (on `platforms`, or all): a user
-        message whose reply was never written because the process died mid-turn."""
-        scope = "" if platforms is None else f" AND c.platform IN ({', '.join('?' for _ in platforms)})"
-        rows = await self._all(
-            "SELECT m.id, m.account_id, m.created_at, m.platform_message_id, c.id AS cid, c.platform, c.chat_id, c.kind, c.person_id"
-            " FROM messages m JOIN conversations c ON c.id = m.conversation_id"
-            " WHERE m.turn = 'open' AND m.segment_id IS NULL AND m.mode = 'normal'"
-            " AND m.id = (SELECT max(id) FROM messages WHERE conversation_id = m.conversation_id AND turn = 'open')"
-            f"{scope} ORDER BY m.id",
-            () if platforms is None else tuple(sorted(platforms)),
-        )
-        return [
-            OpenTurn(
-                r["id"],
-                Conversation(r["cid"], r["platform"], r["chat_id"], r["kind"], r["person_id"]),
-                r["account_id"],
-                r["created_at"],
-                r["platform_message_id"],
-            )
-            for r in rows
-        ]
-
-    async def turn_is_open(self, message_id: int) -> bool:
-        row = await self._one("SELECT turn FROM messages WHERE id = ?", (message_id,))
-        return row is not None and row["turn"] == "open"
-
-    async def view(
-        self,
-        conversation_id: int,
-        *,
-        visible_segment: int | None,
-        after: int,
-        upto: int | None = None,
-        limit: int,
-        newest_first: bool = True,
-    ) -> list[TimelineItem]:
-        """The conversation as one mode may see it: `limit` items after the watermark `after`.
-
-        Normal messages are always visible. Messages of `visible_segment` (the private
-        segment being lived in, or None in normal mode) are visible. Every other segment
-        appears as exactly one placeholder: its rows are never read here, because the
-        placeholders come from the segments table and the message queries name the
-        segment they may read.
-        Returns items in timeline order (oldest first) either way; `newest_first`
-        chooses which end of the range `limit` keeps.
-        """
-        order = "DESC" if newest_first else "ASC"
-        upto_sql = "" if upto is None else " AND id <= :upto"
-        params = {"c": conversation_id, "s": visible_segment, "after": after, "upto": upto, "n": limit}
-        normal = await self._read(
-            "SELECT id, role, text FROM messages"
-            " WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'"
-            f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
-            params,
-        )
-        items = [TimelineItem(r["id"], r["role"], r["text"]) for r in normal]
-        if visible_segment is not None:
-            own = await self._read(
-                "SELECT id, role, text FROM messages"
-                " WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'"
-                f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
-                params,
-            )
-            items += [TimelineItem(r["id"], r["role"], r["text"]) for r in own]
-        anchor_upto = "" if upto is None else " AND anchor_message_id < :upto"
-        masked = await self._read(
-            "SELECT id, anchor_message_id FROM segments"
-            " WHERE conversation_id = :c AND id IS NOT :s"
-            f" AND anchor_message_id >= :after{anchor_upto}"
-            f" ORDER BY anchor_message_id {order}, id {order} LIMIT :n",
-            params,
-        )
-        items += [TimelineItem(r["anchor_message_id"], None, None, r["id"]) for r in masked]
-        items.sort(key=_timeline_order, reverse=newest_first)
-        items = items[:limit]
-        if newest_first:
-            items.reverse()
-        return items
-
-    async def has_items_before(
-        self, conversation_id: int, *, visible_segment: int | None, after: int, before: int, at_least: int
-    ) -> bool:
-        """Whether at least `at_least` messages of the view lie strictly between the watermark and `before`.
-        Two branches rather than an OR, so each uses the whole timeline index: the cost stays
-        flat however long the history is."""
-        params = {"c": conversation_id, "s": visible_segment, "after": after, "before": before, "n": at_least}
-        row = await self._read_one(
-            "SELECT count(*) FROM ("
-            " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id IS NULL"
-            "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n)"
-            " UNION ALL"
-            " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id = :s"
-            "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n))",
-            params,
-        )
-        return row[0] >= at_least
-
-    async def latest_message_id(self, conversation_id: int) -> int:
-        row = await self._one("SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,))
-        return row[0]
-
-    # --- summaries ----------------------------------------------------------
-
-    async def normal_summary(self, conversation_id: int) -> Summary | None:
-        row = await self._read_one(
-            "SELECT text, watermark FROM summaries WHERE conversation_id = ? AND segment_id IS NULL AND mode = 'normal'",
-            (conversation_id,),
-        )
-        return Summary(row["text"], row["watermark"]) if row else None
-
-    async def private_summary(self, segment_id: int) -> Summary | None:
-        row = await self._read_one(
-            "SELECT text, watermark FROM summaries WHERE segment_id = ? AND mode = 'private'", (segment_id,)
-        )
-        return Summary(row["text"], row["watermark"]) if row else None
-
-    async def save_summary(
-        self,
-        conversation_id: int,
-        summary: Summary,
-        now: float,
-        *,
-        segment_id: int | None = None,
-        pad_person_id: int | None = None,
-        pad_facts: tuple[str, ...] = (),
-    ) -> None:
-        """Store a rolling summary and advance its watermark; for a private summary, in the
-        same transaction, add the stable facts its consolidation found to the private pad,
-        owned by the segment they came from."""
-        mode = "private" if segment_id is not None else "normal"
-        key_sql = "segment_id = ?" if segment_id is not None else "conversation_id = ? AND segment_id IS NULL"
-        key = segment_id if segment_id is not None else conversation_id
-        async with self._tx() as db:
-            cur = await db.execute(
-                f"UPDATE summaries SET text = ?, watermark = ?, updated_at = ? WHERE {key_sql}",
-                (summary.text, summary.watermark, now, key),
-            )
-            if cur.rowcount == 0:
-                await db.execute(
-                    "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (conversation_id, segment_id, mode, summary.text, summary.watermark, now),
-                )
-            if segment_id is not None and pad_person_id is not None:
-                for fact in pad_facts:
-                    await db.execute(
-                        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-                        " SELECT ?, ?, 'private', ?, ? WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
-                        "  WHERE person_id = ? AND mode = 'private' AND text = ?)",
-                        (pad_person_id, segment_id, fact, now, pad_person_id, fact),
-                    )
-
-    # --- memory pads --------------------------------------------------------
-
-    async def normal_pad(self, person_id: int) -> list[PadEntry]:
-        rows = await self._read(
-            "SELECT id, text FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND segment_id IS NULL ORDER BY id",
-            (person_id,),
-        )
-        return [PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in rows]
-
-    async def private_pad(self, person_id: int) -> list[PadEntry]:
-        """Only the private-mode context assembly calls this."""
-        rows = await self._read(
-            "SELECT id, text, segment_id FROM pad_entries WHERE person_id = ? AND mode = 'private' ORDER BY id",
-            (person_id,),
-        )
-        return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
-
-
-def _timeline_order(item: TimelineItem) -> tuple[int, int, int]:
-    # A placeholder stands right after the message that preceded its interval.
-    return (item.position, 1 if item.is_placeholder else 0, item.masked_segment_id or 0)
+    async def _planted(self, sql: str, params: Params = ()) -> None:
+        """A write straight into the database, past every mutator and guard: tests plant rows
+        with it to show what the queries themselves refuse."""
+        async with self.database.tx() as db:
+            await db.execute(sql, params)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 
 from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
@@ -17,7 +19,6 @@ from telegram.ext import Application, ContextTypes, ExtBot, MessageHandler, filt
 
 from adapters.telegram.delivery import (
     Delivery,
-    Sleep,
     TelegramDeliveryError,
     is_permanent,
     parts_of,
@@ -32,6 +33,7 @@ from core.model import InboundMessage, OutboundDelivery, Reply
 from core.outbox import Outbox
 from core.ports import AdapterStateStore
 from core.ports import MessageHandler as CoreHandler
+from core.retry import Sleep
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +175,21 @@ class TelegramAdapter:
         await self._shutdown_application()
         log.info("telegram: stopped")
 
+    async def wait_lost(self) -> str:
+        """Wait until polling ended on its own, and return one line saying so. Polling outlives every
+        failure but a rejected token (which calls `on_fatal` first), so otherwise this is a bug.
+
+        Raises:
+            RuntimeError: the adapter is not started.
+        """
+        poll = self._poll_task
+        if poll is None:
+            raise RuntimeError("TelegramAdapter is not started")
+        await asyncio.wait({poll})
+        failure = None if poll.cancelled() else poll.exception()
+        reason = f" ({type(failure).__name__})" if failure is not None else ""
+        return f"telegram: polling for updates ended{reason}"
+
     async def send(
         self, chat_id: int | str, text: str, *, reply_to: int | None = None, thread_id: int | None = None
     ) -> list[int]:
@@ -186,6 +203,25 @@ class TelegramAdapter:
         if self._delivery is None or self._app is None:
             raise RuntimeError("TelegramAdapter is not started")
         return await self._delivery.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id)
+
+    async def send_text(self, chat_id: str, text: str) -> str:
+        """core.ports.BaseSender: post `text` now, without an outbox row (a binding's test post).
+
+        Raises:
+            DeliveryFailed: permanent for 400 (chat not found), 403 (not a member, blocked) and
+                ChatMigrated, else transient.
+        """
+        if self._delivery is None or self._app is None:
+            raise DeliveryFailed("not started", permanent=False, parts_sent=0)
+        try:
+            sent = await self._delivery.send_text(chat_id, text)
+        except TelegramDeliveryError as exc:
+            cause = exc.__cause__
+            permanent = isinstance(cause, TelegramError) and is_permanent(cause)
+            raise DeliveryFailed(
+                type(cause).__name__ if cause else "unknown", permanent=permanent, parts_sent=exc.delivered
+            ) from exc
+        return str(sent[0]) if sent else ""
 
     async def send_delivery(self, delivery: OutboundDelivery) -> int:
         """core.ports.BaseSender: send an outbox row from part `parts_sent` on.
@@ -304,7 +340,7 @@ class TelegramAdapter:
                     offset=self._ledger.next_offset,
                     # While a turn runs its update stays unconfirmed and comes back at once:
                     # poll briefly then, or the next chat would wait for that turn.
-                    timeout=0 if waiting else self._poll_timeout,
+                    timeout=timedelta(seconds=0 if waiting else self._poll_timeout),
                     allowed_updates=["message"],
                 )
             except RetryAfter as exc:
@@ -407,8 +443,10 @@ class TelegramAdapter:
 
     async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.message
-        inbound = self._inbound(message) if message is not None else None
-        if inbound is None or self._delivery is None:
+        if message is None or self._delivery is None:
+            return
+        inbound = self._inbound(message)
+        if inbound is None:
             return
         delivery = self._delivery
         log.info(
@@ -438,6 +476,8 @@ class TelegramAdapter:
             if reply.delivery_id is not None and self._outbox is not None:
                 # The reply is a pending outbox row already: sent and marked now, or later by the
                 # dispatcher if Telegram cannot take it now. Never lost, never answered twice.
+                if reply.conversation_id is None:
+                    raise RuntimeError("telegram: a reply with an outbox delivery names no conversation")
                 if text != reply.text:
                     await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
                 await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
@@ -447,8 +487,12 @@ class TelegramAdapter:
             for attachment in reply.attachments:
                 await delivery.call(
                     "sendDocument",
-                    lambda a=attachment: self._bot.send_document(
-                        message.chat_id, document=a.data, filename=a.filename, message_thread_id=thread
+                    functools.partial(
+                        self._bot.send_document,
+                        message.chat_id,
+                        document=attachment.data,
+                        filename=attachment.filename,
+                        message_thread_id=thread,
                     ),
                 )
         except (TelegramDeliveryError, TelegramError) as exc:
@@ -463,7 +507,7 @@ class TelegramAdapter:
             text, is_direct = message.text, True
         elif message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
             replied = message.reply_to_message
-            text = group_text(
+            grouped = group_text(
                 message.text,
                 [Entity(e.type, e.offset, e.length, e.user.id if e.user else None) for e in message.entities],
                 username=self._bot.username,
@@ -471,9 +515,9 @@ class TelegramAdapter:
                 replied_to_bot=bool(replied and replied.from_user and replied.from_user.id == self._bot.id),
                 commands={name for name, _ in self._commands},
             )
-            if text is None:
+            if grouped is None:
                 return None
-            is_direct = False
+            text, is_direct = grouped, False
         else:
             return None
         return InboundMessage(
@@ -529,11 +573,9 @@ class _RedactToken(logging.Filter):
 
 
 def _guard_logs(token_filter: _RedactToken) -> None:
+    # Levels (python-telegram-bot logs message text at DEBUG) are bot/logs.py's; the token is ours.
     for name in _GUARDED:
         logging.getLogger(name).addFilter(token_filter)
-    # python-telegram-bot logs request parameters (message text included) at DEBUG.
-    library = logging.getLogger("telegram")
-    library.setLevel(max(library.level, logging.INFO))
 
 
 def _unguard_logs(token_filter: _RedactToken) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import warnings
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -26,6 +28,7 @@ from telegram.warnings import PTBDeprecationWarning
 
 from adapters.telegram.text import sendable, split_message
 from core.errors import CompanionError
+from core.retry import Attempt, RetryPolicy, Sleep, retrying
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,6 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 T = TypeVar("T")
-Sleep = Callable[[float], Awaitable[None]]
 
 # BadRequest subclasses NetworkError in python-telegram-bot, but repeating a bad request cannot help.
 _NOT_TRANSIENT = (BadRequest, Forbidden, InvalidToken, ChatMigrated, Conflict, EndPointNotFound)
@@ -59,8 +61,13 @@ class Delivery:
     def __init__(self, bot: Bot, *, sleep: Sleep = asyncio.sleep, max_attempts: int = 5, backoff: float = 0.5) -> None:
         self._bot = bot
         self._sleep = sleep
-        self._max_attempts = max_attempts
-        self._backoff = backoff
+        self._policy = RetryPolicy(
+            attempts=max_attempts,
+            base_delay=backoff,
+            max_delay=30.0,
+            retryable=_is_transient,
+            retry_after=_flood_wait,
+        )
 
     async def call(self, what: str, action: Callable[[], Awaitable[T]], *, attempts: int | None = None) -> T:
         """Run `action` (one Bot API call), retrying what can succeed on a later attempt.
@@ -68,26 +75,13 @@ class Delivery:
         Raises:
             telegram.error.TelegramError: the last failure, when it is not transient or attempts ran out.
         """
-        attempts = attempts or self._max_attempts
-        for attempt in range(1, attempts + 1):
-            try:
-                return await action()
-            except _NOT_TRANSIENT:
-                raise
-            except RetryAfter as exc:
-                if attempt == attempts:
-                    raise
-                delay, reason = retry_after_seconds(exc), "flood control"
-            except NetworkError as exc:  # also TimedOut, and every 5xx answer
-                if attempt == attempts:
-                    raise
-                delay, reason = self.backoff(attempt), type(exc).__name__
-            log.info("telegram: %s failed (%s), retry %d in %.1f s", what, reason, attempt, delay)
-            await self._sleep(delay)
-        raise AssertionError("unreachable")
+        policy = replace(self._policy, attempts=attempts) if attempts else self._policy
 
-    def backoff(self, attempt: int) -> float:
-        return min(self._backoff * 2 ** (attempt - 1), 30.0)
+        def retrying_after(exc: Exception, attempt: Attempt, delay: float) -> None:
+            reason = "flood control" if isinstance(exc, RetryAfter) else type(exc).__name__
+            log.info("telegram: %s failed (%s), retry %d in %.1f s", what, reason, attempt.number, delay)
+
+        return await retrying(policy, lambda _attempt: action(), on_retry=retrying_after, sleep=self._sleep)
 
     async def send_text(
         self,
@@ -114,8 +108,8 @@ class Delivery:
             try:
                 message = await self.call(
                     "sendMessage",
-                    lambda p=part, r=reply: self._bot.send_message(
-                        chat_id, p, reply_parameters=r, message_thread_id=thread_id
+                    functools.partial(
+                        self._bot.send_message, chat_id, part, reply_parameters=reply, message_thread_id=thread_id
                     ),
                 )
             except TelegramError as exc:
@@ -137,6 +131,17 @@ def is_permanent(exc: TelegramError) -> bool:
     """Whether sending again cannot help: the bot is blocked or removed (403), the chat is not
     found or the request is malformed (400), or the group moved (ChatMigrated)."""
     return isinstance(exc, (BadRequest, Forbidden, ChatMigrated))
+
+
+def _is_transient(exc: Exception) -> bool:
+    """Flood control (429), and network errors: timeouts and every 5xx answer."""
+    if isinstance(exc, _NOT_TRANSIENT):
+        return False
+    return isinstance(exc, (RetryAfter, NetworkError))
+
+
+def _flood_wait(exc: Exception) -> float | None:
+    return retry_after_seconds(exc) if isinstance(exc, RetryAfter) else None
 
 
 def parts_of(text: str) -> int:

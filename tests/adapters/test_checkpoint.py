@@ -12,6 +12,7 @@ from core.companion import Companion
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 from tests.helpers.reader import SnapshotReader, WriteHolder, files_holding
+from tests.helpers.waiting import wait_for
 
 CANARY = b"CHECKPOINT-CANARY-7"
 
@@ -100,22 +101,38 @@ async def test_expired_artifacts_are_gone_after_a_restart_without_any_sweep(make
     assert holding_canary(store) == []
 
 
-async def test_the_mode_read_never_queues_behind_a_write_waiting_for_another_process(companion, store, clock):
+async def test_the_mode_read_never_queues_behind_a_write_waiting_for_another_process(
+    companion, store, clock, monkeypatch
+):
     """A second process holds the write lock for longer than the valve's read timeout; a write
     of ours waits for it, and the mode read meanwhile still answers with the open segment."""
     other, segment = await two_private_conversations(companion, store)
+    takers: list[asyncio.Task | None] = []
+    acquire = store.database.lock.acquire
+
+    async def counted_acquire() -> bool:
+        takers.append(asyncio.current_task())
+        return await acquire()
+
+    monkeypatch.setattr(store.database.lock, "acquire", counted_acquire)
     with WriteHolder(store.path) as holder:
         waiting = asyncio.create_task(store.set_adapter_state("ours", "1", clock.now()))
-        await asyncio.sleep(0.2)  # the write is now waiting for the other process
-        assert not waiting.done()
-        for _ in range(3):
+        try:
+            # The write takes the store's lock once per try of BEGIN IMMEDIATE: a second take
+            # means the first try was refused, so the write is now waiting for the other process.
+            await wait_for(lambda: takers.count(waiting) >= 2 or waiting.done(), what="a second try of the write")
+            assert not waiting.done()
+            for _ in range(3):
+                read = await asyncio.wait_for(store.open_segment_of(other.id), 2)
+                assert read is not None and read.id == segment.id
+            await asyncio.sleep(1.0)  # together: longer than the valve's 2 s read timeout
             read = await asyncio.wait_for(store.open_segment_of(other.id), 2)
             assert read is not None and read.id == segment.id
-        await asyncio.sleep(1.0)  # together: longer than the valve's 2 s read timeout
-        read = await asyncio.wait_for(store.open_segment_of(other.id), 2)
-        assert read is not None and read.id == segment.id
-        holder.release()
-        await waiting  # and the write goes through once the other process lets go
+            holder.release()
+            await waiting  # and the write goes through once the other process lets go
+        finally:
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
     assert await store.get_adapter_state("ours") == "1"
 
 
@@ -123,16 +140,15 @@ async def test_the_mode_read_does_not_queue_behind_the_stores_own_writes(compani
     """Under load the writer is busy with commits (each fsynced); the mode read must not wait for
     them, or the valve's timeout would turn messages away."""
     other, segment = await two_private_conversations(companion, store)
-    async with store._lock:  # the writer is in the middle of someone else's transaction
+    async with store.database.lock:  # the writer is in the middle of someone else's transaction
         read = await asyncio.wait_for(store.open_segment_of(other.id), 1)
     assert read is not None and read.id == segment.id
 
 
 async def test_a_write_gives_up_with_a_clear_error_when_another_process_keeps_the_lock(store, clock, monkeypatch):
-    import adapters.storage.sqlite as sqlite_module
     from core.errors import StoreError
 
-    monkeypatch.setattr(sqlite_module, "_BUSY_SECONDS", 0.3)
+    monkeypatch.setattr(store.database, "busy_seconds", 0.3)
     with WriteHolder(store.path), pytest.raises(StoreError, match="locked by another process"):
         await store.set_adapter_state("ours", "1", clock.now())
     assert await store.get_adapter_state("ours") is None

@@ -24,6 +24,7 @@ from core.ports import SystemClock
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import MESSAGE_CONTENT, FakeDiscordServer, RestFault
 from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.logs import logging_policy
 
 CANARY = "canary-5d1e my sister's diagnosis"
 FRIEND = 111  # allowed: discord:111
@@ -60,7 +61,7 @@ async def core(store, model, passphrase_hash):
     )
     await companion.start()
     yield companion
-    await companion.aclose()
+    await companion.drain()
     await provider.aclose()
 
 
@@ -588,16 +589,16 @@ async def test_when_the_core_fails_the_passphrase_message_is_still_deleted(disco
 
 
 async def test_message_text_never_reaches_the_logs_even_at_debug(discord_server, model, core, caplog):
-    caplog.set_level(logging.DEBUG, logger="discord")
-    caplog.set_level(logging.DEBUG, logger="adapters")
+    caplog.set_level(logging.DEBUG)
     adapter = make_adapter(discord_server, core.handle)
-    await adapter.start()
-    try:
-        model.reply_text(f"I hear you: {CANARY}")
-        await discord_server.send_dm(FRIEND, CANARY)
-        await discord_server.wait_for_sent(1)
-    finally:
-        await adapter.aclose()
+    with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG: discord.py's payload logs stay off
+        await adapter.start()
+        try:
+            model.reply_text(f"I hear you: {CANARY}")
+            await discord_server.send_dm(FRIEND, CANARY)
+            await discord_server.wait_for_sent(1)
+        finally:
+            await adapter.aclose()
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "canary-5d1e" not in logged
     assert any(r.name.startswith("adapters.discord") for r in caplog.records)
@@ -632,7 +633,7 @@ async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_re
         assert [m.content for m in discord_server.sent] == ["Yes, I'm here."]
     finally:
         await again.aclose()
-        await restarted.aclose()
+        await restarted.drain()
         await provider.aclose()
 
 

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from types import SimpleNamespace
 
 import aiosqlite
 import pytest
 
+from adapters.storage import migrate as migrate_module
 from adapters.storage.migrate import Migration, known_migrations, migrate
 from adapters.storage.sqlite import SqliteStore
 from core.errors import MigrationError
@@ -83,10 +88,47 @@ async def test_a_failing_migration_is_rolled_back_whole(tmp_path):
             assert (await cur.fetchone())[0] == 0
 
 
-async def test_migration_files_are_numbered_and_ordered():
-    names = [m.name for m in known_migrations()]
-    assert names == sorted(names) and names[0].startswith("0001_")
-    assert len({n[:4] for n in names}) == len(names)
+class ListedInOrder:
+    """A migrations folder whose listing comes in the order given, as a file system may list it."""
+
+    def __init__(self, folder: Path, order: list[str]) -> None:
+        self.folder, self.order = folder, order
+
+    def iterdir(self) -> Iterator[Path]:
+        return (self.folder / name for name in self.order)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.folder / name
+
+
+async def test_migrations_apply_in_numeric_order_however_the_folder_lists_them(tmp_path, monkeypatch):
+    files = {
+        "0010_fill.sql": "INSERT INTO a (x, b) VALUES (1, 'late');\n",
+        "0002_add_b.sql": "ALTER TABLE a ADD COLUMN b TEXT;\n",
+        "README.md": "not a migration\n",
+        "0001_a.sql": "CREATE TABLE a (x INTEGER);\n",
+        "3_unnumbered.sql": "DROP TABLE a;\n",  # not zero-padded: not a migration
+    }
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    for name, sql in files.items():
+        (folder / name).write_text(sql)
+    listing = ListedInOrder(folder, list(files))  # later numbers listed first
+    monkeypatch.setattr(migrate_module, "resources", SimpleNamespace(files=lambda package: listing))
+
+    async with aiosqlite.connect(tmp_path / "db", isolation_level=None) as db:
+        # Each file needs the one before it: applied in listing order, the first would fail.
+        assert await migrate(db) == ["0001_a.sql", "0002_add_b.sql", "0010_fill.sql"]
+        async with db.execute("SELECT x, b FROM a") as cur:
+            assert [tuple(r) for r in await cur.fetchall()] == [(1, "late")]
+
+
+def test_every_shipped_sql_file_is_a_migration_with_a_number_of_its_own():
+    shipped = sorted(p.name for p in resources.files("migrations").iterdir() if p.name.endswith(".sql"))
+    # A file the name pattern misses would be skipped silently; two with one number have no order.
+    assert [m.name for m in known_migrations()] == shipped
+    numbers = [int(name[:4]) for name in shipped]
+    assert numbers == list(range(1, len(shipped) + 1))
 
 
 async def test_every_child_table_cascades_from_its_owner(store):
@@ -99,7 +141,13 @@ async def test_every_child_table_cascades_from_its_owner(store):
             column, on_delete = fk["from"], fk["on_delete"]
             # account_id on messages only attributes authorship; it is SET NULL so that
             # an account's removal never silently deletes a shared group timeline.
-            if (table, column) == ("messages", "account_id"):
+            # proactive_people only points at where nudges go: a person's manners outlive one
+            # conversation, and the target falls back to where they write next.
+            if (table, column) in {
+                ("messages", "account_id"),
+                ("proactive_people", "conversation_id"),
+                ("proactive_people", "pinned_conversation_id"),
+            }:
                 assert on_delete == "SET NULL"
             else:
                 assert on_delete == "CASCADE", f"{table}.{column} does not cascade"
@@ -123,7 +171,9 @@ async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_fu
     from core.model import DeliveryTarget
 
     conversation = await store.ensure_conversation(ConversationKey("telegram", "1"), "group", None, 0.0)
-    _, delivery_id = await store.record_reply(conversation.id, "hi", 0.0, target=DeliveryTarget("telegram", "1"))
+    delivery_id = (
+        await store.record_reply(conversation.id, "hi", 0.0, target=DeliveryTarget("telegram", "1"))
+    ).delivery_id
     await SqliteOutboxStore(store).mark_sent(delivery_id, 1, 1.0)
     assert await pragma(store, "synchronous") == 2  # FULL
     assert [tuple(r) for r in await store._all("SELECT status FROM deliveries")] == [("sent",)]

@@ -35,6 +35,7 @@ from core.ports import SystemClock
 from core.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.logs import logging_policy
 
 USER, OTHER, GROUP = 111, 333, -100500
 STRANGER = 987650123  # distinctive, so finding it in a stored row means something
@@ -102,7 +103,7 @@ async def new_companion(
 
     yield make
     for companion, provider in opened:
-        await companion.aclose()
+        await companion.drain()
         await provider.aclose()
 
 
@@ -126,7 +127,10 @@ async def new_adapter(
     """Adapters on the fake server; they close before the companions (they depend on them) do."""
     made: list[TelegramAdapter] = []
 
-    async def make(companion: Companion, *, token: str | None = None, base_url: str | None = None) -> TelegramAdapter:
+    async def make(
+        companion: Companion, *, token: str | None = None, base_url: str | None = None, **options: float
+    ) -> TelegramAdapter:
+        options = {"poll_timeout": 2.0, "repoll_interval": 0.05, **options}
         adapter = TelegramAdapter(
             token=token or telegram.token,
             handler=companion.handle,
@@ -134,9 +138,8 @@ async def new_adapter(
             base_url=base_url or telegram.base_url,
             state=store,
             outbox=companion.outbox,
-            poll_timeout=2.0,
-            repoll_interval=0.05,
             sleep=sleep,
+            **options,
         )
         made.append(adapter)
         await adapter.start()
@@ -158,6 +161,24 @@ async def say(telegram: FakeTelegramServer, text: str, *, chat: int = USER, user
     telegram.send_text(chat, user, text, chat_type="private" if chat > 0 else "supergroup", **kwargs)
     sent = await telegram.wait_for_sent(before + 1)
     return sent[before].text
+
+
+MODE_ANSWER = "You are in "
+
+
+async def before_a_later_turn(telegram: FakeTelegramServer, chat: int = USER) -> list[str]:
+    """What `chat` was sent before the answer to a /mode sent now, once that answer is there.
+
+    One chat's turns run in order, and a turn ends only once its reply is sent (retries
+    included): whatever an earlier message of the chat was going to cause has happened by
+    then. This is the window of a negative check, instead of a fixed sleep. /mode asks no model.
+    """
+    asked = sum(text.startswith(MODE_ANSWER) for text in telegram.texts_to(chat))
+    telegram.send_text(chat, chat if chat > 0 else USER, "/mode", chat_type="private" if chat > 0 else "supergroup")
+    await telegram.wait_for(lambda: sum(t.startswith(MODE_ANSWER) for t in telegram.texts_to(chat)) > asked)
+    texts = telegram.texts_to(chat)
+    answers = [i for i, text in enumerate(texts) if text.startswith(MODE_ANSWER)]
+    return texts[: answers[asked]]
 
 
 def user_texts(request: dict) -> list[str]:
@@ -234,8 +255,7 @@ async def test_a_long_reply_is_split_on_paragraphs_in_order(
     model.reply_text("\n\n".join(paragraphs))
     telegram.send_text(USER, USER, "tell me a long story")
     sent = await telegram.wait_for_sent(4)
-    await asyncio.sleep(0.2)
-    assert [m.text for m in telegram.sent] == paragraphs
+    assert await before_a_later_turn(telegram) == paragraphs  # in order, and no part twice
     assert all(len(m.text) <= MAX_MESSAGE_LENGTH for m in sent)
 
 
@@ -254,10 +274,9 @@ async def test_flood_control_retry_after_is_honoured_and_the_reply_is_sent_once(
     telegram.fail_next("sendMessage", 429, retry_after=3)
     model.reply_text("worth the wait")
     assert await say(telegram, "hello") == "worth the wait"
-    await asyncio.sleep(0.2)
+    assert await before_a_later_turn(telegram) == ["worth the wait"]
     assert 3.0 in sleep.delays
-    assert [p["text"] for p in telegram.calls_of("sendMessage")] == ["worth the wait"] * 2
-    assert telegram.texts_to(USER) == ["worth the wait"]
+    assert [p["text"] for p in telegram.calls_of("sendMessage")][:2] == ["worth the wait"] * 2  # then the /mode
 
 
 @pytest.mark.parametrize("status", [500, 502, 503])
@@ -271,8 +290,7 @@ async def test_a_5xx_is_retried_with_backoff_until_the_reply_is_sent(
     telegram.fail_next("sendMessage", status, times=2)
     model.reply_text("made it")
     assert await say(telegram, "hello") == "made it"
-    await asyncio.sleep(0.2)
-    assert telegram.texts_to(USER) == ["made it"]
+    assert await before_a_later_turn(telegram) == ["made it"]
     assert len(sleep.delays) >= 2 and sleep.delays[1] > sleep.delays[0]
 
 
@@ -284,8 +302,7 @@ async def test_a_part_already_sent_is_not_sent_again_when_a_later_part_is_retrie
     telegram.fail_next("sendMessage", 502, after=1)
     telegram.send_text(USER, USER, "long please")
     await telegram.wait_for_sent(2)
-    await asyncio.sleep(0.2)
-    assert telegram.texts_to(USER) == paragraphs
+    assert await before_a_later_turn(telegram) == paragraphs
 
 
 # --- who it talks to --------------------------------------------------------
@@ -298,7 +315,9 @@ async def test_an_unknown_user_is_refused_once_and_nothing_of_it_is_stored(
     assert await say(telegram, f"hello, {secret}", chat=STRANGER, user=STRANGER) == copy.NOT_ALLOWED
     telegram.send_text(STRANGER, STRANGER, f"again {secret}")
     assert await say(telegram, "and me?") != copy.NOT_ALLOWED  # the allowed user is still answered after it
-    await asyncio.sleep(0.2)  # the stranger's second message had time to be (not) answered
+    # An update is confirmed only once it was handled: when none is pending, the stranger's
+    # second message was handled, and had it been answered the answer would be here.
+    await telegram.wait_for(lambda: telegram.pending_updates == 0)
     assert telegram.texts_to(STRANGER) == [copy.NOT_ALLOWED]
     assert all(secret not in raw.decode() for raw in model.raw_requests)
     assert not _rows_mentioning(store.path, [secret, str(STRANGER)])
@@ -401,8 +420,7 @@ async def test_restart_does_not_handle_updates_again(
 
     await new_adapter(await new_companion())
     await telegram.wait_for_sent(3)
-    await asyncio.sleep(0.3)
-    assert len(telegram.sent) == 3
+    assert len(await before_a_later_turn(telegram)) == 3  # "one" and "two" were not answered again
     assert len(model.requests) == 3
     assert user_texts(model.requests[-1])[-1] == "three, sent while the gateway was down"
 
@@ -461,8 +479,7 @@ async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_
     await store.set_adapter_state(f"telegram:offset:{telegram.bot_id}", "1 3", 0.0)
     await new_adapter(companion)
     await telegram.wait_for_sent(2)
-    await asyncio.sleep(0.3)
-    assert len(telegram.sent) == 2
+    assert len(await before_a_later_turn(telegram)) == 2  # u1 and u3 were not handled again
     assert [user_texts(r)[-1] for r in model.requests] == ["u2", "u4"]
 
 
@@ -484,8 +501,7 @@ async def test_messages_sent_while_down_stay_in_the_private_interval_the_restart
     requests_before = len(model.raw_requests)
     await new_adapter(await new_companion())  # start-up closes the open segment
     sent = await telegram.wait_for_sent(4)
-    await asyncio.sleep(0.3)
-    assert len(telegram.sent) == 4
+    assert len(await before_a_later_turn(telegram)) == 4
     assert sent[2].text == RESTART_KEPT_PRIVATE
     assert sent[3].text.startswith("You are in normal mode")
     assert len(model.raw_requests) == requests_before  # not read: no model request at all
@@ -583,9 +599,10 @@ async def test_neither_the_token_nor_message_text_reaches_the_logs(
     adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="httpx")  # whatever another test configured
-    await say(telegram, f"hello {CANARY}")
-    await say(telegram, "/private sesame")
+    with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG: python-telegram-bot's payload logs stay off
+        logging.getLogger("httpx").setLevel(logging.DEBUG)  # request URLs logged: the token must be redacted
+        await say(telegram, f"hello {CANARY}")
+        await say(telegram, "/private sesame")
     # aiosqlite logs SQL parameters at DEBUG: the store's concern, configured at the entry point.
     lines = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("aiosqlite"))
     assert "HTTP Request" in lines  # httpx did log the requests, with the token redacted
@@ -827,8 +844,10 @@ async def wait_for_rows(store: SqliteStore, sql: str, timeout: float = 10.0) -> 
 
 
 async def test_a_quick_answer_costs_no_typing_action(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    new_adapter: AdapterFactory, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
+    # "Quick" is shorter than typing_delay: a long one, so that a loaded machine is still quick enough.
+    await new_adapter(companion, typing_delay=30.0)
     model.reply_text("Quick.")
     assert await say(telegram, "an easy one") == "Quick."
     assert telegram.chat_actions == []

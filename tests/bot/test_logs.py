@@ -31,3 +31,18 @@ def test_no_private_text_reaches_the_logs_at_debug(tmp_path):
     for output in (result.stderr, report.stdout, report.stderr, bk.stdout, bk.stderr):
         assert CANARY not in output
         assert "pw 1h" not in output
+
+
+def test_a_logged_exception_is_one_line_naming_its_type_without_its_message_or_traceback():
+    import logging
+    import sys
+
+    from bot.logs import FORMAT, OneLineFormatter
+
+    try:
+        raise ValueError(f"payload {CANARY}")
+    except ValueError:
+        record = logging.LogRecord("discord.client", logging.ERROR, __file__, 1, "reconnecting", None, sys.exc_info())
+    line = OneLineFormatter(FORMAT).format(record)
+    assert line.endswith("discord.client: reconnecting (ValueError)")
+    assert "\n" not in line and CANARY not in line and "Traceback" not in line

@@ -41,7 +41,7 @@ def test_a_stop_during_a_slow_private_turn_never_lets_the_private_line_into_norm
     telegram, model = telegram_servers
     # A short model timeout: SIGTERM's drain (the model timeout) runs out while the model is slow.
     env = gateway_env(tmp_path, telegram, model, COMPANION_LLM_TIMEOUT="1")
-    gateway = spawn(env, tmp_path)
+    gateway = spawn(env)
     try:
         assert say(telegram, gateway, "/private sesame").startswith("Private mode is on")
         model.reply_delay(30)
@@ -58,7 +58,7 @@ def test_a_stop_during_a_slow_private_turn_never_lets_the_private_line_into_norm
     telegram.redeliver()  # whatever the stop left unconfirmed comes again
     telegram.send_text(USER, USER, f"{CANARY} (sent while it was down)")
     answered, since = len(telegram.sent), len(model.raw_requests)
-    gateway = spawn(env, tmp_path)
+    gateway = spawn(env)
     try:
         model.reply_text("fresh")
         wait_until(
@@ -82,7 +82,7 @@ def test_a_second_restart_still_keeps_a_late_message_inside_the_interval(
 ) -> None:
     telegram, model = telegram_servers
     env = gateway_env(tmp_path, telegram, model)
-    gateway = spawn(env, tmp_path)
+    gateway = spawn(env)
     try:
         assert say(telegram, gateway, "/private sesame").startswith("Private mode is on")
     finally:
@@ -92,14 +92,14 @@ def test_a_second_restart_still_keeps_a_late_message_inside_the_interval(
     since = len(model.raw_requests)
     for _ in range(2):
         polls = len(telegram.calls_of("getUpdates"))
-        gateway = spawn(env, tmp_path)
+        gateway = spawn(env)
         try:
             wait_until(telegram, gateway, lambda polls=polls: len(telegram.calls_of("getUpdates")) > polls + 1)
         finally:
             gateway.kill()
             gateway.communicate()
     polls = len(telegram.calls_of("getUpdates"))
-    gateway = spawn(env, tmp_path)
+    gateway = spawn(env)
     try:
         wait_until(telegram, gateway, lambda: len(telegram.calls_of("getUpdates")) > polls)
         time.sleep(2.1)  # Telegram dates are whole seconds, rounded down: wait past the restart's second
@@ -115,7 +115,7 @@ def test_a_reply_written_but_never_sent_before_a_kill_goes_out_once_at_the_next_
     telegram, model = telegram_servers
     # No scheduled dispatch in this test: only the start-up pass can send what the kill left.
     env = gateway_env(tmp_path, telegram, model, COMPANION_OUTBOX_TICK_SECONDS="3600")
-    gateway = spawn(env, tmp_path)
+    gateway = spawn(env)
     try:
         say(telegram, gateway, "hello")
     finally:
@@ -127,7 +127,7 @@ def test_a_reply_written_but_never_sent_before_a_kill_goes_out_once_at_the_next_
             " created_at) SELECT id, 'reply', 'telegram', chat_id, 'n1', 'the reply the kill held back',"
             " strftime('%s', 'now'), strftime('%s', 'now') FROM conversations"
         )
-    gateway = spawn(env, tmp_path)
+    gateway = spawn(env)
     try:
         wait_until(telegram, gateway, lambda: "the reply the kill held back" in telegram.texts_to(USER))
     finally:

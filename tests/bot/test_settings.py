@@ -53,6 +53,14 @@ def test_dotenv_file_is_read(tmp_path):
         ("COMPANION_TELEGRAM_TOKEN", "123456789:AAEabcdefghij\nklmnopqrstuvwxyz0123456", "@BotFather"),
         ("COMPANION_TELEGRAM_TOKEN", "bot123456789:AAEabcdefghijklmnopqrstuvwxyz0123456", "@BotFather"),
         ("COMPANION_DISCORD_TOKEN", "just-one-part-of-a-discord-token", "three parts"),
+        ("COMPANION_EXPIRY_SWEEP_SECONDS", "120", "less than or equal to 60"),
+        ("COMPANION_CAPTURE_SECONDS", "0", "greater than 0"),
+        ("COMPANION_OUTBOX_PRUNE_SECONDS", "often", "number"),
+        ("COMPANION_DISCORD_OUTAGE_SECONDS", "-1", "greater than or equal to 0"),
+        ("COMPANION_PROACTIVE_TICK_SECONDS", "0", "greater than 0"),
+        ("COMPANION_NUDGES_PER_DAY", "many", "integer"),
+        ("COMPANION_NUDGES_PER_DAY", "25", "less than or equal to 24"),
+        ("COMPANION_NUDGE_COOLDOWN_MINUTES", "-5", "greater than or equal to 0"),
     ],
 )
 def test_a_bad_value_names_the_variable_and_what_is_wrong(monkeypatch, name, value, words):
@@ -99,3 +107,71 @@ def test_a_server_of_ones_own_may_issue_its_own_ids_and_token_shapes(monkeypatch
     monkeypatch.setenv("COMPANION_ALLOWED_USERS", "telegram:alice")
     with pytest.raises(ConfigError, match=r"^COMPANION_ALLOWED_USERS: "):
         load_settings()
+
+
+def test_against_a_server_of_ones_own_tokens_are_still_stripped_before_any_network_call(monkeypatch):
+    monkeypatch.setenv("COMPANION_TELEGRAM_BASE_URL", "http://127.0.0.1:9/bot")
+    monkeypatch.setenv("COMPANION_DISCORD_API_BASE", "http://127.0.0.1:9/api")
+    monkeypatch.setenv("COMPANION_TELEGRAM_TOKEN", " 123456:TEST-token\n")
+    monkeypatch.setenv("COMPANION_DISCORD_TOKEN", "\tfake-discord-token\r\n")
+    settings = load_settings()
+    assert settings.telegram_token.get_secret_value() == "123456:TEST-token"
+    assert settings.discord_token.get_secret_value() == "fake-discord-token"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("COMPANION_TELEGRAM_TOKEN", "not a token", "@BotFather"),
+        ("COMPANION_TELEGRAM_TOKEN", "123456:TEST token", "@BotFather"),
+        ("COMPANION_TELEGRAM_TOKEN", "TEST-token", "@BotFather"),
+        ("COMPANION_DISCORD_TOKEN", "fake discord\ntoken", "three parts"),
+    ],
+)
+def test_against_a_server_of_ones_own_a_malformed_token_is_still_one_line(monkeypatch, name, value, words):
+    monkeypatch.setenv("COMPANION_TELEGRAM_BASE_URL", "http://127.0.0.1:9/bot")
+    monkeypatch.setenv("COMPANION_DISCORD_API_BASE", "http://127.0.0.1:9/api")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    line = str(info.value)
+    assert line.startswith(f"{name}: ") and words in line and "\n" not in line
+    assert value not in line
+
+
+def test_an_llm_api_key_is_stripped_of_a_pasted_newline(monkeypatch):
+    # Sent with its newline, the key made an illegal header: "couldn't reach my language model".
+    monkeypatch.setenv("COMPANION_LLM_BASE_URL", " http://127.0.0.1:8080/v1 ")
+    monkeypatch.setenv("COMPANION_LLM_API_KEY", "  sk-test-key\n")
+    settings = load_settings()
+    assert settings.llm_base_url == "http://127.0.0.1:8080/v1"
+    assert settings.llm_api_key.get_secret_value() == "sk-test-key"
+
+
+def test_an_llm_api_key_with_whitespace_inside_is_one_line_that_does_not_quote_it(monkeypatch):
+    monkeypatch.setenv("COMPANION_LLM_BASE_URL", "http://127.0.0.1:8080/v1")
+    monkeypatch.setenv("COMPANION_LLM_API_KEY", "sk-KEY-CANARY\nsk-second-line")
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    line = str(info.value)
+    assert line.startswith("COMPANION_LLM_API_KEY: ") and "\n" not in line
+    assert "CANARY" not in line and "second-line" not in line
+
+
+def test_a_malformed_token_with_a_custom_base_url_exits_2_in_one_line_before_any_network_call(tmp_path):
+    # The base URLs point at a closed port: a network call would fail differently (and slowly).
+    env = companion_env(
+        tmp_path,
+        COMPANION_TELEGRAM_BASE_URL="http://127.0.0.1:9/bot",
+        COMPANION_TELEGRAM_TOKEN="not a token",
+        COMPANION_LLM_BASE_URL="http://127.0.0.1:9/v1",
+    )
+    result = run_companion(["run"], env)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("companion: COMPANION_TELEGRAM_TOKEN: ")
+        and "Traceback" not in result.stderr
+    )
+    assert "not a token" not in result.stderr

@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from core.commands import mistyped_secret_command, normalize_command_text, parse_command
+from core.command_text import normalize_command_text, parse_command
+from core.commands import mistyped_secret_command
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fakes import request_text
@@ -56,7 +57,7 @@ async def test_no_passphrase_variant_leaves_a_trace_in_the_database_the_model_th
     after = await say(companion, "what did I just say?")  # the history goes to the model
     assert SECRET not in after.text
     assert provider.requests and all(SECRET not in request_text(r) for r in provider.requests)
-    await companion.aclose()
+    await companion.drain()
     await store.aclose()
     assert SECRET.encode() not in database_bytes(tmp_path)
     assert SECRET.encode("utf-16-le") not in database_bytes(tmp_path)

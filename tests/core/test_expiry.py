@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.model import DeliveryTarget, Summary
+from core.model import DeliveryTarget, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 from tests.helpers.reader import files_holding
@@ -11,6 +11,7 @@ from tests.helpers.reader import files_holding
 # else must have a cascading foreign-key path to `segments`, so a table added later
 # cannot escape expiry silently: this list is the one place to argue otherwise.
 NEVER_PRIVATE = {
+    "bindings": "no text; the mutator's INSERT refuses a conversation with an open segment",
     "schema_migrations": "migration names",
     "people": "owners; their private rows hang off segments",
     "accounts": "platform ids",
@@ -24,6 +25,10 @@ NEVER_PRIVATE = {
     "agent_runs": "private turns have no analytics context",
     "agent_events": "private turns have no analytics context",
     "artifacts": "a confirmed crossing: a new non-private artifact with its own retention",
+    "proactive_people": (
+        "manners and times, no text; the message trigger reads only normal rows, the commands refuse"
+        " in private mode and their write passes the guard"
+    ),
     "recall_fts": "private rows are never indexed (trigger WHEN clauses) nor matched (SQL predicates)",
 }
 
@@ -84,6 +89,10 @@ async def populate_private(companion, store, clock) -> int:
         segment_id=segment.id,
         target=DeliveryTarget("telegram", conversation.chat_id),
     )
+    # The scheduler's decision that a reminder waits for normal mode names the segment.
+    await store.record_decision(
+        ProactiveDecision(conversation.person_id, "reminder", "followup:1", "skipped", "private", "d", 0.0, segment.id)
+    )
     return segment.id
 
 
@@ -97,7 +106,14 @@ async def test_every_dependent_row_goes_when_a_segment_expires(companion, store,
         and reaches(parents, t, "segments")
         and "segment_id" in {c[1] for c in await all_rows(store, f"PRAGMA table_info({t})")}
     ]
-    assert set(dependent) >= {"messages", "summaries", "pad_entries", "tool_operations", "crossings"}
+    assert set(dependent) >= {
+        "messages",
+        "summaries",
+        "pad_entries",
+        "tool_operations",
+        "crossings",
+        "proactive_decisions",
+    }
     for table in dependent:
         assert await all_rows(store, f"SELECT count(*) FROM {table} WHERE segment_id = ?", (segment_id,)) != [(0,)], (
             table

@@ -10,8 +10,9 @@ from pathlib import Path
 from adapters.storage.backup import backup, restore
 from core import copy
 from core.memory import fts_query
-from core.model import Completion, Summary, ToolCall
+from core.model import Completion, Conversation, Summary, ToolCall
 from core.tools import PRIVATE_FORBIDDEN, default_tools
+from core.valve import NORMAL
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 from tests.helpers.fakes import request_text
@@ -41,10 +42,10 @@ async def test_failure_mode_recall_excludes_private_notes_but_still_searches_pri
 
 
 def test_failure_mode_goal_tool_hidden_while_scheduling_tools_stay_exposed():
-    from core.model import Conversation, Mode, Segment
-    from core.valve import ModeState
+    from core.model import Conversation, Segment
+    from core.valve import PrivateState
 
-    state = ModeState(Mode.PRIVATE, Segment(1, 1, 0, 0.0, 0.0, None, None, None))
+    state = PrivateState(Segment(1, 1, 0, 0.0, 0.0, None, None, None))
     offered = default_tools().tools_for(Conversation(1, "t", "t", "direct", 1), state)
     exposed_tags = set().union(*(t.tags for t in offered))
     assert not exposed_tags & PRIVATE_FORBIDDEN
@@ -145,7 +146,8 @@ async def test_failure_mode_publishing_from_private_content_without_a_named_conf
     assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
     assert (await say(companion, "/export confirm")).attachments
     assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
-    assert not {t.name for t in default_tools().all()} & {"export", "publish", "publish_app"}
+    every_tool = default_tools().tools_for(Conversation(1, "t", "t", "direct", 1), NORMAL)
+    assert not {t.name for t in every_tool} & {"export", "publish", "publish_app"}
 
 
 def _all_copy() -> str:
@@ -160,7 +162,7 @@ async def test_failure_mode_copy_says_nothing_is_remembered_while_memory_is_stil
     )
     help_text = (await say(companion, "/help")).text
     assert not claims.search(_all_copy() + help_text)
-    assert "I still read what I already know about you" in copy.PRIVATE_MODE_MEANS
+    assert "I still read what I already know about you" in help_text
 
 
 async def test_failure_mode_user_expects_blank_slate_from_an_incognito_design(companion):

@@ -67,7 +67,7 @@ async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
 
     async def say(text: str):
         reply = await companion.handle(InboundMessage("terminal", "terminal", "owner", text, is_direct=True))
-        await companion.aclose()  # let any fold finish before the next step
+        await companion.drain()  # let any fold finish before the next step
         return reply
 
     for op in ops:
@@ -76,7 +76,7 @@ async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
             conversation = await store.ensure_conversation(
                 InboundMessage("terminal", "terminal", "owner", "", True).key, "direct", None, clock.now()
             )
-            private = (await companion.valve.read(conversation)).is_private
+            private = (await companion.valve.settle(conversation)).is_private
             if private:
                 text = f"CANARY{next(counter)}X"
                 canaries.append(text)

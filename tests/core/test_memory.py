@@ -16,7 +16,7 @@ from core.errors import PrivateWriteRefused
 from core.memory import fts_query
 from core.model import Completion, ToolCall
 from core.tools import PRIVATE_FORBIDDEN, ToolContext, default_tools, run_tool_call
-from core.valve import NORMAL, ModeState
+from core.valve import NORMAL, PrivateState
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 
@@ -58,9 +58,9 @@ def test_the_private_tool_set_is_decided_by_capability_tags_alone():
 
     registry = default_tools()
     conversation = Conversation(1, "terminal", "t", "direct", 1)
-    private = ModeState(NORMAL.mode.PRIVATE, Segment(1, 1, 0, 0.0, 0.0, None, None, None))
+    private = PrivateState(Segment(1, 1, 0, 0.0, 0.0, None, None, None))
     private_names = {t.name for t in registry.tools_for(conversation, private)}
-    for tool in registry.all():
+    for tool in registry.tools_for(conversation, NORMAL):  # the normal set is every tool
         assert (tool.name in private_names) == tool.tags.isdisjoint(PRIVATE_FORBIDDEN), tool.name
     assert {"memory-write", "memory-read", "goal", "follow-up", "export", "publish"} <= PRIVATE_FORBIDDEN
     assert private_names.isdisjoint(LASTING_TOOLS)
@@ -311,13 +311,14 @@ async def test_commands_sent_in_private_mode_leave_normal_memory_as_it_was(compa
 async def test_the_store_refuses_lasting_writes_while_the_conversation_is_private(companion, store, clock):
     await go_private(companion)
     conversation = await conversation_of(companion)
-    for write in (
-        store.remember(conversation.person_id, conversation.id, "x", clock.now()),
-        store.add_goal(conversation.person_id, conversation.id, "x", None, clock.now()),
-        store.add_followup(conversation.person_id, conversation.id, "reminder", "x", None, clock.now()),
+    person, at = conversation.person_id, clock.now()
+    for write in (  # each coroutine is created where it is awaited: a failure leaves none unawaited
+        lambda: store.remember(person, conversation.id, "x", at),
+        lambda: store.add_goal(person, conversation.id, "x", None, at),
+        lambda: store.add_followup(person, conversation.id, "reminder", "x", None, at),
     ):
         with pytest.raises(PrivateWriteRefused):
-            await write
+            await write()
 
 
 async def test_a_goal_or_follow_up_update_is_refused_while_the_conversation_is_private(companion, store, clock):

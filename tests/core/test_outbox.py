@@ -19,6 +19,7 @@ from core.outbox import Outbox
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender, request_text
+from tests.helpers.waiting import wait_for
 
 USER = "100"
 CANARY = "OUTBOX-PRIVATE-CANARY"
@@ -346,13 +347,14 @@ async def test_a_failed_model_call_closes_the_turn_so_a_restart_does_not_answer_
     assert await (await boot()).answer_open_turns() == 0
 
 
-async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(boot, store, provider, sender):
+async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(boot, store, provider, sender, clock):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE}")
     provider.fail_all = True
     await tell(companion, CANARY, send=False)
     provider.fail_all = False
     await store._all("UPDATE messages SET turn = 'open' WHERE text = ?", (CANARY,))
+    clock.advance(1)  # the turn is from before the restart, and young: only its privacy keeps it unanswered
     restarted = await boot()
     requests = len(provider.requests)
     assert await restarted.answer_open_turns() == 0
@@ -385,12 +387,15 @@ async def test_an_old_cut_off_turn_is_not_asked_again_into_a_private_interval(bo
 async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_off(boot, store, provider, clock, sender):
     companion = await boot()
     clock.advance(1)
-    provider.delay = 0.2  # the turn is still at the model when the start-up pass looks
+    provider.gate = asyncio.Event()  # the turn stays at the model while the start-up pass looks
     running = asyncio.create_task(tell(companion, "a turn of this process"))
-    while not provider.requests:  # noqa: ASYNC110 - the fake provider records requests; it has no event
-        await asyncio.sleep(0.01)
-    assert await companion.answer_open_turns() == 0
-    await running
+    try:
+        await wait_for(lambda: bool(provider.requests), what="the turn reaching the model")
+        async with asyncio.timeout(5):  # taken for cut off, it would wait for the running turn's lock
+            assert await companion.answer_open_turns() == 0
+    finally:
+        provider.gate.set()
+        await running
     assert len(provider.replies()) == 1 and len(sender.sent) == 1
 
 

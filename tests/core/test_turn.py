@@ -112,7 +112,7 @@ async def test_rolling_summary_folds_older_messages_and_advances_the_watermark(m
     companion = await make_companion(budget=ContextBudget(total_tokens=400, fold_min=4, fold_batch=8))
     for i in range(30):
         await say(companion, f"message number {i} " + "x" * 60)
-        await companion.aclose()  # let background folds finish
+        await companion.drain()  # let background folds finish
     conversation = await conversation_of(companion)
     summary = await store.normal_summary(conversation.id)
     assert summary is not None and summary.watermark > 0
@@ -145,7 +145,7 @@ async def test_visible_history_is_never_empty_when_messages_follow_the_watermark
     companion = await make_companion(budget=ContextBudget(total_tokens=300, fold_min=2, fold_batch=4))
     for i in range(25):
         await say(companion, f"turn {i} " + "y" * 80)
-        await companion.aclose()
+        await companion.drain()
         request = provider.last_reply_request()
         users = [m.content for m in request.messages if m.role == "user"]
         assert users and users[-1].startswith(f"turn {i}")

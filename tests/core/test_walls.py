@@ -115,7 +115,7 @@ SMALL = ContextBudget(total_tokens=320, fold_min=2, fold_batch=6)
 
 
 async def fold_all(companion) -> None:
-    await companion.aclose()
+    await companion.drain()
 
 
 async def test_summary_watermarks_advance_independently(make_companion, store):

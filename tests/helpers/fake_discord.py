@@ -119,7 +119,7 @@ class FakeDiscordServer(LoopbackServer):
 
     Records: `sent` (SentMessage), `typing` (channel ids), `deleted` ((channel, message)
     ids), `identifies` and `resumes` (their payloads), `requests` ((method, route, status; 0 for a
-    hang-up)) and
+    hang-up)), `bodies` (every REST request body), `frames` (every gateway frame received) and
     `events`, one ordered log of ("typing" | "message" | "delete", channel id).
     """
 
@@ -137,6 +137,12 @@ class FakeDiscordServer(LoopbackServer):
         self.forbid_deletes = False  # the bot lacks Manage Messages in the guild
         self.echo_own_messages = True  # the gateway sends the bot its own messages, as Discord does
         self.silent_gateway = False  # accept gateway connections, then say nothing (no HELLO, no READY)
+        self.refuse_gateway = False  # answer gateway connections 503, as in an outage (counted in `refused`)
+        self.refused = 0
+        # Message POSTs wait (unanswered, nothing stored) while this is set: sends stay in flight.
+        self.hold_messages = False
+        self.bodies: list[bytes] = []  # every REST request body received, in order
+        self.frames: list[str] = []  # every gateway frame the client sent
         self._snowflakes = itertools.count(1)
         self.bot_id = self.snowflake()
         self.app_id = self.bot_id
@@ -335,6 +341,8 @@ class FakeDiscordServer(LoopbackServer):
         if route not in (f"{API_PREFIX}/gateway",) and request.headers.get("Authorization") != f"Bot {self.token}":
             self.requests.append((request.method, route, 401))
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        if not request.content_type.startswith("multipart/"):  # a multipart body is recorded as it is parsed
+            self.bodies.append(await request.read())  # read once; aiohttp keeps it for the handler
         faults = self._faults.get((request.method, route))
         fault = faults.popleft() if faults else None
         if fault is not None and not fault.store_then_disconnect:
@@ -412,10 +420,15 @@ class FakeDiscordServer(LoopbackServer):
         return web.Response(status=204)
 
     async def _create_message(self, request: web.Request) -> web.StreamResponse:
+        # The flag is set from the test's thread; an asyncio.Event would belong to this server's loop.
+        while self.hold_messages:  # noqa: ASYNC110 - polled across threads, see above
+            await asyncio.sleep(0.05)  # cancelled when the client hangs up (handler_cancellation)
         channel_id = int(request.match_info["channel_id"])
         if channel_id not in self.channels:
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
         body, files = await _read_message_body(request)
+        if request.content_type.startswith("multipart/"):
+            self.bodies.append(json.dumps(body).encode() + b"".join(data for _, data in files))
         content = body.get("content") or ""
         if not content and not files:
             return _json({"message": "Cannot send an empty message", "code": 50006}, status=400)
@@ -479,7 +492,10 @@ class FakeDiscordServer(LoopbackServer):
 
     # --- the gateway -------------------------------------------------------------
 
-    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        if self.refuse_gateway:
+            self.refused += 1
+            return web.Response(status=503, text="gateway unavailable")
         ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
         await ws.prepare(request)
         session = _Session(ws, compress=request.query.get("compress") == "zlib-stream")
@@ -493,6 +509,7 @@ class FakeDiscordServer(LoopbackServer):
             async for frame in ws:
                 if frame.type is not WSMsgType.TEXT:
                     continue
+                self.frames.append(frame.data)
                 payload = json.loads(frame.data)
                 op = payload.get("op")
                 if op == 1:

@@ -30,11 +30,15 @@ class FakeProvider:
         self.script: list[Completion | Exception] = []
         self.fail_all = False
         self.delay = 0.0
+        self.gate: asyncio.Event | None = None  # when given, each request waits until it is set (10 s at most)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         self.requests.append(request)
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.gate is not None:
+            async with asyncio.timeout(10):
+                await self.gate.wait()
         if self.fail_all:
             raise ProviderUnavailable("fake provider is down")
         if self.script:
@@ -80,6 +84,7 @@ class FakeSender:
         self.fail_with: list[tuple[bool, str]] = []
         self.down = False
         self.fail_after_parts: int | None = None  # fail once after this many parts of one delivery
+        self.posts: list[tuple[str, str]] = []  # (chat_id, text) of test posts (send_text)
 
     async def send_delivery(self, delivery) -> int:
         from core.errors import DeliveryFailed
@@ -97,5 +102,20 @@ class FakeSender:
             self.sent.append((delivery.target.chat_id, parts[index], delivery.target.reply_to if index == 0 else None))
         return len(parts)
 
+    async def send_text(self, chat_id: str, text: str) -> str:
+        """A binding's test post: recorded in `posts`; fails as `send_delivery` does."""
+        from core.errors import DeliveryFailed
+
+        if self.down:
+            raise DeliveryFailed("NetworkError", permanent=False, parts_sent=0)
+        if self.fail_with:
+            permanent, kind = self.fail_with.pop(0)
+            raise DeliveryFailed(kind, permanent=permanent, parts_sent=0)
+        self.posts.append((chat_id, text))
+        return str(len(self.posts))
+
     def texts(self) -> list[str]:
         return [part for _, part, _ in self.sent]
+
+    def texts_to(self, chat_id: str) -> list[str]:
+        return [part for chat, part, _ in self.sent if chat == chat_id]

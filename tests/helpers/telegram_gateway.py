@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,32 +12,27 @@ from pathlib import Path
 from core.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
-from tests.helpers.proc import ROOT
+from tests.helpers.proc import companion_env, spawn_companion
 
 USER = 111
 
 
 def gateway_env(tmp_path: Path, telegram: FakeTelegramServer, model: FakeOpenAIServer, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPANION_")}
-    env.update(
-        COMPANION_TELEGRAM_TOKEN=telegram.token,
-        COMPANION_TELEGRAM_BASE_URL=telegram.base_url,
-        COMPANION_LLM_BASE_URL=model.base_url,
-        COMPANION_ALLOWED_USERS=f"telegram:{USER}",
-        COMPANION_PRIVATE_PASSPHRASE_HASH=hash_passphrase("sesame"),
-        COMPANION_DB_PATH=str(tmp_path / "companion.db"),
-        COMPANION_LOG_LEVEL="INFO",
-        PYTHONPATH=str(ROOT),  # the tree under test, not whatever is installed
-    )
-    env.update(extra)
-    return env
+    """`companion_env` (the tree under test, a database in `tmp_path`) for a gateway on these fake servers."""
+    settings = {
+        "COMPANION_TELEGRAM_TOKEN": telegram.token,
+        "COMPANION_TELEGRAM_BASE_URL": telegram.base_url,
+        "COMPANION_LLM_BASE_URL": model.base_url,
+        "COMPANION_ALLOWED_USERS": f"telegram:{USER}",
+        "COMPANION_PRIVATE_PASSPHRASE_HASH": hash_passphrase("sesame"),
+        "COMPANION_LOG_LEVEL": "INFO",
+    }
+    return companion_env(tmp_path, **{**settings, **extra})
 
 
-def spawn(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
-    # This interpreter, not whatever `companion` is first on PATH: the code under test.
-    argv = [sys.executable, "-m", "bot", "run"]
-    # cwd: a directory without a .env, so only `env` configures the process.
-    return subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def spawn(env: dict[str, str]) -> subprocess.Popen[str]:
+    """`companion run` of the tree under test, in the database's folder (no .env there)."""
+    return spawn_companion(["run"], env)
 
 
 def wait_until(

@@ -1,0 +1,116 @@
+"""SQL of mirrors: bindings (created only where no segment is open) and the mirror rows of an exchange."""
+
+from __future__ import annotations
+
+import aiosqlite
+
+from adapters.storage.database import Database
+from core.errors import PrivateWriteRefused
+from core.model import Binding, MirrorOf
+
+_COLUMNS = "id, conversation_id, platform, chat_id, state, disabled_reason, created_at"
+
+# The one predicate of "no private kind": the conversation has no open segment. Both writes
+# below carry it inside their own SQL, so no caller can forget it.
+_NO_OPEN_SEGMENT = "NOT EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = {c} AND s.ended_at IS NULL)"
+
+
+async def insert_mirrors(
+    db: aiosqlite.Connection, conversation_id: int, message_id: int, mirror: MirrorOf, now: float
+) -> tuple[int, ...]:
+    """Inside the caller's transaction (the one that stored the reply `message_id`): one pending
+    mirror row per active binding of the conversation, carrying the exchange (or, for a reminder
+    or nudge, whose `mirror.user_message_id` is None, the companion's message alone). The SELECT
+    finds nothing when either message is private or a segment of the conversation is open, so a
+    private reply creates no row at all. Returns the new rows' ids, oldest first."""
+    async with db.execute(
+        "INSERT INTO deliveries (conversation_id, message_id, binding_id, kind, platform, chat_id, nonce, text,"
+        " next_attempt_at, created_at)"
+        " SELECT b.conversation_id, a.id, b.id, 'mirror', b.platform, b.chat_id, lower(hex(randomblob(8))),"
+        "  '[' || :label || '] '"
+        "  || CASE WHEN :user IS NULL THEN '' ELSE 'you: ' || u.text || char(10) END"
+        "  || 'companion: ' || a.text, :now, :now"
+        " FROM bindings b"
+        " JOIN messages a ON a.id = :assistant AND a.conversation_id = b.conversation_id"
+        " LEFT JOIN messages u ON u.id = :user AND u.conversation_id = b.conversation_id"
+        " WHERE b.conversation_id = :c AND b.state = 'active'"
+        "  AND a.segment_id IS NULL AND a.mode = 'normal' AND a.kind = 'chat' AND a.role = 'assistant'"
+        "  AND (:user IS NULL OR (u.id IS NOT NULL"
+        "   AND u.segment_id IS NULL AND u.mode = 'normal' AND u.kind = 'chat' AND u.role = 'user'))"
+        f"  AND {_NO_OPEN_SEGMENT.format(c='b.conversation_id')}"
+        " ORDER BY b.id RETURNING id",
+        {
+            "c": conversation_id,
+            "assistant": message_id,
+            "user": mirror.user_message_id,
+            "label": mirror.label,
+            "now": now,
+        },
+    ) as cur:
+        return tuple(sorted(row[0] for row in await cur.fetchall()))
+
+
+class BindingQueries:
+    """Bindings of a conversation; implements core.ports.BindingStore."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add_binding(self, conversation_id: int, platform: str, chat_id: str, now: float) -> Binding:
+        """Bind the conversation's normal output to (platform, chat_id), or make a disabled binding
+        to it active again. The INSERT ... SELECT itself refuses a conversation with an open
+        segment: whoever calls, a private conversation gets no binding.
+
+        Raises:
+            PrivateWriteRefused: the conversation is in private mode; nothing was written.
+        """
+        async with self._db.tx() as db:
+            cur = await db.execute(
+                "INSERT INTO bindings (conversation_id, platform, chat_id, created_at)"
+                " SELECT c.id, :platform, :chat, :now FROM conversations c"
+                f" WHERE c.id = :c AND {_NO_OPEN_SEGMENT.format(c='c.id')}"
+                " ON CONFLICT (conversation_id, platform, chat_id) DO UPDATE SET state = 'active',"
+                " disabled_reason = NULL, disabled_at = NULL",
+                {"c": conversation_id, "platform": platform, "chat": chat_id, "now": now},
+            )
+            if cur.rowcount != 1:
+                raise PrivateWriteRefused("binding")
+            async with db.execute(
+                f"SELECT {_COLUMNS} FROM bindings WHERE conversation_id = ? AND platform = ? AND chat_id = ?",
+                (conversation_id, platform, chat_id),
+            ) as rows:
+                row = await rows.fetchone()
+        if row is None:
+            raise PrivateWriteRefused("binding")
+        return _binding(row)
+
+    async def bindings_of(self, conversation_id: int) -> list[Binding]:
+        rows = await self._db.all(
+            f"SELECT {_COLUMNS} FROM bindings WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        )
+        return [_binding(r) for r in rows]
+
+    async def remove_binding(self, conversation_id: int, binding_id: int) -> Binding | None:
+        """Delete one binding of the conversation; its pending mirror rows go with it (cascade).
+        Returns what was removed, or None when the conversation has no such binding."""
+        async with (
+            self._db.tx() as db,
+            db.execute(
+                f"DELETE FROM bindings WHERE id = ? AND conversation_id = ? RETURNING {_COLUMNS}",
+                (binding_id, conversation_id),
+            ) as cur,
+        ):
+            row = await cur.fetchone()
+        return _binding(row) if row is not None else None
+
+
+def _binding(row: aiosqlite.Row) -> Binding:
+    return Binding(
+        id=row["id"],
+        conversation_id=row["conversation_id"],
+        platform=row["platform"],
+        chat_id=row["chat_id"],
+        state=row["state"],
+        reason=row["disabled_reason"],
+        created_at=row["created_at"],
+    )

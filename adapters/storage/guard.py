@@ -1,0 +1,43 @@
+"""The one guard of lasting writes: nothing that outlives a private segment is written while
+the conversation it comes from (its origin) has a segment open.
+
+A lasting write is a row no segment's cascade removes that a turn causes: normal pad entries
+(added or forgotten), goals, follow-ups and event watches (added or changed), analytics runs,
+and tool operations outside a segment. Every such write runs in `lasting_tx` (or, inside a
+transaction that also writes other rows, calls `refuse_while_private` first). The transaction is BEGIN IMMEDIATE, so no segment can
+open between the check and the write. Rows a segment owns (its messages, summaries, private
+pad facts, tool operations, its reply's delivery) are not lasting: they cascade away with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiosqlite
+
+from adapters.storage.database import Database
+from core.errors import PrivateWriteRefused
+
+
+async def refuse_while_private(conn: aiosqlite.Connection, origin: int, what: str) -> None:
+    """Inside the caller's write transaction: raise PrivateWriteRefused(`what`) when the
+    conversation `origin` has an open private segment (the transaction then rolls back whole).
+
+    Raises:
+        PrivateWriteRefused: the conversation is private; nothing of the transaction is kept.
+    """
+    async with conn.execute(
+        "SELECT 1 FROM segments WHERE conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)
+    ) as cur:
+        if await cur.fetchone() is not None:
+            raise PrivateWriteRefused(what)
+
+
+@asynccontextmanager
+async def lasting_tx(db: Database, origin: int, what: str) -> AsyncIterator[aiosqlite.Connection]:
+    """The guarded mutator: a write transaction for a lasting write, refused (PrivateWriteRefused,
+    nothing written) while the conversation `origin` has an open private segment."""
+    async with db.tx() as conn:
+        await refuse_while_private(conn, origin, what)
+        yield conn

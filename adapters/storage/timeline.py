@@ -1,0 +1,363 @@
+"""SQL of the timeline: people, accounts, conversations, messages, the masked view, summaries and pads."""
+
+from __future__ import annotations
+
+from adapters.storage.bindings import insert_mirrors
+from adapters.storage.database import Database, inserted_id, present
+from adapters.storage.memory import insert_run
+from adapters.storage.outbox import insert_delivery
+from core.analytics import RunRecord
+from core.model import (
+    Account,
+    Conversation,
+    ConversationKey,
+    DeliveryTarget,
+    MirrorOf,
+    Mode,
+    OpenTurn,
+    PadEntry,
+    RecordedReply,
+    Summary,
+    TimelineItem,
+)
+
+
+class TimelineQueries:
+    """The conversation record as each mode may see it; implements core.ports.TimelineStore."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # --- people, accounts, conversations -----------------------------------
+
+    async def ensure_account(self, platform: str, user_id: str, display_name: str | None, now: float) -> Account:
+        row = await self._db.one(
+            "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?", (platform, user_id)
+        )
+        if row is not None:  # the common case reads only
+            return Account(row["id"], row["person_id"], platform, user_id)
+        async with self._db.tx() as db:
+            async with db.execute(
+                "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?",
+                (platform, user_id),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None:
+                return Account(row["id"], row["person_id"], platform, user_id)
+            cur = await db.execute("INSERT INTO people (display_name, created_at) VALUES (?, ?)", (display_name, now))
+            person_id = inserted_id(cur)
+            cur = await db.execute(
+                "INSERT INTO accounts (person_id, platform, platform_user_id, created_at) VALUES (?, ?, ?, ?)",
+                (person_id, platform, user_id, now),
+            )
+            return Account(inserted_id(cur), person_id, platform, user_id)
+
+    async def ensure_conversation(
+        self, key: ConversationKey, kind: str, person_id: int | None, now: float
+    ) -> Conversation:
+        select = "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?"
+        row = await self._db.one(select, (key.platform, key.chat_id))
+        if row is None:
+            async with self._db.tx() as db:
+                await db.execute(
+                    "INSERT INTO conversations (platform, chat_id, kind, person_id, created_at)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (platform, chat_id) DO NOTHING",
+                    (key.platform, key.chat_id, kind, person_id if kind == "direct" else None, now),
+                )
+            row = present(await self._db.one(select, (key.platform, key.chat_id)))
+        return Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
+
+    # --- the timeline -------------------------------------------------------
+
+    async def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        text: str,
+        now: float,
+        *,
+        segment_id: int | None = None,
+        kind: str = "chat",
+        account_id: int | None = None,
+        run: RunRecord | None = None,
+        platform_message_id: str | None = None,
+    ) -> int | None:
+        """Append a message. A message with a segment is private: its capture is 'skipped' here,
+        whatever any caller wants, and the schema's CHECK refuses anything else. `run` (a normal
+        turn's analytics record) is written in the same transaction; a private one cannot be.
+        With `platform_message_id` (the inbox key), a message stored already is not stored
+        again and None is returned."""
+        if run is not None and segment_id is not None:
+            raise ValueError("a private turn has no analytics run")
+        mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
+        capture = "pending" if (mode == "normal" and kind == "chat") else "skipped"
+        async with self._db.tx() as db:
+            cur = await db.execute(
+                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
+                " created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
+                " DO NOTHING",
+                (conversation_id, segment_id, account_id, mode, role, kind, text, capture, now, platform_message_id),
+            )
+            if cur.rowcount == 0:
+                return None
+            message_id = cur.lastrowid
+            if segment_id is not None:
+                await db.execute(
+                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
+                )
+            if run is not None:
+                await insert_run(db, run)
+            return message_id
+
+    async def add_inbound(
+        self,
+        conversation_id: int,
+        text: str,
+        now: float,
+        *,
+        segment_id: int | None,
+        account_id: int | None,
+        platform_message_id: str | None,
+    ) -> int | None:
+        """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
+        Returns None when that platform message is stored already: a redelivery is a no-op."""
+        mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
+        capture = "pending" if mode == "normal" else "skipped"
+        async with self._db.tx() as db:
+            cur = await db.execute(
+                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
+                " created_at, platform_message_id, turn) VALUES (?, ?, ?, ?, 'user', 'chat', ?, ?, ?, ?, 'open')"
+                " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
+                " DO NOTHING",
+                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),
+            )
+            if cur.rowcount == 0:
+                return None
+            if segment_id is not None:
+                await db.execute(
+                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
+                )
+            return cur.lastrowid
+
+    async def record_reply(
+        self,
+        conversation_id: int,
+        send_text: str,
+        now: float,
+        *,
+        stored_text: str | None = None,
+        segment_id: int | None = None,
+        run: RunRecord | None = None,
+        answers: int | None = None,
+        target: DeliveryTarget | None = None,
+        mirror: MirrorOf | None = None,
+    ) -> RecordedReply:
+        """Write the outcome of a turn in one transaction: the assistant message (`stored_text`,
+        if any), the analytics run, the answered turns (every open turn of the conversation up
+        to `answers`), the pending delivery of `send_text` to `target`, and with `mirror` the
+        mirror rows of the exchange (none for a private message or conversation, by the SQL)."""
+        if run is not None and segment_id is not None:
+            raise ValueError("a private turn has no analytics run")
+        async with self._db.tx() as db:
+            message_id = None
+            if stored_text is not None:
+                mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
+                cur = await db.execute(
+                    "INSERT INTO messages (conversation_id, segment_id, mode, role, kind, text, capture, created_at)"
+                    " VALUES (?, ?, ?, 'assistant', 'chat', ?, ?, ?)",
+                    (conversation_id, segment_id, mode, stored_text, "skipped" if segment_id else "pending", now),
+                )
+                message_id = cur.lastrowid
+                if segment_id is not None:
+                    await db.execute(
+                        "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL",
+                        (now, segment_id),
+                    )
+            if run is not None:
+                await insert_run(db, run)
+            if answers is not None:
+                await db.execute(
+                    "UPDATE messages SET turn = 'done' WHERE conversation_id = ? AND turn = 'open' AND id <= ?",
+                    (conversation_id, answers),
+                )
+            delivery_id = None
+            if target is not None:
+                delivery_id = await insert_delivery(
+                    db, conversation_id, target, send_text, now, message_id=message_id, segment_id=segment_id
+                )
+            mirror_ids: tuple[int, ...] = ()
+            if mirror is not None and message_id is not None:
+                mirror_ids = await insert_mirrors(db, conversation_id, message_id, mirror, now)
+            return RecordedReply(message_id, delivery_id, mirror_ids)
+
+    async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]:
+        """The newest open normal turn of each conversation (on `platforms`, or all): a user
+        message whose reply was never written because the process died mid-turn."""
+        scope = "" if platforms is None else f" AND c.platform IN ({', '.join('?' for _ in platforms)})"
+        rows = await self._db.all(
+            "SELECT m.id, m.account_id, m.created_at, m.platform_message_id, c.id AS cid, c.platform, c.chat_id, c.kind, c.person_id"
+            " FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+            " WHERE m.turn = 'open' AND m.segment_id IS NULL AND m.mode = 'normal'"
+            " AND m.id = (SELECT max(id) FROM messages WHERE conversation_id = m.conversation_id AND turn = 'open')"
+            f"{scope} ORDER BY m.id",
+            () if platforms is None else tuple(sorted(platforms)),
+        )
+        return [
+            OpenTurn(
+                r["id"],
+                Conversation(r["cid"], r["platform"], r["chat_id"], r["kind"], r["person_id"]),
+                r["account_id"],
+                r["created_at"],
+                r["platform_message_id"],
+            )
+            for r in rows
+        ]
+
+    async def turn_is_open(self, message_id: int) -> bool:
+        row = await self._db.one("SELECT turn FROM messages WHERE id = ?", (message_id,))
+        return row is not None and row["turn"] == "open"
+
+    async def view(
+        self,
+        conversation_id: int,
+        *,
+        visible_segment: int | None,
+        after: int,
+        upto: int | None = None,
+        limit: int,
+        newest_first: bool = True,
+    ) -> list[TimelineItem]:
+        """The conversation as one mode may see it: `limit` items after the watermark `after`.
+
+        Normal messages are always visible. Messages of `visible_segment` (the private
+        segment being lived in, or None in normal mode) are visible. Every other segment
+        appears as exactly one placeholder: its rows are never read here, because the
+        placeholders come from the segments table and the message queries name the
+        segment they may read.
+        Returns items in timeline order (oldest first) either way; `newest_first`
+        chooses which end of the range `limit` keeps.
+        """
+        order = "DESC" if newest_first else "ASC"
+        upto_sql = "" if upto is None else " AND id <= :upto"
+        params = {"c": conversation_id, "s": visible_segment, "after": after, "upto": upto, "n": limit}
+        normal = await self._db.read(
+            "SELECT id, role, text FROM messages"
+            " WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'"
+            f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
+            params,
+        )
+        items = [TimelineItem(r["id"], r["role"], r["text"]) for r in normal]
+        if visible_segment is not None:
+            own = await self._db.read(
+                "SELECT id, role, text FROM messages"
+                " WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'"
+                f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
+                params,
+            )
+            items += [TimelineItem(r["id"], r["role"], r["text"]) for r in own]
+        anchor_upto = "" if upto is None else " AND anchor_message_id < :upto"
+        masked = await self._db.read(
+            "SELECT id, anchor_message_id FROM segments"
+            " WHERE conversation_id = :c AND id IS NOT :s"
+            f" AND anchor_message_id >= :after{anchor_upto}"
+            f" ORDER BY anchor_message_id {order}, id {order} LIMIT :n",
+            params,
+        )
+        items += [TimelineItem(r["anchor_message_id"], None, None, r["id"]) for r in masked]
+        items.sort(key=_timeline_order, reverse=newest_first)
+        items = items[:limit]
+        if newest_first:
+            items.reverse()
+        return items
+
+    async def has_items_before(
+        self, conversation_id: int, *, visible_segment: int | None, after: int, before: int, at_least: int
+    ) -> bool:
+        """Whether at least `at_least` messages of the view lie strictly between the watermark and `before`.
+        Two branches rather than an OR, so each uses the whole timeline index: the cost stays
+        flat however long the history is."""
+        params = {"c": conversation_id, "s": visible_segment, "after": after, "before": before, "n": at_least}
+        row = await self._db.read_one(
+            "SELECT count(*) FROM ("
+            " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id IS NULL"
+            "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n)"
+            " UNION ALL"
+            " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id = :s"
+            "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n))",
+            params,
+        )
+        return bool(present(row)[0] >= at_least)
+
+    # --- summaries ----------------------------------------------------------
+
+    async def normal_summary(self, conversation_id: int) -> Summary | None:
+        row = await self._db.read_one(
+            "SELECT text, watermark FROM summaries WHERE conversation_id = ? AND segment_id IS NULL AND mode = 'normal'",
+            (conversation_id,),
+        )
+        return Summary(row["text"], row["watermark"]) if row else None
+
+    async def private_summary(self, segment_id: int) -> Summary | None:
+        row = await self._db.read_one(
+            "SELECT text, watermark FROM summaries WHERE segment_id = ? AND mode = 'private'", (segment_id,)
+        )
+        return Summary(row["text"], row["watermark"]) if row else None
+
+    async def save_summary(
+        self,
+        conversation_id: int,
+        summary: Summary,
+        now: float,
+        *,
+        segment_id: int | None = None,
+        pad_person_id: int | None = None,
+        pad_facts: tuple[str, ...] = (),
+    ) -> None:
+        """Store a rolling summary and advance its watermark; for a private summary, in the
+        same transaction, add the stable facts its consolidation found to the private pad,
+        owned by the segment they came from."""
+        mode = "private" if segment_id is not None else "normal"
+        key_sql = "segment_id = ?" if segment_id is not None else "conversation_id = ? AND segment_id IS NULL"
+        key = segment_id if segment_id is not None else conversation_id
+        async with self._db.tx() as db:
+            cur = await db.execute(
+                f"UPDATE summaries SET text = ?, watermark = ?, updated_at = ? WHERE {key_sql}",
+                (summary.text, summary.watermark, now, key),
+            )
+            if cur.rowcount == 0:
+                await db.execute(
+                    "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (conversation_id, segment_id, mode, summary.text, summary.watermark, now),
+                )
+            if segment_id is not None and pad_person_id is not None:
+                for fact in pad_facts:
+                    await db.execute(
+                        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+                        " SELECT ?, ?, 'private', ?, ? WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
+                        "  WHERE person_id = ? AND mode = 'private' AND text = ?)",
+                        (pad_person_id, segment_id, fact, now, pad_person_id, fact),
+                    )
+
+    # --- memory pads --------------------------------------------------------
+
+    async def normal_pad(self, person_id: int) -> list[PadEntry]:
+        rows = await self._db.read(
+            "SELECT id, text FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND segment_id IS NULL ORDER BY id",
+            (person_id,),
+        )
+        return [PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in rows]
+
+    async def private_pad(self, person_id: int) -> list[PadEntry]:
+        """Only the private-mode context assembly calls this."""
+        rows = await self._db.read(
+            "SELECT id, text, segment_id FROM pad_entries WHERE person_id = ? AND mode = 'private' ORDER BY id",
+            (person_id,),
+        )
+        return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
+
+
+def _timeline_order(item: TimelineItem) -> tuple[int, int, int]:
+    # A placeholder stands right after the message that preceded its interval.
+    return (item.position, 1 if item.is_placeholder else 0, item.masked_segment_id or 0)

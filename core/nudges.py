@@ -1,0 +1,90 @@
+"""The chat commands of proactive messages: /nudges, /quiet and /timezone. Each setting is a
+lasting write: refused in private mode here (the registry's `lasting`) and by the store's guard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core import copy
+from core.errors import PrivateWriteRefused
+from core.manners import budget_of, check_timezone, local, parse_window, zone_of
+from core.model import ProactivePrefs, Reply
+
+if TYPE_CHECKING:
+    from core.commands import CommandCall
+
+
+def _describe(call: CommandCall, prefs: ProactivePrefs) -> str:
+    companion = call.companion
+    manners = companion.config.proactive.manners
+    budget = budget_of(prefs, manners)
+    quiet = prefs.quiet if prefs.quiet is not None else (manners.quiet_hours or "off")
+    zone = zone_of(prefs, manners)
+    now = local(companion.clock.now(), zone).strftime("%H:%M")
+    where = "the chat you last wrote in" if prefs.pinned_conversation_id is None else "a chat you pinned"
+    lines = [
+        f"Nudges: {'off' if budget == 0 else f'at most {budget} a day'}, to {where}.",
+        f"Quiet hours: {quiet}. Time zone: {zone.key} (it is {now} there).",
+        copy.NUDGES_MEAN,
+        "/nudges N|off|on|here, /quiet HH:MM-HH:MM|off, /timezone Area/City change them.",
+    ]
+    return "\n".join(lines)
+
+
+async def _set(call: CommandCall, name: str, value: int | str | None) -> Reply:
+    person = call.turn.conversation.person_id
+    if person is None:
+        return Reply("Nudges are personal: change them in a one-to-one chat with me. Nothing changed.")
+    try:
+        prefs = await call.companion.store.set_proactive_pref(person, call.turn.conversation.id, name, value)
+    except PrivateWriteRefused:
+        return Reply(copy.PRIVATE_REFUSES.format(command=call.name))
+    return Reply(_describe(call, prefs))
+
+
+async def _show(call: CommandCall) -> Reply:
+    person = call.turn.conversation.person_id
+    if person is None:
+        return Reply("Nudges are personal: ask in a one-to-one chat with me.")
+    return Reply(_describe(call, await call.companion.store.proactive_prefs(person)))
+
+
+async def nudges_command(call: CommandCall) -> Reply:
+    word = call.args.strip().lower()
+    if not word:
+        return await _show(call)
+    if word == "off":
+        return await _set(call, "budget", 0)
+    if word == "on":
+        return await _set(call, "budget", None)
+    if word == "here":
+        if not call.turn.conversation.is_direct:
+            return Reply("Nudges never go to a group: send /nudges here in our one-to-one chat. Nothing changed.")
+        return await _set(call, "pinned_conversation_id", call.turn.conversation.id)
+    if word.isdigit() and 0 <= int(word) <= 24:
+        return await _set(call, "budget", int(word))
+    return Reply("Usage: /nudges N (0 to 24 a day), /nudges off, /nudges on or /nudges here. Nothing changed.")
+
+
+async def quiet_command(call: CommandCall) -> Reply:
+    word = call.args.strip().lower()
+    if not word:
+        return await _show(call)
+    if word == "off":
+        return await _set(call, "quiet", "off")
+    try:
+        parse_window(word)
+    except ValueError as exc:
+        return Reply(f"Usage: /quiet HH:MM-HH:MM or /quiet off; {exc}. Nothing changed.")
+    return await _set(call, "quiet", word)
+
+
+async def timezone_command(call: CommandCall) -> Reply:
+    name = call.args.strip()
+    if not name:
+        return await _show(call)
+    try:
+        check_timezone(name)
+    except ValueError as exc:
+        return Reply(f"{exc}. Nothing changed.")
+    return await _set(call, "timezone", name)
