@@ -129,7 +129,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "context-private-fold-saved-as-normal-summary",
         PRIVACY,
         "core/context.py",
-        "        if state.is_private:\n            await self._store.save_summary(",
+        "        if state.segment_id is not None:\n            await self._store.save_summary(",
         "        if False:\n            await self._store.save_summary(",
     ),
     M(
@@ -158,8 +158,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "commands-lasting-command-runs-in-private",
         PRIVACY,
         "core/companion.py",
-        "elif info.lasting and state.is_private:",
-        "elif False:",
+        "if state.is_private and info.refused_while_private(args):",
+        "if False:",
     ),
     M(
         "companion-passphrase-stored-unredacted",
@@ -179,8 +179,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "secrets-lookalike-command-not-a-secret",
         PRIVACY,
         "core/commands.py",
-        "return bool(info and info.secret and command.args) or mistyped_secret_command(text)",
-        "return bool(info and info.secret and command.args)",
+        "    return mistyped_secret_command(text)",
+        "    return False",
     ),
     # --- storage SQL: masks, pad, segment and recall predicates ---------------------------
     M(
@@ -207,40 +207,39 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "mask-normal-view-reads-private-rows",
         PRIVACY,
-        "adapters/storage/sqlite.py",
+        "adapters/storage/timeline.py",
         "\" WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'\"",
         "\" WHERE conversation_id = :c AND kind = 'chat'\"",
     ),
     M(
         "mask-private-view-reads-other-segments",
         PRIVACY,
-        "adapters/storage/sqlite.py",
+        "adapters/storage/timeline.py",
         "\" WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'\"",
         "\" WHERE segment_id IS NOT NULL AND conversation_id = :c AND kind = 'chat'\"",
     ),
     M(
         "summary-normal-reads-private-summary",
         PRIVACY,
-        "adapters/storage/sqlite.py",
+        "adapters/storage/timeline.py",
         "\"SELECT text, watermark FROM summaries WHERE conversation_id = ? AND segment_id IS NULL AND mode = 'normal'\"",
         '"SELECT text, watermark FROM summaries WHERE conversation_id = ? ORDER BY id DESC"',
     ),
     M(
         "pad-normal-pad-reads-private-entries",
         PRIVACY,
-        "adapters/storage/sqlite.py",
+        "adapters/storage/timeline.py",
         "\"SELECT id, text FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND segment_id IS NULL ORDER BY id\"",
         '"SELECT id, text FROM pad_entries WHERE person_id = ? ORDER BY id"',
     ),
     M(
         "segment-activity-not-extended-by-a-user-message",  # issue 12 gap (one of its three writes)
         RELIABILITY,
-        "adapters/storage/sqlite.py",
-        "            if cur.rowcount == 0:\n                return None\n            if segment_id is not None:\n"
-        "                await db.execute(\n"
-        '                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)\n'
-        "                )\n            return cur.lastrowid",
-        "            if cur.rowcount == 0:\n                return None\n            return cur.lastrowid",
+        "adapters/storage/timeline.py",
+        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),\n"
+        "            )\n            if cur.rowcount == 0:\n                return None\n            if segment_id is not None:\n",
+        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),\n"
+        "            )\n            if cur.rowcount == 0:\n                return None\n            if False:\n",
     ),
     M(
         "capture-private-span-not-skipped",
@@ -253,22 +252,38 @@ MUTATIONS: tuple[Mutation, ...] = (
         "memory-write-while-private",
         PRIVACY,
         "adapters/storage/memory.py",
-        'cur = await db.execute(f"{sql} WHERE {_NO_OPEN_SEGMENT}", params)',
-        "cur = await db.execute(sql, params)",
+        'async with lasting_tx(self._db, origin, "memory") as db:',
+        "async with self._db.tx() as db:",
     ),
     M(
         "goal-update-while-private",  # issue 12 gap
         PRIVACY,
         "adapters/storage/memory.py",
-        'f" updated_at = :now WHERE id = :id AND person_id = :person AND {_NO_OPEN_SEGMENT}",',
-        'f" updated_at = :now WHERE id = :id AND person_id = :person",',
+        'async with lasting_tx(self._db, origin, "change to a goal") as db:',
+        "async with self._db.tx() as db:",
+    ),
+    M(
+        "lasting-write-guard-refuses-nothing",
+        PRIVACY,
+        "adapters/storage/guard.py",
+        "        if await cur.fetchone() is not None:\n            raise PrivateWriteRefused(what)",
+        "        if False:\n            raise PrivateWriteRefused(what)",
+    ),
+    M(
+        "forget-while-private",
+        PRIVACY,
+        "adapters/storage/memory.py",
+        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
+        '        async with lasting_tx(self._db, origin, "change to memory") as db:',
+        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
+        "        async with self._db.tx() as db:",
     ),
     M(
         "followup-update-while-private",
         PRIVACY,
         "adapters/storage/memory.py",
-        "AND status IN ('scheduled', 'paused') AND {_NO_OPEN_SEGMENT}\",",
-        "AND status IN ('scheduled', 'paused')\",",
+        'async with lasting_tx(self._db, origin, "change to a follow-up") as db:',
+        "async with self._db.tx() as db:",
     ),
     M(
         "segments-left-open-at-start",
@@ -301,8 +316,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "store-secure-delete-off",
         PRIVACY,
-        "adapters/storage/sqlite.py",
-        '        await db.execute("PRAGMA secure_delete = ON")\n',
+        "adapters/storage/database.py",
+        '    await db.execute("PRAGMA secure_delete = ON")\n',
         "",
     ),
     M(
@@ -421,9 +436,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "gateway-expiry-sweep-not-scheduled",  # issue 12 gap
         PRIVACY,
         "bot/gateway.py",
-        '            Job("expiry-sweep", 60.0, companion.sweep),\n',
+        '        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),\n',
         "",
-        also=("tests/bot/test_gateway_sweep.py",),
+        also=("tests/bot/test_gateway_sweep.py", "tests/bot/test_scheduler.py"),
     ),
 )
 

@@ -359,7 +359,7 @@ async def test_a_memory_tool_call_racing_a_private_entry_changes_nothing(compani
     before = await all_rows(store, lasting)
     offered = default_tools().tools_for(conversation, NORMAL)  # a normal turn was offered its tools ...
     await store.open_segment(conversation.id, clock.now(), None)  # ... then private mode opened elsewhere
-    context = ToolContext(conversation, NORMAL, clock.now(), store=store)
+    context = ToolContext(conversation, NORMAL, clock.now(), "UTC", store)
     result = await run_tool_call(offered, ToolCall("c1", tool, json.dumps(arguments)), context)
     assert await all_rows(store, lasting) == before, result
 

@@ -124,7 +124,7 @@ async def test_each_message_is_folded_into_the_summary_exactly_once(make_compani
     companion = await make_companion(budget=ContextBudget(total_tokens=400, fold_min=4, fold_batch=8))
     for i in range(30):
         await say(companion, f"message number {i} " + "x" * 60)
-        await companion.aclose()  # let background folds finish
+        await companion.drain()  # let background folds finish
     folds = [
         r.messages[-1].content.partition("Conversation to fold in:\n")[2]
         for r in provider.requests

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 
 from core import copy
 from core.companion import Companion
+from core.errors import PrivateWriteRefused
 from core.valve import LOCKOUT_DURATION
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
@@ -418,7 +420,11 @@ async def test_when_the_exit_cannot_be_written_the_next_message_is_still_normal(
     await say(companion, f"/private {PASSPHRASE}")
     broken = Companion(ExitFailingStore(store, fail_close=True), provider, companion.config, clock=clock)
     await say(broken, "/normal")
-    await say(broken, "EXIT-CANARY said after /normal")
+    # While the exit is unwritten, the store's lasting-write guard still sees the open segment and
+    # refuses the normal turn's analytics run: the turn fails safe. What matters here is where the
+    # message went.
+    with contextlib.suppress(PrivateWriteRefused):
+        await say(broken, "EXIT-CANARY said after /normal")
     assert await all_rows(store, "SELECT mode FROM messages WHERE text LIKE 'EXIT-CANARY%'") == [("normal",)]
     assert await all_rows(store, "SELECT count(*) FROM segments WHERE ended_at IS NULL") == [(1,)]  # still unwritten
 
@@ -431,7 +437,7 @@ async def test_a_failed_exit_is_held_in_normal_mode_and_written_once_the_store_r
 
     valve = ModeValve(failing, clock, passphrase_hash=companion.config.passphrase_hash)
     assert await valve.leave(conversation) is True
-    assert (await valve.read(conversation)).is_private is False
+    assert (await valve.settle(conversation)).is_private is False
     failing._fail_close = False
-    assert (await valve.read(conversation)).is_private is False
+    assert (await valve.settle(conversation)).is_private is False
     assert await all_rows(store, "SELECT end_reason FROM segments") == [("user",)]
