@@ -124,6 +124,42 @@ async def test_a_restore_never_brings_back_a_segment_that_expired_after_the_snap
     assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE '%BACKUP-CANARY%'") == [(0,)]
 
 
+async def test_a_restore_never_brings_back_an_artifact_past_its_retention(make_companion, store, clock, tmp_path):
+    # A restore applies retention by the wall clock: the artifacts are made at wall-clock times.
+    made = (time.time() - 2 * 86400, time.time() - 3600)  # past its one-day retention; within it
+    clock.t = made[0]
+    companion = await make_companion(allow_private_export=True, artifact_retention_seconds=86400.0)
+    for created_at in made:
+        clock.t = created_at
+        await say(companion, f"/private {PASSPHRASE} never")
+        await say(companion, "/export")
+        assert (await say(companion, "/export confirm")).text.startswith("Created non-private artifact")
+        await say(companion, "/normal")
+    assert len(await all_rows(store, "SELECT id FROM artifacts")) == 2
+    snapshot = tmp_path / "snapshot.db"
+    with sqlite3.connect(store.path) as live, sqlite3.connect(snapshot) as dest:
+        live.backup(dest)  # taken while the first artifact was still kept
+    await store.aclose()
+    restore(snapshot, store.path)
+    await store.start()
+    assert await all_rows(store, "SELECT id FROM artifacts") == [(2,)]
+
+
+async def test_restoring_our_own_backup_applies_the_artifacts_retention(make_companion, store, clock, tmp_path):
+    clock.t = time.time() - 2 * 86400  # the artifact's one-day retention ended a day ago; no sweep ran since
+    companion = await make_companion(allow_private_export=True, artifact_retention_seconds=86400.0)
+    await say(companion, f"/private {PASSPHRASE} never")
+    await say(companion, "/export")
+    await say(companion, "/export confirm")
+    await say(companion, "/normal")
+    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+    result = backup(store.path, tmp_path / "backups", retention_days=0)
+    await store.aclose()
+    restore(result.path, store.path)
+    await store.start()
+    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
+
+
 def test_restoring_a_backup_from_a_newer_version_is_refused(tmp_path):
     path = tmp_path / "future.db"
     with sqlite3.connect(path) as db:

@@ -16,8 +16,8 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.text import split_message, text_length
 from core.companion import Companion, CompanionConfig
-from core.copy import DELETE_SECRET_NOTE, NOT_ALLOWED
-from core.errors import CompanionError
+from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED, NOT_ALLOWED
+from core.errors import CompanionError, StoreError
 from core.model import Attachment, InboundMessage, Reply
 from core.outbox import Outbox
 from core.ports import SystemClock
@@ -567,6 +567,25 @@ async def test_a_passphrase_the_bot_cannot_delete_in_a_guild_gets_the_delete_not
     assert "only possible in a one-to-one chat" in sent[0].content
     assert sent[0].content.endswith(DELETE_SECRET_NOTE)
     assert discord_server.deleted == []
+
+
+@pytest.mark.parametrize("text", [f"/private {PASSPHRASE}", f"\u200b/рrivate {PASSPHRASE}", f"/privat {PASSPHRASE}"])
+async def test_when_the_core_fails_the_passphrase_message_is_still_deleted(discord_server, text):
+    async def failing(message: InboundMessage) -> Reply | None:
+        raise StoreError("disk full")
+
+    adapter = make_adapter(discord_server, failing)
+    await adapter.start()
+    try:
+        message_id = await discord_server.send_guild_message(FRIEND, text)
+        await discord_server.send_dm(FRIEND, text)  # where a bot cannot delete: the note asks the person to
+        sent = await discord_server.wait_for_sent(2)
+    finally:
+        await adapter.aclose()
+    assert discord_server.deleted == [(discord_server.guild_channel_id, message_id)]
+    by_channel = {m.channel_id: m.content for m in sent}
+    assert by_channel[discord_server.guild_channel_id] == HANDLER_FAILED
+    assert by_channel[discord_server.dm_channel_id(FRIEND)] == f"{HANDLER_FAILED}\n\n{DELETE_SECRET_NOTE}"
 
 
 async def test_message_text_never_reaches_the_logs_even_at_debug(discord_server, model, core, caplog):

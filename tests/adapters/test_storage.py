@@ -30,6 +30,24 @@ async def test_every_connection_enforces_foreign_keys_wal_secure_delete_and_full
     assert await pragma(store, "busy_timeout") > 0  # a read waits a moment; a write waits in _tx
 
 
+async def test_the_store_asks_for_secure_delete_itself_whatever_the_sqlite_builds_default(tmp_path, monkeypatch):
+    # Debian's SQLite overwrites deleted content by default, python.org's and others' do not: reading the
+    # PRAGMA back cannot tell whether the store asked, so every statement of the writer is traced.
+    statements: list[str] = []
+    connect = aiosqlite.connect
+
+    async def traced(*args, **kwargs):
+        db = await connect(*args, **kwargs)
+        await db.set_trace_callback(statements.append)
+        return db
+
+    monkeypatch.setattr(aiosqlite, "connect", traced)
+    async with SqliteStore(tmp_path / "companion.db"):
+        pass
+    asked = {" ".join(s.split()).upper() for s in statements if s.upper().startswith("PRAGMA")}
+    assert {"PRAGMA FOREIGN_KEYS = ON", "PRAGMA SECURE_DELETE = ON"} <= asked
+
+
 async def test_database_folder_is_created(tmp_path):
     async with SqliteStore(tmp_path / "a" / "b" / "c.db") as store:
         assert store.path.exists()
@@ -159,3 +177,18 @@ async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_fu
     await SqliteOutboxStore(store).mark_sent(delivery_id, 1, 1.0)
     assert await pragma(store, "synchronous") == 2  # FULL
     assert [tuple(r) for r in await store._all("SELECT status FROM deliveries")] == [("sent",)]
+
+
+@pytest.mark.parametrize("write", ["user message", "reply", "other message"])
+async def test_every_private_write_extends_the_segments_idle_clock(store, write):
+    conversation = await store.ensure_conversation(ConversationKey("terminal", "t"), "direct", None, 0.0)
+    segment = await store.open_segment(conversation.id, 0.0, None)
+    if write == "user message":
+        await store.add_inbound(
+            conversation.id, "x", 500.0, segment_id=segment.id, account_id=None, platform_message_id="m1"
+        )
+    elif write == "reply":
+        await store.record_reply(conversation.id, "x", 500.0, stored_text="x", segment_id=segment.id)
+    else:
+        await store.add_message(conversation.id, "assistant", "x", 500.0, segment_id=segment.id)
+    assert (await store.open_segment_of(conversation.id)).last_activity_at == 500.0

@@ -425,6 +425,47 @@ async def test_restart_does_not_handle_updates_again(
     assert user_texts(model.requests[-1])[-1] == "three, sent while the gateway was down"
 
 
+async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(message: InboundMessage) -> Reply | None:
+        entered.set()
+        await release.wait()
+        return Reply("handled")
+
+    adapter = TelegramAdapter(
+        telegram.token,
+        slow,
+        base_url=telegram.base_url,
+        state=store,
+        poll_timeout=2.0,
+        repoll_interval=0.05,
+        sleep=sleep,
+    )
+    key = f"telegram:offset:{telegram.bot_id}"
+    await adapter.start()
+    try:
+        telegram.send_text(USER, USER, "one")
+        async with asyncio.timeout(10):
+            await entered.wait()
+        # While the turn runs, the adapter keeps polling (other chats must not wait) ...
+        polls = len(telegram.get_updates_offsets)
+        await telegram.wait_for(lambda: len(telegram.get_updates_offsets) >= polls + 3)
+        # ... and none of those polls confirmed the update, nor was it stored as handled.
+        assert telegram.pending_updates == 1
+        assert all(offset is None or offset <= 1 for offset in telegram.get_updates_offsets)
+        assert await store.get_adapter_state(key) is None
+        release.set()
+        await telegram.wait_for(lambda: telegram.pending_updates == 0)  # confirmed once handled
+        assert telegram.texts_to(USER) == ["handled"]
+        assert await store.get_adapter_state(key) == "1"
+    finally:
+        release.set()
+        await adapter.aclose()
+
+
 async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_nor_skipped(
     new_adapter: AdapterFactory,
     companion: Companion,
@@ -493,6 +534,26 @@ async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_i
     assert telegram.deleted == [(USER, message)]
 
 
+async def test_when_the_core_fails_and_the_passphrase_cannot_be_deleted_the_apology_asks_the_user_to(
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+) -> None:
+    async def failing(message: InboundMessage) -> Reply | None:
+        raise StoreError("disk full")
+
+    adapter = TelegramAdapter(
+        telegram.token, failing, base_url=telegram.base_url, state=store, poll_timeout=2.0, sleep=sleep
+    )
+    telegram.fail_next("deleteMessage", 400, description="Bad Request: message can't be deleted")
+    await adapter.start()
+    try:
+        telegram.send_text(USER, USER, "/private sesame")
+        sent = await telegram.wait_for_sent(1)
+    finally:
+        await adapter.aclose()
+    assert sent[0].text == f"{HANDLER_FAILED}\n\n{copy.DELETE_SECRET_NOTE}"
+    assert telegram.deleted == []
+
+
 async def test_attachments_of_a_reply_are_sent_as_documents_after_its_text(
     telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
 ) -> None:
@@ -547,6 +608,20 @@ async def test_neither_the_token_nor_message_text_reaches_the_logs(
     assert "HTTP Request" in lines  # httpx did log the requests, with the token redacted
     assert telegram.token not in lines
     assert CANARY not in lines and "sesame" not in lines
+
+
+async def test_the_token_stays_out_of_the_logs_when_requests_fail_and_are_retried(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="httpx")  # whatever another test configured
+    telegram.fail_next("sendMessage", 502)
+    telegram.fail_next("getUpdates", 500)
+    assert await say(telegram, "hello")
+    await telegram.wait_for(lambda: len(telegram.calls_of("getUpdates")) >= 3)
+    lines = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("aiosqlite"))
+    assert "502" in lines or "Bad Gateway" in lines  # the failed request was logged ...
+    assert telegram.token not in lines  # ... without the token in its URL
 
 
 async def test_start_and_aclose_are_safe_to_call_twice(adapter: TelegramAdapter, telegram: FakeTelegramServer) -> None:

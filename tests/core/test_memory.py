@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sqlite3
 
 import pytest
@@ -13,7 +15,7 @@ from core.analytics import render_report
 from core.errors import PrivateWriteRefused
 from core.memory import fts_query
 from core.model import Completion, ToolCall
-from core.tools import PRIVATE_FORBIDDEN, default_tools
+from core.tools import PRIVATE_FORBIDDEN, ToolContext, default_tools, run_tool_call
 from core.valve import NORMAL, PrivateState
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
@@ -117,6 +119,25 @@ async def test_capture_never_sees_private_text_even_when_a_caller_forgot_the_mar
     assert await all_rows(store, "SELECT capture FROM messages WHERE text = 'FORGOTTEN-MARK-CANARY'") == [("skipped",)]
 
 
+async def test_capture_while_an_interval_is_still_open_never_sees_a_mismarked_row_inside_it(
+    companion, store, provider, clock
+):
+    await say(companion, "normal before")
+    await go_private(companion)
+    clock.advance(5)
+    conversation = await conversation_of(companion)
+    # A buggy future writer stores private-time text as a normal, pending row; the interval stays open.
+    await store._all(
+        "INSERT INTO messages (conversation_id, mode, role, kind, text, capture, created_at)"
+        " VALUES (?, 'normal', 'user', 'chat', 'OPEN-SPAN-CANARY', 'pending', ?)",
+        (conversation.id, clock.now()),
+    )
+    await companion.capture.run_once()
+    capture_inputs = [m.content or "" for r in provider.requests if r.purpose == "capture" for m in r.messages]
+    assert all("OPEN-SPAN-CANARY" not in text for text in capture_inputs)
+    assert await all_rows(store, "SELECT capture FROM messages WHERE text = 'OPEN-SPAN-CANARY'") == [("skipped",)]
+
+
 async def test_recall_never_returns_private_messages_even_when_they_match_best(companion, store):
     await say(companion, "we talked about zebra once")
     await go_private(companion)
@@ -138,6 +159,57 @@ async def test_the_recall_privacy_predicate_is_inside_the_sql(companion, store):
         (private_id * 4 + 1, conversation.person_id),
     )
     assert await store.recall(conversation.person_id, fts_query("okapi")) == []
+
+
+async def test_recall_never_returns_a_private_pad_entry_even_when_the_index_holds_it(companion, store, clock):
+    await say(companion, "/remember the walrus is grey")
+    await go_private(companion)
+    conversation = await conversation_of(companion)
+    (segment_id,) = (await all_rows(store, "SELECT id FROM segments"))[0]
+    # A private pad fact, the way a private fold writes it ...
+    await store._all(
+        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+        " VALUES (?, ?, 'private', 'the walrus is a secret', ?)",
+        (conversation.person_id, segment_id, clock.now()),
+    )
+    (private_id,) = (await all_rows(store, "SELECT id FROM pad_entries WHERE mode = 'private'"))[0]
+    # ... and an index that wrongly holds it: the recall statement itself must refuse it.
+    await store._all(
+        "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, 'the walrus is a secret', 'pad', ?)",
+        (private_id * 4 + 3, conversation.person_id),
+    )
+    hits = await store.recall(conversation.person_id, fts_query("walrus"))
+    assert [h.text for h in hits] == ["the walrus is grey"]
+
+
+async def test_the_recall_tool_never_hands_the_model_private_text_even_when_the_index_holds_it(
+    companion, store, provider, clock
+):
+    await say(companion, "/remember the heron is blue")
+    await go_private(companion)
+    await say(companion, "heron secret message")
+    await say(companion, "/normal")
+    conversation = await conversation_of(companion)
+    (segment_id,) = (await all_rows(store, "SELECT id FROM segments"))[0]
+    await store._all(
+        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+        " VALUES (?, ?, 'private', 'heron secret fact', ?)",
+        (conversation.person_id, segment_id, clock.now()),
+    )
+    # An index that wrongly holds both private rows: only the recall statement stands in the way.
+    for source, sql, code in (
+        ("message", "SELECT id, text FROM messages WHERE text = 'heron secret message'", 1),
+        ("pad", "SELECT id, text FROM pad_entries WHERE mode = 'private'", 3),
+    ):
+        ((row_id, text),) = await all_rows(store, sql)
+        await store._all(
+            "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, ?, ?, ?)",
+            (row_id * 4 + code, text, source, conversation.person_id),
+        )
+    provider.script = [Completion("", (ToolCall("c1", "recall", '{"query": "heron"}'),)), Completion("ok")]
+    await say(companion, "what do you know about herons?")
+    result = provider.requests[-1].messages[-1].content
+    assert "the heron is blue" in result and "secret" not in result
 
 
 async def test_private_messages_never_enter_the_recall_index(companion, store):
@@ -223,6 +295,19 @@ async def test_lasting_commands_are_refused_in_private_mode_with_the_reason(comp
         assert await all_rows(store, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
+async def test_commands_sent_in_private_mode_leave_normal_memory_as_it_was(companion, store):
+    await say(companion, "/remember my sister is Ana")
+    await say(companion, "/goal run 5k")
+    await say(companion, "/followup in 2h call mum")
+    lasting = "SELECT 'pad', text FROM pad_entries UNION ALL SELECT 'goal', title || status FROM goals"
+    lasting += " UNION ALL SELECT 'followup', text || status FROM followups ORDER BY 1, 2"
+    before = await all_rows(store, lasting)
+    await go_private(companion)
+    for command in ("/forget 1", "/forget Ana", "/goal done 1", "/goal drop 1", "/followup cancel 1"):
+        await say(companion, command)
+    assert await all_rows(store, lasting) == before
+
+
 async def test_the_store_refuses_lasting_writes_while_the_conversation_is_private(companion, store, clock):
     await go_private(companion)
     conversation = await conversation_of(companion)
@@ -234,6 +319,49 @@ async def test_the_store_refuses_lasting_writes_while_the_conversation_is_privat
     ):
         with pytest.raises(PrivateWriteRefused):
             await write()
+
+
+async def test_a_goal_or_follow_up_update_is_refused_while_the_conversation_is_private(companion, store, clock):
+    await say(companion, "/goal run 5k")
+    await say(companion, "/followup in 2h call mum")
+    await go_private(companion)
+    conversation = await conversation_of(companion)
+    person, origin = conversation.person_id, conversation.id
+    # Refused either way the store says it (False, or PrivateWriteRefused): what counts is that nothing changed.
+    for update in (
+        lambda: store.update_goal(person, origin, 1, clock.now(), status="done"),
+        lambda: store.update_goal(person, origin, 1, clock.now(), title="PRIVATE-TITLE-CANARY"),
+        lambda: store.set_followup_status(person, origin, 1, "cancelled", clock.now()),
+    ):
+        with contextlib.suppress(PrivateWriteRefused):
+            assert await update() is False
+    assert await all_rows(store, "SELECT title, status FROM goals") == [("run 5k", "active")]
+    assert await all_rows(store, "SELECT status FROM followups") == [("scheduled",)]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("remember", {"text": "RACE-CANARY"}),
+        ("set_goal", {"title": "RACE-CANARY"}),
+        ("update_goal", {"goal_id": 1, "title": "RACE-CANARY"}),
+        ("schedule_followup", {"text": "RACE-CANARY", "when": "2h"}),
+        ("watch_event", {"description": "RACE-CANARY"}),
+        ("pause_followup", {"followup_id": 1}),
+    ],
+)
+async def test_a_memory_tool_call_racing_a_private_entry_changes_nothing(companion, store, clock, tool, arguments):
+    await say(companion, "/goal run 5k")
+    await say(companion, "/followup in 2h call mum")
+    conversation = await conversation_of(companion)
+    lasting = "SELECT 'pad', text FROM pad_entries UNION ALL SELECT 'goal', title || status FROM goals"
+    lasting += " UNION ALL SELECT 'followup', text || status FROM followups ORDER BY 1, 2"
+    before = await all_rows(store, lasting)
+    offered = default_tools().tools_for(conversation, NORMAL)  # a normal turn was offered its tools ...
+    await store.open_segment(conversation.id, clock.now(), None)  # ... then private mode opened elsewhere
+    context = ToolContext(conversation, NORMAL, clock.now(), "UTC", store)
+    result = await run_tool_call(offered, ToolCall("c1", tool, json.dumps(arguments)), context)
+    assert await all_rows(store, lasting) == before, result
 
 
 @pytest.mark.parametrize(

@@ -361,6 +361,29 @@ async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(bo
     assert len(provider.requests) == requests
 
 
+async def test_a_cut_off_normal_turn_is_left_unread_once_the_person_went_on_in_private_mode(
+    boot, store, provider, sender
+):
+    await cut_off_turn(boot, store, provider, "a normal question cut off")
+    restarted = await boot()
+    await tell(restarted, f"/private {PASSPHRASE}")  # before the start-up pass reached that turn
+    requests, sent = len(provider.requests), len(sender.sent)
+    await restarted.answer_open_turns()
+    assert len(provider.requests) == requests and len(sender.sent) == sent  # not read, not answered
+    assert await all_rows(store, "SELECT turn FROM messages WHERE text = 'a normal question cut off'") == [("open",)]
+
+
+async def test_an_old_cut_off_turn_is_not_asked_again_into_a_private_interval(boot, store, provider, clock, sender):
+    await cut_off_turn(boot, store, provider, "an old normal question")
+    clock.advance(ANSWER_CUT_OFF_TURNS_WITHIN + 1)
+    restarted = await boot()
+    await tell(restarted, f"/private {PASSPHRASE}")
+    sent = len(sender.sent)
+    await restarted.answer_open_turns()
+    assert len(sender.sent) == sent  # no "could you say it again?" inside the private interval
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = ?", (copy.MISSED_IN_RESTART,)) == [(0,)]
+
+
 async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_off(boot, store, provider, clock, sender):
     companion = await boot()
     clock.advance(1)

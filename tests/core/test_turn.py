@@ -120,6 +120,26 @@ async def test_rolling_summary_folds_older_messages_and_advances_the_watermark(m
     assert any(copy.SUMMARY_HEADER in (m.content or "") for m in last.messages)
 
 
+async def test_each_message_is_folded_into_the_summary_exactly_once(make_companion, provider, store):
+    companion = await make_companion(budget=ContextBudget(total_tokens=400, fold_min=4, fold_batch=8))
+    for i in range(30):
+        await say(companion, f"message number {i} " + "x" * 60)
+        await companion.drain()  # let background folds finish
+    folds = [
+        r.messages[-1].content.partition("Conversation to fold in:\n")[2]
+        for r in provider.requests
+        if r.purpose == "summary"
+    ]
+    folded = [line for body in folds for line in body.splitlines() if line.startswith("Person: ")]
+    assert len(folds) >= 2 and folded  # several folds ran, each taking messages
+    assert len(folded) == len(set(folded)), "a message was summarised again"
+    # The watermark stands at the last message folded: everything after it is still to fold.
+    conversation = await conversation_of(companion)
+    watermark = (await store.normal_summary(conversation.id)).watermark
+    (last_folded,) = (await all_rows(store, "SELECT max(id) FROM messages WHERE text = ?", (folded[-1][8:],)))[0]
+    assert watermark >= last_folded
+
+
 async def test_visible_history_is_never_empty_when_messages_follow_the_watermark(make_companion, provider):
     # Seed 000, incident two: double trimming emptied the window on every turn.
     companion = await make_companion(budget=ContextBudget(total_tokens=300, fold_min=2, fold_batch=4))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 
 from core import copy
 from core.companion import Companion
+from core.errors import PrivateWriteRefused
 from core.valve import LOCKOUT_DURATION
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
@@ -278,6 +280,17 @@ async def test_idle_timeout_returns_the_conversation_to_normal(make_companion, c
     assert (await all_rows(store, "SELECT mode FROM messages ORDER BY id DESC LIMIT 1")) == [("normal",)]
 
 
+async def test_private_activity_extends_the_idle_timeout(make_companion, clock, store):
+    companion = await make_companion(private_idle_seconds=600)
+    await say(companion, f"/private {PASSPHRASE} 7d")
+    for _ in range(3):  # 20 minutes in all, never 10 without a message
+        clock.advance(400)
+        reply = await say(companion, "still here")
+        assert not reply.text.startswith("Private mode ended"), reply.text
+    assert await mode_of(companion) == "private"
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE mode = 'private' AND role = 'user'") == [(3,)]
+
+
 async def test_expiry_returns_the_conversation_to_normal(make_companion, clock):
     companion = await make_companion(private_idle_seconds=None)
     await say(companion, f"/private {PASSPHRASE} 45s")
@@ -364,3 +377,67 @@ async def test_help_says_which_transition_line_is_in_effect(make_companion):
     assert copy.TRANSITION_CONSTANT_NOTE in (await say(constant, "/help")).text
     generated = await make_companion(transition="generated")
     assert copy.TRANSITION_GENERATED_NOTE in (await say(generated, "/help", chat="other")).text
+
+
+async def test_a_group_message_with_a_stray_open_segment_is_stored_and_answered_in_normal_mode(companion, store):
+    await say(companion, "hello all", chat="group-1", direct=False)
+    conversation = await conversation_of(companion, chat="group-1")
+    await store.open_segment(conversation.id, 0.0, None)  # should never exist: private mode is refused in groups
+    reply = await say(companion, "GROUP-CANARY where are we?", chat="group-1", direct=False)
+    assert reply.text and not reply.text.startswith("Private mode")
+    assert await all_rows(store, "SELECT mode FROM messages WHERE text LIKE 'GROUP-CANARY%'") == [("normal",)]
+    assert await all_rows(store, "SELECT end_reason FROM segments") == [("group",)]
+
+
+async def test_a_segment_with_a_malformed_state_lands_in_normal_mode(companion, store, clock):
+    await say(companion, "hello")
+    conversation = await conversation_of(companion)
+    await store.open_segment(conversation.id, clock.now(), float("inf"))  # not a time: malformed
+    await say(companion, "MALFORMED-CANARY still normal?")
+    assert await mode_of(companion) == "normal"
+    assert await all_rows(store, "SELECT mode FROM messages WHERE text LIKE 'MALFORMED-CANARY%'") == [("normal",)]
+    assert await all_rows(store, "SELECT end_reason FROM segments") == [("malformed",)]
+
+
+async def test_an_expired_interval_is_deleted_as_soon_as_a_command_notices_it(companion, store, clock):
+    await say(companion, f"/private {PASSPHRASE} 45s")
+    await say(companion, "EXPIRED-CANARY")
+    clock.advance(46)
+    reply = await say(companion, "/mode")  # a command, not a chat turn, and no sweep
+    assert reply.text.startswith("Private mode ended: its time ran out")
+    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'EXPIRED-CANARY'") == [(0,)]
+
+
+class ExitFailingStore(FailingModeStore):
+    """A store that reads the mode fine but cannot close a segment (until `_fail_close` is cleared)."""
+
+    async def open_segment_of(self, conversation_id):
+        return await self._store.open_segment_of(conversation_id)
+
+
+async def test_when_the_exit_cannot_be_written_the_next_message_is_still_normal(companion, store, provider, clock):
+    await say(companion, f"/private {PASSPHRASE}")
+    broken = Companion(ExitFailingStore(store, fail_close=True), provider, companion.config, clock=clock)
+    await say(broken, "/normal")
+    # While the exit is unwritten, the store's lasting-write guard still sees the open segment and
+    # refuses the normal turn's analytics run: the turn fails safe. What matters here is where the
+    # message went.
+    with contextlib.suppress(PrivateWriteRefused):
+        await say(broken, "EXIT-CANARY said after /normal")
+    assert await all_rows(store, "SELECT mode FROM messages WHERE text LIKE 'EXIT-CANARY%'") == [("normal",)]
+    assert await all_rows(store, "SELECT count(*) FROM segments WHERE ended_at IS NULL") == [(1,)]  # still unwritten
+
+
+async def test_a_failed_exit_is_held_in_normal_mode_and_written_once_the_store_recovers(companion, store, clock):
+    await say(companion, f"/private {PASSPHRASE}")
+    conversation = await conversation_of(companion)
+    failing = ExitFailingStore(store, fail_close=True)
+    from core.valve import ModeValve
+
+    valve = ModeValve(failing, clock, passphrase_hash=companion.config.passphrase_hash)
+    assert await valve.leave(conversation) is True
+    assert (await valve.settle(conversation)).is_private is False
+    failing._fail_close = False
+    assert (await valve.settle(conversation)).is_private is False
+    assert await all_rows(store, "SELECT end_reason FROM segments") == [("user",)]

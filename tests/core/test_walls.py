@@ -82,6 +82,20 @@ async def test_private_mode_sees_its_own_interval_and_the_normal_history(compani
     assert placeholders(request) == 1
 
 
+async def test_a_private_summary_never_folds_in_an_earlier_interval(make_companion, provider):
+    companion = await make_companion(budget=SMALL)
+    await say(companion, "normal before")
+    await interval(companion, "EARLIER-INTERVAL-CANARY " + "e" * 60)
+    await say(companion, f"/private {PASSPHRASE}")
+    entered = len(provider.requests)
+    for i in range(12):
+        await say(companion, f"current interval {i} " + "c" * 60)
+        await fold_all(companion)
+    folds = [r for r in provider.requests[entered:] if r.purpose == "summary"]
+    assert any("current interval" in request_text(r) for r in folds), "the current interval's summary folded"
+    assert all("EARLIER-INTERVAL-CANARY" not in request_text(r) for r in folds)
+
+
 async def test_the_private_persona_exists_only_in_private_prompts(make_companion, provider):
     companion = await make_companion(persona=Persona(private_additions="PRIVATE-PERSONA-MARKER"))
     await say(companion, "normal turn")
@@ -170,6 +184,27 @@ async def test_the_private_pad_is_never_loaded_in_normal_mode(companion, store, 
     normal_request = provider.last_reply_request()
     assert "likes tea" in request_text(normal_request)  # incognito: existing memory is read
     assert "PRIVATE-PAD-FACT" not in request_text(normal_request)
+
+
+async def test_the_private_pad_never_reaches_normal_mode_in_another_chat_while_its_interval_is_open(
+    companion, store, provider
+):
+    await say(companion, "hi", chat="first")
+    first = await conversation_of(companion, chat="first")
+    await say(companion, f"/private {PASSPHRASE}", chat="first")
+    (segment,) = await store.segments_of(first.id)
+    await store.save_summary(
+        first.id,
+        Summary("s", 1),
+        2.0,
+        segment_id=segment.id,
+        pad_person_id=first.person_id,
+        pad_facts=("OTHER-CHAT-PAD-CANARY",),
+    )
+    await say(companion, "hello from my other chat", chat="second")  # the same person, normal mode
+    second = await conversation_of(companion, chat="second")
+    assert second.person_id == first.person_id
+    assert "OTHER-CHAT-PAD-CANARY" not in request_text(provider.last_reply_request())
 
 
 async def test_the_private_pad_is_filled_only_by_the_private_summary_consolidation(make_companion, store, provider):

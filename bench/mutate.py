@@ -1,0 +1,728 @@
+"""Mutation testing of our own: named one-line bugs planted in a copy of the tree, the suite run for each.
+
+python bench/mutate.py --list                      # the mutations, by name and category
+python bench/mutate.py --check                     # every original text is found exactly once (no run)
+python bench/mutate.py --jobs 2                    # all of them on the fast layers (tests/core tests/adapters)
+python bench/mutate.py --only recall-pad-predicate --suite tests
+python bench/mutate.py --jobs 2 -- --deselect tests/x.py::test_flaky   # anything after -- goes to pytest
+
+Each mutation replaces one exact text (usually one line) of one file. For each, the tracked
+and untracked-but-not-ignored files are copied to a temporary folder, the replacement is
+applied (it fails loudly unless the original occurs exactly once, so the list stays honest as
+the code moves), and pytest runs there with PYTHONPATH set to the copy, without -x: the
+number of failing tests per mutation is the point. A mutation is killed when at least one test
+fails, errors or the run times out. A clean copy runs first (the baseline); tests failing there
+are not counted against any mutation.
+
+Exit status: 0 when every privacy-guard mutation is killed, 1 when one survives, 2 when the
+list no longer matches the code or the baseline cannot run. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST_LAYERS = ("tests/core", "tests/adapters")
+PRIVACY = "privacy guard"
+RELIABILITY = "reliability"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mutation:
+    """Replace `original` (found exactly once in `path`) by `replacement`.
+
+    `also`: test paths run with this mutation whatever the suite (the tests of a layer outside
+    the fast ones that guard it, e.g. the gateway's schedule)."""
+
+    name: str
+    category: str
+    path: str
+    original: str
+    replacement: str
+    also: tuple[str, ...] = ()
+
+
+M = Mutation
+MUTATIONS: tuple[Mutation, ...] = (
+    # --- the valve (core/valve.py) ---------------------------------------------------------
+    M(
+        "valve-expiry-ignored-at-read",
+        PRIVACY,
+        "core/valve.py",
+        "if segment.expires_at is not None and now >= segment.expires_at:",
+        "if False:",
+    ),
+    M(
+        "valve-expired-not-deleted-at-read",
+        PRIVACY,
+        "core/valve.py",
+        "            try:  # its life is over: delete it now rather than at the next sweep\n"
+        "                await self._store.delete_expired_segments(now)",
+        "            try:  # its life is over: delete it now rather than at the next sweep\n                pass",
+    ),
+    M(
+        "valve-group-read-stays-private",
+        PRIVACY,
+        "core/valve.py",
+        '        if not conversation.is_direct:\n            await self._close_quietly(segment, "group")',
+        '        if False:\n            await self._close_quietly(segment, "group")',
+    ),
+    M(
+        "valve-malformed-segment-stays-private",
+        PRIVACY,
+        "core/valve.py",
+        "        if not _well_formed(segment):",
+        "        if False:",
+    ),
+    M(
+        "valve-wrong-passphrase-accepted",
+        PRIVACY,
+        "core/valve.py",
+        "        if not ok:",
+        "        if False:",
+    ),
+    M(
+        "valve-lockout-ignored",
+        PRIVACY,
+        "core/valve.py",
+        "        if locked_until is not None and now < locked_until:",
+        "        if False:",
+    ),
+    M(
+        "valve-failed-exit-not-held-normal",
+        PRIVACY,
+        "core/valve.py",
+        "            self._leaving.add(conversation.id)\n            return True",
+        "            return True",
+    ),
+    M(
+        "valve-idle-ignores-activity",  # issue 12 gap: private activity did not extend the idle timeout
+        RELIABILITY,
+        "core/valve.py",
+        "now - segment.last_activity_at >= self._idle:",
+        "now - segment.started_at >= self._idle:",
+    ),
+    # --- context assembly (core/context.py) -----------------------------------------------
+    M(
+        "context-private-pad-in-normal-mode",
+        PRIVACY,
+        "core/context.py",
+        "            if state.is_private:\n                private_pad =",
+        "            if True:\n                private_pad =",
+    ),
+    M(
+        "context-private-fold-saved-as-normal-summary",
+        PRIVACY,
+        "core/context.py",
+        "        if state.segment_id is not None:\n            await self._store.save_summary(",
+        "        if False:\n            await self._store.save_summary(",
+    ),
+    M(
+        "context-fold-watermark-first-item",  # issue 12 gap: folds re-summarised
+        RELIABILITY,
+        "core/context.py",
+        "new = Summary(text or context.summary.text, batch[-1].position)",
+        "new = Summary(text or context.summary.text, batch[0].position)",
+    ),
+    M(
+        "context-window-may-be-empty",
+        RELIABILITY,
+        "core/context.py",
+        "if kept and used + cost > budget_tokens:",
+        "if used + cost > budget_tokens:",
+    ),
+    # --- the core's other walls -----------------------------------------------------------
+    M(
+        "tools-lasting-tools-offered-in-private",
+        PRIVACY,
+        "core/tools.py",
+        "        if state.is_private:\n            return [t for t in self._tools.values()",
+        "        if False:\n            return [t for t in self._tools.values()",
+    ),
+    M(
+        "commands-lasting-command-runs-in-private",
+        PRIVACY,
+        "core/companion.py",
+        "if state.is_private and info.refused_while_private(args):",
+        "if False:",
+    ),
+    M(
+        "companion-passphrase-stored-unredacted",
+        PRIVACY,
+        "core/companion.py",
+        'stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text',
+        "stored = turn.message.text",
+    ),
+    M(
+        "companion-open-private-turn-answered-after-restart",
+        PRIVACY,
+        "core/companion.py",
+        "            if state.is_private or state.unreadable:\n                return  # the person went on",
+        "            if state.unreadable:\n                return  # the person went on",
+    ),
+    M(
+        "secrets-lookalike-command-not-a-secret",
+        PRIVACY,
+        "core/commands.py",
+        "    return mistyped_secret_command(text)",
+        "    return False",
+    ),
+    # --- storage SQL: masks, pad, segment and recall predicates ---------------------------
+    M(
+        "recall-message-predicate",
+        PRIVACY,
+        "adapters/storage/memory.py",
+        "\"   AND (f.source <> 'message' OR (m.mode <> 'private' AND m.segment_id IS NULL))\"",
+        '""',
+    ),
+    M(
+        "recall-pad-predicate",  # issue 12 gap
+        PRIVACY,
+        "adapters/storage/memory.py",
+        "\"   AND (f.source <> 'pad' OR (p.mode <> 'private' AND p.segment_id IS NULL))\"",
+        '""',
+    ),
+    M(
+        "recall-index-takes-private-messages",
+        PRIVACY,
+        "migrations/0003_memory.sql",
+        "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
+        "WHEN new.kind = 'chat'",
+    ),
+    M(
+        "mask-normal-view-reads-private-rows",
+        PRIVACY,
+        "adapters/storage/timeline.py",
+        "\" WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'\"",
+        "\" WHERE conversation_id = :c AND kind = 'chat'\"",
+    ),
+    M(
+        "mask-private-view-reads-other-segments",
+        PRIVACY,
+        "adapters/storage/timeline.py",
+        "\" WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'\"",
+        "\" WHERE segment_id IS NOT NULL AND conversation_id = :c AND kind = 'chat'\"",
+    ),
+    M(
+        "summary-normal-reads-private-summary",
+        PRIVACY,
+        "adapters/storage/timeline.py",
+        "\"SELECT text, watermark FROM summaries WHERE conversation_id = ? AND segment_id IS NULL AND mode = 'normal'\"",
+        '"SELECT text, watermark FROM summaries WHERE conversation_id = ? ORDER BY id DESC"',
+    ),
+    M(
+        "pad-normal-pad-reads-private-entries",
+        PRIVACY,
+        "adapters/storage/timeline.py",
+        "\"SELECT id, text FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND segment_id IS NULL ORDER BY id\"",
+        '"SELECT id, text FROM pad_entries WHERE person_id = ? ORDER BY id"',
+    ),
+    M(
+        "segment-activity-not-extended-by-a-user-message",  # issue 12 gap (one of its three writes)
+        RELIABILITY,
+        "adapters/storage/timeline.py",
+        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),\n"
+        "            )\n            if cur.rowcount == 0:\n                return None\n            if segment_id is not None:\n",
+        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),\n"
+        "            )\n            if cur.rowcount == 0:\n                return None\n            if False:\n",
+    ),
+    M(
+        "capture-private-span-not-skipped",
+        PRIVACY,
+        "adapters/storage/memory.py",
+        '" OR EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = messages.conversation_id"',
+        '" OR 0 AND EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = messages.conversation_id"',
+    ),
+    M(
+        "memory-write-while-private",
+        PRIVACY,
+        "adapters/storage/memory.py",
+        'async with lasting_tx(self._db, origin, "memory") as db:',
+        "async with self._db.tx() as db:",
+    ),
+    M(
+        "goal-update-while-private",  # issue 12 gap
+        PRIVACY,
+        "adapters/storage/memory.py",
+        'async with lasting_tx(self._db, origin, "change to a goal") as db:',
+        "async with self._db.tx() as db:",
+    ),
+    M(
+        "lasting-write-guard-refuses-nothing",
+        PRIVACY,
+        "adapters/storage/guard.py",
+        "        if await cur.fetchone() is not None:\n            raise PrivateWriteRefused(what)",
+        "        if False:\n            raise PrivateWriteRefused(what)",
+    ),
+    M(
+        "forget-while-private",
+        PRIVACY,
+        "adapters/storage/memory.py",
+        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
+        '        async with lasting_tx(self._db, origin, "change to memory") as db:',
+        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
+        "        async with self._db.tx() as db:",
+    ),
+    M(
+        "followup-update-while-private",
+        PRIVACY,
+        "adapters/storage/memory.py",
+        'async with lasting_tx(self._db, origin, "change to a follow-up") as db:',
+        "async with self._db.tx() as db:",
+    ),
+    M(
+        "segments-left-open-at-start",
+        PRIVACY,
+        "adapters/storage/modes.py",
+        'f" WHERE ended_at IS NULL{scope}",',
+        'f" WHERE 0{scope}",',
+    ),
+    M(
+        "restart-message-lands-in-normal-mode",
+        PRIVACY,
+        "adapters/storage/modes.py",
+        'return row["id"] if sent_at < row["restart_at"] else None',
+        "return None",
+    ),
+    M(
+        "forget-private-deletes-nothing",
+        PRIVACY,
+        "adapters/storage/privacy.py",
+        '"DELETE FROM segments WHERE conversation_id = ?"',
+        '"DELETE FROM segments WHERE conversation_id = ? AND 0"',
+    ),
+    M(
+        "expired-segment-deletion-owes-no-checkpoint",
+        PRIVACY,
+        "adapters/storage/modes.py",
+        "            deleted = cur.rowcount\n            if deleted:\n                await owe_checkpoint(db)",
+        "            deleted = cur.rowcount",
+    ),
+    M(
+        "store-secure-delete-off",
+        PRIVACY,
+        "adapters/storage/database.py",
+        '    await db.execute("PRAGMA secure_delete = ON")\n',
+        "",
+    ),
+    M(
+        "backup-keeps-segments",
+        PRIVACY,
+        "adapters/storage/backup.py",
+        '_PRIVATE_TABLES = ("segments", "crossings")',
+        '_PRIVATE_TABLES = ("crossings",)',
+    ),
+    M(
+        "restore-resurrects-expired-artifacts",  # issue 12 gap
+        PRIVACY,
+        "adapters/storage/backup.py",
+        'db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))',
+        "pass",
+    ),
+    # --- Telegram: secrets and confirmation order ------------------------------------------
+    M(
+        "telegram-core-failure-keeps-passphrase",
+        PRIVACY,
+        "adapters/telegram/adapter.py",
+        "reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))",
+        "reply = Reply(HANDLER_FAILED)",
+    ),
+    M(
+        "telegram-passphrase-never-deleted",
+        PRIVACY,
+        "adapters/telegram/adapter.py",
+        "if reply.delete_inbound and not await delivery.delete(message.chat_id, message.message_id):",
+        "if reply.delete_inbound and not False:",
+    ),
+    M(
+        "telegram-no-delete-note",
+        PRIVACY,
+        "adapters/telegram/adapter.py",
+        'text = f"{text}\\n\\n{DELETE_SECRET_NOTE}"',
+        "text = text",
+    ),
+    M(
+        "telegram-token-in-logs",
+        PRIVACY,
+        "adapters/telegram/adapter.py",
+        'record.msg, record.args = message.replace(self._token, "<token>"), None',
+        "pass",
+    ),
+    M(
+        "telegram-confirmed-at-dispatch",  # issue 12 gap: confirmed before it was handled
+        RELIABILITY,
+        "adapters/telegram/adapter.py",
+        "        self._ledger.begin(update.update_id)",
+        "        self._ledger.finish(update.update_id)",
+    ),
+    M(
+        "telegram-stored-before-handled",  # issue 12 gap: stored before it was handled
+        RELIABILITY,
+        "adapters/telegram/adapter.py",
+        "                await self._process(update)\n                queue.popleft()\n"
+        "                self._ledger.finish(update.update_id)\n                self._progress.set()\n"
+        "                await self._persist()",
+        "                self._ledger.finish(update.update_id)\n                await self._persist()\n"
+        "                await self._process(update)\n                queue.popleft()\n"
+        "                self._progress.set()",
+    ),
+    M(
+        "telegram-redelivery-handled-again",
+        RELIABILITY,
+        "adapters/telegram/adapter.py",
+        "fresh = [u for u in updates if not self._ledger.is_known(u.update_id)]",
+        "fresh = list(updates)",
+    ),
+    M(
+        "telegram-ledger-settles-past-a-running-update",
+        RELIABILITY,
+        "adapters/telegram/ledger.py",
+        "settled = [i for i in self.above if floor is None or i < floor]",
+        "settled = list(self.above)",
+    ),
+    # --- Discord: secrets, mentions, nonces ----------------------------------------------------
+    M(
+        "discord-core-failure-keeps-passphrase",  # issue 12 gap
+        PRIVACY,
+        "adapters/discord.py",
+        "reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))",
+        "reply = Reply(HANDLER_FAILED)",
+    ),
+    M(
+        "discord-passphrase-never-deleted",
+        PRIVACY,
+        "adapters/discord.py",
+        "        if reply.delete_inbound:\n            # The message carried the passphrase",
+        "        if False:\n            # The message carried the passphrase",
+    ),
+    M(
+        "discord-no-delete-note",
+        PRIVACY,
+        "adapters/discord.py",
+        'text = f"{text}\\n\\n{DELETE_SECRET_NOTE}"',
+        "text = text",
+    ),
+    M(
+        "discord-mentions-allowed",
+        RELIABILITY,
+        "adapters/discord.py",
+        "NO_MENTIONS = discord.AllowedMentions.none()",
+        "NO_MENTIONS = discord.AllowedMentions.all()",
+    ),
+    M(
+        "discord-retry-without-nonce",
+        RELIABILITY,
+        "adapters/discord.py",
+        'nonce=f"{delivery.nonce}{index:03d}"',
+        "nonce=None",
+    ),
+    # --- the gateway's schedule (bot/) -------------------------------------------------------
+    M(
+        "gateway-expiry-sweep-not-scheduled",  # issue 12 gap
+        PRIVACY,
+        "bot/gateway.py",
+        '        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),\n',
+        "",
+        also=("tests/bot/test_gateway_sweep.py", "tests/bot/test_scheduler.py"),
+    ),
+)
+
+
+# --- running --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Outcome:
+    mutation: Mutation | None  # None: the baseline
+    failing: set[str]
+    status: str  # "ran", "timeout", "broken" (pytest did not report)
+    seconds: float
+    detail: str = ""
+
+    def failing_beyond(self, baseline: set[str]) -> set[str]:
+        return self.failing - baseline
+
+    def killed(self, baseline: set[str]) -> bool:
+        return self.status != "ran" or bool(self.failing_beyond(baseline))
+
+
+class ListOutOfDate(Exception):
+    """A mutation's original text is not found exactly once: the list must follow the code."""
+
+
+def check(mutation: Mutation, root: Path = ROOT) -> str:
+    """The mutated text of the file; raises ListOutOfDate unless the original occurs exactly once."""
+    path = root / mutation.path
+    if not path.is_file():
+        raise ListOutOfDate(f"{mutation.name}: {mutation.path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    found = text.count(mutation.original)
+    if found != 1:
+        raise ListOutOfDate(f"{mutation.name}: the original text occurs {found} times in {mutation.path}, not once")
+    return text.replace(mutation.original, mutation.replacement)
+
+
+def tree_files(root: Path) -> list[str]:
+    """The files of the tree: tracked, and untracked but not ignored (new tests not committed yet)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [name for name in listed.split("\0") if name and (root / name).is_file()]
+
+
+def copy_tree(root: Path, files: list[str], dest: Path) -> None:
+    for name in files:
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / name, target)
+
+
+def suite_for(mutation: Mutation | None, suite: list[str]) -> list[str]:
+    paths = list(suite)
+    for extra in mutation.also if mutation else ():
+        if not any(extra == s or extra.startswith(s.rstrip("/") + "/") for s in suite):
+            paths.append(extra)
+    return paths
+
+
+def run_one(
+    mutation: Mutation | None, suite: list[str], snapshot: Path, files: list[str], timeout: float, extra: list[str]
+) -> Outcome:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="companion-mutant-") as folder:
+        copy = Path(folder) / "tree"
+        copy_tree(snapshot, files, copy)
+        if mutation is not None:
+            (copy / mutation.path).write_text(check(mutation, copy), encoding="utf-8")
+        junit = Path(folder) / "junit.xml"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COMPANION_")}
+        env["PYTHONPATH"] = str(copy)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *suite_for(mutation, suite),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            f"--junitxml={junit}",
+            *extra,
+        ]
+        # Its own session, so a stop of this script ends the whole pytest run (and its children).
+        process = subprocess.Popen(
+            argv, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
+        _RUNNING.add(process)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            return Outcome(mutation, set(), "timeout", time.monotonic() - started, f"over {timeout:.0f} s")
+        finally:
+            _RUNNING.discard(process)
+        seconds = time.monotonic() - started
+        if not junit.exists():
+            tail = output.strip().splitlines()[-3:]
+            return Outcome(mutation, set(), "broken", seconds, " / ".join(tail))
+        return Outcome(mutation, failing_tests(junit), "ran", seconds)
+
+
+_RUNNING: set[subprocess.Popen[str]] = set()
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End a pytest run and everything it started (its process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: runs stopped, temporary copies removed
+
+
+def failing_tests(junit: Path) -> set[str]:
+    """Test ids with a failure or an error (collection errors included) in a junit file."""
+    failing = set()
+    for case in ET.parse(junit).getroot().iter("testcase"):  # noqa: S314 - our own pytest's output
+        if case.find("failure") is not None or case.find("error") is not None:
+            failing.add(f"{case.get('classname', '')}::{case.get('name', '')}")
+    return failing
+
+
+# --- reporting ------------------------------------------------------------------------------
+
+
+def report(outcomes: list[Outcome], baseline: set[str], suite: list[str]) -> int:
+    rows = [("mutation", "category", "killed", "failing tests", "seconds")]
+    for outcome in outcomes:
+        m = outcome.mutation
+        assert m is not None
+        count = len(outcome.failing_beyond(baseline))
+        killed = {"timeout": "yes (timeout)", "broken": "yes (no report)"}.get(outcome.status, "yes" if count else "NO")
+        rows.append((m.name, m.category, killed, str(count), f"{outcome.seconds:.0f}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print()
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(rows[0], widths, strict=True)) + " |")
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows[1:]:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+
+    def rate(selected: list[Outcome]) -> str:
+        killed = sum(o.killed(baseline) for o in selected)
+        share = f"{100 * killed / len(selected):.0f}%" if selected else "n/a"
+        return f"{killed}/{len(selected)} ({share})"
+
+    privacy = [o for o in outcomes if o.mutation and o.mutation.category == PRIVACY]
+    print()
+    print(f"suite: {' '.join(suite)}; {datetime.date.today().isoformat()}")
+    print(f"kill rate: {rate(outcomes)}")
+    print(f"privacy-guard kill rate: {rate(privacy)}")
+    for category in sorted({o.mutation.category for o in outcomes if o.mutation} - {PRIVACY}):
+        print(f"{category} kill rate: {rate([o for o in outcomes if o.mutation and o.mutation.category == category])}")
+    thin = [o for o in privacy if o.status == "ran" and len(o.failing_beyond(baseline)) == 1]
+    survivors = [o for o in outcomes if not o.killed(baseline)]
+    if thin:
+        print("privacy-guard mutations killed by one test only:")
+        for o in thin:
+            print(f"  {o.mutation.name}: {next(iter(o.failing_beyond(baseline)))}")
+    if survivors:
+        print("survivors: " + ", ".join(o.mutation.name for o in survivors))
+    for o in outcomes:
+        if o.detail:
+            print(f"  {o.mutation.name}: {o.status}: {o.detail}")
+    return 1 if any(o.mutation.category == PRIVACY for o in survivors) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--check", action="store_true", help="check every original text occurs once, and exit")
+    parser.add_argument("--only", action="append", default=[], help="a mutation name (repeat, or comma-separated)")
+    parser.add_argument("--suite", nargs="+", default=list(FAST_LAYERS), help="test paths (default: the fast layers)")
+    parser.add_argument("--jobs", type=int, default=1, help="mutated copies run in parallel")
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per run; a run over it counts killed")
+    parser.add_argument(
+        "--json", default=str(ROOT / "bench" / "results" / "mutate.json"), help="where to write every outcome"
+    )
+    parser.add_argument("--no-baseline", action="store_true", help="skip the clean run (assume it is green)")
+    args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+
+    wanted = {name.strip() for item in args.only for name in item.split(",") if name.strip()}
+    unknown = wanted - {m.name for m in MUTATIONS}
+    if unknown:
+        print(f"unknown mutation: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    selected = [m for m in MUTATIONS if not wanted or m.name in wanted]
+    if args.list:
+        for m in selected:
+            print(f"{m.name:55} {m.category:14} {m.path}")
+        print(f"{len(selected)} mutations")
+        return 0
+    try:
+        for m in selected:
+            check(m)
+    except ListOutOfDate as exc:
+        print(f"mutation list out of date: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"{len(selected)} mutations, every original text found exactly once")
+        return 0
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+    # One snapshot of the tree at the start: edits to the checkout while this runs change nothing.
+    with tempfile.TemporaryDirectory(prefix="companion-snapshot-") as folder:
+        snapshot = Path(folder)
+        files = tree_files(ROOT)
+        copy_tree(ROOT, files, snapshot)
+        try:
+            return run_all(selected, args, extra, snapshot, files)
+        except KeyboardInterrupt:
+            for process in list(_RUNNING):
+                _stop(process)
+            print("stopped", file=sys.stderr)
+            return 130
+
+
+def run_all(
+    selected: list[Mutation], args: argparse.Namespace, extra: list[str], snapshot: Path, files: list[str]
+) -> int:
+    baseline: set[str] = set()
+    if not args.no_baseline:
+        print(f"baseline: {' '.join(args.suite)} on a clean copy ...", flush=True)
+        clean = run_one(None, args.suite, snapshot, files, args.timeout, extra)
+        if clean.status != "ran":
+            print(f"the clean copy did not run ({clean.status}: {clean.detail})", file=sys.stderr)
+            return 2
+        baseline = clean.failing
+        print(f"baseline: {len(baseline)} failing, {clean.seconds:.0f} s", flush=True)
+        for test in sorted(baseline):
+            print(f"  failing without any mutation (not counted): {test}")
+
+    outcomes: list[Outcome] = []
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
+    try:
+        futures = {pool.submit(run_one, m, args.suite, snapshot, files, args.timeout, extra): m for m in selected}
+        for future in concurrent.futures.as_completed(futures):
+            outcome = future.result()
+            outcomes.append(outcome)
+            count = len(outcome.failing_beyond(baseline))
+            verdict = "killed" if outcome.killed(baseline) else "SURVIVED"
+            print(
+                f"[{len(outcomes)}/{len(selected)}] {futures[future].name}: {verdict} "
+                f"({outcome.status}, {count} failing, {outcome.seconds:.0f} s)",
+                flush=True,
+            )
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    order = {m.name: i for i, m in enumerate(selected)}
+    outcomes.sort(key=lambda o: order[o.mutation.name])
+    if args.json:
+        write_json(Path(args.json), outcomes, baseline, args.suite)
+    return report(outcomes, baseline, args.suite)
+
+
+def write_json(path: Path, outcomes: list[Outcome], baseline: set[str], suite: list[str]) -> None:
+    """Every outcome with the tests that failed, for reading which test guards what."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {
+            "name": o.mutation.name,
+            "category": o.mutation.category,
+            "path": o.mutation.path,
+            "status": o.status,
+            "killed": o.killed(baseline),
+            "failing": sorted(o.failing_beyond(baseline)),
+            "seconds": round(o.seconds, 1),
+        }
+        for o in outcomes
+        if o.mutation is not None
+    ]
+    body = {"date": datetime.date.today().isoformat(), "suite": suite, "baseline_failing": sorted(baseline)}
+    path.write_text(json.dumps({**body, "mutations": rows}, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
