@@ -100,7 +100,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "valve-lockout-ignored",
         PRIVACY,
         "core/valve.py",
-        "        if locked_until is not None and now < locked_until:",
+        "        if until is not None and now < until:",
         "        if False:",
     ),
     M(
@@ -266,8 +266,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "lasting-write-guard-refuses-nothing",
         PRIVACY,
         "adapters/storage/guard.py",
-        "        if await cur.fetchone() is not None:\n            raise PrivateWriteRefused(what)",
-        "        if False:\n            raise PrivateWriteRefused(what)",
+        '        "SELECT 1 FROM segments WHERE conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)',
+        '        "SELECT 1 FROM segments WHERE 0 AND conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)',
+    ),
+    M(
+        "link-guard-refuses-nothing",
+        PRIVACY,
+        "adapters/storage/guard.py",
+        '        f" WHERE s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",',
+        '        f" WHERE 0 AND s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",',
     ),
     M(
         "forget-while-private",
