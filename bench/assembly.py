@@ -20,6 +20,7 @@ from core.context import ContextAssembler, ContextBudget, Persona
 from core.model import ConversationKey, Mode
 from core.ports import SystemClock
 from core.valve import NORMAL, ModeState
+from tests.helpers.chat import segments_of
 
 TARGET_FLAT = 1.5  # median at the largest size / median at the smallest
 SEGMENT_MESSAGES = 10
@@ -185,7 +186,7 @@ class _Subject:
         self.conversation = await self.store.ensure_conversation(
             ConversationKey("terminal", "terminal"), "direct", 1, time.time()
         )
-        self.segments = await self.store.segments_of(self.conversation.id)
+        self.segments = await segments_of(self.store, self.conversation.id)
         (self.newest,) = await self.store._one(
             "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (self.conversation.id,)
         )

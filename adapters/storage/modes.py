@@ -8,7 +8,7 @@ from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.privacy import Checkpoints, owe_checkpoint
 from core.model import Segment
 
-_SEGMENT_COLUMNS = (
+SEGMENT_COLUMNS = (
     "id, conversation_id, anchor_message_id, started_at, last_activity_at, ended_at, end_reason, expires_at"
 )
 
@@ -26,12 +26,12 @@ class ModeQueries:
     async def open_segment(self, conversation_id: int, now: float, expires_at: float | None) -> Segment:
         async with self._db.tx() as db:
             async with db.execute(
-                f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL",
+                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL",
                 (conversation_id,),
             ) as cur:
                 row = await cur.fetchone()
             if row is not None:
-                return _segment(row)
+                return segment_of_row(row)
             async with db.execute(
                 "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
             ) as cur:
@@ -45,17 +45,11 @@ class ModeQueries:
 
     async def open_segment_of(self, conversation_id: int) -> Segment | None:
         row = await self._db.read_one(
-            f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL"
+            f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL"
             " ORDER BY id DESC LIMIT 1",
             (conversation_id,),
         )
-        return _segment(row) if row else None
-
-    async def segments_of(self, conversation_id: int) -> list[Segment]:
-        rows = await self._db.all(
-            f"SELECT {_SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? ORDER BY id", (conversation_id,)
-        )
-        return [_segment(r) for r in rows]
+        return segment_of_row(row) if row else None
 
     async def close_segment(self, segment_id: int, now: float, reason: str) -> bool:
         async with self._db.tx() as db:
@@ -165,7 +159,7 @@ class ModeQueries:
             await db.execute("DELETE FROM valve_attempts WHERE account_id = ?", (account_id,))
 
 
-def _segment(row: aiosqlite.Row) -> Segment:
+def segment_of_row(row: aiosqlite.Row) -> Segment:
     return Segment(
         row["id"],
         row["conversation_id"],

@@ -60,7 +60,6 @@ class SqliteStore:
         # core.ports.ModeStore, and the adapters' offsets
         self.open_segment = self.modes.open_segment
         self.open_segment_of = self.modes.open_segment_of
-        self.segments_of = self.modes.segments_of
         self.close_segment = self.modes.close_segment
         self.close_open_segments = self.modes.close_open_segments
         self.close_crash_open_segments = self.modes.close_crash_open_segments

@@ -10,7 +10,7 @@ import pytest
 from adapters.storage.privacy import CHECKPOINT_OWED
 from core.companion import Companion
 from tests.conftest import PASSPHRASE
-from tests.helpers.chat import all_rows, conversation_of, say
+from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.reader import SnapshotReader, WriteHolder, files_holding
 from tests.helpers.waiting import wait_for
 
@@ -31,7 +31,7 @@ async def two_private_conversations(companion, store):
     await say(companion, "/normal")
     await say(companion, f"/private {PASSPHRASE} never", chat="other")
     other = await conversation_of(companion, chat="other")
-    (segment,) = await store.segments_of(other.id)
+    (segment,) = await segments_of(store, other.id)
     return other, segment
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.model import DeliveryTarget, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
-from tests.helpers.chat import all_rows, conversation_of, say
+from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.reader import files_holding
 
 # Tables that by design never hold data derived from a private interval. Everything
@@ -73,7 +73,7 @@ async def populate_private(companion, store, clock) -> int:
     companion.provider.script = [Completion("", (ToolCall("c1", "current_time", "{}"),)), Completion("ok")]
     await say(companion, "PRIVATE-EXPIRY-CANARY words")
     conversation = await conversation_of(companion)
-    (segment,) = await store.segments_of(conversation.id)
+    (segment,) = await segments_of(store, conversation.id)
     await store.save_summary(
         conversation.id,
         Summary("PRIVATE-EXPIRY-CANARY summary", 1),

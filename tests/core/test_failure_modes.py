@@ -14,7 +14,7 @@ from core.model import Completion, Conversation, Summary, ToolCall
 from core.tools import PRIVATE_FORBIDDEN, default_tools
 from core.valve import NORMAL
 from tests.conftest import PASSPHRASE
-from tests.helpers.chat import all_rows, conversation_of, say
+from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import request_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ async def test_failure_mode_expired_threads_leave_orphaned_operations_or_runs(co
 async def test_failure_mode_private_summary_enters_a_global_prompt(companion, store, provider, clock):
     await private_turn(companion)
     conversation = await conversation_of(companion)
-    (segment,) = await store.segments_of(conversation.id)
+    (segment,) = await segments_of(store, conversation.id)
     await store.save_summary(
         conversation.id, Summary(f"{CANARY} private summary", 3), clock.now(), segment_id=segment.id
     )

@@ -19,7 +19,7 @@ from core.model import Completion, InboundMessage, ProactiveDecision
 from core.outbox import Outbox
 from core.proactive import ProactiveConfig
 from tests.conftest import PASSPHRASE
-from tests.helpers.chat import all_rows
+from tests.helpers.chat import all_rows, segments_of
 from tests.helpers.fakes import FakeSender, request_text
 
 USER = "100"
@@ -415,7 +415,7 @@ async def test_a_nudge_is_written_from_the_masked_normal_view_and_the_normal_pad
     await tell(companion, f"/private {PASSPHRASE}")
     await tell(companion, f"{CANARY} secret words")
     person, chat = await person_and_chat(store)
-    (segment,) = await store.segments_of(chat)
+    (segment,) = await segments_of(store, chat)
     from core.model import Summary
 
     await store.save_summary(

@@ -12,7 +12,7 @@ from core.companion import Companion
 from core.errors import PrivateWriteRefused
 from core.valve import LOCKOUT_DURATION
 from tests.conftest import PASSPHRASE
-from tests.helpers.chat import all_rows, conversation_of, say
+from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import request_text
 
 
@@ -59,7 +59,7 @@ async def test_crash_open_interval_is_closed_at_the_end_of_the_stored_record(com
     clock.advance(3600)  # the process was dead for an hour
     restarted = Companion(store, provider, companion.config, clock=clock)
     await restarted.start()
-    (segment,) = await store.segments_of((await conversation_of(restarted)).id)
+    (segment,) = await segments_of(store, (await conversation_of(restarted)).id)
     assert segment.ended_at == last_private_write and segment.end_reason == "restart"
 
 

@@ -7,7 +7,7 @@ from core.context import ContextBudget, Persona
 from core.model import Summary
 from core.valve import NORMAL
 from tests.conftest import PASSPHRASE
-from tests.helpers.chat import all_rows, conversation_of, say
+from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import placeholders, request_text
 
 
@@ -129,7 +129,7 @@ async def test_summary_watermarks_advance_independently(make_companion, store):
     for i in range(12):
         await say(companion, f"private message {i} " + "p" * 60)
         await fold_all(companion)
-    (segment,) = await store.segments_of(conversation.id)
+    (segment,) = await segments_of(store, conversation.id)
     private = await store.private_summary(segment.id)
     normal_after = await store.normal_summary(conversation.id)
     assert private is not None and private.watermark > normal_before.watermark
@@ -167,7 +167,7 @@ async def test_the_private_pad_is_never_loaded_in_normal_mode(companion, store, 
     await store.remember(conversation.person_id, conversation.id, "likes tea", 1.0)
     await say(companion, f"/private {PASSPHRASE}")
     await say(companion, "x")
-    (segment,) = await store.segments_of(conversation.id)
+    (segment,) = await segments_of(store, conversation.id)
     await store.save_summary(
         conversation.id,
         Summary("s", 1),
@@ -192,7 +192,7 @@ async def test_the_private_pad_never_reaches_normal_mode_in_another_chat_while_i
     await say(companion, "hi", chat="first")
     first = await conversation_of(companion, chat="first")
     await say(companion, f"/private {PASSPHRASE}", chat="first")
-    (segment,) = await store.segments_of(first.id)
+    (segment,) = await segments_of(store, first.id)
     await store.save_summary(
         first.id,
         Summary("s", 1),
@@ -219,7 +219,7 @@ async def test_the_private_pad_is_filled_only_by_the_private_summary_consolidati
         provider.script.append(Completion("SUMMARY:\nfolded\nFACTS:\n- has a cat named Miso"))
         await fold_all(companion)
     conversation = await conversation_of(companion)
-    (segment,) = await store.segments_of(conversation.id)
+    (segment,) = await segments_of(store, conversation.id)
     rows = await all_rows(store, "SELECT mode, segment_id, text FROM pad_entries")
     assert rows == [("private", segment.id, "has a cat named Miso")]  # tied to its segment, once
 
@@ -228,7 +228,7 @@ async def test_private_pad_entries_and_summary_go_when_their_segment_expires(com
     await say(companion, f"/private {PASSPHRASE} 1h")
     await say(companion, "x")
     conversation = await conversation_of(companion)
-    (segment,) = await store.segments_of(conversation.id)
+    (segment,) = await segments_of(store, conversation.id)
     await store.save_summary(
         conversation.id,
         Summary("private sum", 5),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from adapters.storage.modes import SEGMENT_COLUMNS, segment_of_row
+from adapters.storage.sqlite import SqliteStore
 from core.companion import Companion
-from core.model import InboundMessage, Reply
+from core.model import InboundMessage, Reply, Segment
 
 
 async def say(
@@ -30,3 +32,11 @@ async def conversation_of(companion: Companion, platform: str = "terminal", chat
 
 async def all_rows(store, sql: str, params: tuple = ()) -> list:
     return [tuple(r) for r in await store._all(sql, params)]
+
+
+async def segments_of(store: SqliteStore, conversation_id: int) -> list[Segment]:
+    """Every segment of a conversation, oldest first (tests read what the valve wrote)."""
+    rows = await store.database.all(
+        f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+    )
+    return [segment_of_row(r) for r in rows]
