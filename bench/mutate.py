@@ -532,6 +532,9 @@ def run_one(
             "no:cacheprovider",
             "-q",
             f"--junitxml={junit}",
+            # Its own temporary folder: pytest's shared default keeps only the three newest sessions'
+            # folders and deletes older ones, so parallel runs would delete each other's files.
+            f"--basetemp={Path(folder) / 'tmp'}",
             *extra,
         ]
         # Its own session, so a stop of this script ends the whole pytest run (and its children).
