@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
+from core.companion import Companion, CompanionConfig
 from tests.helpers.fake_openai import FakeOpenAIServer
 
 
@@ -39,3 +40,14 @@ async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIter
         yield provider
     finally:
         await provider.aclose()
+
+
+@pytest.fixture
+async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Companion]:
+    """A real Companion whose provider talks to the module's `server` (strict where a module says so)."""
+    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    await companion.start()
+    try:
+        yield companion
+    finally:
+        await companion.drain()

@@ -52,17 +52,6 @@ async def server() -> AsyncIterator[FakeOpenAIServer]:
         yield fake
 
 
-@pytest.fixture
-async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Companion]:
-    """A real Companion whose provider talks to the strict fake server."""
-    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
-    await companion.start()
-    try:
-        yield companion
-    finally:
-        await companion.drain()
-
-
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

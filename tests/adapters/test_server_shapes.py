@@ -12,7 +12,6 @@ import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from core import copy
-from core.companion import Companion, CompanionConfig
 from core.errors import ProviderRejected, ProviderRequestTooLong
 from tests.adapters.test_openai_provider import WEATHER, ask
 from tests.helpers.chat import all_rows, say
@@ -35,17 +34,6 @@ WITH_TOO_LONG = [s for s in SERVERS if s.too_long is not None]
 async def server() -> AsyncIterator[FakeOpenAIServer]:
     async with FakeOpenAIServer(strict=True) as fake:
         yield fake
-
-
-@pytest.fixture
-async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Companion]:
-    """A real Companion whose provider talks to the strict fake server."""
-    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
-    await companion.start()
-    try:
-        yield companion
-    finally:
-        await companion.drain()
 
 
 async def stored_user_texts(store) -> list[str]:
