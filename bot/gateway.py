@@ -51,6 +51,7 @@ def build_adapters(
                 outbox=companion.outbox,
                 drain_timeout=settings.llm_timeout,
                 on_fatal=on_fatal,
+                on_chat_moved=companion.chat_moved,
             )
         )
     if settings.discord_token:
