@@ -68,6 +68,8 @@ def build_adapters(
                 shutdown_grace=settings.llm_timeout,
                 on_fatal=on_fatal,
                 outage_limit=settings.discord_outage_seconds or None,
+                state=companion.store,
+                is_allowed=companion.is_allowed,
             )
         )
     return adapters
