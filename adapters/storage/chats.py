@@ -22,10 +22,10 @@ class ChatQueries:
         """Follow a chat to its new id, in one transaction.
 
         - The old chat's conversation takes the new id. If a conversation of the new id exists
-          already (its messages arrived before the move was known), it is merged into the older
-          one, which keeps its id and so every row attached to it: each row of the newer one
-          moves over, except one the older has already under a unique key (its rolling summary),
-          which goes with the newer conversation.
+          already (its messages arrived before the move was known), the two are merged: the older
+          one keeps its id and so every row attached to it; each row of the newer one moves over,
+          except one the older has already under a unique key (its rolling summary), which goes
+          with the newer conversation.
         - Inbox keys of the old chat's messages are prefixed with the old chat id: the new chat
           numbers its messages afresh, and its message 12 is not the old chat's message 12.
         - Bindings (mirrors) to the old chat name the new one; pending deliveries to the old chat
@@ -40,19 +40,22 @@ class ChatQueries:
             if old is not None and not all(c["movable"] for c in known):
                 return ChatMove(conversation_id=old["id"], refused=True)
             merged = None
+            kept = 0
             if old is not None:
                 await db.execute(
                     "UPDATE messages SET platform_message_id = ? || '/' || platform_message_id"
                     " WHERE conversation_id = ? AND platform_message_id IS NOT NULL",
                     (old_chat_id, old["id"]),
                 )
+                kept = old["id"]
                 if new is not None:
-                    merged = new["id"]
-                    await _merge(db, into=old["id"], source=merged)
+                    # The older conversation (the one with the history) keeps its id.
+                    kept, merged = min(old["id"], new["id"]), max(old["id"], new["id"])
+                    await _merge(db, into=kept, source=merged)
                 await db.execute(
                     f"UPDATE conversations SET chat_id = ? WHERE id = ? AND EXISTS (SELECT 1 FROM conversations c"
                     f" WHERE c.id = conversations.id AND {_MOVABLE})",
-                    (new_chat_id, old["id"]),
+                    (new_chat_id, kept),
                 )
             # A conversation bound to both chats keeps one binding; the other goes with its copies.
             cur = await db.execute(
@@ -69,7 +72,7 @@ class ChatQueries:
             )
             deliveries = cur.rowcount
         return ChatMove(
-            conversation_id=old["id"] if old is not None else None,
+            conversation_id=kept if old is not None else None,
             merged_conversation_id=merged,
             bindings=bindings,
             deliveries=deliveries,

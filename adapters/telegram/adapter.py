@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import re
@@ -85,6 +86,10 @@ class TelegramAdapter:
         self._outbox = outbox
         self._on_fatal = on_fatal
         self._on_chat_moved = on_chat_moved  # (platform, old chat id, new chat id): Companion.chat_moved
+        # Held while a chat is re-keyed, and while a message's chat is read: a message from the old
+        # chat that the core takes up after the move names the new chat (no suspension between that
+        # read and the core's per-chat lock, which the move also takes).
+        self._moving = asyncio.Lock()
         self._poll_timeout = poll_timeout
         self._repoll_interval = repoll_interval
         self._typing_interval = typing_interval
@@ -239,7 +244,7 @@ class TelegramAdapter:
                 target.chat_id,
                 delivery.text,
                 start=delivery.parts_sent,
-                reply_to=int(target.reply_to) if target.reply_to else None,
+                reply_to=_quotable(target.reply_to),
                 thread_id=int(target.thread_id) if target.thread_id else None,
                 on_moved=self._chat_moved,
             )
@@ -450,7 +455,8 @@ class TelegramAdapter:
         message = update.message
         if message is None or self._delivery is None:
             return
-        inbound = self._inbound(message)
+        async with self._moving:  # a chat being re-keyed: its late messages follow it (see _on_migrate)
+            inbound = self._followed(self._inbound(message))
         if inbound is None:
             return
         delivery = self._delivery
@@ -519,13 +525,24 @@ class TelegramAdapter:
         else:
             return
         log.info("telegram: update %s: chat %s was upgraded to supergroup %s", update.update_id, old, new)
-        try:
-            await self._chat_moved(str(old), str(new))
-        except Exception as exc:  # noqa: BLE001 - the next send to the old id (ChatMigrated) tries again
-            log.warning("telegram: re-keying chat %s to %s failed (%s)", old, new, type(exc).__name__)
-            return
-        if self._delivery is not None:
-            self._delivery.remember_move(str(old), new)
+        async with self._moving:
+            try:
+                await self._chat_moved(str(old), str(new))
+            except Exception as exc:  # noqa: BLE001 - the next send to the old id (ChatMigrated) tries again
+                log.warning("telegram: re-keying chat %s to %s failed (%s)", old, new, type(exc).__name__)
+                return
+            if self._delivery is not None:
+                self._delivery.remember_move(str(old), new)
+
+    def _followed(self, inbound: InboundMessage | None) -> InboundMessage | None:
+        """A late message of a chat re-keyed already (sent before the upgrade, handled after) belongs
+        to the new chat; its inbox key carries the old chat id, as the store's re-key writes it."""
+        moved = self._delivery.moved_to(inbound.chat_id) if (inbound and self._delivery) else None
+        if inbound is None or moved is None:
+            return inbound
+        return dataclasses.replace(
+            inbound, chat_id=str(moved), message_id=f"{inbound.chat_id}/{inbound.message_id}", thread_id=None
+        )
 
     async def _chat_moved(self, old: str, new: str) -> None:
         if self._on_chat_moved is not None:
@@ -577,6 +594,11 @@ class TelegramAdapter:
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram: error while processing an update (%s)", type(context.error).__name__)
+
+
+def _quotable(reply_to: str | None) -> int | None:
+    """A message id to quote; none for a message of a chat upgraded since ("old chat id/id")."""
+    return int(reply_to) if reply_to and reply_to.isdigit() else None
 
 
 def _file_url(base_url: str) -> str:

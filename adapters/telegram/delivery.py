@@ -131,6 +131,10 @@ class Delivery:
         """`old` is `new` now (the store was re-keyed from the service message)."""
         self._moved[old] = new
 
+    def moved_to(self, chat_id: str) -> int | None:
+        """The supergroup `chat_id` was upgraded to, once the store was re-keyed for it."""
+        return self._moved.get(chat_id)
+
     async def _send_part(
         self, chat_id: int | str, part: str, reply: ReplyParameters | None, thread_id: int | None
     ) -> Message:

@@ -136,22 +136,25 @@ async def test_a_dm_sent_while_the_gateway_was_down_is_answered_once_after_the_s
     await start.stop()  # type: ignore[attr-defined]
 
     missed = discord_server.post_dm_while_offline(FRIEND, "did you miss me?")
+    unknown = discord_server.post_dm_while_offline(FRIEND, "/whatisthis")  # answered, never stored
     discord_server.post_dm_while_offline(STRANGER, "let me in, please")
     model.reply_text("I did!")
     await start()
     await wait_past_the_restart_margin()
-    assert await answered(discord_server, FRIEND, 2) == ["Hello!", "I did!"]
+    replies = await answered(discord_server, FRIEND, 3)
+    assert replies[:2] == ["Hello!", "I did!"] and replies[2].startswith("I don't know /whatisthis")
     assert user_texts(model.requests[-1])[-2:] == ["hello", "did you miss me?"]
 
-    # The gateway delivers it too (as a resume could): the cursor and the inbox answer it once.
+    # The gateway delivers them too (as a resume could): each is still answered once.
     await discord_server.send_message_create(discord_server.messages[missed])
-    assert await after_a_later_turn(discord_server, model) == ["Hello!", "I did!"]
+    await discord_server.send_message_create(discord_server.messages[unknown])
+    assert await after_a_later_turn(discord_server, model) == replies
     assert dm_texts(discord_server, STRANGER) == [NOT_ALLOWED]  # not allowed: not caught up
 
     asked = len(model.requests)
     await start()
     await wait_past_the_restart_margin()
-    assert await after_a_later_turn(discord_server, model) == ["Hello!", "I did!", "(a later turn)"]
+    assert await after_a_later_turn(discord_server, model) == [*replies, "(a later turn)"]
     assert len(model.requests) == asked + 1  # only the later turn reached the model
     assert dm_texts(discord_server, STRANGER) == [NOT_ALLOWED]
 
@@ -205,3 +208,21 @@ async def test_a_dm_sent_while_down_during_an_open_private_interval_stays_in_it_
     assert all(CANARY.encode() not in raw for raw in model.raw_requests[since:])
     rows = await store._all("SELECT mode, segment_id IS NOT NULL FROM messages WHERE text = ?", (CANARY,))
     assert [tuple(r) for r in rows] == [("private", 1)]
+
+
+async def test_a_live_dm_at_the_start_is_answered_after_the_dms_sent_while_down(
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer
+) -> None:
+    await start()
+    model.reply_text("Hello!")
+    await discord_server.send_dm(FRIEND, "hello")
+    await answered(discord_server, FRIEND, 1)
+    await start.stop()  # type: ignore[attr-defined]
+
+    discord_server.post_dm_while_offline(FRIEND, "sent while down")
+    model.reply_text("First answer.")
+    model.reply_text("Second answer.")
+    await start()
+    await discord_server.send_dm(FRIEND, "sent right at the start")
+    assert await answered(discord_server, FRIEND, 3) == ["Hello!", "First answer.", "Second answer."]
+    assert [user_texts(r)[-1] for r in model.requests[-2:]] == ["sent while down", "sent right at the start"]

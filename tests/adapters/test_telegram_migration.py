@@ -160,6 +160,25 @@ async def test_the_upgrade_service_messages_re_key_the_conversation_before_anyth
     ]
 
 
+async def test_a_late_message_of_the_old_group_handled_after_the_move_joins_the_moved_conversation(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+) -> None:
+    model.reply_text("Hello, group.")
+    assert await say_in_group(telegram, OLD, "the plan is a picnic") == "Hello, group."
+    telegram.migrate_chat(OLD, NEW)
+    # Sent before the upgrade, but handled after the service message re-keyed the chat.
+    model.reply_text("Saturday works.")
+    late = telegram.send_text(OLD, USER, f"@{BOT} saturday?", chat_type="group")
+    sent = await telegram.wait_for_sent(2)
+    assert (sent[1].chat_id, sent[1].text, sent[1].reply_to) == (NEW, "Saturday works.", None)
+    assert user_texts(model.requests[-1])[-2:] == ["the plan is a picnic", "saturday?"]
+    assert sends_to(telegram, OLD) == 1
+    assert await rows(store, "SELECT chat_id FROM conversations") == [(str(NEW),)]
+    assert (await rows(store, "SELECT platform_message_id FROM messages WHERE role = 'user' ORDER BY id"))[-1] == (
+        f"{OLD}/{late}",
+    )
+
+
 async def test_a_conversation_begun_in_the_supergroup_before_the_move_was_known_is_merged_into_the_older_one(
     adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
