@@ -317,3 +317,21 @@ async def test_a_move_is_one_transaction_a_failure_midway_changes_nothing(store:
     assert await rows(store, "SELECT chat_id FROM conversations") == [(str(OLD),)]
     assert await rows(store, "SELECT platform_message_id FROM messages") == [("7",)]
     assert await rows(store, "SELECT chat_id FROM deliveries") == [(str(OLD),)]
+
+
+async def test_a_late_old_chat_conversation_made_after_a_restart_is_merged_into_the_older_moved_one(
+    store: SqliteStore,
+) -> None:
+    older = await _group(store, OLD, "old words", 1.0, "7")
+    await store.move_chat("telegram", str(OLD), str(NEW), 2.0)
+    # After a restart (nothing remembered in memory), a late update of the old group makes a new one.
+    late = await _group(store, OLD, "late words", 3.0, "8")
+
+    moved = await store.move_chat("telegram", str(OLD), str(NEW), 4.0)
+
+    assert (moved.conversation_id, moved.merged_conversation_id) == (older, late)
+    assert await rows(store, "SELECT id, chat_id FROM conversations") == [(older, str(NEW))]
+    assert await rows(store, "SELECT conversation_id, text, platform_message_id FROM messages ORDER BY id") == [
+        (older, "old words", f"{OLD}/7"),
+        (older, "late words", f"{OLD}/8"),
+    ]
