@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import logging
 import secrets
@@ -18,6 +19,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 
+from adapters.discord_catchup import CATCH_UP_LIMIT, DmCursors, catch_up
 from adapters.text import split_message
 from core.commands import carries_secret
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
@@ -25,7 +27,7 @@ from core.errors import CompanionError, DeliveryFailed
 from core.locks import KeyedLocks
 from core.model import Attachment, InboundMessage, OutboundDelivery, Reply
 from core.outbox import Outbox
-from core.ports import MessageHandler
+from core.ports import AdapterStateStore, MessageHandler
 from core.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,9 @@ class DiscordAdapter:
         outbox: Outbox | None = None,
         on_fatal: Callable[[str], None] | None = None,
         outage_limit: float | None = None,
+        state: AdapterStateStore | None = None,
+        is_allowed: Callable[[InboundMessage], bool] | None = None,
+        catch_up_limit: int = CATCH_UP_LIMIT,
     ) -> None:
         self._token = token
         self._handler = handler
@@ -110,6 +115,11 @@ class DiscordAdapter:
         self._outage_limit = outage_limit
         self._outage: asyncio.TimerHandle | None = None
         self._lost: asyncio.Future[str] | None = None
+        # DMs sent while the gateway was down (adapters/discord_catchup.py): live DMs wait for them.
+        self._cursors = DmCursors(state)
+        self._is_allowed = is_allowed
+        self._catch_up_limit = catch_up_limit
+        self._caught_up = asyncio.Event()
 
     @property
     def bot_user_id(self) -> int | None:
@@ -124,6 +134,7 @@ class DiscordAdapter:
             return
         self._closing = False
         self._lost = asyncio.get_running_loop().create_future()
+        self._caught_up = asyncio.Event()
         self._client = _CompanionClient(
             self,
             api_base=self._api_base,
@@ -139,6 +150,28 @@ class DiscordAdapter:
         if self._outbox is not None:
             self._outbox.register(self)
         log.info("discord: connected as bot %s", self.bot_user_id)
+        catching_up = asyncio.create_task(self._catch_up(), name="discord-dm-catch-up")
+        self._turns.add(catching_up)  # a stop lets it finish its turn like any other
+        catching_up.add_done_callback(self._turns.discard)
+
+    async def _catch_up(self) -> None:
+        """DMs sent to the bot while the gateway was down, from each known DM channel's history."""
+        try:
+            client = self._client
+            if client is not None and client.user is not None:
+                await self._cursors.load(client.user.id)
+                await catch_up(
+                    client,
+                    self._cursors,
+                    to_inbound=self._to_inbound,
+                    is_allowed=self._is_allowed or (lambda _inbound: True),
+                    serve=functools.partial(self._serve, catching_up=True),
+                    limit=self._catch_up_limit,
+                )
+        except Exception as exc:  # noqa: BLE001 - live messages go on without the catch-up
+            log.warning("discord: catching up DMs sent while down failed (%s)", type(exc).__name__)
+        finally:
+            self._caught_up.set()
 
     async def aclose(self) -> None:
         """Stop taking messages, finish the turns in flight, disconnect; safe to call twice."""
@@ -380,10 +413,15 @@ class DiscordAdapter:
         resolved = reference.resolved
         return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
-    async def _serve(self, message: discord.Message, inbound: InboundMessage) -> None:
-        """One turn: typing while the core works, then the reply, strictly in order per channel."""
+    async def _serve(self, message: discord.Message, inbound: InboundMessage, *, catching_up: bool = False) -> None:
+        """One turn: typing while the core works, then the reply, strictly in order per channel.
+        A DM waits until the DMs sent while the gateway was down were caught up, and is handled once."""
         channel = message.channel
+        if inbound.is_direct and not catching_up:
+            await self._caught_up.wait()
         async with self._channel_locks.of(channel.id):
+            if inbound.is_direct and self._cursors.handled(channel.id, message.id):
+                return
             typing = asyncio.create_task(self._keep_typing(channel))
             try:
                 reply = await self._handler(inbound)
@@ -400,6 +438,8 @@ class DiscordAdapter:
                 await asyncio.gather(typing, return_exceptions=True)
             if reply is not None:
                 await self._deliver(message, inbound, reply)
+            if inbound.is_direct:
+                await self._cursors.advance(channel.id, message.id)
 
     async def _keep_typing(self, channel: discord.abc.Messageable) -> None:
         """The typing indicator lasts about ten seconds on Discord; renew it until cancelled."""

@@ -51,6 +51,7 @@ def build_adapters(
                 outbox=companion.outbox,
                 drain_timeout=settings.llm_timeout,
                 on_fatal=on_fatal,
+                on_chat_moved=companion.chat_moved,
             )
         )
     if settings.discord_token:
@@ -67,6 +68,8 @@ def build_adapters(
                 shutdown_grace=settings.llm_timeout,
                 on_fatal=on_fatal,
                 outage_limit=settings.discord_outage_seconds or None,
+                state=companion.store,
+                is_allowed=companion.is_allowed,
             )
         )
     return adapters

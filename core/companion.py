@@ -29,6 +29,7 @@ from core.mirrors import source_label
 from core.model import (
     Account,
     ChatMessage,
+    ChatMove,
     Completion,
     CompletionRequest,
     Conversation,
@@ -241,6 +242,27 @@ class Companion:
     def accounts_changed(self) -> None:
         """Linking or unlinking moved an account to another person: resolve every chat afresh."""
         self._resolved.clear()
+
+    async def chat_moved(self, platform: str, old_chat_id: str, new_chat_id: str) -> ChatMove:
+        """A platform moved a chat to a new id (a Telegram group upgraded to a supergroup): its
+        conversation, bindings and pending deliveries follow it (`ChatStore.move_chat`, one
+        transaction). Turns of either chat wait meanwhile; every chat is resolved afresh after."""
+        if old_chat_id == new_chat_id:
+            return ChatMove()
+        first, second = sorted([(platform, old_chat_id), (platform, new_chat_id)])
+        async with self._locks.of(first), self._locks.of(second):
+            moved = await self.store.move_chat(platform, old_chat_id, new_chat_id, self.clock.now())
+            self._resolved.clear()
+        log.info(
+            "%s: a chat moved to a new id: conversation %s%s, %d bindings, %d pending deliveries follow it%s",
+            platform,
+            moved.conversation_id,
+            f" (conversation {moved.merged_conversation_id} merged into it)" if moved.merged_conversation_id else "",
+            moved.bindings,
+            moved.deliveries,
+            " (refused: not a group conversation without private segments)" if moved.refused else "",
+        )
+        return moved
 
     async def _link_owner(self) -> None:
         """COMPANION_OWNER: the listed accounts and the terminal are one person, the owner. Refused

@@ -376,3 +376,17 @@ class ProactiveSent:
     message_id: int
     delivery_id: int
     mirror_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMove:
+    """What following a moved chat (a Telegram group upgraded to a supergroup) changed: the
+    conversation re-keyed (None: none was known), the one merged into it (one had begun under the
+    new id already), and how many bindings and pending deliveries now name the new chat.
+    `refused`: a conversation that is direct, or has or had a private segment, is never moved."""
+
+    conversation_id: int | None = None
+    merged_conversation_id: int | None = None
+    bindings: int = 0
+    deliveries: int = 0
+    refused: bool = False

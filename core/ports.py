@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from core.model import (
     Account,
     Binding,
+    ChatMove,
     Completion,
     CompletionRequest,
     Conversation,
@@ -496,6 +497,21 @@ class LinkStore(Protocol):
         ...
 
 
+class ChatStore(Protocol):
+    """Chats a platform moved to a new id (a Telegram group upgraded to a supergroup)."""
+
+    async def move_chat(self, platform: str, old_chat_id: str, new_chat_id: str, now: float) -> ChatMove:
+        """In one transaction: the conversation of the old chat takes the new id (merging in one
+        begun under the new id already: the older conversation keeps its id and history), and the
+        bindings and pending deliveries naming the old chat name the new one. Only group
+        conversations that never had a private segment move; anything else is refused unchanged.
+
+        Returns:
+            What changed (nothing, when the move happened already).
+        """
+        ...
+
+
 class BaseStore(
     TimelineStore,
     ModeStore,
@@ -505,6 +521,7 @@ class BaseStore(
     AdapterStateStore,
     ProactiveStore,
     LinkStore,
+    ChatStore,
     Protocol,
 ):
     """Everything the core asks of storage; adapters.storage.sqlite.SqliteStore implements it."""

@@ -16,6 +16,7 @@ from typing import Any
 import aiosqlite
 
 from adapters.storage.bindings import BindingQueries
+from adapters.storage.chats import ChatQueries
 from adapters.storage.database import Database, Params
 from adapters.storage.links import LinkQueries
 from adapters.storage.memory import MemoryQueries
@@ -40,6 +41,7 @@ class SqliteStore:
         self.bindings = BindingQueries(self.database)
         self.proactive = ProactiveQueries(self.database)
         self.links = LinkQueries(self.database)
+        self.chats = ChatQueries(self.database)
 
         # core.ports.TimelineStore
         self.ensure_account = self.timeline.ensure_account
@@ -125,6 +127,9 @@ class SqliteStore:
         self.clear_failed_link_attempts = self.links.clear_failed_link_attempts
         self.accounts_of = self.links.accounts_of
         self.unlink_account = self.links.unlink_account
+
+        # core.ports.ChatStore (chats a platform moved to a new id)
+        self.move_chat = self.chats.move_chat
 
     # --- lifecycle ----------------------------------------------------------
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
 from telegram import BotCommand, Message, Update
@@ -66,6 +67,7 @@ class TelegramAdapter:
         *,
         outbox: Outbox | None = None,
         on_fatal: Callable[[str], None] | None = None,
+        on_chat_moved: Callable[[str, str, str], Awaitable[object]] | None = None,
         poll_timeout: float = 25.0,
         repoll_interval: float = 1.0,
         typing_interval: float = 4.0,
@@ -83,6 +85,11 @@ class TelegramAdapter:
         self._state = state
         self._outbox = outbox
         self._on_fatal = on_fatal
+        self._on_chat_moved = on_chat_moved  # (platform, old chat id, new chat id): Companion.chat_moved
+        # Held while a chat is re-keyed, and while a message's chat is read: a message from the old
+        # chat that the core takes up after the move names the new chat (no suspension between that
+        # read and the core's per-chat lock, which the move also takes).
+        self._moving = asyncio.Lock()
         self._poll_timeout = poll_timeout
         self._repoll_interval = repoll_interval
         self._typing_interval = typing_interval
@@ -237,8 +244,9 @@ class TelegramAdapter:
                 target.chat_id,
                 delivery.text,
                 start=delivery.parts_sent,
-                reply_to=int(target.reply_to) if target.reply_to else None,
+                reply_to=_quotable(target.reply_to),
                 thread_id=int(target.thread_id) if target.thread_id else None,
+                on_moved=self._chat_moved,
             )
         except TelegramDeliveryError as exc:
             cause = exc.__cause__
@@ -265,6 +273,8 @@ class TelegramAdapter:
             builder = builder.base_url(self._base_url).base_file_url(_file_url(self._base_url))
         app = builder.build()
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT, self._on_message))
+        # Its own group: a group upgraded to a supergroup is followed whatever the other handlers take.
+        app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self._on_migrate), group=-1)
         app.add_error_handler(self._on_error)
         return app
 
@@ -445,7 +455,8 @@ class TelegramAdapter:
         message = update.message
         if message is None or self._delivery is None:
             return
-        inbound = self._inbound(message)
+        async with self._moving:  # a chat being re-keyed: its late messages follow it (see _on_migrate)
+            inbound = self._followed(self._inbound(message))
         if inbound is None:
             return
         delivery = self._delivery
@@ -483,7 +494,9 @@ class TelegramAdapter:
                 await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
             else:
                 reply_to = None if (inbound.is_direct or reply.delete_inbound) else message.message_id
-                await delivery.send_text(message.chat_id, text, reply_to=reply_to, thread_id=thread)
+                await delivery.send_text(
+                    message.chat_id, text, reply_to=reply_to, thread_id=thread, on_moved=self._chat_moved
+                )
             for attachment in reply.attachments:
                 await delivery.call(
                     "sendDocument",
@@ -497,6 +510,43 @@ class TelegramAdapter:
                 )
         except (TelegramDeliveryError, TelegramError) as exc:
             log.error("telegram: update %s: the reply could not be sent (%s)", update.update_id, type(exc).__name__)
+
+    async def _on_migrate(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """The service messages of a group upgraded to a supergroup (`migrate_to_chat_id` in the old
+        chat, `migrate_from_chat_id` in the new one): the conversation follows before anything is
+        sent there. Either one does it; the second finds it done."""
+        message = update.message
+        if message is None:
+            return
+        if message.migrate_to_chat_id is not None:
+            old, new = message.chat_id, message.migrate_to_chat_id
+        elif message.migrate_from_chat_id is not None:
+            old, new = message.migrate_from_chat_id, message.chat_id
+        else:
+            return
+        log.info("telegram: update %s: chat %s was upgraded to supergroup %s", update.update_id, old, new)
+        async with self._moving:
+            try:
+                await self._chat_moved(str(old), str(new))
+            except Exception as exc:  # noqa: BLE001 - the next send to the old id (ChatMigrated) tries again
+                log.warning("telegram: re-keying chat %s to %s failed (%s)", old, new, type(exc).__name__)
+                return
+            if self._delivery is not None:
+                self._delivery.remember_move(str(old), new)
+
+    def _followed(self, inbound: InboundMessage | None) -> InboundMessage | None:
+        """A late message of a chat re-keyed already (sent before the upgrade, handled after) belongs
+        to the new chat; its inbox key carries the old chat id, as the store's re-key writes it."""
+        moved = self._delivery.moved_to(inbound.chat_id) if (inbound and self._delivery) else None
+        if inbound is None or moved is None:
+            return inbound
+        return dataclasses.replace(
+            inbound, chat_id=str(moved), message_id=f"{inbound.chat_id}/{inbound.message_id}", thread_id=None
+        )
+
+    async def _chat_moved(self, old: str, new: str) -> None:
+        if self._on_chat_moved is not None:
+            await self._on_chat_moved(self.name, old, new)
 
     def _inbound(self, message: Message) -> InboundMessage | None:
         """The core's view of a message, or None when the companion should not answer it."""
@@ -544,6 +594,11 @@ class TelegramAdapter:
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram: error while processing an update (%s)", type(context.error).__name__)
+
+
+def _quotable(reply_to: str | None) -> int | None:
+    """A message id to quote; none for a message of a chat upgraded since ("old chat id/id")."""
+    return int(reply_to) if reply_to and reply_to.isdigit() else None
 
 
 def _file_url(base_url: str) -> str:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from telegram import Bot, ReplyParameters
+from telegram import Bot, Message, ReplyParameters
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -38,6 +38,9 @@ os.environ.setdefault("PTB_TIMEDELTA", "true")
 
 T = TypeVar("T")
 
+# What follows a chat that moved (old chat id, new chat id): the re-key in storage.
+ChatMoved = Callable[[str, str], Awaitable[object]]
+
 # BadRequest subclasses NetworkError in python-telegram-bot, but repeating a bad request cannot help.
 _NOT_TRANSIENT = (BadRequest, Forbidden, InvalidToken, ChatMigrated, Conflict, EndPointNotFound)
 
@@ -61,6 +64,9 @@ class Delivery:
     def __init__(self, bot: Bot, *, sleep: Sleep = asyncio.sleep, max_attempts: int = 5, backoff: float = 0.5) -> None:
         self._bot = bot
         self._sleep = sleep
+        # Groups upgraded to supergroups (old id -> new id), learnt from ChatMigrated: a row queued
+        # for the old id before the move goes straight to the new one. The store is the record.
+        self._moved: dict[str, int] = {}
         self._policy = RetryPolicy(
             attempts=max_attempts,
             base_delay=backoff,
@@ -91,9 +97,12 @@ class Delivery:
         reply_to: int | None = None,
         thread_id: int | None = None,
         start: int = 0,
+        on_moved: ChatMoved | None = None,
     ) -> list[int]:
         """Send `text` as plain text (no parse mode, so formatting cannot fail), in parts, in order,
-        from part `start` on (the parts before it went out earlier).
+        from part `start` on (the parts before it went out earlier). A group upgraded to a
+        supergroup (ChatMigrated) is followed: `on_moved` re-keys it, and the parts go to the new
+        chat, quoting nothing (the quoted message's id belonged to the old chat).
 
         Returns:
             The message ids of the parts sent now.
@@ -101,21 +110,54 @@ class Delivery:
             TelegramDeliveryError: a part could not be sent; the parts after it were not sent.
         """
         sent: list[int] = []
+        if (moved_to := self._moved.get(str(chat_id))) is not None:
+            chat_id, reply_to, thread_id = moved_to, None, None
         for number, part in enumerate(split_message(sendable(text))):
             if number < start:
                 continue
             reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if (reply_to and number == 0) else None
             try:
-                message = await self.call(
-                    "sendMessage",
-                    functools.partial(
-                        self._bot.send_message, chat_id, part, reply_parameters=reply, message_thread_id=thread_id
-                    ),
-                )
+                try:
+                    message = await self._send_part(chat_id, part, reply, thread_id)
+                except ChatMigrated as moved:
+                    chat_id, reply_to, thread_id = await self._follow(chat_id, moved.new_chat_id, on_moved), None, None
+                    message = await self._send_part(chat_id, part, None, None)
             except TelegramError as exc:
                 raise TelegramDeliveryError(f"sendMessage failed ({type(exc).__name__})", len(sent)) from exc
             sent.append(message.message_id)
         return sent
+
+    def remember_move(self, old: str, new: int) -> None:
+        """`old` is `new` now (the store was re-keyed from the service message)."""
+        self._moved[old] = new
+
+    def moved_to(self, chat_id: str) -> int | None:
+        """The supergroup `chat_id` was upgraded to, once the store was re-keyed for it."""
+        return self._moved.get(chat_id)
+
+    async def _send_part(
+        self, chat_id: int | str, part: str, reply: ReplyParameters | None, thread_id: int | None
+    ) -> Message:
+        return await self.call(
+            "sendMessage",
+            functools.partial(
+                self._bot.send_message, chat_id, part, reply_parameters=reply, message_thread_id=thread_id
+            ),
+        )
+
+    async def _follow(self, old: int | str, new: int, on_moved: ChatMoved | None) -> int:
+        """Re-key `old` to `new` in storage and remember it; the reply goes out to `new` either way.
+        Only a re-key that was done is remembered: otherwise the next send to the old id meets
+        ChatMigrated again and tries again (so does the service message)."""
+        log.info("telegram: chat %s was upgraded to supergroup %s; following it", old, new)
+        if on_moved is not None:
+            try:
+                await on_moved(str(old), str(new))
+            except Exception as exc:  # noqa: BLE001 - the reply is not lost over a failed re-key
+                log.warning("telegram: re-keying chat %s to %s failed (%s)", old, new, type(exc).__name__)
+            else:
+                self._moved[str(old)] = new
+        return new
 
     async def delete(self, chat_id: int, message_id: int) -> bool:
         """Delete a message; False when Telegram refused (too old, no rights) or kept failing."""

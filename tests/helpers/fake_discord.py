@@ -212,6 +212,8 @@ class FakeDiscordServer(LoopbackServer):
         app.router.add_get(f"{api}/gateway/bot", self._get_gateway_bot)
         app.router.add_post(f"{api}/users/@me/channels", self._create_dm)
         app.router.add_post(f"{api}/channels/{{channel_id}}/messages", self._create_message)
+        app.router.add_get(f"{api}/channels/{{channel_id}}/messages", self._get_messages)
+        app.router.add_get(f"{api}/channels/{{channel_id}}", self._get_channel)
         app.router.add_post(f"{api}/channels/{{channel_id}}/typing", self._trigger_typing)
         app.router.add_delete(f"{api}/channels/{{channel_id}}/messages/{{message_id}}", self._delete_message)
         app.router.add_get("/gateway", self._gateway)
@@ -302,6 +304,30 @@ class FakeDiscordServer(LoopbackServer):
         message = self._message(self.guild_channel_id, author, content, reference=reference)
         message["mention_everyone"] = mention_everyone
         return await self._deliver(message)
+
+    def post_dm_while_offline(self, user_id: int, text: str) -> int:
+        """A user writes to the bot in their DM while no gateway session is there to tell: the
+        message is stored (the channel's history has it), and nothing is dispatched, ever, as on
+        Discord (a new session is not sent what happened before it). Returns its id."""
+
+        def post() -> int:
+            message = self._message(self.dm_channel_id(user_id), self._user_of(user_id), text)
+            self.messages[int(message["id"])] = message
+            return int(message["id"])
+
+        if self._loop is None or self._loop.is_closed():
+            return post()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            return post()
+
+        async def posted() -> int:
+            return post()
+
+        return self.call(posted())
 
     async def send_message_create(self, message: dict[str, Any]) -> int:
         """Dispatch a hand-made MESSAGE_CREATE payload."""
@@ -394,6 +420,35 @@ class FakeDiscordServer(LoopbackServer):
     async def _create_dm(self, request: web.Request) -> web.Response:
         body = await request.json()
         return _json(self.channels[self.dm_channel_id(int(body["recipient_id"]))])
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        channel = self.channels.get(int(request.match_info["channel_id"]))
+        if channel is None:
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+        return _json(channel)
+
+    async def _get_messages(self, request: web.Request) -> web.Response:
+        """GET /channels/{id}/messages as documented: `limit` 1-100 (default 50); at most one of
+        `before`, `after`, `around`; with `after`, the `limit` messages right after it, otherwise
+        the newest ones (before `before`); always newest first. (`around` is not served.)"""
+        channel_id = int(request.match_info["channel_id"])
+        if channel_id not in self.channels:
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+        query = request.query
+        anchors = [name for name in ("before", "after", "around") if name in query]
+        try:
+            limit = int(query.get("limit", "50"))
+            anchor = int(query[anchors[0]]) if anchors else None
+        except ValueError:
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        if not 1 <= limit <= 100 or len(anchors) > 1 or "around" in anchors:
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        ids = sorted(i for i, m in self.messages.items() if m["channel_id"] == str(channel_id))
+        if anchors == ["after"]:
+            chosen = [i for i in ids if i > anchor][:limit]
+        else:
+            chosen = [i for i in ids if anchor is None or i < anchor][-limit:]
+        return _json([self.messages[i] for i in reversed(chosen)])
 
     async def _trigger_typing(self, request: web.Request) -> web.Response:
         channel_id = int(request.match_info["channel_id"])

@@ -45,6 +45,7 @@ class Failure:
     status: int
     description: str
     retry_after: int | None = None
+    migrate_to_chat_id: int | None = None
 
 
 class FakeTelegramServer(LoopbackServer):
@@ -77,6 +78,9 @@ class FakeTelegramServer(LoopbackServer):
         self._chats: dict[int, dict[str, Any]] = {}
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1001)
+        # A supergroup numbers its messages itself, from 1; a basic group shares the bot's numbering.
+        self._chat_message_ids: dict[int, itertools.count[int]] = {}
+        self.migrated: dict[int, int] = {}  # basic group id -> the supergroup it was upgraded to
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,6 +131,46 @@ class FakeTelegramServer(LoopbackServer):
             self._notify()
 
         self._in_loop(restore)
+
+    def migrate_chat(
+        self, old: int, new: int, *, by_user: int = 111, service_messages: bool = True, first_message_id: int = 1
+    ) -> None:
+        """Upgrade basic group `old` to supergroup `new`, as Telegram does: every later call naming
+        `old` answers 400 "Bad Request: group chat was upgraded to a supergroup chat" with
+        `parameters.migrate_to_chat_id`, and (with `service_messages`) the two service messages
+        arrive as updates: `migrate_to_chat_id` in the old chat, `migrate_from_chat_id` in the new
+        one. The supergroup numbers its messages afresh from `first_message_id`."""
+
+        def migrate() -> None:
+            self.migrated[old] = new
+            self._chats[old] = _chat_json(old, "group", "")
+            supergroup = self._chats[new] = _chat_json(new, "supergroup", "")
+            self._chat_message_ids[new] = itertools.count(first_message_id)
+            if not service_messages:
+                return
+            user = {"id": by_user, "is_bot": False, "first_name": f"User{by_user}"}
+            now = int(time.time())
+            for message in (
+                {
+                    "message_id": next(self._message_ids),
+                    "date": now,
+                    "chat": self._chats[old],
+                    "from": user,
+                    "migrate_to_chat_id": new,
+                },
+                {
+                    "message_id": next(self._chat_message_ids[new]),
+                    "date": now,
+                    "chat": supergroup,
+                    "from": user,
+                    "sender_chat": supergroup,
+                    "migrate_from_chat_id": old,
+                },
+            ):
+                self._queue.append({"update_id": next(self._update_ids), "message": message})
+            self._notify()
+
+        self._in_loop(migrate)
 
     @property
     def pending_updates(self) -> int:
@@ -200,6 +244,8 @@ class FakeTelegramServer(LoopbackServer):
         failures = self._failures.get(method)
         if failures and (failure := failures.popleft()) is not None:
             return _error(failure)
+        if (moved := self.migrated.get(_int_or_none(params.get("chat_id")))) is not None:
+            return _error(Failure(400, "Bad Request: group chat was upgraded to a supergroup chat", None, moved))
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return _error(Failure(404, "Not Found: method not found"))
@@ -235,7 +281,7 @@ class FakeTelegramServer(LoopbackServer):
         message = SentMessage(
             chat_id,
             str(params["text"]),
-            next(self._message_ids),
+            self._next_message_id(chat_id),
             int(reply_to) if reply_to is not None else None,
             int(thread) if thread is not None else None,
         )
@@ -288,7 +334,7 @@ class FakeTelegramServer(LoopbackServer):
         self, chat_id: int, user_id: int, text: str, chat_type: str, reply_to_bot: bool, first_name: str | None
     ) -> int:
         chat = self._chats.setdefault(chat_id, _chat_json(chat_id, chat_type, first_name or f"User{user_id}"))
-        message_id = next(self._message_ids)
+        message_id = self._next_message_id(chat_id)
         message: dict[str, Any] = {
             "message_id": message_id,
             "date": int(time.time()),
@@ -310,6 +356,9 @@ class FakeTelegramServer(LoopbackServer):
         self._queue.append({"update_id": next(self._update_ids), "message": message})
         self._notify()
         return message_id
+
+    def _next_message_id(self, chat_id: int) -> int:
+        return next(self._chat_message_ids.get(chat_id, self._message_ids))
 
     def _bot_user(self) -> dict[str, Any]:
         return {"id": self.bot_id, "is_bot": True, "first_name": "Companion", "username": self.username}
@@ -374,6 +423,13 @@ async def _params(request: web.Request) -> dict[str, Any]:
     return params
 
 
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def _json_value(value: Any) -> Any:
     if isinstance(value, str):
         try:
@@ -387,4 +443,6 @@ def _error(failure: Failure) -> web.Response:
     body: dict[str, Any] = {"ok": False, "error_code": failure.status, "description": failure.description}
     if failure.retry_after is not None:
         body["parameters"] = {"retry_after": failure.retry_after}
+    if failure.migrate_to_chat_id is not None:
+        body["parameters"] = {"migrate_to_chat_id": failure.migrate_to_chat_id}
     return web.json_response(body, status=failure.status)

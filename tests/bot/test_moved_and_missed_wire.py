@@ -1,0 +1,100 @@
+"""`companion run` end to end: a Telegram group upgraded to a supergroup is followed, and Discord DMs
+sent while the gateway was down are answered once after the start (issue 15, real processes)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from tests.bot.test_gateway_discord import FRIEND, discord_env
+from tests.bot.test_gateway_discord import stop as stop_discord
+from tests.helpers.proc import spawn_companion
+from tests.helpers.telegram_gateway import USER, gateway_env, spawn, stop, wait_until
+
+OLD, NEW = -4242, -1004242
+BOT = "companion_test_bot"
+
+
+def user_texts(request: dict) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+def test_a_telegram_group_upgraded_to_a_supergroup_keeps_its_conversation_and_loses_no_reply(
+    tmp_path, telegram_servers
+) -> None:
+    telegram, model = telegram_servers
+    gateway = spawn(gateway_env(tmp_path, telegram, model))
+    try:
+        model.reply_text("Hello, group.")
+        telegram.send_text(OLD, USER, f"@{BOT} the plan is a picnic", chat_type="group")
+        wait_until(telegram, gateway, lambda: telegram.texts_to(OLD) == ["Hello, group."])
+
+        # Sent just before the upgrade: the reply meets ChatMigrated and goes to the supergroup.
+        model.reply_text("Saturday works.")
+        telegram.send_text(OLD, USER, f"@{BOT} saturday?", chat_type="group")
+        telegram.migrate_chat(OLD, NEW)
+        wait_until(telegram, gateway, lambda: telegram.texts_to(NEW) == ["Saturday works."])
+
+        model.reply_text("Bring the blanket.")
+        telegram.send_text(NEW, USER, f"@{BOT} what should I bring?", chat_type="supergroup")
+        wait_until(telegram, gateway, lambda: len(telegram.texts_to(NEW)) == 2)
+        assert telegram.texts_to(NEW) == ["Saturday works.", "Bring the blanket."]
+        assert user_texts(model.requests[-1])[-3:] == ["the plan is a picnic", "saturday?", "what should I bring?"]
+    finally:
+        code, stderr = stop(gateway)
+    assert code == 0, stderr
+    assert telegram.texts_to(OLD) == ["Hello, group."]
+    with sqlite3.connect(tmp_path / "companion.db") as db:
+        assert db.execute("SELECT chat_id FROM conversations WHERE kind = 'group'").fetchall() == [(str(NEW),)]
+        assert db.execute("SELECT count(*) FROM deliveries WHERE status <> 'sent'").fetchall() == [(0,)]
+
+
+def test_a_discord_dm_sent_while_the_gateway_was_down_is_answered_once_after_the_start(
+    tmp_path, discord_servers, passphrase_hash
+) -> None:
+    discord_server, model = discord_servers
+    call = discord_server.call
+    env = discord_env(tmp_path, discord_server, model, passphrase_hash)
+    channel = discord_server.dm_channel_id(FRIEND)
+
+    def texts() -> list[str]:
+        return [m.content for m in discord_server.sent if m.channel_id == channel]
+
+    def run_and_say_later(later: str, count: int) -> None:
+        """Start, say `later` once past the before-restart margin, wait for `count` replies, stop."""
+        identified = len(discord_server.identifies)
+        proc = spawn_companion(["run"], env)
+        try:
+            call(
+                discord_server.wait_until(
+                    lambda: (
+                        len(discord_server.identifies) > identified
+                        and any(s.ready and not s.ws.closed for s in discord_server.sessions)
+                    ),
+                    30,
+                    "the new session",
+                ),
+                timeout=40,
+            )
+            time.sleep(1.0)  # a DM stamped within half a second of the start counts as sent before it
+            call(discord_server.send_dm(FRIEND, later))
+            call(discord_server.wait_until(lambda: len(texts()) >= count, 20, f"{count} replies"), timeout=30)
+        finally:
+            _, stderr = stop_discord(proc)
+        assert proc.returncode == 0, stderr
+
+    model.reply_text("Hello!")
+    run_and_say_later("hello", 1)
+
+    discord_server.post_dm_while_offline(FRIEND, "did you miss me?")
+    model.reply_text("I did!")
+    model.reply_text("Good to hear.")
+    run_and_say_later("I am back", 3)
+    assert texts() == ["Hello!", "I did!", "Good to hear."]
+    assert user_texts(model.requests[-1])[-3:] == ["hello", "did you miss me?", "I am back"]
+
+    asked = len(model.requests)
+    model.reply_text("Still here.")
+    run_and_say_later("and again", 4)
+    assert texts() == ["Hello!", "I did!", "Good to hear.", "Still here."]
+    assert len(model.requests) == asked + 1
