@@ -193,7 +193,7 @@ class TelegramAdapter:
     async def send(
         self, chat_id: int | str, text: str, *, reply_to: int | None = None, thread_id: int | None = None
     ) -> list[int]:
-        """Send `text` to a chat as plain text, in parts Telegram accepts, in order.
+        """Send Markdown `text` to a chat, formatted as entities, in parts Telegram accepts, in order.
 
         Returns:
             The message ids of the parts sent.

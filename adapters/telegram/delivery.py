@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from telegram import Bot, ReplyParameters
+from telegram import Bot, MessageEntity, ReplyParameters
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -26,7 +26,7 @@ from telegram.error import (
 )
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.telegram.text import sendable, split_message
+from adapters.telegram.formatting import telegram_parts
 from core.errors import CompanionError
 from core.retry import Attempt, RetryPolicy, Sleep, retrying
 
@@ -92,8 +92,9 @@ class Delivery:
         thread_id: int | None = None,
         start: int = 0,
     ) -> list[int]:
-        """Send `text` as plain text (no parse mode, so formatting cannot fail), in parts, in order,
-        from part `start` on (the parts before it went out earlier).
+        """Send Markdown `text` rendered as message entities (no parse mode, so nothing needs
+        escaping), in parts, in order, from part `start` on (the parts before it went out earlier).
+        A part whose entities Telegram refuses goes once more as the same text without them.
 
         Returns:
             The message ids of the parts sent now.
@@ -101,17 +102,22 @@ class Delivery:
             TelegramDeliveryError: a part could not be sent; the parts after it were not sent.
         """
         sent: list[int] = []
-        for number, part in enumerate(split_message(sendable(text))):
+        for number, part in enumerate(telegram_parts(text)):
             if number < start:
                 continue
             reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if (reply_to and number == 0) else None
+            send = functools.partial(
+                self._bot.send_message, chat_id, part.text, reply_parameters=reply, message_thread_id=thread_id
+            )
+            entities = [MessageEntity(**entity.as_dict()) for entity in part.entities]
             try:
-                message = await self.call(
-                    "sendMessage",
-                    functools.partial(
-                        self._bot.send_message, chat_id, part, reply_parameters=reply, message_thread_id=thread_id
-                    ),
-                )
+                try:
+                    message = await self.call("sendMessage", functools.partial(send, entities=entities or None))
+                except BadRequest as exc:
+                    if not entities or "entit" not in exc.message.lower():
+                        raise
+                    log.warning("telegram: the entities of a part were refused (%s); it goes plain", type(exc).__name__)
+                    message = await self.call("sendMessage", send)
             except TelegramError as exc:
                 raise TelegramDeliveryError(f"sendMessage failed ({type(exc).__name__})", len(sent)) from exc
             sent.append(message.message_id)
@@ -145,7 +151,7 @@ def _flood_wait(exc: Exception) -> float | None:
 
 
 def parts_of(text: str) -> int:
-    return len(split_message(sendable(text)))
+    return len(telegram_parts(text))
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:
