@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -60,7 +59,6 @@ class TelegramPart:
     entities: tuple[RenderedEntity, ...] = ()
 
 
-@functools.lru_cache(maxsize=16)  # a delivery is rendered to send it and again to count its parts
 def telegram_parts(markdown: str, limit: int = MAX_MESSAGE_LENGTH) -> tuple[TelegramPart, ...]:
     """The messages that carry `markdown` on Telegram, formatted, in order; none for blank text."""
     text, entities = render(markdown)

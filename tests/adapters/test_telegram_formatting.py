@@ -286,3 +286,19 @@ def test_splitting_never_breaks_a_grapheme_and_every_entity_lies_valid_inside_it
         _, refusal = check_message(part.text, [e.as_dict() for e in part.entities])
         assert refusal is None, refusal
     assert text[position:].strip() == ""
+
+
+async def test_a_mirror_to_a_telegram_chat_is_rendered_too(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    group = -100500
+    telegram.send_text(USER, USER, f"/mirror telegram:{group}")
+    await telegram.wait_for(lambda: any(t.startswith("Mirror 1 is on") for t in telegram.texts_to(USER)))
+    model.reply_text("A **bold** answer")
+    telegram.send_text(USER, USER, "hi")
+    await telegram.wait_for(lambda: sum("bold" in m.text for m in telegram.sent) == 2)
+    [reply] = [m for m in telegram.sent if m.chat_id == USER and "bold" in m.text]
+    [mirror] = [m for m in telegram.sent if m.chat_id == group and "bold" in m.text]
+    assert reply.text == "A bold answer" and spans(reply) == {("bold", "bold", None)}
+    assert mirror.text == "[telegram DM] you: hi\ncompanion: A bold answer"
+    assert spans(mirror) == {("bold", "bold", None)}
