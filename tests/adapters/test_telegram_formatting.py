@@ -302,3 +302,29 @@ async def test_a_mirror_to_a_telegram_chat_is_rendered_too(
     assert reply.text == "A bold answer" and spans(reply) == {("bold", "bold", None)}
     assert mirror.text == "[telegram DM] you: hi\ncompanion: A bold answer"
     assert spans(mirror) == {("bold", "bold", None)}
+
+
+# --- rendering edge cases ---------------------------------------------------------
+
+
+def test_a_link_telegram_cannot_open_stays_as_its_text() -> None:
+    text, entities = render("[here](/relative/path) and [there](https://example.com)")
+    assert text == "here and there"
+    assert [(e.type, e.url) for e in entities] == [("text_link", "https://example.com")]
+
+
+def test_text_the_renderer_cannot_take_goes_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapters.telegram.formatting as formatting
+
+    def broken(source: str) -> None:
+        raise RuntimeError("renderer bug")
+
+    monkeypatch.setattr(formatting, "_convert", broken)
+    assert render("**as written**") == ("**as written**", ())
+
+
+def test_blank_or_broken_text_never_fails_and_never_sends_an_empty_part() -> None:
+    assert split_rendered(*render(" \n ")) == ()
+    assert render("```\n```") == ("```\n```", ())  # rendered to nothing: sent as written, not empty
+    text, _ = render("lone \ud800 surrogate")
+    assert text == "lone ? surrogate"
