@@ -51,7 +51,7 @@ class TelegramAdapter:
     once it was handled, so updates that arrived while the gateway was down are handled
     once and a restart does not handle one again. Turns of one chat run in order;
     different chats run concurrently. Replies go out through `Delivery` (flood control,
-    retries, plain text in parts).
+    retries, Markdown as entities in parts).
     """
 
     name = "telegram"

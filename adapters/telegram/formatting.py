@@ -66,8 +66,8 @@ def telegram_parts(markdown: str, limit: int = MAX_MESSAGE_LENGTH) -> tuple[Tele
 
 
 def render(markdown: str) -> tuple[str, tuple[RenderedEntity, ...]]:
-    """Markdown to plain text and entities (bold, italic, underline, strikethrough, spoiler, code,
-    pre with its language, links, blockquotes; headings bold, lists as text markers).
+    """Markdown to plain text and entities (bold, italic, strikethrough, spoiler, code, pre with
+    its language, links, blockquotes; headings bold, the two smallest italic; lists as text markers).
 
     Raw HTML stays as the text it was written as (the renderer would drop it). Should the
     renderer fail or lose every character, the text goes as written, without entities.
