@@ -52,7 +52,7 @@ class TelegramAdapter:
     once it was handled, so updates that arrived while the gateway was down are handled
     once and a restart does not handle one again. Turns of one chat run in order;
     different chats run concurrently. Replies go out through `Delivery` (flood control,
-    retries, plain text in parts).
+    retries, Markdown as entities in parts).
     """
 
     name = "telegram"
@@ -200,7 +200,7 @@ class TelegramAdapter:
     async def send(
         self, chat_id: int | str, text: str, *, reply_to: int | None = None, thread_id: int | None = None
     ) -> list[int]:
-        """Send `text` to a chat as plain text, in parts Telegram accepts, in order.
+        """Send Markdown `text` to a chat, formatted as entities, in parts Telegram accepts, in order.
 
         Returns:
             The message ids of the parts sent.

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from telegram import Bot, Message, ReplyParameters
+from telegram import Bot, Message, MessageEntity, ReplyParameters
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -26,7 +26,7 @@ from telegram.error import (
 )
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.telegram.text import sendable, split_message
+from adapters.telegram.formatting import TelegramPart, telegram_parts
 from core.errors import CompanionError
 from core.retry import Attempt, RetryPolicy, Sleep, retrying
 
@@ -99,10 +99,11 @@ class Delivery:
         start: int = 0,
         on_moved: ChatMoved | None = None,
     ) -> list[int]:
-        """Send `text` as plain text (no parse mode, so formatting cannot fail), in parts, in order,
-        from part `start` on (the parts before it went out earlier). A group upgraded to a
-        supergroup (ChatMigrated) is followed: `on_moved` re-keys it, and the parts go to the new
-        chat, quoting nothing (the quoted message's id belonged to the old chat).
+        """Send Markdown `text` rendered as message entities (no parse mode, so nothing needs
+        escaping), in parts, in order, from part `start` on (the parts before it went out earlier).
+        A part whose entities Telegram refuses goes once more as the same text without them. A group
+        upgraded to a supergroup (ChatMigrated) is followed: `on_moved` re-keys it, and the parts go
+        to the new chat, quoting nothing (the quoted message's id belonged to the old chat).
 
         Returns:
             The message ids of the parts sent now.
@@ -112,7 +113,7 @@ class Delivery:
         sent: list[int] = []
         if (moved_to := self._moved.get(str(chat_id))) is not None:
             chat_id, reply_to, thread_id = moved_to, None, None
-        for number, part in enumerate(split_message(sendable(text))):
+        for number, part in enumerate(telegram_parts(text)):
             if number < start:
                 continue
             reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if (reply_to and number == 0) else None
@@ -136,14 +137,20 @@ class Delivery:
         return self._moved.get(chat_id)
 
     async def _send_part(
-        self, chat_id: int | str, part: str, reply: ReplyParameters | None, thread_id: int | None
+        self, chat_id: int | str, part: TelegramPart, reply: ReplyParameters | None, thread_id: int | None
     ) -> Message:
-        return await self.call(
-            "sendMessage",
-            functools.partial(
-                self._bot.send_message, chat_id, part, reply_parameters=reply, message_thread_id=thread_id
-            ),
+        """Send one rendered part; when Telegram refuses its entities, once more without them."""
+        send = functools.partial(
+            self._bot.send_message, chat_id, part.text, reply_parameters=reply, message_thread_id=thread_id
         )
+        entities = [MessageEntity(**entity.as_dict()) for entity in part.entities]
+        try:
+            return await self.call("sendMessage", functools.partial(send, entities=entities or None))
+        except BadRequest as exc:
+            if not entities or "entit" not in exc.message.lower():
+                raise
+            log.warning("telegram: the entities of a part were refused (%s); it goes plain", type(exc).__name__)
+            return await self.call("sendMessage", send)
 
     async def _follow(self, old: int | str, new: int, on_moved: ChatMoved | None) -> int:
         """Re-key `old` to `new` in storage and remember it; the reply goes out to `new` either way.
@@ -187,7 +194,7 @@ def _flood_wait(exc: Exception) -> float | None:
 
 
 def parts_of(text: str) -> int:
-    return len(split_message(sendable(text)))
+    return len(telegram_parts(text))
 
 
 def retry_after_seconds(exc: RetryAfter) -> float:

@@ -259,12 +259,15 @@ async def test_a_long_reply_is_split_on_paragraphs_in_order(
     assert all(len(m.text) <= MAX_MESSAGE_LENGTH for m in sent)
 
 
-async def test_text_with_markup_characters_is_sent_plain_and_unchanged(
+async def test_markdown_becomes_entities_and_other_markup_characters_arrive_unchanged(
     adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     tricky = "Use *stars*, _under_scores_, [brackets](not a link), <b>tags</b> & `ticks`"
     model.reply_text(tricky)
-    assert await say(telegram, "format <this> *please*") == tricky
+    assert await say(telegram, "format <this> *please*") == (
+        "Use stars, under_scores, [brackets](not a link), <b>tags</b> & ticks"
+    )
+    assert [e["type"] for e in telegram.sent[-1].entities] == ["italic", "italic", "code"]
     assert all("parse_mode" not in params for params in telegram.calls_of("sendMessage"))
 
 

@@ -38,6 +38,7 @@ class SentMessage:
     message_id: int
     reply_to: int | None = None
     thread_id: int | None = None
+    entities: tuple[dict[str, Any], ...] = dataclasses.field(default=(), hash=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +254,8 @@ class FakeTelegramServer(LoopbackServer):
         if asyncio.iscoroutine(result):
             result = await result
         self._notify()
+        if isinstance(result, web.Response):  # the method refused the call
+            return result
         return web.json_response({"ok": True, "result": result})
 
     def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -273,8 +276,11 @@ class FakeTelegramServer(LoopbackServer):
         self.deleted.append((int(params["chat_id"]), int(params["message_id"])))
         return True
 
-    def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any] | web.Response:
         chat_id = int(params["chat_id"])
+        entities, refusal = check_message(str(params.get("text", "")), params.get("entities"))
+        if refusal is not None:
+            return _error(Failure(400, f"Bad Request: {refusal}"))
         reply = _json_value(params.get("reply_parameters"))
         reply_to = reply.get("message_id") if isinstance(reply, dict) else params.get("reply_to_message_id")
         thread = params.get("message_thread_id")
@@ -284,15 +290,19 @@ class FakeTelegramServer(LoopbackServer):
             self._next_message_id(chat_id),
             int(reply_to) if reply_to is not None else None,
             int(thread) if thread is not None else None,
+            tuple(entities),
         )
         self.sent.append(message)
-        return {
+        answer = {
             "message_id": message.message_id,
             "date": int(time.time()),
             "chat": self._chat(chat_id),
             "from": self._bot_user(),
             "text": message.text,
         }
+        if entities:
+            answer["entities"] = entities
+        return answer
 
     def _api_sendDocument(self, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = int(params["chat_id"])
@@ -446,3 +456,73 @@ def _error(failure: Failure) -> web.Response:
     if failure.migrate_to_chat_id is not None:
         body["parameters"] = {"migrate_to_chat_id": failure.migrate_to_chat_id}
     return web.json_response(body, status=failure.status)
+
+
+# --- what sendMessage accepts (Bot API: sendMessage, MessageEntity, "Formatting options") ---------
+
+MAX_TEXT_UNITS = 4096
+ENTITY_TYPES = frozenset(
+    {
+        "mention", "hashtag", "cashtag", "bot_command", "url", "email", "phone_number", "bold", "italic",
+        "underline", "strikethrough", "spoiler", "blockquote", "expandable_blockquote", "code", "pre",
+        "text_link", "text_mention", "custom_emoji", "date_time",
+    }
+)  # fmt: skip
+_FORMATTING = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
+_QUOTES = frozenset({"blockquote", "expandable_blockquote"})
+
+
+def check_message(text: str, raw_entities: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """The entities of a sendMessage call and, when Telegram would refuse the call, its reason.
+
+    Entities: a JSON array of MessageEntity; a documented type; offset and length in UTF-16
+    code units inside the text, length above zero; text_link with a url, text_mention with a
+    user, custom_emoji with its id, pre's language a string. Two entities sharing characters:
+    one holds the other; bold, italic, underline, strikethrough and spoiler may hold or sit in
+    any entity but pre and code; a blockquote holds no blockquote; no other entity holds another.
+    The text: not empty, at most 4096 UTF-16 code units.
+    """
+    units = len(text.encode("utf-16-le", "surrogatepass")) // 2
+    if not text.strip():
+        return [], "message text is empty"
+    if units > MAX_TEXT_UNITS:
+        return [], "message is too long"
+    if raw_entities is None or raw_entities == "":
+        return [], None
+    entities = _json_value(raw_entities)
+    if not isinstance(entities, list) or not all(isinstance(e, dict) for e in entities):
+        return [], "can't parse entities: an array of MessageEntity expected"
+    for entity in entities:
+        kind, offset, length = entity.get("type"), entity.get("offset"), entity.get("length")
+        if kind not in ENTITY_TYPES:
+            return [], f"can't parse entities: unsupported entity type {kind!r}"
+        if not (isinstance(offset, int) and isinstance(length, int)) or offset < 0 or length <= 0:
+            return [], "can't parse entities: bad offset or length"
+        if offset + length > units:
+            return [], f"can't parse entities: entity at UTF-16 offset {offset} ends after the end of the text"
+        needs = {"text_link": "url", "text_mention": "user", "custom_emoji": "custom_emoji_id"}.get(kind)
+        if needs and not entity.get(needs):
+            return [], f"can't parse entities: {kind} without {needs}"
+        if kind == "pre" and not isinstance(entity.get("language", ""), str):
+            return [], "can't parse entities: pre language must be a string"
+    for a, b in itertools.combinations(entities, 2):
+        if not _may_share(a, b):
+            return [], f"can't parse entities: {a['type']} and {b['type']} overlap"
+    return entities, None
+
+
+def _may_share(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    a_end, b_end = a["offset"] + a["length"], b["offset"] + b["length"]
+    if a_end <= b["offset"] or b_end <= a["offset"]:
+        return True
+    if a["offset"] <= b["offset"] and b_end <= a_end and _may_contain(a["type"], b["type"]):
+        return True
+    return b["offset"] <= a["offset"] and a_end <= b_end and _may_contain(b["type"], a["type"])
+
+
+def _may_contain(outer: str, inner: str) -> bool:
+    if inner in _FORMATTING:
+        return outer not in ("pre", "code")
+    if outer in _FORMATTING:
+        return True
+    return outer in _QUOTES and inner not in _QUOTES
