@@ -113,10 +113,13 @@ def test_in_private_mode_nothing_arrives_and_no_model_request_outside_it_holds_t
     gateway = spawn(env)
     try:
         say(telegram, gateway, "hello")
-        assert say(telegram, gateway, "/followup 3s stretch").startswith("Follow-up #1 scheduled")
-        plant_due_watch(tmp_path)
+        assert say(telegram, gateway, "/followup 1h stretch").startswith("Follow-up #1 scheduled")
         assert say(telegram, gateway, "/private sesame").startswith("Private mode is on")
         say(telegram, gateway, CANARY)
+        # Only now, with private mode on, do the reminder and a watch fall due (planted, so that no
+        # tick on a loaded machine can find them due before private mode begins).
+        write(tmp_path, "UPDATE followups SET due_at = ? WHERE kind = 'reminder'", (time.time() - 1,))
+        plant_due_watch(tmp_path)
         # The reminder falls due in private mode, the watch is due already: each waits, one decision
         # each naming the segment (waited for with a deadline, since ticks run late on a loaded machine);
         # then two more ticks (1 s each) in which nothing may arrive.
