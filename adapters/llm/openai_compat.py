@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from adapters.llm.images import data_url, fitted
 from core.errors import (
     ProviderBadResponse,
     ProviderRateLimited,
@@ -167,6 +168,7 @@ class OpenAICompatibleProvider:
         Raises:
             core.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
+        request = await fitted(request)  # images (a vision model's input) within the size limits
         body = self._body(request)
         try:
             response, attempts = await self._post(body, request)
@@ -360,6 +362,12 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     # Content is always a string: llama.cpp's server answers 500 to a null content
     # (an assistant message that only carries tool calls).
     out: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+    if message.images:
+        # Content parts only with images: servers that read text alone may refuse the list form.
+        out["content"] = [
+            {"type": "text", "text": message.content or ""},
+            *({"type": "image_url", "image_url": {"url": data_url(image)}} for image in message.images),
+        ]
     if message.tool_calls and message.role == "assistant":
         out["tool_calls"] = [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
