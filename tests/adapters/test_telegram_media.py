@@ -355,3 +355,17 @@ async def test_a_passphrase_in_a_photo_caption_is_a_command_never_stored_or_sent
     assert (USER, message) in telegram.deleted
     assert model.requests == []
     assert all(PASSPHRASE not in text for text in stored_user_texts(store))
+
+
+async def test_a_photo_getfile_refuses_as_too_big_is_answered_with_the_reason(
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    await start(vision=True)
+    big = telegram.add_file(b"\xff" * (20 * 1024 * 1024 + 1), "photo")
+    del big["file_size"]  # optional in a PhotoSize: only getFile finds out
+    reply = await answer(
+        telegram, lambda: telegram.send_media(USER, USER, {"photo": [{**big, "width": 1280, "height": 960}]})
+    )
+    assert reply == copy.MEDIA_TOO_LARGE
+    assert len(telegram.calls_of("getFile")) == 1 and telegram.downloads == []
+    assert model.requests == []
