@@ -11,6 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from urllib.parse import quote
 
 from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
@@ -568,12 +569,16 @@ class _RedactToken(logging.Filter):
     def __init__(self, token: str) -> None:
         super().__init__()
         self._token = token
+        # A file download's URL carries the token percent-encoded (`123%3AABC`): redacted as well.
+        self._forms = tuple(dict.fromkeys(form for form in (token, quote(token, safe="")) if form))
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self._token:
             message = record.getMessage()
-            if self._token in message:
-                record.msg, record.args = message.replace(self._token, "<token>"), None
+            if any(form in message for form in self._forms):
+                for form in self._forms:
+                    message = message.replace(form, "<token>")
+                record.msg, record.args = message, None
         return True
 
 

@@ -369,3 +369,26 @@ async def test_a_photo_getfile_refuses_as_too_big_is_answered_with_the_reason(
     assert reply == copy.MEDIA_TOO_LARGE
     assert len(telegram.calls_of("getFile")) == 1 and telegram.downloads == []
     assert model.requests == []
+
+
+async def test_neither_captions_transcripts_nor_media_bytes_nor_the_token_reach_the_logs(
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from tests.helpers.logs import logging_policy
+
+    caplog.set_level(logging.DEBUG)
+    caption, spoken = "caption-canary-0d4e", "spoken-canary-a9b3"
+    with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG
+        logging.getLogger("httpx").setLevel(logging.DEBUG)  # request URLs logged: the token must be redacted
+        await start(vision=True, stt=True)
+        await answer(telegram, lambda: telegram.send_photo(USER, USER, jpeg_with(), caption=caption))
+        model.transcripts.append(spoken)
+        await answer(telegram, lambda: telegram.send_voice(USER, USER, ogg_with()))
+    lines = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("aiosqlite"))
+    assert "/file/bot<token>/" in lines  # the downloads were logged, with the token redacted
+    assert "media: photo" in lines and "media: voice" in lines  # kinds and sizes are
+    token = telegram.token.split(":")[1]  # in any encoding of the token
+    for secret in (caption, spoken, IMAGE_CANARY.decode(), AUDIO_CANARY.decode(), token):
+        assert secret not in lines
