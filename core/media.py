@@ -138,6 +138,14 @@ class MediaReader:
         return (None, text) if text else (copy.VOICE_NO_WORDS, None)
 
 
+def unread_text(message: InboundMessage) -> str:
+    """What is stored of a media message that is kept unread (one sent before a restart closed its
+    private interval): the markers and the caption; nothing is fetched or transcribed."""
+    head = " ".join(f"[{item.kind}]" for item in message.media)
+    caption = message.text.strip()
+    return f"{head} {caption}".strip() if head else message.text
+
+
 async def _fetch(item: Media) -> bytes:
     """The item's bytes, within the cap, or MediaUnavailable."""
     if item.size is not None and item.size > MAX_MEDIA_BYTES:

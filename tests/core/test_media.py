@@ -186,3 +186,35 @@ def test_image_bytes_never_show_in_a_repr():
     message = ChatMessage("user", "x", images=(ImageInput("image/png", IMAGE_CANARY),))
     assert IMAGE_CANARY.decode() not in repr(message)
     assert "load" not in repr(Media("photo", load=Loader(b"")))
+
+
+async def test_a_voice_note_kept_unread_after_a_restart_is_neither_fetched_nor_transcribed(
+    make_companion, store, provider, clock
+):
+    transcriber = FakeTranscriber("never heard")
+    companion = await make_companion(vision=True)
+    await say(companion, f"/private {PASSPHRASE} 1h")
+    sent_before_crash = clock.now()
+    clock.advance(120)
+    restarted = await make_companion(vision=True)
+    restarted.media = MediaReader(vision=True, transcriber=transcriber)
+    audio = Loader(ogg_with())
+    message = InboundMessage(
+        "terminal", "terminal", "owner", "", is_direct=True, sent_at=sent_before_crash + 1, media=(voice(audio),)
+    )
+    requests = len(provider.requests)
+    reply = await restarted.handle(message)
+    assert reply is not None and reply.text == copy.RESTART_KEPT_PRIVATE
+    assert (audio.calls, transcriber.audio, len(provider.requests)) == (0, [], requests)
+    rows = await all_rows(store, "SELECT text, mode FROM messages WHERE role = 'user' ORDER BY id")
+    assert rows[-1] == ("[voice]", "private")
+
+
+async def test_a_strangers_media_is_never_fetched(make_companion, provider):
+    companion = await make_companion(vision=True)
+    companion.media = MediaReader(vision=True, transcriber=FakeTranscriber())
+    loader = Loader(jpeg_with())
+    stranger = InboundMessage("telegram", "5", "5", "hi", is_direct=True, media=(photo(loader),))
+    reply = await companion.handle(stranger)
+    assert reply is not None and reply.text == copy.NOT_ALLOWED
+    assert loader.calls == 0 and provider.requests == []
