@@ -236,6 +236,43 @@ async def test_a_failed_transcription_says_so_and_keeps_only_the_marker(
         ("video_note", {"video_note": {"length": 240, "duration": 4}}),
         ("video", {"video": {"width": 640, "height": 360, "duration": 4, "mime_type": "video/mp4"}}),
         ("audio", {"audio": {"duration": 30, "mime_type": "audio/mpeg", "file_name": "song.mp3"}}),
+        # A GIF comes as both `animation` and `document`, as Telegram sends it.
+        (
+            "animation",
+            {
+                "animation": {"width": 320, "height": 240, "duration": 2, "mime_type": "video/mp4"},
+                "document": {"file_name": "cat.gif.mp4", "mime_type": "video/mp4"},
+            },
+        ),
+        # A venue comes with its `location` too.
+        (
+            "location",
+            {
+                "venue": {"location": {"latitude": 52.5, "longitude": 13.4}, "title": "Cafe", "address": "Main St 1"},
+                "location": {"latitude": 52.5, "longitude": 13.4},
+            },
+        ),
+        ("contact", {"contact": {"phone_number": "+4930123456", "first_name": "Ann"}}),
+        (
+            "poll",
+            {
+                "poll": {
+                    "id": "5",
+                    "question": "Pizza?",
+                    "options": [
+                        {"persistent_id": "a1", "text": "yes", "voter_count": 0},
+                        {"persistent_id": "a2", "text": "no", "voter_count": 0},
+                    ],
+                    "total_voter_count": 0,
+                    "is_closed": False,
+                    "is_anonymous": True,
+                    "type": "regular",
+                    "allows_multiple_answers": False,
+                    "allows_revoting": False,
+                    "members_only": False,
+                }
+            },
+        ),
     ],
 )
 async def test_every_other_kind_gets_a_short_honest_reply_and_only_its_marker_is_stored(
@@ -248,8 +285,8 @@ async def test_every_other_kind_gets_a_short_honest_reply_and_only_its_marker_is
 ) -> None:
     await start()
     payload = {name: {**value} for name, value in fields.items()}
-    for value in payload.values():
-        if "latitude" not in value:
+    for name, value in payload.items():
+        if name in ("sticker", "document", "video_note", "video", "audio", "animation"):
             value.update(telegram.add_file(b"\x00media-bytes" + kind.encode(), kind))
     reply = await answer(telegram, lambda: telegram.send_media(USER, USER, payload))
     expected = copy.VOICE_NOT_SET_UP if kind == "audio" else copy.MEDIA_NOT_READ[kind].format(also="")
