@@ -179,6 +179,8 @@ IMAGES_NOT_READ = "(I can't see images with the model I run on, so I only read y
 IMAGE_NOT_READ_ALONE = (
     "I can't see images with the model I run on, so I couldn't look at that. Tell me about it in words?"
 )
+# Told to the model in place of an image its server refused: it can then say so honestly.
+IMAGE_NOT_SENT_TO_MODEL = "(The person attached an image, but this model cannot see images; say so if it matters.)"
 VOICE_NOT_SET_UP = (
     "I can't listen to voice notes or audio here: speech-to-text is not set up. Could you type it instead?"
 )

@@ -7,7 +7,12 @@ import base64
 import dataclasses
 import io
 import logging
+import re
 
+import httpx
+
+from core import copy
+from core.errors import ProviderRejected
 from core.model import ChatMessage, CompletionRequest, ImageInput
 
 log = logging.getLogger(__name__)
@@ -19,6 +24,15 @@ MAX_IMAGE_BYTES = 3 * 1024 * 1024
 # More pixels than this is not a photo but a decompression bomb: refused, not decoded.
 MAX_PIXELS = 64_000_000
 PASSED_AS_THEY_ARE = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
+
+
+# How servers refuse image input (classification only; the text never reaches a log or an error):
+# OpenAI "image_url is only supported by certain models", llama.cpp "image input is not supported
+# ... mmproj", vLLM "... is not a multimodal model". An image the server could not decode is not
+# this: images stay on for the next turn then.
+_IMAGES_REFUSED = re.compile(
+    r"image.{0,60}(not|only) supported|does not support.{0,30}(image|vision)|multi-?modal|mmproj", re.IGNORECASE
+)
 
 
 class ImageUnreadable(ValueError):
@@ -87,3 +101,24 @@ def fit_image(image: ImageInput) -> ImageInput:
         out.tell(),
     )
     return ImageInput("image/jpeg", out.getvalue())
+
+
+def refuses_images(exc: ProviderRejected) -> bool:
+    """Whether a rejection is the server refusing image input (not a refused key or a bad request)."""
+    cause = exc.__cause__
+    if exc.status not in (400, 422, 500) or not isinstance(cause, httpx.HTTPStatusError):
+        return False
+    return bool(_IMAGES_REFUSED.search(cause.response.text[:2000]))
+
+
+def without_images(request: CompletionRequest) -> CompletionRequest:
+    """`request` with its images left out, each message that had some saying so in a constant line."""
+    if not any(m.images for m in request.messages):
+        return request
+    messages = tuple(
+        dataclasses.replace(m, content=f"{m.content or ''}\n{copy.IMAGE_NOT_SENT_TO_MODEL}".strip(), images=())
+        if m.images
+        else m
+        for m in request.messages
+    )
+    return dataclasses.replace(request, messages=messages)

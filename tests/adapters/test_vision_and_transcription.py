@@ -97,6 +97,36 @@ async def test_the_fake_server_refuses_an_image_url_that_is_no_base64_data_url(s
     assert response.status_code == 400 and "image" in response.json()["error"]["message"]
 
 
+async def test_a_server_that_refuses_images_is_asked_again_without_them_and_never_sent_them_again(
+    server, provider, caplog
+) -> None:
+    from core import copy
+
+    server.accept_images = False
+    completion = await provider.complete(with_images(ImageInput("image/png", png_with()), text="my cat"))
+    assert completion.text
+    first, second = server.requests
+    assert isinstance(first["messages"][-1]["content"], list)
+    assert second["messages"][-1]["content"] == f"my cat\n{copy.IMAGE_NOT_SENT_TO_MODEL}"
+    assert "refuses image input" in caplog.text
+    await provider.complete(with_images(ImageInput("image/png", png_with()), text="another"))
+    assert len(server.requests) == 3 and isinstance(server.requests[-1]["messages"][-1]["content"], str)
+    assert server.images == []
+
+
+async def test_a_refusal_that_is_not_about_images_is_not_retried_without_them(server, provider) -> None:
+    from core.errors import ProviderRejected
+
+    server.reply_status(400, message="max_tokens is too large")
+    server.reply_status(400, message="Invalid image: could not decode the image data")
+    for _ in range(2):
+        with pytest.raises(ProviderRejected):
+            await provider.complete(with_images(ImageInput("image/png", png_with())))
+    assert len(server.requests) == 2
+    await provider.complete(with_images(ImageInput("image/png", png_with())))
+    assert isinstance(server.requests[-1]["messages"][-1]["content"], list)  # images still go
+
+
 # --- speech to text ----------------------------------------------------------------------
 
 

@@ -65,6 +65,7 @@ class FakeOpenAIServer(LoopbackServer):
         # Media: every image_url part received ((mime, bytes)), every transcription request, and
         # the answers of the next transcriptions (a text, or a ScriptedResponse for a failure).
         self.images: list[tuple[str, bytes]] = []
+        self.accept_images = True  # False: a text-only model, refusing image parts as OpenAI does
         self.transcriptions: list[dict[str, Any]] = []
         self.transcripts: collections.deque[str | ScriptedResponse] = collections.deque()
         self.base_url = ""
@@ -176,6 +177,18 @@ class FakeOpenAIServer(LoopbackServer):
         self.request_headers.append(CIMultiDict(request.headers))
         if not isinstance(body, dict):
             return web.json_response({"error": {"message": "request body is not a JSON object"}}, status=400)
+        if not self.accept_images and _has_image_parts(body):
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "Invalid content type. image_url is only supported by certain models.",
+                        "type": "invalid_request_error",
+                        "param": "messages.[1].content.[1].type",
+                        "code": None,
+                    }
+                },
+                status=400,
+            )
         parts = _content_parts_error(body, self.images)
         if parts is not None:
             return web.json_response(
@@ -319,6 +332,15 @@ def _content_parts_error(body: dict[str, Any], images: list[tuple[str, bytes]]) 
                 return f"Invalid value for 'messages[].content[].type': {kind!r}"
     images.extend(found)
     return None
+
+
+def _has_image_parts(body: dict[str, Any]) -> bool:
+    return any(
+        isinstance(part, dict) and part.get("type") == "image_url"
+        for message in body.get("messages") or ()
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+    )
 
 
 def _openai_error(message: str, status: int, *, param: str | None = None) -> web.Response:
