@@ -25,7 +25,7 @@ from core.errors import (
     ProviderUnavailable,
 )
 from core.locks import KeyedLocks
-from core.media import MediaReader, ReadMedia, with_images
+from core.media import MediaReader, ReadMedia, unread_text, with_images
 from core.mirrors import source_label
 from core.model import (
     Account,
@@ -384,7 +384,7 @@ class Companion:
         if segment_id is not None:
             message_id = await self.store.add_inbound(
                 conversation.id,
-                message.text,
+                unread_text(message),  # media: markers and caption only, nothing fetched
                 self.clock.now(),
                 segment_id=segment_id,
                 account_id=turn.account.id,
