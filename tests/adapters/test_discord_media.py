@@ -226,3 +226,24 @@ async def test_a_private_voice_transcript_never_reaches_a_later_normal_request(
     await answer(discord_server, lambda: discord_server.send_dm(FRIEND, "where were we?"))
     assert len(model.raw_requests) == first_normal + 1
     assert secret.encode() not in model.raw_requests[-1]
+
+
+async def test_an_attachment_over_20_mb_is_refused_with_the_reason_without_fetching_it(
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer
+) -> None:
+    await start(vision=True)
+    files = [("huge.png", b"\x89PNG" + b"\x00" * (20 * 1024 * 1024), "image/png")]
+    reply = await answer(discord_server, lambda: discord_server.send_dm_media(FRIEND, "", files=files))
+    assert reply == copy.MEDIA_TOO_LARGE
+    assert discord_server.cdn_downloads == [] and model.requests == []
+
+
+async def test_the_fake_cdn_serves_an_attachment_only_at_its_signed_url(discord_server: FakeDiscordServer) -> None:
+    import aiohttp
+
+    url = discord_server.attachment(discord_server.guild_channel_id, "a.png", b"bytes", "image/png")["url"]
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url) as signed:
+            assert (signed.status, await signed.read()) == (200, b"bytes")
+        async with session.get(url.split("?")[0]) as unsigned:
+            assert unsigned.status == 404
