@@ -20,6 +20,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 
 from adapters.discord_catchup import CATCH_UP_LIMIT, DmCursors, catch_up
+from adapters.discord_media import media_of
 from adapters.text import split_message
 from core.commands import carries_secret
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
@@ -377,7 +378,8 @@ class DiscordAdapter:
         else:
             return None  # group DMs: a bot is never in one
         text = text.strip()
-        if not text:
+        media = media_of(message)  # attachments and stickers; the text is then their caption
+        if not text and not media:
             return None
         return InboundMessage(
             platform=PLATFORM,
@@ -388,6 +390,7 @@ class DiscordAdapter:
             message_id=str(message.id),
             user_name=author.display_name,
             sent_at=message.created_at.timestamp(),
+            media=media,
         )
 
     def _me(self) -> discord.ClientUser:

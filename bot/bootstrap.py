@@ -9,7 +9,7 @@ from bot.settings import Settings
 from core.companion import Companion, CompanionConfig
 from core.context import ContextBudget, Persona
 from core.manners import Manners
-from core.ports import BaseProvider
+from core.ports import BaseProvider, Transcriber
 from core.proactive import ProactiveConfig
 
 
@@ -30,6 +30,16 @@ def build_provider(settings: Settings) -> BaseProvider:
     return OfflineProvider()
 
 
+def build_transcriber(settings: Settings) -> Transcriber | None:
+    """Speech to text for voice notes, when COMPANION_STT_BASE_URL is set; None: voice is not set up."""
+    if not settings.stt_base_url:
+        return None
+    from adapters.llm.transcribe import OpenAICompatibleTranscriber
+
+    key = settings.stt_api_key.get_secret_value() if settings.stt_api_key else None
+    return OpenAICompatibleTranscriber(settings.stt_base_url, key, settings.stt_model, timeout=settings.llm_timeout)
+
+
 def companion_config(settings: Settings, platforms: frozenset[str] | None = None) -> CompanionConfig:
     persona = Persona(private_additions=settings.private_persona_text())
     if normal := settings.persona_text():
@@ -44,6 +54,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         timezone=settings.timezone,
         budget=ContextBudget(total_tokens=settings.context_tokens),
         allow_private_export=settings.allow_private_export,
+        vision=settings.llm_vision,
         transition=settings.transition,
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
@@ -82,7 +93,12 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
                 base_delay=settings.outbox_retry_seconds,
                 max_delay=settings.outbox_max_retry_seconds,
             )
-        companion = Companion(store, provider, companion_config(settings, platforms), outbox=outbox)
+        transcriber = build_transcriber(settings)
+        if transcriber is not None:
+            stack.push_async_callback(transcriber.aclose)
+        companion = Companion(
+            store, provider, companion_config(settings, platforms), outbox=outbox, transcriber=transcriber
+        )
         await companion.start()
         stack.push_async_callback(companion.drain)
         yield companion

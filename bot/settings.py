@@ -57,6 +57,12 @@ class Settings(BaseSettings):
     llm_model: str = "default"
     llm_timeout: float = Field(60.0, gt=0, le=600)
     llm_max_tokens: int = Field(1024, ge=16, le=131072)
+    # Media: images go to the model as image input (a vision model); voice notes and audio are
+    # transcribed by an OpenAI-compatible /audio/transcriptions server when its URL is set.
+    llm_vision: bool = False
+    stt_base_url: str | None = None
+    stt_model: str = "whisper-1"
+    stt_api_key: SecretStr | None = None
     # The outbox: how often due deliveries are sent again, and the backoff between tries.
     outbox_tick_seconds: float = Field(5.0, gt=0, le=3600)
     outbox_retry_seconds: float = Field(2.0, gt=0, le=3600)
@@ -132,6 +138,26 @@ class Settings(BaseSettings):
         value = value.strip()
         if not re.match(r"^(https?|wss?)://[^\s/]+", value):
             raise ValueError("must be an http(s):// or ws(s):// URL")
+        return value
+
+    @field_validator("stt_base_url")
+    @classmethod
+    def _stt_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not re.match(r"^https?://[^\s/]+", value.strip()):
+            raise ValueError("must be an http(s):// URL, such as http://127.0.0.1:8000/v1")
+        return value.strip()
+
+    @field_validator("stt_api_key", mode="before")
+    @classmethod
+    def _stt_api_key(cls, value: object) -> object:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            value = value.strip() or None
+            if value is not None and not _API_KEY.match(value):
+                raise ValueError("must be one word of printable ASCII, without spaces or line breaks (not shown)")
         return value
 
     @field_validator("allowed_users", "owner")

@@ -25,6 +25,7 @@ from core.errors import (
     ProviderUnavailable,
 )
 from core.locks import KeyedLocks
+from core.media import MediaReader, ReadMedia, unread_text, with_images
 from core.mirrors import source_label
 from core.model import (
     Account,
@@ -40,7 +41,7 @@ from core.model import (
     Reply,
 )
 from core.outbox import Outbox
-from core.ports import BaseProvider, BaseStore, Clock, SystemClock
+from core.ports import BaseProvider, BaseStore, Clock, SystemClock, Transcriber
 from core.proactive import ProactiveConfig, ProactiveService
 from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
 from core.valve import ModeState, ModeValve
@@ -71,6 +72,8 @@ class CompanionConfig:
     budget: ContextBudget = field(default_factory=ContextBudget)
     max_tool_rounds: int = 4
     allow_private_export: bool = False
+    # COMPANION_LLM_VISION: images go to the model as image input (core.media).
+    vision: bool = False
     # The platforms this process serves; at start-up only their open segments are closed,
     # so `companion chat` never drops a Telegram conversation out of private mode. None: all.
     platforms: frozenset[str] | None = None
@@ -108,8 +111,10 @@ class Companion:
         clock: Clock | None = None,
         tools: ToolRegistry | None = None,
         outbox: Outbox | None = None,
+        transcriber: Transcriber | None = None,
     ) -> None:
         self.config = config or CompanionConfig()
+        self.media = MediaReader(vision=self.config.vision, transcriber=transcriber)
         self.store = store
         self.provider = provider
         self.clock = clock or SystemClock()
@@ -363,10 +368,13 @@ class Companion:
             # It may belong to an open private interval: stored nowhere, shown to no model.
             return await self._finish(turn, copy.MODE_UNREADABLE)
         segment_id = state.segment_id
+        # Media are read once the mode is known: their text (marker, caption, transcript) is stored
+        # in this mode and segment; their bytes are never stored (core.media).
+        media = await self.media.read(message) if message.media else None
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
             conversation.id,
-            message.text,
+            media.text if media else message.text,
             self.clock.now(),
             segment_id=segment_id,
             account_id=turn.account.id,
@@ -374,7 +382,15 @@ class Companion:
         )
         if message_id is None:
             return None
-        return await self._answer(turn, state, message_id)
+        if media is not None and not media.answerable:  # a sticker, a photo the model cannot see ...
+            return await self._finish(
+                turn,
+                with_notice(state, media.reply),
+                stored_text=media.reply,
+                segment_id=segment_id,
+                answers=message_id,
+            )
+        return await self._answer(turn, state, message_id, media)
 
     async def _keep_in_restarted_interval(self, turn: Turn, sent_at: float) -> tuple[bool, Reply | None]:
         """A message sent before this process started, into a conversation whose private interval
@@ -390,7 +406,7 @@ class Companion:
         if segment_id is not None:
             message_id = await self.store.add_inbound(
                 conversation.id,
-                message.text,
+                unread_text(message),  # media: markers and caption only, nothing fetched
                 self.clock.now(),
                 segment_id=segment_id,
                 account_id=turn.account.id,
@@ -410,24 +426,30 @@ class Companion:
             return True, await self._finish(turn, copy.RESTART_KEPT_PRIVATE)
         return False, None
 
-    async def _answer(self, turn: Turn, state: ModeState, message_id: int) -> Reply:
+    async def _answer(self, turn: Turn, state: ModeState, message_id: int, media: ReadMedia | None = None) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
-        (message, run, answered turn and delivery) in one transaction."""
+        (message, run, answered turn and delivery) in one transaction. `media`: its images go
+        with this request only, its notes before the answer."""
         conversation = turn.conversation
         segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it.
         recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
+        images = media.images if media else ()
         try:
             try:
-                text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
+                text = await self._complete_with_tools(
+                    conversation, state, with_images(context.messages, images), recorder
+                )
             except ProviderRequestTooLong:
                 # The server counts more than the estimate: once more, with half the window.
                 log.info(
                     "conversation %s: request too long for the model; retrying with half the window", conversation.id
                 )
                 context = await self.context.assemble(conversation, state, shrink=2)
-                text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
+                text = await self._complete_with_tools(
+                    conversation, state, with_images(context.messages, images), recorder
+                )
         except ProviderError as exc:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
             if recorder:
@@ -445,7 +467,7 @@ class Companion:
             return await self._finish(turn, with_notice(state, words), segment_id=segment_id, answers=message_id)
         reply = await self._finish(
             turn,
-            with_notice(state, text),
+            with_notice(state, media.noted(text) if media else text),
             stored_text=text,
             segment_id=segment_id,
             answers=message_id,

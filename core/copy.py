@@ -170,3 +170,37 @@ NUDGES_MEAN = (
     "a goal, a check-in after a long silence) keep to your daily budget, your quiet hours and a "
     "cooldown, stop after two go unanswered, and never go to a conversation in private mode."
 )
+
+
+# --- media (photos, voice notes, stickers ...): constant lines, never words of the message ----------
+
+# Said before the answer to a caption when the model cannot see images (COMPANION_LLM_VISION unset).
+IMAGES_NOT_READ = "(I can't see images with the model I run on, so I only read your caption.)"
+IMAGE_NOT_READ_ALONE = (
+    "I can't see images with the model I run on, so I couldn't look at that. Tell me about it in words?"
+)
+# Told to the model in place of an image its server refused: it can then say so honestly.
+IMAGE_NOT_SENT_TO_MODEL = "(The person attached an image, but this model cannot see images; say so if it matters.)"
+VOICE_NOT_SET_UP = (
+    "I can't listen to voice notes or audio here: speech-to-text is not set up. Could you type it instead?"
+)
+VOICE_FAILED = "Sorry, I couldn't transcribe that voice note just now. Could you try again, or type it?"
+VOICE_NO_WORDS = "I couldn't make out any words in that recording. Could you try again, or type it?"
+MEDIA_TOO_LARGE = "That file is too large for me to fetch (20 MB at most)."
+MEDIA_FETCH_FAILED = "Sorry, I couldn't fetch that file just now. Could you send it again?"
+# What each kind the companion cannot read gets: short and honest.
+MEDIA_NOT_READ = {
+    "sticker": "I can't see stickers, but I'm here. What's on your mind?",
+    "document": "I can't open documents or files; I read text{also}. Could you paste the part that matters?",
+    "location": "I can't use locations; I read text{also}.",
+    "video": "I can't watch videos; I read text{also}.",
+    "video_note": "I can't watch video messages; I read text{also}.",
+    "animation": "I can't watch GIFs or animations; I read text{also}.",
+    "contact": "I can't use shared contacts; I read text{also}.",
+    "poll": "I can't take part in polls; I read text{also}.",
+}
+MEDIA_NOT_READ_OTHER = "I can't read that kind of message; I read text{also}."
+# `{also}` in the lines above: what else this companion reads, as configured.
+ALSO_IMAGES_AND_VOICE = ", photos and voice notes"
+ALSO_IMAGES = " and photos"
+ALSO_VOICE = " and voice notes"

@@ -10,6 +10,8 @@ CompanionError
 │   │   └── ProviderRequestTooLong  the request does not fit the model's context
 │   └── ProviderBadResponse  the reply was not the JSON we expect
 ├── DeliveryFailed           a platform did not take an outbound message (permanent or not)
+├── MediaUnavailable         an inbound photo or voice note could not be fetched (or is too large)
+├── TranscriptionFailed      the speech-to-text server did not give a transcript
 └── StoreError               the database failed or refused
     ├── MigrationError       the schema cannot be brought to this code's version
     ├── PrivateWriteRefused  a lasting write was attempted while the conversation is private
@@ -75,6 +77,19 @@ class DeliveryFailed(CompanionError):
         self.kind = kind
         self.permanent = permanent
         self.parts_sent = parts_sent
+
+
+class MediaUnavailable(CompanionError):
+    """An inbound media item's bytes could not be fetched; `too_large`: over the size cap."""
+
+    def __init__(self, kind: str, *, too_large: bool = False) -> None:
+        super().__init__(f"media unavailable ({kind})")
+        self.kind = kind
+        self.too_large = too_large
+
+
+class TranscriptionFailed(CompanionError):
+    """The speech-to-text server could not be reached or gave no transcript."""
 
 
 class StoreError(CompanionError):

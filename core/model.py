@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ class InboundMessage:
     user_name: str | None = None
     sent_at: float | None = None  # the platform's timestamp (Telegram `date`, Discord snowflake time)
     thread_id: str | None = None  # a forum topic or thread the reply belongs in
+    media: tuple[Media, ...] = ()  # photos, voice notes, stickers ...; `text` is then their caption
 
     @property
     def key(self) -> ConversationKey:
@@ -45,6 +47,33 @@ class InboundMessage:
     @property
     def account(self) -> str:
         return f"{self.platform}:{self.user_id}"
+
+
+# Fetches a media item's bytes (size-capped by the adapter). Raises core.errors.MediaUnavailable.
+MediaLoader = Callable[[], Awaitable[bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Media:
+    """One photo, voice note, sticker, document, location ... of an inbound message (core.media).
+
+    It holds no bytes: `load` fetches them, in memory, only when the core reads the item (an
+    image for a vision model, a voice note for transcription); nothing stores them.
+    """
+
+    kind: str  # photo | voice | audio | video | video_note | animation | sticker | document | location | ...
+    mime_type: str | None = None
+    size: int | None = None  # bytes, as the platform declares them
+    filename: str | None = None
+    load: MediaLoader | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    """An image for one model request, in memory only: never stored, logged or recorded but by size."""
+
+    mime_type: str
+    data: bytes = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +181,7 @@ class ChatMessage:
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    images: tuple[ImageInput, ...] = ()  # a user message's images, for a vision model (this request only)
 
 
 @dataclass(frozen=True, slots=True)

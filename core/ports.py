@@ -58,6 +58,24 @@ class BaseProvider(Protocol):
         ...
 
 
+class Transcriber(Protocol):
+    """Speech to text (an OpenAI-compatible `/audio/transcriptions` server)."""
+
+    name: str
+
+    async def transcribe(self, audio: bytes, *, filename: str, mime_type: str) -> str:
+        """Return the words spoken in `audio` (held in memory only; nothing stores it).
+
+        Raises:
+            core.errors.TranscriptionFailed: any failure, already translated by the adapter.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; safe to call twice."""
+        ...
+
+
 class BaseChatAdapter(Protocol):
     """A platform the companion talks through (Telegram, Discord, terminal, web)."""
 

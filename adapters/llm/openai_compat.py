@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from adapters.llm.images import data_url, fitted, refuses_images, without_images
 from core.errors import (
     ProviderBadResponse,
     ProviderRateLimited,
@@ -153,6 +154,8 @@ class OpenAICompatibleProvider:
         self._sleep = asyncio.sleep
         # False once the server refused tool_choice "auto" (see _TOOL_CHOICE_REFUSED): tools are left out.
         self._tools_accepted = True
+        # False once the server refused image input (COMPANION_LLM_VISION set for a text-only model).
+        self._images_accepted = True
 
     async def aclose(self) -> None:
         """Close the HTTP client; safe to call twice."""
@@ -167,9 +170,11 @@ class OpenAICompatibleProvider:
         Raises:
             core.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
+        # Images (a vision model's input) within the size limits; none once the server refused them.
+        request = await fitted(request) if self._images_accepted else without_images(request)
         body = self._body(request)
         try:
-            response, attempts = await self._post(body, request)
+            response, attempts, request = await self._post_images(body, request)
         except ProviderRejected as exc:
             if not (request.tools and self._tools_accepted and _refuses_tool_choice(exc)):
                 raise
@@ -221,6 +226,25 @@ class OpenAICompatibleProvider:
         ).encode()
         self.last_request_bytes = len(body)
         return body
+
+    async def _post_images(
+        self, body: bytes, request: CompletionRequest
+    ) -> tuple[httpx.Response, int, CompletionRequest]:
+        """`_post`; when the server refuses image input, once more without the images (each replaced
+        by a constant line telling the model it could not be read), and never images again."""
+        try:
+            response, attempts = await self._post(body, request)
+        except ProviderRejected as exc:
+            if not (any(m.images for m in request.messages) and refuses_images(exc)):
+                raise
+            log.warning(
+                "the model server refuses image input; images are left out from now on "
+                "(set COMPANION_LLM_VISION=false for a model that does not read images)"
+            )
+            self._images_accepted = False
+            request = without_images(request)
+            response, attempts = await self._post(self._body(request), request)
+        return response, attempts, request
 
     def _http(self) -> httpx.AsyncClient:
         if self._closed:
@@ -360,6 +384,12 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     # Content is always a string: llama.cpp's server answers 500 to a null content
     # (an assistant message that only carries tool calls).
     out: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+    if message.images:
+        # Content parts only with images: servers that read text alone may refuse the list form.
+        out["content"] = [
+            {"type": "text", "text": message.content or ""},
+            *({"type": "image_url", "image_url": {"url": data_url(image)}} for image in message.images),
+        ]
     if message.tool_calls and message.role == "assistant":
         out["tool_calls"] = [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}

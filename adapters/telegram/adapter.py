@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from urllib.parse import quote
 
 from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
@@ -26,6 +27,7 @@ from adapters.telegram.delivery import (
     retry_after_seconds,
 )
 from adapters.telegram.ledger import UpdateLedger
+from adapters.telegram.media import MEDIA, media_of
 from adapters.telegram.text import Entity, group_text
 from core.commands import carries_secret
 from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
@@ -272,7 +274,7 @@ class TelegramAdapter:
         if self._base_url:
             builder = builder.base_url(self._base_url).base_file_url(_file_url(self._base_url))
         app = builder.build()
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT, self._on_message))
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & (filters.TEXT | MEDIA), self._on_message))
         # Its own group: a group upgraded to a supergroup is followed whatever the other handlers take.
         app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self._on_migrate), group=-1)
         app.add_error_handler(self._on_error)
@@ -551,15 +553,18 @@ class TelegramAdapter:
     def _inbound(self, message: Message) -> InboundMessage | None:
         """The core's view of a message, or None when the companion should not answer it."""
         user = message.from_user
-        if message.text is None or user is None or user.is_bot:
+        media = media_of(message, self._bot)  # a caption is the text of a media message
+        written = message.text if message.text is not None else ((message.caption or "") if media else None)
+        if written is None or user is None or user.is_bot:
             return None
         if message.chat.type == ChatType.PRIVATE:
-            text, is_direct = message.text, True
+            text, is_direct = written, True
         elif message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP):
             replied = message.reply_to_message
+            entities = message.entities if message.text is not None else message.caption_entities
             grouped = group_text(
-                message.text,
-                [Entity(e.type, e.offset, e.length, e.user.id if e.user else None) for e in message.entities],
+                written,
+                [Entity(e.type, e.offset, e.length, e.user.id if e.user else None) for e in entities],
                 username=self._bot.username,
                 bot_id=self._bot.id,
                 replied_to_bot=bool(replied and replied.from_user and replied.from_user.id == self._bot.id),
@@ -580,6 +585,7 @@ class TelegramAdapter:
             user_name=user.first_name,
             sent_at=message.date.timestamp() if message.date else None,
             thread_id=str(message.message_thread_id) if message.is_topic_message else None,
+            media=media,
         )
 
     async def _keep_typing(self, chat_id: int) -> None:
@@ -618,12 +624,16 @@ class _RedactToken(logging.Filter):
     def __init__(self, token: str) -> None:
         super().__init__()
         self._token = token
+        # A file download's URL carries the token percent-encoded (`123%3AABC`): redacted as well.
+        self._forms = tuple(dict.fromkeys(form for form in (token, quote(token, safe="")) if form))
 
     def filter(self, record: logging.LogRecord) -> bool:
         if self._token:
             message = record.getMessage()
-            if self._token in message:
-                record.msg, record.args = message.replace(self._token, "<token>"), None
+            if any(form in message for form in self._forms):
+                for form in self._forms:
+                    message = message.replace(form, "<token>")
+                record.msg, record.args = message, None
         return True
 
 

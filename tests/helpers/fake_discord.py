@@ -18,15 +18,17 @@ client asks for `compress=zlib-stream` (discord.py does), as text frames otherwi
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import itertools
 import json
 import re
 import time
 import zlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -48,6 +50,7 @@ PRIVILEGED_INTENTS = GUILD_MEMBERS | GUILD_PRESENCES | MESSAGE_CONTENT
 # Message types.
 DEFAULT = 0
 REPLY = 19
+IS_VOICE_MESSAGE = 1 << 13  # a message flag
 
 _FAULT = web.RequestKey("fault", object)
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
@@ -168,6 +171,9 @@ class FakeDiscordServer(LoopbackServer):
             }
         }
         self.messages: dict[int, dict[str, Any]] = {}
+        # Attachment files the CDN serves, by (channel, attachment id): (filename, bytes, signature).
+        self.cdn: dict[tuple[int, int], tuple[str, bytes, str]] = {}
+        self.cdn_downloads: list[int] = []  # attachment ids fetched
         self.sent: list[SentMessage] = []
         self.typing: list[int] = []
         self.deleted: list[tuple[int, int]] = []
@@ -218,6 +224,7 @@ class FakeDiscordServer(LoopbackServer):
         app.router.add_delete(f"{api}/channels/{{channel_id}}/messages/{{message_id}}", self._delete_message)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/gateway/", self._gateway)
+        app.router.add_get("/attachments/{channel_id}/{attachment_id}/{filename}", self._attachment_file)
         await self._bind(app)
 
     async def aclose(self) -> None:
@@ -332,6 +339,96 @@ class FakeDiscordServer(LoopbackServer):
     async def send_message_create(self, message: dict[str, Any]) -> int:
         """Dispatch a hand-made MESSAGE_CREATE payload."""
         return await self._deliver(message)
+
+    # --- media: attachments and stickers ------------------------------------------
+    # An attachment is {id, filename, size, url, proxy_url, content_type} (a voice message adds
+    # duration_secs and waveform, and its message the IS_VOICE_MESSAGE flag); its url is a signed
+    # CDN link (ex, is, hm) served here on 127.0.0.1, 404 when the signature does not match.
+
+    def attachment(
+        self,
+        channel_id: int,
+        filename: str,
+        data: bytes,
+        content_type: str | None,
+        *,
+        voice_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        """Keep `data` on the CDN and return the attachment object of a message in `channel_id`."""
+        attachment_id = self.snowflake()
+        expires = f"{int(time.time()) + 86400:x}"
+        signature = hashlib.sha256(f"{attachment_id}{expires}".encode()).hexdigest()
+        self.cdn[(channel_id, attachment_id)] = (filename, data, signature)
+        url = (
+            f"http://127.0.0.1:{self.port}/attachments/{channel_id}/{attachment_id}/{filename}"
+            f"?ex={expires}&is={int(time.time()):x}&hm={signature}&"
+        )
+        payload: dict[str, Any] = {
+            "id": str(attachment_id),
+            "filename": filename,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url.replace("/attachments/", "/proxy/attachments/"),
+        }
+        if content_type is not None:
+            payload["content_type"] = content_type
+        if voice_seconds is not None:
+            payload["duration_secs"] = voice_seconds
+            payload["waveform"] = base64.b64encode(bytes(range(0, 256, 4))).decode()
+        return payload
+
+    async def send_dm_media(
+        self,
+        user_id: int,
+        text: str = "",
+        *,
+        files: Sequence[tuple[str, bytes, str | None]] = (),
+        voice: bytes | None = None,
+        stickers: int = 0,
+    ) -> int:
+        """A user sends the bot files (filename, bytes, content type), a voice message, or stickers."""
+        channel_id = self.dm_channel_id(user_id)
+        message = self._message(channel_id, self._user_of(user_id), text)
+        return await self._deliver(self._with_media(message, channel_id, files, voice, stickers))
+
+    async def send_guild_media(
+        self,
+        user_id: int,
+        text: str = "",
+        *,
+        files: Sequence[tuple[str, bytes, str | None]] = (),
+    ) -> int:
+        """A member sends files in the guild channel, mentioning the bot."""
+        message = self._message(self.guild_channel_id, self._user_of(user_id), f"<@{self.bot_id}> {text}".strip())
+        return await self._deliver(self._with_media(message, self.guild_channel_id, files, None, 0))
+
+    def _with_media(
+        self,
+        message: dict[str, Any],
+        channel_id: int,
+        files: Sequence[tuple[str, bytes, str | None]],
+        voice: bytes | None,
+        stickers: int,
+    ) -> dict[str, Any]:
+        message["attachments"] = [self.attachment(channel_id, name, data, kind) for name, data, kind in files]
+        if voice is not None:
+            message["attachments"].append(
+                self.attachment(channel_id, "voice-message.ogg", voice, "audio/ogg", voice_seconds=2.5)
+            )
+            message["flags"] = IS_VOICE_MESSAGE
+        if stickers:
+            message["sticker_items"] = [
+                {"id": str(self.snowflake()), "name": f"sticker {n}", "format_type": 1} for n in range(stickers)
+            ]
+        return message
+
+    async def _attachment_file(self, request: web.Request) -> web.Response:
+        key = (int(request.match_info["channel_id"]), int(request.match_info["attachment_id"]))
+        stored = self.cdn.get(key)
+        if stored is None or stored[0] != request.match_info["filename"] or request.query.get("hm") != stored[2]:
+            return web.Response(status=404, text="This content is no longer available.")
+        self.cdn_downloads.append(key[1])
+        return web.Response(body=stored[1], content_type="application/octet-stream")
 
     # --- waiting -----------------------------------------------------------------
 

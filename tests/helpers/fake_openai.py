@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import collections
 import contextlib
 import dataclasses
 import inspect
 import itertools
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 from multidict import CIMultiDict
 
 from tests.helpers.serving import LoopbackServer
@@ -59,6 +62,12 @@ class FakeOpenAIServer(LoopbackServer):
         self.raw_requests: list[bytes] = []
         self.request_headers: list[CIMultiDict[str]] = []
         self.responder: Responder | None = None
+        # Media: every image_url part received ((mime, bytes)), every transcription request, and
+        # the answers of the next transcriptions (a text, or a ScriptedResponse for a failure).
+        self.images: list[tuple[str, bytes]] = []
+        self.accept_images = True  # False: a text-only model, refusing image parts as OpenAI does
+        self.transcriptions: list[dict[str, Any]] = []
+        self.transcripts: collections.deque[str | ScriptedResponse] = collections.deque()
         self.base_url = ""
         self.port = 0
         self._script: collections.deque[ScriptedResponse] = collections.deque()
@@ -136,6 +145,7 @@ class FakeOpenAIServer(LoopbackServer):
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
         await self._bind(app)
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
@@ -167,6 +177,24 @@ class FakeOpenAIServer(LoopbackServer):
         self.request_headers.append(CIMultiDict(request.headers))
         if not isinstance(body, dict):
             return web.json_response({"error": {"message": "request body is not a JSON object"}}, status=400)
+        if not self.accept_images and _has_image_parts(body):
+            return web.json_response(
+                {
+                    "error": {
+                        "message": "Invalid content type. image_url is only supported by certain models.",
+                        "type": "invalid_request_error",
+                        "param": "messages.[1].content.[1].type",
+                        "code": None,
+                    }
+                },
+                status=400,
+            )
+        parts = _content_parts_error(body, self.images)
+        if parts is not None:
+            return web.json_response(
+                {"error": {"message": parts, "type": "invalid_request_error", "param": "messages", "code": None}},
+                status=400,
+            )
         tools_in_effect = bool(body.get("tools")) and "tool_choice" in body
         if self.strict:
             self.tools_in_effect.append(tools_in_effect)
@@ -188,6 +216,32 @@ class FakeOpenAIServer(LoopbackServer):
             request.transport.close()
             raise asyncio.CancelledError  # nothing may be written after the hang-up
         return _to_response(scripted)
+
+    async def _transcriptions(self, request: web.Request) -> web.Response:
+        """OpenAI's speech to text: multipart with `file` and `model` (each required: 400 without)."""
+        if not request.content_type.startswith("multipart/form-data"):
+            return _openai_error("Could not parse multipart form", 400)
+        fields: dict[str, Any] = {}
+        reader = await request.multipart()
+        async for part in reader:
+            if not isinstance(part, BodyPartReader):
+                continue
+            if part.name == "file" and part.filename:
+                fields["file"] = (part.filename, part.headers.get("Content-Type", ""), bytes(await part.read()))
+            elif part.name:
+                fields[part.name] = await part.text()
+        if not fields.get("model"):
+            return _openai_error("you must provide a model parameter", 400, param="model")
+        if "file" not in fields:
+            return _openai_error("1 validation error for Request\nbody -> file\n  field required", 400, param="file")
+        filename, content_type, data = fields["file"]
+        self.transcriptions.append(
+            {"model": fields["model"], "filename": filename, "content_type": content_type, "data": data, **fields}
+        )
+        answer = self.transcripts.popleft() if self.transcripts else f"fake transcript #{len(self.transcriptions)}"
+        if isinstance(answer, ScriptedResponse):
+            return _to_response(answer)
+        return web.json_response({"text": answer})
 
     async def _respond(self, body: dict[str, Any], number: int) -> ScriptedResponse:
         if self.responder is None:
@@ -230,16 +284,69 @@ def completion_json(
 
 
 def _strict_validation_error(body: dict[str, Any]) -> str | None:
-    """llama.cpp's answer to a message it cannot parse, or None when every content is a string."""
+    """llama.cpp's answer to a message it cannot parse, or None when every content is a string
+    (or, in a user message with images, a list of content parts: a multimodal server's input)."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return "[json.exception.type_error.302] type must be array, but is " + type(messages).__name__
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
+        if (
+            isinstance(content, list)
+            and message.get("role") == "user"
+            and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content)
+        ):
+            continue  # validated by _content_parts_error
         if not isinstance(content, str):
             kind = "null" if content is None else type(content).__name__
             return f"[json.exception.type_error.302] type must be string, but is {kind}"
     return None
+
+
+_DATA_URL = re.compile(r"^data:(image/(?:jpeg|png|webp|gif));base64,([A-Za-z0-9+/]*={0,2})$")
+
+
+def _content_parts_error(body: dict[str, Any], images: list[tuple[str, bytes]]) -> str | None:
+    """OpenAI's check of content parts: text parts with a string, image_url parts with a URL; a
+    `data:` URL must be base64 of a supported image type. Valid images are recorded in `images`."""
+    found: list[tuple[str, bytes]] = []
+    for message in body.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                if not isinstance(part.get("text"), str):
+                    return "Invalid type for 'messages[].content[].text': expected a string"
+            elif kind == "image_url":
+                url = (part.get("image_url") or {}).get("url") if isinstance(part.get("image_url"), dict) else None
+                match = _DATA_URL.match(url) if isinstance(url, str) else None
+                if match is None:
+                    return "Invalid image URL: expected a data URL with base64 of image/jpeg, png, webp or gif"
+                try:
+                    found.append((match.group(1), base64.b64decode(match.group(2), validate=True)))
+                except binascii.Error:
+                    return "Invalid base64 image data"
+            else:
+                return f"Invalid value for 'messages[].content[].type': {kind!r}"
+    images.extend(found)
+    return None
+
+
+def _has_image_parts(body: dict[str, Any]) -> bool:
+    return any(
+        isinstance(part, dict) and part.get("type") == "image_url"
+        for message in body.get("messages") or ()
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+    )
+
+
+def _openai_error(message: str, status: int, *, param: str | None = None) -> web.Response:
+    return web.json_response(
+        {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": None}}, status=status
+    )
 
 
 def _without_tool_calls(body: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,8 @@ _STATUS_TEXT = {
     502: "Bad Gateway",
     503: "Service Unavailable",
 }
+MAX_GET_FILE_BYTES = 20 * 1024 * 1024  # getFile's limit on the hosted Bot API
+_EXTENSIONS = {"photo": "jpg", "thumb": "jpg", "voice": "oga", "audio": "mp3", "video": "mp4", "document": "bin"}
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?")
 _MENTION = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}")
 
@@ -72,6 +74,8 @@ class FakeTelegramServer(LoopbackServer):
         self.deleted: list[tuple[int, int]] = []
         self.commands: list[dict[str, Any]] = []
         self.get_updates_offsets: list[int | None] = []
+        self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
+        self.downloads: list[str] = []  # file paths the bot downloaded
         self._queue: list[dict[str, Any]] = []  # updates not yet confirmed
         self._delivered: dict[int, dict[str, Any]] = {}  # every update ever returned, by id
         # None in a method's queue lets one call through.
@@ -222,6 +226,7 @@ class FakeTelegramServer(LoopbackServer):
         self._loop = asyncio.get_running_loop()
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
+        app.router.add_get("/file/bot{token}/{file_path:.+}", self._download)
         await self._bind(app)
         self.base_url = f"http://127.0.0.1:{self.port}/bot"
 
@@ -256,6 +261,8 @@ class FakeTelegramServer(LoopbackServer):
         self._notify()
         if isinstance(result, web.Response):  # the method refused the call
             return result
+        if isinstance(result, Failure):
+            return _error(result)
         return web.json_response({"ok": True, "result": result})
 
     def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -337,6 +344,101 @@ class FakeTelegramServer(LoopbackServer):
         for update in batch:
             self._delivered[update["update_id"]] = update
         return batch
+
+    # --- media: files, getFile and downloads ------------------------------------------
+    # Payload shapes as documented (https://core.telegram.org/bots/api#message): `photo` is a list
+    # of PhotoSize (file_id, file_unique_id, width, height, file_size), smallest first; a caption
+    # comes with `caption_entities`. getFile refuses files over 20 MB ("file is too big"), and a
+    # file is downloaded from `/file/bot<token>/<file_path>`.
+
+    def add_file(self, data: bytes, kind: str = "file") -> dict[str, Any]:
+        """Keep `data` as a file the bot may fetch; returns its file_id, file_unique_id and file_size."""
+        number = len(self.files) + 1
+        file_id = f"AgAC{kind}{number}x{self.bot_id}"
+        self.files[file_id] = (f"{kind}s/file_{number}.{_EXTENSIONS.get(kind, 'bin')}", data)
+        return {"file_id": file_id, "file_unique_id": f"AQAD{number}", "file_size": len(data)}
+
+    def send_media(
+        self,
+        chat_id: int,
+        user_id: int,
+        fields: dict[str, Any],
+        *,
+        caption: str | None = None,
+        chat_type: str = "private",
+        first_name: str | None = None,
+    ) -> int:
+        """Queue a media message from a user (`fields`: e.g. {"voice": {...}}); returns its message id."""
+        return self._in_loop(self._send_media, chat_id, user_id, fields, caption, chat_type, first_name)
+
+    def send_photo(
+        self,
+        chat_id: int,
+        user_id: int,
+        image: bytes,
+        *,
+        caption: str | None = None,
+        width: int = 800,
+        height: int = 600,
+    ) -> int:
+        """A photo as Telegram delivers it: a thumbnail and the full size, each its own file."""
+        thumb = self.add_file(image[:64], "thumb")
+        full = self.add_file(image, "photo")
+        scale = 90 / max(width, height)
+        sizes = [
+            {**thumb, "width": max(1, round(width * scale)), "height": max(1, round(height * scale))},
+            {**full, "width": width, "height": height},
+        ]
+        return self.send_media(chat_id, user_id, {"photo": sizes}, caption=caption)
+
+    def send_voice(self, chat_id: int, user_id: int, audio: bytes, *, duration: int = 3) -> int:
+        voice = {**self.add_file(audio, "voice"), "duration": duration, "mime_type": "audio/ogg"}
+        return self.send_media(chat_id, user_id, {"voice": voice})
+
+    def _send_media(
+        self,
+        chat_id: int,
+        user_id: int,
+        fields: dict[str, Any],
+        caption: str | None,
+        chat_type: str,
+        first_name: str | None,
+    ) -> int:
+        chat = self._chats.setdefault(chat_id, _chat_json(chat_id, chat_type, first_name or f"User{user_id}"))
+        message_id = next(self._message_ids)
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": chat,
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name or f"User{user_id}"},
+            **fields,
+        }
+        if caption is not None:
+            message["caption"] = caption
+            if entities := _entities(caption):
+                message["caption_entities"] = entities
+        self._queue.append({"update_id": next(self._update_ids), "message": message})
+        self._notify()
+        return message_id
+
+    def _api_getFile(self, params: dict[str, Any]) -> dict[str, Any] | Failure:
+        file_id = str(params.get("file_id") or "")
+        if file_id not in self.files:
+            return Failure(400, "Bad Request: invalid file_id")
+        path, data = self.files[file_id]
+        if len(data) > MAX_GET_FILE_BYTES:
+            return Failure(400, "Bad Request: file is too big")
+        return {"file_id": file_id, "file_unique_id": "AQAD", "file_size": len(data), "file_path": path}
+
+    async def _download(self, request: web.Request) -> web.Response:
+        self.hang_up_if_down(request)
+        path = request.match_info["file_path"]
+        self.downloads.append(path)
+        self._notify()
+        found = [data for stored, data in self.files.values() if stored == path]
+        if request.match_info["token"] != self.token or not found:
+            return _error(Failure(404, "Not Found"))
+        return web.Response(body=found[0], content_type="application/octet-stream")
 
     # --- internals -----------------------------------------------------------------
 
