@@ -1,0 +1,196 @@
+"""Discord slash commands and confirmation buttons: the real discord.py and core against the fake Discord."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from adapters.discord import DiscordAdapter
+from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.storage.outbox import SqliteOutboxStore
+from core.commands import COMMANDS
+from core.companion import Companion, CompanionConfig
+from core.outbox import Outbox
+from core.ports import SystemClock
+from tests.conftest import PASSPHRASE
+from tests.helpers.fake_discord import FakeDiscordServer
+from tests.helpers.fake_discord_interactions import EPHEMERAL
+from tests.helpers.fake_openai import FakeOpenAIServer
+
+FRIEND = 111  # allowed: discord:111
+CONFIRM = "companion:/export confirm"
+
+
+@pytest.fixture
+async def discord_server():
+    async with FakeDiscordServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def model():
+    async with FakeOpenAIServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def core(store, model, passphrase_hash):
+    provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
+    companion = Companion(
+        store,
+        provider,
+        CompanionConfig(
+            allowed_accounts=frozenset({f"discord:{FRIEND}"}),
+            passphrase_hash=passphrase_hash,
+            allow_private_export=True,
+            private_idle_seconds=None,
+        ),
+        outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+    )
+    await companion.start()
+    yield companion
+    await companion.drain()
+    await provider.aclose()
+
+
+@pytest.fixture
+async def adapter(discord_server, core):
+    adapter = DiscordAdapter(
+        discord_server.token,
+        core.handle,
+        core.command_list(),
+        api_base=discord_server.api_base,
+        gateway_url=discord_server.gateway_url,
+        guild_ready_timeout=0.05,
+        retry_delays=(0.01, 0.01),
+        outbox=core.outbox,
+    )
+    await adapter.start()
+    yield adapter
+    await adapter.aclose()
+
+
+def db_rows(store, sql: str) -> list[tuple]:
+    with sqlite3.connect(store.path) as db:
+        return db.execute(sql).fetchall()
+
+
+def db_bytes(tmp_path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("companion.db"))
+
+
+# --- the commands ------------------------------------------------------------------
+
+
+async def test_the_chat_commands_are_synced_as_slash_commands_at_start(discord_server, adapter):
+    (put,) = discord_server.interactions.command_puts  # one bulk overwrite, before READY
+    synced = {c["name"]: c for c in discord_server.interactions.commands}
+    assert set(synced) == {c.name for c in COMMANDS}
+    private = synced["private"]["options"]
+    assert [(o["name"], o["type"], o.get("required", False)) for o in private] == [
+        ("passphrase", 3, True),
+        ("expiry", 3, False),
+    ]
+    assert [o["name"] for o in synced["link"]["options"]] == ["code"]
+    assert [o["name"] for o in synced["remember"]["options"]] == ["args"]
+    assert "options" not in synced["help"] or synced["help"]["options"] == []
+    assert len(put) == len(COMMANDS)
+
+
+async def test_a_slash_command_is_answered_through_its_interaction(discord_server, adapter):
+    interaction = await discord_server.interactions.slash_command(FRIEND, "help")
+    callback, *followups = await discord_server.interactions.wait_for_responses(interaction, 2)
+    assert (callback.kind, callback.type, callback.ephemeral) == ("callback", 5, False)  # deferred at once
+    assert followups and all(f.kind == "followup" and not f.ephemeral for f in followups)
+    assert "/private PASSPHRASE" in "".join(f.content for f in followups)
+    assert discord_server.sent == []  # the answer is the interaction's, not a second channel message
+
+
+async def test_slash_private_enters_private_mode_and_the_passphrase_appears_in_no_message_row_or_body(
+    discord_server, adapter, store, tmp_path
+):
+    interactions = discord_server.interactions
+    interaction = await interactions.slash_command(FRIEND, "private", {"passphrase": PASSPHRASE})
+    callback, answer = await interactions.wait_for_responses(interaction, 2)
+    assert (callback.type, callback.flags & EPHEMERAL) == (5, EPHEMERAL)  # deferred, ephemeral
+    assert answer.kind == "followup" and answer.ephemeral and answer.flags & EPHEMERAL
+    assert "private" in answer.content.lower()
+    # The mode is private afterwards: a typed /mode says so.
+    await discord_server.send_dm(FRIEND, "/mode")
+    (mode,) = await discord_server.wait_for_sent(1)
+    assert "You are in private mode" in mode.content
+    # Stored exactly as a typed /private is: redacted.
+    assert ("/private [redacted]",) in db_rows(store, "SELECT text FROM messages WHERE kind = 'command'")
+    secret = PASSPHRASE.encode()
+    assert any(PASSPHRASE in str(p) for p in interactions.payloads)  # only where the fake itself put it
+    assert all(PASSPHRASE not in m["content"] for m in discord_server.messages.values())
+    assert all(PASSPHRASE not in r.content for r in interactions.responses)
+    assert all(secret not in body for body in discord_server.bodies)
+    assert all(PASSPHRASE not in frame for frame in discord_server.frames)
+    assert secret not in db_bytes(tmp_path)
+
+
+async def test_a_passphrase_with_a_space_changes_nothing_and_is_answered_ephemerally(
+    discord_server, adapter, store
+):
+    interactions = discord_server.interactions
+    interaction = await interactions.slash_command(FRIEND, "private", {"passphrase": f"{PASSPHRASE} 1h"})
+    _, answer = await interactions.wait_for_responses(interaction, 2)
+    assert answer.ephemeral and "Nothing changed" in answer.content
+    assert db_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+
+
+async def test_slash_private_in_a_guild_is_refused_ephemerally_and_never_shown(discord_server, adapter):
+    interactions = discord_server.interactions
+    interaction = await interactions.slash_command(FRIEND, "private", {"passphrase": PASSPHRASE}, in_guild=True)
+    callback, answer = await interactions.wait_for_responses(interaction, 2)
+    assert callback.ephemeral and answer.ephemeral
+    assert "one-to-one" in answer.content
+    assert discord_server.sent == []
+
+
+# --- confirmation buttons ----------------------------------------------------------
+
+
+async def _crossing_asked(discord_server) -> int:
+    """In a DM, private mode, `/export` typed: returns the id of the bot's message with the button."""
+    await discord_server.send_dm(FRIEND, f"/private {PASSPHRASE}")
+    await discord_server.send_dm(FRIEND, "a private line")
+    await discord_server.wait_for_sent(2)
+    await discord_server.send_dm(FRIEND, "/export")
+    sent = await discord_server.wait_for_sent(3)
+    asked = discord_server.messages[sent[-1].id]
+    assert "NEW, NON-PRIVATE artifact" in asked["content"]
+    return sent[-1].id
+
+
+async def test_the_export_crossing_is_confirmed_by_its_button(discord_server, adapter, store):
+    asked = await _crossing_asked(discord_server)
+    interactions = discord_server.interactions
+    interaction = await interactions.press_button(FRIEND, asked, CONFIRM)
+    callback, *answers = await interactions.wait_for_responses(interaction, 3)
+    assert (callback.type, callback.ephemeral) == (6, False)  # acknowledged without a loading state
+    assert any(a.content.startswith("Created non-private artifact #1") for a in answers)
+    assert any(name.startswith("companion-crossing-") for a in answers for name, _ in a.files)
+    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+
+
+async def test_a_button_pressed_again_after_its_confirmation_was_used_says_so(discord_server, adapter, store):
+    asked = await _crossing_asked(discord_server)
+    interactions = discord_server.interactions
+    first = await interactions.press_button(FRIEND, asked, CONFIRM)
+    await interactions.wait_for_responses(first, 3)
+    again = await interactions.press_button(FRIEND, asked, CONFIRM)
+    _, answer = await interactions.wait_for_responses(again, 2)
+    assert "no crossing waiting for confirmation" in answer.content
+    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+
+
+async def test_the_typed_confirmation_still_works_on_discord(discord_server, adapter, store):
+    await _crossing_asked(discord_server)
+    await discord_server.send_dm(FRIEND, "/export confirm")
+    sent = await discord_server.wait_for_sent(4)
+    assert any(m.content.startswith("Created non-private artifact #1") for m in sent)
+    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
