@@ -132,9 +132,7 @@ async def test_slash_private_enters_private_mode_and_the_passphrase_appears_in_n
     assert secret not in db_bytes(tmp_path)
 
 
-async def test_a_passphrase_with_a_space_changes_nothing_and_is_answered_ephemerally(
-    discord_server, adapter, store
-):
+async def test_a_passphrase_with_a_space_changes_nothing_and_is_answered_ephemerally(discord_server, adapter, store):
     interactions = discord_server.interactions
     interaction = await interactions.slash_command(FRIEND, "private", {"passphrase": f"{PASSPHRASE} 1h"})
     _, answer = await interactions.wait_for_responses(interaction, 2)
