@@ -15,8 +15,9 @@ from datetime import timedelta
 from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
-from telegram.ext import Application, ContextTypes, ExtBot, MessageHandler, filters
+from telegram.ext import Application, CallbackQueryHandler, ContextTypes, ExtBot, MessageHandler, filters
 
+from adapters.telegram.buttons import TelegramButtons, keyboard
 from adapters.telegram.delivery import (
     Delivery,
     TelegramDeliveryError,
@@ -36,6 +37,9 @@ from core.ports import MessageHandler as CoreHandler
 from core.retry import Sleep
 
 log = logging.getLogger(__name__)
+
+# What getUpdates asks for: messages, and presses of confirmation buttons (adapters/telegram/buttons.py).
+ALLOWED_UPDATES = ["message", "callback_query"]
 
 
 class TelegramStartError(CompanionError):
@@ -103,6 +107,7 @@ class TelegramAdapter:
         self._persist_lock = asyncio.Lock()
         self._persisted: str | None = None
         self._log_filter = _RedactToken(token)
+        self._buttons = TelegramButtons()
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -239,6 +244,7 @@ class TelegramAdapter:
                 start=delivery.parts_sent,
                 reply_to=int(target.reply_to) if target.reply_to else None,
                 thread_id=int(target.thread_id) if target.thread_id else None,
+                reply_markup=self._buttons.take(delivery.id),
             )
         except TelegramDeliveryError as exc:
             cause = exc.__cause__
@@ -265,6 +271,7 @@ class TelegramAdapter:
             builder = builder.base_url(self._base_url).base_file_url(_file_url(self._base_url))
         app = builder.build()
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT, self._on_message))
+        app.add_handler(CallbackQueryHandler(self._on_button))
         app.add_error_handler(self._on_error)
         return app
 
@@ -341,7 +348,7 @@ class TelegramAdapter:
                     # While a turn runs its update stays unconfirmed and comes back at once:
                     # poll briefly then, or the next chat would wait for that turn.
                     timeout=timedelta(seconds=0 if waiting else self._poll_timeout),
-                    allowed_updates=["message"],
+                    allowed_updates=ALLOWED_UPDATES,
                 )
             except RetryAfter as exc:
                 await self._sleep(retry_after_seconds(exc))
@@ -435,7 +442,7 @@ class TelegramAdapter:
         if offset is None or self._app is None:
             return
         try:
-            await self._bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=["message"])
+            await self._bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=ALLOWED_UPDATES)
         except TelegramError as exc:  # the stored ledger still skips them
             log.info("telegram: confirming handled updates failed (%s)", type(exc).__name__)
 
@@ -480,10 +487,13 @@ class TelegramAdapter:
                     raise RuntimeError("telegram: a reply with an outbox delivery names no conversation")
                 if text != reply.text:
                     await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
+                self._buttons.expect(reply.delivery_id, reply.confirm)
                 await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
             else:
                 reply_to = None if (inbound.is_direct or reply.delete_inbound) else message.message_id
-                await delivery.send_text(message.chat_id, text, reply_to=reply_to, thread_id=thread)
+                await delivery.send_text(
+                    message.chat_id, text, reply_to=reply_to, thread_id=thread, reply_markup=keyboard(reply.confirm)
+                )
             for attachment in reply.attachments:
                 await delivery.call(
                     "sendDocument",
@@ -497,6 +507,12 @@ class TelegramAdapter:
                 )
         except (TelegramDeliveryError, TelegramError) as exc:
             log.error("telegram: update %s: the reply could not be sent (%s)", update.update_id, type(exc).__name__)
+
+    async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if self._delivery is not None:
+            await self._buttons.on_press(
+                update, handler=self._handler, delivery=self._delivery, outbox=self._outbox, bot=self._bot
+            )
 
     def _inbound(self, message: Message) -> InboundMessage | None:
         """The core's view of a message, or None when the companion should not answer it."""

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from telegram import Bot, ReplyParameters
+from telegram import Bot, InlineKeyboardMarkup, ReplyParameters
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -91,9 +91,10 @@ class Delivery:
         reply_to: int | None = None,
         thread_id: int | None = None,
         start: int = 0,
+        reply_markup: InlineKeyboardMarkup | None = None,
     ) -> list[int]:
         """Send `text` as plain text (no parse mode, so formatting cannot fail), in parts, in order,
-        from part `start` on (the parts before it went out earlier).
+        from part `start` on (the parts before it went out earlier); `reply_markup` goes under the last.
 
         Returns:
             The message ids of the parts sent now.
@@ -101,15 +102,22 @@ class Delivery:
             TelegramDeliveryError: a part could not be sent; the parts after it were not sent.
         """
         sent: list[int] = []
-        for number, part in enumerate(split_message(sendable(text))):
+        parts = split_message(sendable(text))
+        for number, part in enumerate(parts):
             if number < start:
                 continue
             reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if (reply_to and number == 0) else None
+            markup = reply_markup if number == len(parts) - 1 else None
             try:
                 message = await self.call(
                     "sendMessage",
                     functools.partial(
-                        self._bot.send_message, chat_id, part, reply_parameters=reply, message_thread_id=thread_id
+                        self._bot.send_message,
+                        chat_id,
+                        part,
+                        reply_parameters=reply,
+                        message_thread_id=thread_id,
+                        reply_markup=markup,
                     ),
                 )
             except TelegramError as exc:

@@ -12,6 +12,7 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from core.commands import COMMANDS
 from core.companion import Companion, CompanionConfig
+from core.crossing import CONFIRM_WINDOW
 from core.outbox import Outbox
 from core.ports import SystemClock
 from tests.conftest import PASSPHRASE
@@ -36,7 +37,7 @@ async def model():
 
 
 @pytest.fixture
-async def core(store, model, passphrase_hash):
+async def core(store, model, passphrase_hash, clock):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
     companion = Companion(
         store,
@@ -48,6 +49,7 @@ async def core(store, model, passphrase_hash):
             private_idle_seconds=None,
         ),
         outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+        clock=clock,  # moved past the five minutes a confirmation lasts
     )
     await companion.start()
     yield companion
@@ -184,6 +186,15 @@ async def test_a_button_pressed_again_after_its_confirmation_was_used_says_so(di
     _, answer = await interactions.wait_for_responses(again, 2)
     assert "no crossing waiting for confirmation" in answer.content
     assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+
+
+async def test_a_button_pressed_after_the_confirmation_expired_says_so(discord_server, adapter, store, clock):
+    asked = await _crossing_asked(discord_server)
+    clock.advance(CONFIRM_WINDOW + 1)
+    interaction = await discord_server.interactions.press_button(FRIEND, asked, CONFIRM)
+    _, answer = await discord_server.interactions.wait_for_responses(interaction, 2)
+    assert "no crossing waiting for confirmation (it lasts 5 minutes)" in answer.content
+    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
 
 
 async def test_the_typed_confirmation_still_works_on_discord(discord_server, adapter, store):
