@@ -203,3 +203,114 @@ async def test_the_typed_confirmation_still_works_on_discord(discord_server, ada
     sent = await discord_server.wait_for_sent(4)
     assert any(m.content.startswith("Created non-private artifact #1") for m in sent)
     assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+
+
+# --- interactions under pressure ---------------------------------------------------------
+
+
+async def test_a_slash_command_is_acknowledged_in_time_while_a_turn_of_its_chat_is_running(
+    discord_server, adapter, model
+):
+    interactions = discord_server.interactions
+    interactions.response_deadline = 1.0  # Discord's is 3 s; the turn below takes longer than this
+    model.reply_text("a slow answer", delay=3.0)
+    await discord_server.send_dm(FRIEND, "tell me something")
+    await discord_server.wait_until(lambda: len(model.requests) == 1, what="the model asked")
+    interaction = await interactions.slash_command(FRIEND, "mode")
+    callback, answer = await interactions.wait_for_responses(interaction, 2)
+    assert callback.type == 5  # acknowledged at once; answered after the running turn, in order
+    assert "You are in normal mode" in answer.content
+    assert [m.content for m in discord_server.sent] == ["a slow answer"]
+
+
+async def test_an_ephemeral_answer_that_cannot_be_sent_never_becomes_a_channel_message(
+    discord_server, adapter, store, core
+):
+    discord_server.fail_next("POST", "/webhooks/{application_id}/{token}", 400)
+    interaction = await discord_server.interactions.slash_command(
+        FRIEND, "private", {"passphrase": PASSPHRASE}, in_guild=True
+    )
+    await discord_server.interactions.wait_for_responses(interaction, 1)
+    await discord_server.wait_until(
+        lambda: db_rows(store, "SELECT status FROM deliveries") == [("failed",)], what="the delivery settled"
+    )
+    await core.outbox.dispatch_due(at_start=True)
+    assert discord_server.sent == []
+
+
+# --- the fake is as strict as Discord ------------------------------------------------------
+
+
+async def test_the_fake_refuses_commands_discord_refuses(discord_server):
+    import aiohttp
+
+    url = f"{discord_server.api_base}/applications/{discord_server.app_id}/commands"
+    headers = {"Authorization": f"Bot {discord_server.token}"}
+    good = {"name": "help", "description": "What I can do"}
+    bad_bodies = [
+        [{"name": "Help", "description": "upper case"}],
+        [{"name": "help", "description": ""}],
+        [{"name": "help", "description": "x" * 101}],
+        [good, good],
+        [{"name": f"c{i}", "description": "d"} for i in range(101)],
+        [
+            {
+                "name": "private",
+                "description": "d",
+                "options": [
+                    {"name": "expiry", "description": "d", "type": 3},
+                    {"name": "passphrase", "description": "d", "type": 3, "required": True},
+                ],
+            }
+        ],
+    ]
+    async with aiohttp.ClientSession() as session:
+        for body in bad_bodies:
+            async with session.put(url, json=body, headers=headers) as response:
+                assert response.status == 400 and (await response.json())["code"] == 50035
+        async with session.put(url, json=[good], headers=headers) as response:
+            assert response.status == 200
+        async with session.put(url, json=[good]) as response:
+            assert response.status == 401  # a bulk overwrite needs the bot token
+
+
+async def test_an_interaction_answered_too_late_runs_nothing_and_the_fake_takes_one_answer_only(
+    discord_server, core, store
+):
+    import aiohttp
+
+    adapter = DiscordAdapter(
+        discord_server.token,
+        core.handle,
+        (("help", "What I can do"),),
+        api_base=discord_server.api_base,
+        gateway_url=discord_server.gateway_url,
+        guild_ready_timeout=0.05,
+    )
+    await adapter.start()
+    try:
+        interactions = discord_server.interactions
+        answered = await interactions.slash_command(FRIEND, "help")
+        await interactions.wait_for_responses(answered, 2)
+        interactions.response_deadline = -1.0  # every answer comes too late
+        late = await interactions.slash_command(FRIEND, "help")
+        callback = "/api/v10/interactions/{interaction_id}/{token}/callback"
+        await discord_server.wait_until(lambda: ("POST", callback, 404) in discord_server.requests)
+        token = {p["id"]: p["token"] for p in interactions.payloads}
+        base = discord_server.api_base
+        async with aiohttp.ClientSession() as session:
+            again = f"{base}/interactions/{answered}/{token[str(answered)]}/callback"
+            async with session.post(again, json={"type": 4, "data": {"content": "x"}}) as response:
+                assert response.status == 400 and (await response.json())["code"] == 40060
+            wrong = f"{base}/interactions/{answered}/not-the-token/callback"
+            async with session.post(wrong, json={"type": 4, "data": {"content": "x"}}) as response:
+                assert response.status == 404 and (await response.json())["code"] == 10062
+            followup = f"{base}/webhooks/{discord_server.app_id}/{token[str(late)]}"
+            async with session.post(followup, json={"content": "x"}) as response:
+                assert response.status == 404 and (await response.json())["code"] == 10015
+    finally:
+        await adapter.aclose()
+    # The late one: its acknowledgement was refused, so the command did not run and nothing followed.
+    assert interactions.responses_to(late) == []
+    assert db_rows(store, f"SELECT count(*) FROM messages WHERE platform_message_id = '{late}'") == [(0,)]
+    assert db_rows(store, f"SELECT count(*) FROM messages WHERE platform_message_id = '{answered}'") == [(1,)]
