@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_discord_interactions import EPHEMERAL
 from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.logs import logging_policy
 
 FRIEND = 111  # allowed: discord:111
 CONFIRM = "companion:/export confirm"
@@ -314,3 +316,30 @@ async def test_an_interaction_answered_too_late_runs_nothing_and_the_fake_takes_
     assert interactions.responses_to(late) == []
     assert db_rows(store, f"SELECT count(*) FROM messages WHERE platform_message_id = '{late}'") == [(0,)]
     assert db_rows(store, f"SELECT count(*) FROM messages WHERE platform_message_id = '{answered}'") == [(1,)]
+
+
+async def test_neither_the_passphrase_nor_the_interaction_token_reaches_the_logs_even_at_debug(
+    discord_server, core, caplog
+):
+    caplog.set_level(logging.DEBUG)
+    adapter = DiscordAdapter(
+        discord_server.token,
+        core.handle,
+        core.command_list(),
+        api_base=discord_server.api_base,
+        gateway_url=discord_server.gateway_url,
+        guild_ready_timeout=0.05,
+        outbox=core.outbox,
+    )
+    with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG
+        await adapter.start()
+        try:
+            interactions = discord_server.interactions
+            interaction = await interactions.slash_command(FRIEND, "private", {"passphrase": PASSPHRASE})
+            await interactions.wait_for_responses(interaction, 2)
+        finally:
+            await adapter.aclose()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    (payload,) = discord_server.interactions.payloads
+    assert PASSPHRASE not in logged and payload["token"] not in logged
+    assert any(r.name.startswith("adapters.discord") for r in caplog.records)
