@@ -170,7 +170,7 @@ class DiscordInteractions:
             return
         try:
             synced = await self._tree.sync()
-        except _FAILED as exc:
+        except (*_FAILED, discord.DiscordException) as exc:
             log.warning(
                 "discord: syncing the application commands failed (%s); typed commands still work", type(exc).__name__
             )

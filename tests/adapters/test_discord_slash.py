@@ -343,3 +343,40 @@ async def test_neither_the_passphrase_nor_the_interaction_token_reaches_the_logs
     (payload,) = discord_server.interactions.payloads
     assert PASSPHRASE not in logged and payload["token"] not in logged
     assert any(r.name.startswith("adapters.discord") for r in caplog.records)
+
+
+async def test_when_the_commands_cannot_be_synced_start_up_goes_on_and_typed_commands_work(discord_server, core):
+    discord_server.fail_next("PUT", "/applications/{application_id}/commands", 403)
+    adapter = DiscordAdapter(
+        discord_server.token,
+        core.handle,
+        core.command_list(),
+        api_base=discord_server.api_base,
+        gateway_url=discord_server.gateway_url,
+        guild_ready_timeout=0.05,
+        outbox=core.outbox,
+    )
+    await adapter.start()
+    try:
+        assert discord_server.interactions.commands == []
+        await discord_server.send_dm(FRIEND, "/mode")
+        (answer,) = await discord_server.wait_for_sent(1)
+        assert "You are in normal mode" in answer.content
+    finally:
+        await adapter.aclose()
+
+
+async def test_slash_export_asks_with_a_button_on_its_followup_and_the_button_confirms(discord_server, adapter, store):
+    interactions = discord_server.interactions
+    entered = await interactions.slash_command(FRIEND, "private", {"passphrase": PASSPHRASE})
+    await interactions.wait_for_responses(entered, 2)
+    asked = await interactions.slash_command(FRIEND, "export")
+    _, question = await interactions.wait_for_responses(asked, 2)
+    assert "NEW, NON-PRIVATE artifact" in question.content
+    (row,) = question.components
+    assert [(c["type"], c["custom_id"]) for c in row["components"]] == [(2, CONFIRM)]
+    assert question.message_id is not None
+    pressed = await interactions.press_button(FRIEND, question.message_id, CONFIRM)
+    _, *answers = await interactions.wait_for_responses(pressed, 3)
+    assert any(a.content.startswith("Created non-private artifact #1") for a in answers)
+    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
