@@ -380,3 +380,25 @@ async def test_slash_export_asks_with_a_button_on_its_followup_and_the_button_co
     _, *answers = await interactions.wait_for_responses(pressed, 3)
     assert any(a.content.startswith("Created non-private artifact #1") for a in answers)
     assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+
+
+def test_the_fake_refuses_buttons_discord_refuses():
+    from tests.helpers.fake_discord_interactions import component_errors
+
+    def row(*buttons):
+        return {"type": 1, "components": list(buttons)}
+
+    def button(custom_id, **extra):
+        return {"type": 2, "style": 4, "label": "Yes", "custom_id": custom_id, **extra}
+
+    assert component_errors([row(button("x" * 100))]) is None
+    for bad in (
+        [row(button("x" * 101))],  # custom_id: at most 100 characters
+        [row(button(""))],
+        [row(button("same"), button("same"))],  # unique within a message
+        [row(*[button(str(i)) for i in range(6)])],  # at most 5 in a row
+        [row(button(str(i))) for i in range(6)],  # at most 5 rows
+        [button("bare")],  # buttons live in action rows
+        [row(button("x", label="l" * 81))],
+    ):
+        assert component_errors(bad) is not None
