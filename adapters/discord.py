@@ -20,6 +20,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import HTTPClient, Route
 
 from adapters.discord_catchup import CATCH_UP_LIMIT, DmCursors, catch_up
+from adapters.discord_commands import DiscordInteractions, confirm_view
 from adapters.discord_media import media_of
 from adapters.text import split_message
 from core.commands import carries_secret
@@ -62,8 +63,8 @@ class DiscordAdapter:
     Args:
         token: the bot token (COMPANION_DISCORD_TOKEN).
         handler: the core's turn handler; it receives InboundMessage, never a discord.py object.
-        commands: (name, description) of the chat commands. On Discord they are text commands
-            the core parses (`/help`, `/private ...`), so nothing is registered with Discord.
+        commands: (name, description) of the chat commands: typed as text (the core parses them),
+            and registered at start as slash commands (adapters/discord_commands.py).
         api_base: REST base including the version (default https://discord.com/api/v10).
         gateway_url: websocket URL of the gateway. Unset: asked from `{api_base}/gateway/bot`
             when api_base is set, else Discord's.
@@ -121,6 +122,16 @@ class DiscordAdapter:
         self._is_allowed = is_allowed
         self._catch_up_limit = catch_up_limit
         self._caught_up = asyncio.Event()
+        # Slash commands and confirmation buttons (adapters/discord_commands.py).
+        self._interactions = DiscordInteractions(
+            handler=handler,
+            outbox=outbox,
+            locks=self._channel_locks,
+            turns=self._turns,
+            commands=self.commands,
+            api_base=self._api_base,
+            closing=lambda: self._closing,
+        )
 
     @property
     def bot_user_id(self) -> int | None:
@@ -142,8 +153,10 @@ class DiscordAdapter:
             gateway_url=self._gateway_url,
             guild_ready_timeout=self._guild_ready_timeout,
         )
+        self._interactions.install(self._client)
         try:
             await self._log_in(self._client)
+            await self._interactions.sync()
             await self._connect(self._client)
         except BaseException:
             await self.aclose()
@@ -487,6 +500,10 @@ class DiscordAdapter:
         client = self._client
         if client is None:
             raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
+        answered = await self._interactions.send_routed(delivery)  # a slash command's or button's answer
+        if answered is not None:
+            return answered
+        view = self._interactions.take_view(delivery.id)
         target = delivery.target
         cached = client.get_channel(int(target.chat_id))
         # A cached category or forum cannot take a message; the partial one lets Discord say so.
@@ -504,7 +521,12 @@ class DiscordAdapter:
                 )
             try:
                 await self._send_part(
-                    channel, chunks[index], reference=reference, attachments=(), nonce=f"{delivery.nonce}{index:03d}"
+                    channel,
+                    chunks[index],
+                    reference=reference,
+                    attachments=(),
+                    nonce=f"{delivery.nonce}{index:03d}",
+                    view=view if index == len(chunks) - 1 else None,
                 )
             except DeliveryFailed as exc:
                 raise DeliveryFailed(exc.kind, permanent=exc.permanent, parts_sent=index) from exc
@@ -526,6 +548,7 @@ class DiscordAdapter:
                 raise RuntimeError("discord: a reply with an outbox delivery names no conversation")
             if text != reply.text:
                 await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
+            self._interactions.expect_view(reply.delivery_id, reply.confirm)
             await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
             if reply.attachments:
                 await self._send(channel, None, reference=None, attachments=reply.attachments)
@@ -541,6 +564,7 @@ class DiscordAdapter:
                 chunk,
                 reference=reference if index == 0 else None,
                 attachments=reply.attachments if last else (),
+                view=confirm_view(reply.confirm) if last else None,
             )
             if not sent:
                 # A gap in the middle would read wrong; the rest stays unsent.
@@ -577,11 +601,17 @@ class DiscordAdapter:
         *,
         reference: discord.MessageReference | None,
         attachments: Sequence[Attachment],
+        view: discord.ui.View | None = None,
     ) -> bool:
         """Send one message directly (no outbox row); False when it could not be sent."""
         try:
             await self._send_part(
-                channel, content, reference=reference, attachments=attachments, nonce=str(secrets.randbits(63))
+                channel,
+                content,
+                reference=reference,
+                attachments=attachments,
+                nonce=str(secrets.randbits(63)),
+                view=view,
             )
         except DeliveryFailed:
             return False
@@ -595,6 +625,7 @@ class DiscordAdapter:
         reference: discord.MessageReference | None,
         attachments: Sequence[Attachment],
         nonce: str,
+        view: discord.ui.View | None = None,
     ) -> discord.Message:
         """Send one message, again after transient failures; the nonce makes a repeat a no-op at Discord.
 
@@ -613,6 +644,7 @@ class DiscordAdapter:
                 allowed_mentions=NO_MENTIONS,
                 nonce=nonce,
                 files=files,  # type: ignore[arg-type]  # None: no files (see above)
+                view=view,  # type: ignore[arg-type]  # None: no buttons (see above)
             )
 
         def failed(exc: Exception, number: int) -> None:

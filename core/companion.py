@@ -675,6 +675,7 @@ class Companion:
             text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{reply.text}" if turn.restart_notice else reply.text
             final = Reply(text, delete_inbound=carries_secret)
         final.attachments = reply.attachments
+        final.confirm = reply.confirm
         return final
 
     async def say_transition_line(self, conversation: Conversation) -> str:

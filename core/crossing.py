@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from core import copy
 from core.durations import describe_seconds, format_moment
-from core.model import Attachment, Conversation, Reply
+from core.model import Attachment, Confirmation, Conversation, Reply
 from core.valve import ModeState, PrivateState
 
 if TYPE_CHECKING:
@@ -60,7 +60,8 @@ async def export_reply(companion: Companion, conversation: Conversation, state: 
             f"Crossing the boundary: this creates a NEW, NON-PRIVATE artifact, {destination}, holding this "
             f"private conversation. It will not be private: it is {kept}, on its own schedule, and survives "
             "this private interval's expiry and backups. This interval itself stays private. To create it, "
-            "send /export confirm within 5 minutes; anything else cancels nothing and creates nothing."
+            "send /export confirm within 5 minutes; anything else cancels nothing and creates nothing.",
+            confirm=Confirmation("Create the non-private file", "/export confirm"),
         )
     items = await companion.store.segment_items(segment.id)
     body = (

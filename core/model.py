@@ -85,6 +85,15 @@ class Attachment:
     mime_type: str = "text/plain"
 
 
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """A question the person may answer with one button: pressing it is the same as typing
+    `command` (which keeps working). Adapters draw it as the platform's button."""
+
+    label: str  # the button's words
+    command: str  # what a press sends, as typed: "/export confirm" (never a secret-carrying command)
+
+
 @dataclass(slots=True)
 class Reply:
     """What the core hands back for one inbound message.
@@ -100,6 +109,7 @@ class Reply:
     # adapter hands it to the outbox (send, then mark) instead of sending `text` itself.
     delivery_id: int | None = None
     conversation_id: int | None = None
+    confirm: Confirmation | None = None  # a button under the reply (adapters/buttons.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,9 @@ from urllib.parse import quote
 from telegram import BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
-from telegram.ext import Application, ContextTypes, ExtBot, MessageHandler, filters
+from telegram.ext import Application, CallbackQueryHandler, ContextTypes, ExtBot, MessageHandler, filters
 
+from adapters.telegram.buttons import TelegramButtons, keyboard
 from adapters.telegram.delivery import (
     Delivery,
     TelegramDeliveryError,
@@ -39,6 +40,9 @@ from core.ports import MessageHandler as CoreHandler
 from core.retry import Sleep
 
 log = logging.getLogger(__name__)
+
+# What getUpdates asks for: messages, and presses of confirmation buttons (adapters/telegram/buttons.py).
+ALLOWED_UPDATES = ["message", "callback_query"]
 
 
 class TelegramStartError(CompanionError):
@@ -112,6 +116,7 @@ class TelegramAdapter:
         self._persist_lock = asyncio.Lock()
         self._persisted: str | None = None
         self._log_filter = _RedactToken(token)
+        self._buttons = TelegramButtons()
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -249,6 +254,7 @@ class TelegramAdapter:
                 reply_to=_quotable(target.reply_to),
                 thread_id=int(target.thread_id) if target.thread_id else None,
                 on_moved=self._chat_moved,
+                reply_markup=self._buttons.take(delivery.id),
             )
         except TelegramDeliveryError as exc:
             cause = exc.__cause__
@@ -277,6 +283,7 @@ class TelegramAdapter:
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & (filters.TEXT | MEDIA), self._on_message))
         # Its own group: a group upgraded to a supergroup is followed whatever the other handlers take.
         app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self._on_migrate), group=-1)
+        app.add_handler(CallbackQueryHandler(self._on_button))
         app.add_error_handler(self._on_error)
         return app
 
@@ -353,7 +360,7 @@ class TelegramAdapter:
                     # While a turn runs its update stays unconfirmed and comes back at once:
                     # poll briefly then, or the next chat would wait for that turn.
                     timeout=timedelta(seconds=0 if waiting else self._poll_timeout),
-                    allowed_updates=["message"],
+                    allowed_updates=ALLOWED_UPDATES,
                 )
             except RetryAfter as exc:
                 await self._sleep(retry_after_seconds(exc))
@@ -447,7 +454,7 @@ class TelegramAdapter:
         if offset is None or self._app is None:
             return
         try:
-            await self._bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=["message"])
+            await self._bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=ALLOWED_UPDATES)
         except TelegramError as exc:  # the stored ledger still skips them
             log.info("telegram: confirming handled updates failed (%s)", type(exc).__name__)
 
@@ -493,11 +500,17 @@ class TelegramAdapter:
                     raise RuntimeError("telegram: a reply with an outbox delivery names no conversation")
                 if text != reply.text:
                     await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
+                self._buttons.expect(reply.delivery_id, reply.confirm)
                 await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
             else:
                 reply_to = None if (inbound.is_direct or reply.delete_inbound) else message.message_id
                 await delivery.send_text(
-                    message.chat_id, text, reply_to=reply_to, thread_id=thread, on_moved=self._chat_moved
+                    message.chat_id,
+                    text,
+                    reply_to=reply_to,
+                    thread_id=thread,
+                    on_moved=self._chat_moved,
+                    reply_markup=keyboard(reply.confirm),
                 )
             for attachment in reply.attachments:
                 await delivery.call(
@@ -549,6 +562,12 @@ class TelegramAdapter:
     async def _chat_moved(self, old: str, new: str) -> None:
         if self._on_chat_moved is not None:
             await self._on_chat_moved(self.name, old, new)
+
+    async def _on_button(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        if self._delivery is not None:
+            await self._buttons.on_press(
+                update, handler=self._handler, delivery=self._delivery, outbox=self._outbox, bot=self._bot
+            )
 
     def _inbound(self, message: Message) -> InboundMessage | None:
         """The core's view of a message, or None when the companion should not answer it."""

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from telegram import Bot, Message, MessageEntity, ReplyParameters
+from telegram import Bot, InlineKeyboardMarkup, Message, MessageEntity, ReplyParameters
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -98,12 +98,14 @@ class Delivery:
         thread_id: int | None = None,
         start: int = 0,
         on_moved: ChatMoved | None = None,
+        reply_markup: InlineKeyboardMarkup | None = None,
     ) -> list[int]:
         """Send Markdown `text` rendered as message entities (no parse mode, so nothing needs
         escaping), in parts, in order, from part `start` on (the parts before it went out earlier).
         A part whose entities Telegram refuses goes once more as the same text without them. A group
         upgraded to a supergroup (ChatMigrated) is followed: `on_moved` re-keys it, and the parts go
         to the new chat, quoting nothing (the quoted message's id belonged to the old chat).
+        `reply_markup` goes under the last part.
 
         Returns:
             The message ids of the parts sent now.
@@ -113,16 +115,18 @@ class Delivery:
         sent: list[int] = []
         if (moved_to := self._moved.get(str(chat_id))) is not None:
             chat_id, reply_to, thread_id = moved_to, None, None
-        for number, part in enumerate(telegram_parts(text)):
+        parts = telegram_parts(text)
+        for number, part in enumerate(parts):
             if number < start:
                 continue
             reply = ReplyParameters(reply_to, allow_sending_without_reply=True) if (reply_to and number == 0) else None
+            markup = reply_markup if number == len(parts) - 1 else None
             try:
                 try:
-                    message = await self._send_part(chat_id, part, reply, thread_id)
+                    message = await self._send_part(chat_id, part, reply, thread_id, markup)
                 except ChatMigrated as moved:
                     chat_id, reply_to, thread_id = await self._follow(chat_id, moved.new_chat_id, on_moved), None, None
-                    message = await self._send_part(chat_id, part, None, None)
+                    message = await self._send_part(chat_id, part, None, None, markup)
             except TelegramError as exc:
                 raise TelegramDeliveryError(f"sendMessage failed ({type(exc).__name__})", len(sent)) from exc
             sent.append(message.message_id)
@@ -137,11 +141,21 @@ class Delivery:
         return self._moved.get(chat_id)
 
     async def _send_part(
-        self, chat_id: int | str, part: TelegramPart, reply: ReplyParameters | None, thread_id: int | None
+        self,
+        chat_id: int | str,
+        part: TelegramPart,
+        reply: ReplyParameters | None,
+        thread_id: int | None,
+        markup: InlineKeyboardMarkup | None,
     ) -> Message:
         """Send one rendered part; when Telegram refuses its entities, once more without them."""
         send = functools.partial(
-            self._bot.send_message, chat_id, part.text, reply_parameters=reply, message_thread_id=thread_id
+            self._bot.send_message,
+            chat_id,
+            part.text,
+            reply_parameters=reply,
+            message_thread_id=thread_id,
+            reply_markup=markup,
         )
         entities = [MessageEntity(**entity.as_dict()) for entity in part.entities]
         try:

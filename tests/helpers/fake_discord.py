@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from aiohttp import WSMsgType, web
 
+from tests.helpers.fake_discord_interactions import FakeInteractions, component_errors, invalid_form
 from tests.helpers.serving import LoopbackServer
 
 T = TypeVar("T")
@@ -187,6 +188,8 @@ class FakeDiscordServer(LoopbackServer):
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.port = 0
+        # Application commands and interactions (tests/helpers/fake_discord_interactions.py).
+        self.interactions = FakeInteractions(self)
 
     # --- addresses ---------------------------------------------------------------
 
@@ -222,6 +225,7 @@ class FakeDiscordServer(LoopbackServer):
         app.router.add_get(f"{api}/channels/{{channel_id}}", self._get_channel)
         app.router.add_post(f"{api}/channels/{{channel_id}}/typing", self._trigger_typing)
         app.router.add_delete(f"{api}/channels/{{channel_id}}/messages/{{message_id}}", self._delete_message)
+        self.interactions.add_routes(app, api)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/gateway/", self._gateway)
         app.router.add_get("/attachments/{channel_id}/{attachment_id}/{filename}", self._attachment_file)
@@ -461,7 +465,11 @@ class FakeDiscordServer(LoopbackServer):
         route = request.match_info.route.resource.canonical if request.match_info.route.resource else request.path
         if not route.startswith(API_PREFIX):
             return await handler(request)
-        if route not in (f"{API_PREFIX}/gateway",) and request.headers.get("Authorization") != f"Bot {self.token}":
+        if (
+            route not in (f"{API_PREFIX}/gateway",)
+            and not FakeInteractions.needs_no_bot_token(route, API_PREFIX)
+            and request.headers.get("Authorization") != f"Bot {self.token}"
+        ):
             self.requests.append((request.method, route, 401))
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         if not request.content_type.startswith("multipart/"):  # a multipart body is recorded as it is parsed
@@ -582,7 +590,7 @@ class FakeDiscordServer(LoopbackServer):
         if request.content_type.startswith("multipart/"):
             self.bodies.append(json.dumps(body).encode() + b"".join(data for _, data in files))
         content = body.get("content") or ""
-        if not content and not files:
+        if not content and not files and not body.get("components"):
             return _json({"message": "Cannot send an empty message", "code": 50006}, status=400)
         if len(content) > 2000:
             return _json(
@@ -593,6 +601,8 @@ class FakeDiscordServer(LoopbackServer):
                 },
                 status=400,
             )
+        if problems := component_errors(body.get("components")):
+            return invalid_form({"components": problems})
         nonce = body.get("nonce")
         nonce = None if nonce is None else str(nonce)
         if nonce is not None and body.get("enforce_nonce") and (channel_id, nonce) in self._nonces:
@@ -605,6 +615,7 @@ class FakeDiscordServer(LoopbackServer):
             if referenced is None and reference.get("fail_if_not_exists", True):
                 return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
         message = self._message(channel_id, self.bot_user, content, reference=referenced, nonce=nonce)
+        message["components"] = body.get("components") or []
         message["attachments"] = [
             {
                 "id": str(self.snowflake()),

@@ -41,6 +41,11 @@ class SentMessage:
     reply_to: int | None = None
     thread_id: int | None = None
     entities: tuple[dict[str, Any], ...] = dataclasses.field(default=(), hash=False)
+    reply_markup: dict[str, Any] | None = None  # an inline keyboard, as sent
+
+
+class BadRequest(Exception):
+    """A method refused its parameters: answered 400 with this description."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +81,14 @@ class FakeTelegramServer(LoopbackServer):
         self.get_updates_offsets: list[int | None] = []
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self.downloads: list[str] = []  # file paths the bot downloaded
+        # Inline keyboards (tests/helpers/fake_telegram.py: press_button): answered callback queries,
+        # the update types the bot asked for (getUpdates `allowed_updates`; None: never said),
+        # and updates Telegram never queued because their type was not asked for.
+        self.callback_answers: list[dict[str, Any]] = []
+        self.allowed_updates: list[str] | None = None
+        self.dropped_updates: list[dict[str, Any]] = []
+        self._callback_queries: dict[str, bool] = {}  # id -> answered
+        self._callback_ids = itertools.count(770001)
         self._queue: list[dict[str, Any]] = []  # updates not yet confirmed
         self._delivered: dict[int, dict[str, Any]] = {}  # every update ever returned, by id
         # None in a method's queue lets one call through.
@@ -255,9 +268,12 @@ class FakeTelegramServer(LoopbackServer):
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return _error(Failure(404, "Not Found: method not found"))
-        result = handler(params)
-        if asyncio.iscoroutine(result):
-            result = await result
+        try:
+            result = handler(params)
+            if asyncio.iscoroutine(result):
+                result = await result
+        except BadRequest as exc:
+            return _error(Failure(400, f"Bad Request: {exc}"))
         self._notify()
         if isinstance(result, web.Response):  # the method refused the call
             return result
@@ -291,6 +307,7 @@ class FakeTelegramServer(LoopbackServer):
         reply = _json_value(params.get("reply_parameters"))
         reply_to = reply.get("message_id") if isinstance(reply, dict) else params.get("reply_to_message_id")
         thread = params.get("message_thread_id")
+        markup = _inline_keyboard(params.get("reply_markup"))
         message = SentMessage(
             chat_id,
             str(params["text"]),
@@ -298,18 +315,71 @@ class FakeTelegramServer(LoopbackServer):
             int(reply_to) if reply_to is not None else None,
             int(thread) if thread is not None else None,
             tuple(entities),
+            markup,
         )
         self.sent.append(message)
-        answer = {
+        return self._sent_json(message)
+
+    def _sent_json(self, message: SentMessage) -> dict[str, Any]:
+        sent: dict[str, Any] = {
             "message_id": message.message_id,
             "date": int(time.time()),
-            "chat": self._chat(chat_id),
+            "chat": self._chat(message.chat_id),
             "from": self._bot_user(),
             "text": message.text,
         }
-        if entities:
-            answer["entities"] = entities
-        return answer
+        if message.entities:
+            sent["entities"] = list(message.entities)
+        if message.reply_markup is not None:
+            sent["reply_markup"] = message.reply_markup
+        return sent
+
+    def _api_answerCallbackQuery(self, params: dict[str, Any]) -> bool:
+        query_id = str(params.get("callback_query_id"))
+        if self._callback_queries.get(query_id, True):  # unknown, or answered already
+            raise BadRequest("query is too old and response timeout expired or query ID is invalid")
+        if len(str(params.get("text") or "")) > 200:
+            raise BadRequest("MESSAGE_TOO_LONG")
+        self._callback_queries[query_id] = True
+        self.callback_answers.append(params)
+        return True
+
+    # --- inline keyboards ------------------------------------------------------------
+
+    def press_button(self, chat_id: int, user_id: int, message_id: int, data: str) -> str:
+        """The user presses the inline button carrying `data` under the bot's message `message_id`;
+        returns the callback query's id. The update is queued only if the bot asked for
+        callback_query updates (its latest getUpdates `allowed_updates`), as on Telegram."""
+        return self._in_loop(self._press, chat_id, user_id, message_id, data)
+
+    def _press(self, chat_id: int, user_id: int, message_id: int, data: str) -> str:
+        message = next((m for m in self.sent if m.chat_id == chat_id and m.message_id == message_id), None)
+        assert message is not None and message.reply_markup is not None, "that message has no inline keyboard"
+        buttons = [b for row in message.reply_markup["inline_keyboard"] for b in row]
+        assert any(b.get("callback_data") == data for b in buttons), "no button carries that data"
+        query_id = str(next(self._callback_ids))
+        self._callback_queries[query_id] = False
+        self._queue_update(
+            {
+                "callback_query": {
+                    "id": query_id,
+                    "from": {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"},
+                    "message": self._sent_json(message),
+                    "chat_instance": f"ci{chat_id}",
+                    "data": data,
+                }
+            }
+        )
+        return query_id
+
+    def _queue_update(self, content: dict[str, Any]) -> None:
+        (kind,) = content
+        allowed = self.allowed_updates or [t for t in _UPDATE_TYPES if t not in _NOT_BY_DEFAULT]
+        if kind not in allowed:
+            self.dropped_updates.append(content)
+            return
+        self._queue.append({"update_id": next(self._update_ids), **content})
+        self._notify()
 
     def _api_sendDocument(self, params: dict[str, Any]) -> dict[str, Any]:
         chat_id = int(params["chat_id"])
@@ -329,6 +399,8 @@ class FakeTelegramServer(LoopbackServer):
         timeout = float(params.get("timeout") or 0)
         limit = int(params.get("limit") or 100)
         self.get_updates_offsets.append(offset)
+        if "allowed_updates" in params:  # not given: the previous setting stays
+            self.allowed_updates = list(_json_value(params["allowed_updates"]) or [])
         if offset is not None:  # the offset confirms every update before it
             self._queue = [u for u in self._queue if u["update_id"] >= offset]
         deadline = asyncio.get_running_loop().time() + timeout
@@ -501,6 +573,35 @@ class FakeTelegramServer(LoopbackServer):
 
         loop.call_soon_threadsafe(run)
         return future.result(timeout=10)
+
+
+_UPDATE_TYPES = ("message", "edited_message", "channel_post", "callback_query", "chat_member", "message_reaction")
+_NOT_BY_DEFAULT = ("chat_member", "message_reaction")
+
+
+def _inline_keyboard(value: Any) -> dict[str, Any] | None:
+    """A reply_markup as Telegram checks an inline keyboard: rows of buttons, each with a text and
+    exactly one action; callback_data 1-64 bytes. Raises BadRequest."""
+    if value in (None, ""):
+        return None
+    markup = _json_value(value)
+    if not isinstance(markup, dict) or not isinstance(markup.get("inline_keyboard"), list):
+        raise BadRequest("can't parse reply keyboard markup JSON object")
+    for row in markup["inline_keyboard"]:
+        if not isinstance(row, list):
+            raise BadRequest('field "inline_keyboard" of the InlineKeyboardMarkup should be an Array of Arrays')
+        for button in row:
+            if not isinstance(button, dict) or not str(button.get("text") or ""):
+                raise BadRequest("can't parse inline keyboard button: Text must be non-empty")
+            actions = [k for k in button if k in ("callback_data", "url", "switch_inline_query", "pay", "web_app")]
+            if len(actions) != 1:
+                raise BadRequest(
+                    "can't parse inline keyboard button: Text buttons are unallowed in the inline keyboard"
+                )
+            data = button.get("callback_data")
+            if "callback_data" in button and not (isinstance(data, str) and 1 <= len(data.encode()) <= 64):
+                raise BadRequest("BUTTON_DATA_INVALID")
+    return markup
 
 
 def _chat_json(chat_id: int, chat_type: str, first_name: str) -> dict[str, Any]:
