@@ -367,8 +367,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "telegram-token-in-logs",
         PRIVACY,
         "adapters/telegram/adapter.py",
-        'record.msg, record.args = message.replace(self._token, "<token>"), None',
-        "pass",
+        "                record.msg, record.args = message, None",
+        "                pass",
     ),
     M(
         "telegram-confirmed-at-dispatch",  # issue 12 gap: confirmed before it was handled
