@@ -100,7 +100,8 @@ class LinkQueries:
             " UNION ALL SELECT 'goal:' || id, conversation_id FROM goals WHERE person_id = :p"
             " UNION ALL SELECT 'followup:' || id, conversation_id FROM followups WHERE person_id = :p)"
             " SELECT o.subject, a.id, a.person_id, a.platform, a.platform_user_id FROM origin o"
-            " JOIN conversations c ON c.id = o.conversation_id AND c.kind = 'direct'"
+            # Only the person's own chats: one unlinked since belongs to someone else now.
+            " JOIN conversations c ON c.id = o.conversation_id AND c.kind = 'direct' AND c.person_id = :p"
             " JOIN accounts a ON a.person_id = c.person_id AND a.platform = c.platform",
             {"p": person_id},
         )

@@ -122,3 +122,11 @@ async def test_forget_by_number_removes_a_memory_said_from_the_other_linked_acco
     assert await store.normal_pad(await person_of(store, "telegram", TG)) == []
     recalled = (await tell(companion, "discord", DC, "/recall cello")).text
     assert "I play the cello" not in recalled
+
+
+async def test_memory_names_no_account_that_was_unlinked_since(make, store):
+    companion = await make(owner_accounts=frozenset({f"telegram:{TG}", f"discord:{DC}"}))
+    await tell(companion, "discord", DC, "/remember I play the cello")
+    assert (await tell(companion, "telegram", TG, "/unlink discord")).text.startswith("Unlinked")
+    shown = (await tell(companion, "telegram", TG, "/memory")).text  # telegram and the terminal still
+    assert "I play the cello" in shown and "Discord" not in shown
