@@ -28,7 +28,7 @@ def _describe(call: CommandCall, prefs: ProactivePrefs) -> str:
     lines = [
         f"Nudges: {'off' if budget == 0 else f'at most {budget} a day'}, to {where}.",
         f"Quiet hours: {quiet}. Time zone: {zone.key} (it is {now} there). Cooldown: {gap}.",
-        copy.NUDGES_MEAN,
+        copy.NUDGES_MEAN.format(backoff=manners.backoff_after),
         "/nudges N|off|on|here, /quiet HH:MM-HH:MM|off, /timezone Area/City, /cooldown 4h|off|default change them.",
     ]
     return "\n".join(lines)

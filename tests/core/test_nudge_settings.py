@@ -129,6 +129,7 @@ async def test_the_configured_back_off_count_is_kept(make, clock, store):
     clock.advance(60)
     await tick(companion)
     assert [d[1:] for d in await decisions(store)] == [("sent", "due"), ("skipped", "backoff")]
+    assert "stop after 1 go unanswered" in (await tell(companion, "/nudges")).text
 
 
 async def test_the_configured_goal_check_in_interval_is_kept(make, clock, store):
