@@ -64,7 +64,12 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
                 quiet_hours=settings.quiet_hours,
                 budget=settings.nudges_per_day,
                 cooldown=settings.nudge_cooldown_minutes * 60,
-            )
+                active_within=settings.nudge_active_minutes * 60,
+                backoff_after=settings.nudge_backoff_after,
+            ),
+            watch_after=settings.nudge_watch_after_minutes * 60,
+            goal_every=settings.nudge_goal_every_hours * 3600,
+            checkin_after=settings.nudge_checkin_after_hours * 3600,
         ),
     )
 

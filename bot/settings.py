@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     proactive_tick_seconds: float = Field(60.0, gt=0, le=3600)
     nudges_per_day: int = Field(2, ge=0, le=24)
     nudge_cooldown_minutes: float = Field(240.0, ge=0, le=7 * 24 * 60)
+    # No nudge this soon after a person's last message, none after this many unanswered ones
+    # (until they write), and when each kind of nudge falls due.
+    nudge_active_minutes: float = Field(30.0, ge=0, le=7 * 24 * 60)
+    nudge_backoff_after: int = Field(2, ge=1, le=100)
+    nudge_watch_after_minutes: float = Field(60.0, ge=0, le=30 * 24 * 60)
+    nudge_goal_every_hours: float = Field(72.0, gt=0, le=365 * 24)
+    nudge_checkin_after_hours: float = Field(72.0, gt=0, le=365 * 24)
 
     telegram_token: SecretStr | None = None
     telegram_base_url: str | None = None

@@ -14,7 +14,7 @@ from core.errors import PrivateWriteRefused
 from core.links import link_command, unlink_command, whoami_command
 from core.mirrors import mirror_command, unmirror_command
 from core.model import Reply
-from core.nudges import nudges_command, quiet_command, timezone_command
+from core.nudges import cooldown_command, nudges_command, quiet_command, timezone_command
 from core.tools import ToolContext
 from core.valve import ModeState, PrivateState
 
@@ -226,6 +226,8 @@ COMMANDS: tuple[Command, ...] = (
         timezone_command,
         lasting=True,
     ),
+    # Short: /help must stay one Discord message (2,000 characters); `/cooldown default` is in /nudges.
+    Command("cooldown", "/cooldown [4h|off]", "Gap between nudges", cooldown_command, lasting=True),
     # Linking changes whose memory a chat reads: refused in private mode here, and by the store's
     # write while any conversation of either person is private. A code is a secret like a passphrase.
     Command(

@@ -168,7 +168,7 @@ OFFLINE_NUDGE = (
 NUDGES_MEAN = (
     "Reminders you ask for come at their time, also in quiet hours. Nudges (asking how an event went, "
     "a goal, a check-in after a long silence) keep to your daily budget, your quiet hours and a "
-    "cooldown, stop after two go unanswered, and never go to a conversation in private mode."
+    "cooldown, stop after {backoff} go unanswered, and never go to a conversation in private mode."
 )
 
 

@@ -37,12 +37,15 @@ async def export_reply(companion: Companion, conversation: Conversation, state: 
             "Each private interval appears as one placeholder line.",
             "",
         ]
+        if said_by := await _linked_speaker(companion, conversation):
+            lines.insert(2, said_by)
+        header = len(lines)
         async for item in companion.store.export_items(conversation.id, visible_segment=None):
             lines.append(copy.PLACEHOLDER if item.is_placeholder else f"{_speaker(item.role)}: {item.text}")
         body = "\n".join(lines) + "\n"
         name = f"companion-export-{int(now)}.txt"
         return Reply(
-            f"Here is our normal conversation ({len(lines) - 3} entries).",
+            f"Here is our normal conversation ({len(lines) - header} entries).",
             attachments=[Attachment(name, body.encode("utf-8"))],
         )
     if not companion.config.allow_private_export:
@@ -79,6 +82,23 @@ async def export_reply(companion: Companion, conversation: Conversation, state: 
         return Reply("There is no crossing waiting for confirmation (it lasts 5 minutes). Send /export first.")
     return Reply(
         f"Created non-private artifact #{artifact}, {kept}.", attachments=[Attachment(name, body.encode("utf-8"))]
+    )
+
+
+async def _linked_speaker(companion: Companion, conversation: Conversation) -> str | None:
+    """For a person with linked accounts: which of them "You" is in this file."""
+    if conversation.person_id is None or not conversation.is_direct:
+        return None
+    from core.links import describe_account
+
+    accounts = await companion.store.accounts_of(conversation.person_id)
+    here = [a for a in accounts if a.platform == conversation.platform]
+    if len(accounts) < 2 or len(here) != 1:
+        return None
+    others = ", ".join(describe_account(a) for a in accounts if a is not here[0])
+    return (
+        f"You: {describe_account(here[0])}. Your linked accounts ({others}) share memory, not this conversation;"
+        " their conversations are not in this file."
     )
 
 

@@ -30,6 +30,22 @@ def parse_expiry(text: str) -> float | None:
     return float(seconds)
 
 
+def parse_gap(text: str, *, most: float) -> float:
+    """A length of time people type for a setting (`90m`, `4h`, `1d`), in seconds, from 1 minute
+    to `most`.
+
+    Raises:
+        ValueError: with a message fit to show the user.
+    """
+    match = _DURATION.match(text.strip().lower())
+    if not match or match.group(2) == "s":
+        raise ValueError("a length of time looks like 90m, 4h or 1d")
+    seconds = float(int(match.group(1)) * _UNITS[match.group(2)])
+    if not 60 <= seconds <= most:
+        raise ValueError(f"it must be between 1 minute and {describe_seconds(most)}")
+    return seconds
+
+
 def describe_seconds(seconds: float) -> str:
     seconds = max(0, round(seconds))
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):

@@ -96,6 +96,10 @@ def budget_of(prefs: ProactivePrefs, manners: Manners) -> int:
     return manners.budget if prefs.budget is None else prefs.budget
 
 
+def cooldown_of(prefs: ProactivePrefs, manners: Manners) -> float:
+    return manners.cooldown if prefs.cooldown is None else prefs.cooldown
+
+
 def why_not(now: float, prefs: ProactivePrefs, manners: Manners, sent_today: int) -> str | None:
     """The reason a nudge may not go now, or None: disabled, quiet, active, backoff, cooldown,
     budget (checked in this order; the first that applies is recorded)."""
@@ -108,7 +112,7 @@ def why_not(now: float, prefs: ProactivePrefs, manners: Manners, sent_today: int
         return "active"
     if prefs.unanswered >= manners.backoff_after:
         return "backoff"
-    if prefs.last_nudge_at is not None and now - prefs.last_nudge_at < manners.cooldown:
+    if prefs.last_nudge_at is not None and now - prefs.last_nudge_at < cooldown_of(prefs, manners):
         return "cooldown"
     if sent_today >= budget:
         return "budget"

@@ -158,14 +158,30 @@ async def pause_followup(context: ToolContext, arguments: Arguments) -> str:
     return f"Follow-up #{item} paused." if changed else f"There is no open follow-up #{item}."
 
 
-async def memory_overview(context: ToolContext) -> str:
+async def memory_overview(context: ToolContext, origins: dict[str, str] | None = None) -> str:
+    """What `/memory` shows. With `origins` (`pad:ID`, `goal:ID`, `followup:ID` to an account's
+    name), each line says which account it came from."""
     person = _person(context)
     pad = await context.store.normal_pad(person)
     parts = ["What I keep about you (normal memory):"]
     parts += [f"#{e.id} {e.text}" for e in pad] or ["(nothing yet)"]
-    parts += ["", "Goals:", await list_goals(context, {}), "", "Follow-ups:", await list_followups(context, {})]
+    goals, followups = await list_goals(context, {}), await list_followups(context, {})
+    if origins is not None:
+        parts = [_from(line, "pad", origins) for line in parts]
+        goals = "\n".join(_from(line, "goal", origins) for line in goals.splitlines())
+        followups = "\n".join(_from(line, "followup", origins) for line in followups.splitlines())
+    parts += ["", "Goals:", goals, "", "Follow-ups:", followups]
     parts += ["", "/forget N or /forget TEXT removes a memory; /goal drop N; /followup cancel N."]
     return "\n".join(parts)
+
+
+_NUMBERED = re.compile(r"^#(\d+) ")
+
+
+def _from(line: str, kind: str, origins: dict[str, str]) -> str:
+    match = _NUMBERED.match(line)
+    origin = origins.get(f"{kind}:{match.group(1)}") if match else None
+    return f"{line} (from {origin})" if origin else line
 
 
 def _clip(text: str, limit: int = 200) -> str:
@@ -264,16 +280,18 @@ def _first_word_id(args: str) -> tuple[str, str]:
 
 
 async def memory_command(context: ToolContext, args: str) -> str:
-    overview = await memory_overview(context)
     person = context.conversation.person_id
     if person is None or not context.conversation.is_direct:
-        return overview
+        return await memory_overview(context)
     # Only the command says whose accounts share it: the model's memory tool never reads platform ids.
     from core.links import describe_account
 
     accounts = await context.store.accounts_of(person)
     if len(accounts) < 2:
-        return overview
+        return await memory_overview(context)
+    # Linked: each line says which account it was said from (only here, never to the model).
+    origins = {key: describe_account(a) for key, a in (await context.store.memory_origins(person)).items()}
+    overview = await memory_overview(context, origins)
     return f"{overview}\n\nShared by your linked accounts: {', '.join(describe_account(a) for a in accounts)}."
 
 

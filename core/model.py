@@ -369,6 +369,7 @@ class ProactivePrefs:
     last_wrote_at: float | None = None  # their last normal message in a direct conversation
     last_nudge_at: float | None = None
     unanswered: int = 0  # nudges since they last wrote
+    cooldown: float | None = None  # seconds between two nudges; 0: `/cooldown off`
 
 
 @dataclass(frozen=True, slots=True)

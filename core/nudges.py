@@ -1,4 +1,4 @@
-"""The chat commands of proactive messages: /nudges, /quiet and /timezone. Each setting is a
+"""The chat commands of proactive messages: /nudges, /quiet, /timezone and /cooldown. Each setting is a
 lasting write: refused in private mode here (the registry's `lasting`) and by the store's guard."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from core import copy
+from core.durations import describe_seconds, parse_gap
 from core.errors import PrivateWriteRefused
-from core.manners import budget_of, check_timezone, local, parse_window, zone_of
+from core.manners import budget_of, check_timezone, cooldown_of, local, parse_window, zone_of
 from core.model import ProactivePrefs, Reply
 
 if TYPE_CHECKING:
@@ -22,16 +23,18 @@ def _describe(call: CommandCall, prefs: ProactivePrefs) -> str:
     zone = zone_of(prefs, manners)
     now = local(companion.clock.now(), zone).strftime("%H:%M")
     where = "the chat you last wrote in" if prefs.pinned_conversation_id is None else "a chat you pinned"
+    cooldown = cooldown_of(prefs, manners)
+    gap = f"at least {describe_seconds(cooldown)} between two" if cooldown > 0 else "off"
     lines = [
         f"Nudges: {'off' if budget == 0 else f'at most {budget} a day'}, to {where}.",
-        f"Quiet hours: {quiet}. Time zone: {zone.key} (it is {now} there).",
-        copy.NUDGES_MEAN,
-        "/nudges N|off|on|here, /quiet HH:MM-HH:MM|off, /timezone Area/City change them.",
+        f"Quiet hours: {quiet}. Time zone: {zone.key} (it is {now} there). Cooldown: {gap}.",
+        copy.NUDGES_MEAN.format(backoff=manners.backoff_after),
+        "/nudges N|off|on|here, /quiet HH:MM-HH:MM|off, /timezone Area/City, /cooldown 4h|off|default change them.",
     ]
     return "\n".join(lines)
 
 
-async def _set(call: CommandCall, name: str, value: int | str | None) -> Reply:
+async def _set(call: CommandCall, name: str, value: float | str | None) -> Reply:
     person = call.turn.conversation.person_id
     if person is None:
         return Reply("Nudges are personal: change them in a one-to-one chat with me. Nothing changed.")
@@ -88,3 +91,23 @@ async def timezone_command(call: CommandCall) -> Reply:
     except ValueError as exc:
         return Reply(f"{exc}. Nothing changed.")
     return await _set(call, "timezone", name)
+
+
+COOLDOWN_MOST = 7 * 86400.0  # as COMPANION_NUDGE_COOLDOWN_MINUTES allows, and the column's CHECK
+
+
+async def cooldown_command(call: CommandCall) -> Reply:
+    """`/cooldown 4h` (90m, 1d: the least gap between two nudges), `/cooldown off` (no gap; the
+    budget, quiet hours and back-off still hold), `/cooldown default` (COMPANION_NUDGE_COOLDOWN_MINUTES)."""
+    word = call.args.strip().lower()
+    if not word:
+        return await _show(call)
+    if word == "off":
+        return await _set(call, "cooldown", 0.0)
+    if word in ("default", "on"):
+        return await _set(call, "cooldown", None)
+    try:
+        seconds = parse_gap(word, most=COOLDOWN_MOST)
+    except ValueError as exc:
+        return Reply(f"Usage: /cooldown 4h (or 90m, 1d), /cooldown off or /cooldown default; {exc}. Nothing changed.")
+    return await _set(call, "cooldown", seconds)

@@ -429,9 +429,18 @@ class ProactiveStore(Protocol):
         conversation that is not direct."""
         ...
 
-    async def waiting_in_private(self, now: float, limit: int = 500) -> list[tuple[int, int, str, int]]:
-        """(person, open segment, kind, follow-up id) of follow-ups due now whose person is in
-        private mode: ids only, for the 'private' decision (they wait)."""
+    async def waiting_in_private(
+        self,
+        now: float,
+        *,
+        watch_after: float = 3600.0,
+        goal_every: float = 3 * 86400.0,
+        checkin_after: float = 3 * 86400.0,
+        limit: int = 500,
+    ) -> list[tuple[int, int, str, int]]:
+        """(person, open segment, kind, item id) of what is due now (follow-ups, goal check-ins,
+        open check-ins) whose person is in private mode: ids only, for the 'private' decision
+        (they wait). Reads no message, pad or any row of the segment."""
         ...
 
     async def nudges_sent_on(self, person_id: int, local_day: str) -> int: ...
@@ -463,9 +472,9 @@ class ProactiveStore(Protocol):
     async def proactive_prefs(self, person_id: int) -> ProactivePrefs: ...
 
     async def set_proactive_pref(
-        self, person_id: int, origin: int, name: str, value: int | str | None
+        self, person_id: int, origin: int, name: str, value: float | str | None
     ) -> ProactivePrefs:
-        """Change one manner (`name`: budget, quiet, timezone or pinned_conversation_id; None:
+        """Change one manner (`name`: budget, quiet, timezone, pinned_conversation_id or cooldown; None:
         back to the default) and return them all.
 
         Raises:
@@ -503,6 +512,12 @@ class LinkStore(Protocol):
     async def clear_failed_link_attempts(self, account_id: int) -> None: ...
 
     async def accounts_of(self, person_id: int) -> list[Account]: ...
+
+    async def memory_origins(self, person_id: int) -> dict[str, Account]:
+        """Which account each normal memory (`pad:ID`), goal (`goal:ID`) and follow-up
+        (`followup:ID`) of the person was said from: the account of the direct conversation it
+        came from. Ids only; what is not known (a group, a capture from two chats) is absent."""
+        ...
 
     async def unlink_account(self, person_id: int, platform: str, now: float) -> Account | None:
         """Separate the person's account on `platform` into a new person with no memory.

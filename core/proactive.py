@@ -86,10 +86,17 @@ class ProactiveService:
         now = self._clock.now()
         manners = self.config.manners
         result = TickResult()
-        for person, segment, kind, item in await self._store.waiting_in_private(now):
+        waiting = await self._store.waiting_in_private(
+            now,
+            watch_after=self.config.watch_after,
+            goal_every=self.config.goal_every,
+            checkin_after=self.config.checkin_after,
+        )
+        for person, segment, kind, item in waiting:
             # It waits for normal mode; the row names the segment and goes with it.
             day = local_day(now, zone_of(await self._store.proactive_prefs(person), manners))
-            decision = ProactiveDecision(person, kind, f"followup:{item}", "skipped", "private", day, now, segment)
+            subject = f"{'followup' if kind in ('reminder', 'watch') else kind}:{item}"
+            decision = ProactiveDecision(person, kind, subject, "skipped", "private", day, now, segment)
             if await self._store.record_decision(decision):
                 result.private += 1
         candidates = await self._store.due_candidates(

@@ -92,6 +92,21 @@ class LinkQueries:
         )
         return [Account(r["id"], r["person_id"], r["platform"], r["platform_user_id"]) for r in rows]
 
+    async def memory_origins(self, person_id: int) -> dict[str, Account]:
+        rows = await self._db.all(
+            "WITH origin (subject, conversation_id) AS ("
+            " SELECT 'pad:' || id, conversation_id FROM pad_entries"
+            "  WHERE person_id = :p AND mode = 'normal' AND segment_id IS NULL"
+            " UNION ALL SELECT 'goal:' || id, conversation_id FROM goals WHERE person_id = :p"
+            " UNION ALL SELECT 'followup:' || id, conversation_id FROM followups WHERE person_id = :p)"
+            " SELECT o.subject, a.id, a.person_id, a.platform, a.platform_user_id FROM origin o"
+            # Only the person's own chats: one unlinked since belongs to someone else now.
+            " JOIN conversations c ON c.id = o.conversation_id AND c.kind = 'direct' AND c.person_id = :p"
+            " JOIN accounts a ON a.person_id = c.person_id AND a.platform = c.platform",
+            {"p": person_id},
+        )
+        return {r[0]: Account(r[1], r[2], r[3], r[4]) for r in rows}
+
     async def unlink_account(self, person_id: int, platform: str, now: float) -> Account | None:
         """Separate the person's account on `platform` into a new person with no memory: its
         conversations (and their timelines) go with it; pad, notes, goals, follow-ups and
@@ -210,6 +225,7 @@ _MERGE_STEPS: tuple[str, ...] = (
     " budget = coalesce(proactive_people.budget, d.budget),"
     " quiet = coalesce(proactive_people.quiet, d.quiet),"
     " timezone = coalesce(proactive_people.timezone, d.timezone),"
+    " cooldown = coalesce(proactive_people.cooldown, d.cooldown),"
     " last_nudge_at = coalesce(max(proactive_people.last_nudge_at, d.last_nudge_at), d.last_nudge_at,"
     "  proactive_people.last_nudge_at)"
     " FROM (SELECT * FROM proactive_people WHERE person_id = :drop) AS d WHERE proactive_people.person_id = :keep",

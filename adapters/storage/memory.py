@@ -27,8 +27,9 @@ class MemoryQueries:
     async def remember(self, person_id: int, origin: int, text: str, now: float) -> int:
         async with lasting_tx(self._db, origin, "memory") as db:
             cur = await db.execute(
-                "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, NULL, 'normal', ?, ?)",
-                (person_id, text, now),
+                "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at, conversation_id)"
+                " VALUES (?, NULL, 'normal', ?, ?, ?)",
+                (person_id, text, now, origin),
             )
             return inserted_id(cur)
 
@@ -220,12 +221,21 @@ class MemoryQueries:
                 " WHERE id = ? AND mode = 'normal' AND segment_id IS NULL",
                 [(note_id, mid) for mid in message_ids],
             )
+            # A fact is attributed to its conversation when all its sources come from one.
+            marks = ", ".join("?" for _ in message_ids) or "NULL"
+            async with db.execute(
+                "SELECT CASE WHEN count(DISTINCT conversation_id) = 1 THEN max(conversation_id) END"
+                f" FROM messages WHERE id IN ({marks})",
+                message_ids,
+            ) as cur:
+                row = await cur.fetchone()
+            origin = row[0] if row is not None else None
             for fact in facts:
                 await db.execute(
-                    "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-                    " SELECT ?, NULL, 'normal', ?, ? WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
+                    "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at, conversation_id)"
+                    " SELECT ?, NULL, 'normal', ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
                     "  WHERE person_id = ? AND mode = 'normal' AND lower(text) = lower(?))",
-                    (person_id, fact, now, person_id, fact),
+                    (person_id, fact, now, origin, person_id, fact),
                 )
             await db.executemany(
                 "UPDATE messages SET capture = 'done' WHERE id = ? AND capture = 'pending'",

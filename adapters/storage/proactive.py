@@ -33,7 +33,7 @@ _NO_OPEN_SEGMENT = "NOT EXISTS (SELECT 1 FROM segments s2 WHERE s2.conversation_
 
 _PREFS = (
     "pp.budget, pp.quiet, pp.timezone, pp.pinned_conversation_id, pp.last_wrote_at, pp.last_nudge_at,"
-    " coalesce(pp.unanswered, 0) AS unanswered"
+    " coalesce(pp.unanswered, 0) AS unanswered, pp.cooldown"
 )
 _TARGET = "t.id AS cid, t.platform, t.chat_id, t.kind AS ckind, t.person_id AS cperson"
 # Where a proactive message goes: `/nudges here`, else the direct conversation the person last
@@ -44,7 +44,7 @@ _TARGET_JOIN = (
     " CROSS JOIN conversations t ON t.id = coalesce(pp.pinned_conversation_id, pp.conversation_id, {origin})"
     " AND t.kind = 'direct' AND t.person_id = {p} AND t.platform IN ({platforms})"
 )
-_PREF_NAMES = frozenset({"budget", "quiet", "timezone", "pinned_conversation_id"})
+_PREF_NAMES = frozenset({"budget", "quiet", "timezone", "pinned_conversation_id", "cooldown"})
 
 
 def _guarded(person: str, target: str) -> str:
@@ -129,14 +129,40 @@ class ProactiveQueries:
             found += [_candidate(kind, row) for row in await self._db.all(sql, params)]
         return found
 
-    async def waiting_in_private(self, now: float, limit: int = 500) -> list[tuple[int, int, str, int]]:
-        """From the open segments (few) to their people's due follow-ups: ids only."""
+    async def waiting_in_private(
+        self,
+        now: float,
+        *,
+        watch_after: float = 3600.0,
+        goal_every: float = 3 * 86400.0,
+        checkin_after: float = 3 * 86400.0,
+        limit: int = 500,
+    ) -> list[tuple[int, int, str, int]]:
+        """From the open segments (few) to their people's due follow-ups, goal check-ins and open
+        check-ins (due as `due_candidates` counts them): ids only, never a row of the segment."""
         rows = await self._db.all(
-            "SELECT f.person_id, s.id, f.kind, f.id FROM segments s"
+            "SELECT f.person_id, s.id, f.kind, f.id, f.due_at FROM segments s"
             " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
-            " JOIN followups f ON f.person_id = c.person_id AND f.status = 'scheduled' AND f.due_at <= ?"
-            " WHERE s.ended_at IS NULL ORDER BY f.due_at, f.id LIMIT ?",
-            (now, limit),
+            " JOIN followups f ON f.person_id = c.person_id AND f.status = 'scheduled'"
+            "  AND f.due_at <= CASE f.kind WHEN 'watch' THEN :watch ELSE :now END"
+            " WHERE s.ended_at IS NULL"
+            " UNION ALL SELECT g.person_id, s.id, 'goal', g.id, coalesce(g.checked_in_at, g.created_at) FROM segments s"
+            " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
+            " JOIN goals g ON g.person_id = c.person_id AND g.status = 'active'"
+            "  AND coalesce(g.checked_in_at, g.created_at) <= :goal"
+            " WHERE s.ended_at IS NULL"
+            " UNION ALL SELECT pp.person_id, s.id, 'checkin', pp.person_id, pp.last_wrote_at FROM segments s"
+            " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
+            " JOIN proactive_people pp ON pp.person_id = c.person_id AND pp.checkin_open = 1"
+            "  AND pp.last_wrote_at <= :checkin"
+            " WHERE s.ended_at IS NULL ORDER BY 5, 4 LIMIT :limit",
+            {
+                "now": now,
+                "watch": now - watch_after,
+                "goal": now - goal_every,
+                "checkin": now - checkin_after,
+                "limit": limit,
+            },
         )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
@@ -223,14 +249,14 @@ class ProactiveQueries:
 
     async def proactive_prefs(self, person_id: int) -> ProactivePrefs:
         row = await self._db.one(
-            "SELECT budget, quiet, timezone, pinned_conversation_id, last_wrote_at, last_nudge_at, unanswered"
-            " FROM proactive_people pp WHERE person_id = ?",
+            "SELECT budget, quiet, timezone, pinned_conversation_id, last_wrote_at, last_nudge_at, unanswered,"
+            " cooldown FROM proactive_people pp WHERE person_id = ?",
             (person_id,),
         )
         return ProactivePrefs(person_id) if row is None else _prefs(person_id, row)
 
     async def set_proactive_pref(
-        self, person_id: int, origin: int, name: str, value: int | str | None
+        self, person_id: int, origin: int, name: str, value: float | str | None
     ) -> ProactivePrefs:
         if name not in _PREF_NAMES:
             raise ValueError(f"no manner named {name}")
@@ -311,6 +337,7 @@ def _prefs(person_id: int, row: aiosqlite.Row) -> ProactivePrefs:
         last_wrote_at=row["last_wrote_at"],
         last_nudge_at=row["last_nudge_at"],
         unanswered=row["unanswered"] or 0,
+        cooldown=row["cooldown"],
     )
 
 

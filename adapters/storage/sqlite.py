@@ -126,6 +126,7 @@ class SqliteStore:
         self.record_failed_link_attempt = self.links.record_failed_link_attempt
         self.clear_failed_link_attempts = self.links.clear_failed_link_attempts
         self.accounts_of = self.links.accounts_of
+        self.memory_origins = self.links.memory_origins
         self.unlink_account = self.links.unlink_account
 
         # core.ports.ChatStore (chats a platform moved to a new id)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from adapters.storage.bindings import insert_mirrors
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.memory import insert_run
 from adapters.storage.outbox import insert_delivery
 from core.analytics import RunRecord
+from core.errors import PrivateWriteRefused
 from core.model import (
     Account,
     Conversation,
@@ -20,6 +23,8 @@ from core.model import (
     Summary,
     TimelineItem,
 )
+
+log = logging.getLogger(__name__)
 
 
 class TimelineQueries:
@@ -175,7 +180,13 @@ class TimelineQueries:
                         (now, segment_id),
                     )
             if run is not None:
-                await insert_run(db, run)
+                try:
+                    await insert_run(db, run)
+                except PrivateWriteRefused:
+                    # A segment the valve could not close is still open: the run is the one lasting
+                    # row of this reply and is left out (refused before it wrote anything); the
+                    # reply itself is not lost to it.
+                    log.warning("conversation %s: analytics run skipped (a segment is open)", conversation_id)
             if answers is not None:
                 await db.execute(
                     "UPDATE messages SET turn = 'done' WHERE conversation_id = ? AND turn = 'open' AND id <= ?",

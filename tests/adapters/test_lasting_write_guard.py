@@ -83,10 +83,19 @@ async def test_an_analytics_run_while_private_is_refused_with_its_whole_transact
     with pytest.raises(PrivateWriteRefused):
         await store.save_run(run)
     with pytest.raises(PrivateWriteRefused):
-        await store.record_reply(conversation.id, "reply", NOW, stored_text="reply", run=run)
-    with pytest.raises(PrivateWriteRefused):
         await store.add_message(conversation.id, "user", "hello", NOW, run=run)
     assert await rows(store, "SELECT (SELECT count(*) FROM agent_runs) + (SELECT count(*) FROM messages)") == [(0,)]
+
+
+async def test_a_reply_while_a_segment_is_stuck_open_is_kept_without_its_analytics_run(store, chat):
+    """The valve holds a conversation in normal mode when closing its segment failed; the answer of
+    such a turn is written, and only its run (a lasting row) is left out by the guard."""
+    _, conversation, _, _ = chat
+    run = RunRecord(conversation.id, NOW, NOW + 1, "ok", (("tool_call", "x", "ok", 1.0, 1, 1, NOW),))
+    recorded = await store.record_reply(conversation.id, "reply", NOW, stored_text="reply", run=run)
+    assert recorded.message_id is not None
+    assert await rows(store, "SELECT count(*) FROM agent_runs") == [(0,)]
+    assert await rows(store, "SELECT text FROM messages") == [("reply",)]
 
 
 async def test_a_tool_operation_outside_the_open_segment_is_refused_and_one_inside_it_is_kept(store, chat):

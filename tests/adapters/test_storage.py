@@ -143,8 +143,10 @@ async def test_every_child_table_cascades_from_its_owner(store):
             # an account's removal never silently deletes a shared group timeline.
             # proactive_people only points at where nudges go: a person's manners outlive one
             # conversation, and the target falls back to where they write next.
+            # pad_entries.conversation_id only attributes a normal memory to where it was said.
             if (table, column) in {
                 ("messages", "account_id"),
+                ("pad_entries", "conversation_id"),
                 ("proactive_people", "conversation_id"),
                 ("proactive_people", "pinned_conversation_id"),
             }:
