@@ -99,9 +99,10 @@ def test_on_discord_a_reminder_and_a_nudge_arrive_once_in_the_dm_and_not_again_a
     finally:
         proc.kill()
         proc.communicate()
+    sessions = len(discord_server.sessions)
     proc = spawn_companion(["run"], env)
     try:
-        call(discord_server.wait_for_ready(timeout=30), timeout=40)
+        call(discord_server.wait_for_ready(timeout=30, since=sessions), timeout=40)
         call(discord_server.send_dm(FRIEND, "/followup 1s probe"))
         arrived("Reminder: probe")  # the ticks after the restart have run
     finally:
@@ -163,7 +164,7 @@ def test_a_linked_persons_nudge_goes_to_the_platform_they_last_wrote_on_in_norma
 
         # Private mode on Discord (the command itself is a normal message there), then Telegram in
         # normal mode, then words in the Discord interval: those do not move the destination.
-        assert dm(discord_server, "/private sesame 5s").startswith("Private mode is on")
+        assert dm(discord_server, "/private sesame 10s").startswith("Private mode is on")
         assert say(telegram, gateway, "hello again from telegram") == "noted"
         dm(discord_server, "said only in private on discord")
         plant_due_watch(tmp_path, "the match", platform="discord")

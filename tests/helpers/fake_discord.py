@@ -451,8 +451,13 @@ class FakeDiscordServer(LoopbackServer):
         await self.wait_until(lambda: len(self.sent) >= count, timeout, f"{count} sent messages")
         return list(self.sent)
 
-    async def wait_for_ready(self, timeout: float = 10.0) -> None:
-        await self.wait_until(lambda: any(s.ready for s in self.sessions), timeout, "READY to be sent")
+    async def wait_for_ready(self, timeout: float = 10.0, *, since: int = 0) -> None:
+        """Until a session opened after the first `since` ones is READY and still open (after a
+        restart, pass the number of sessions before it: a killed process's session may not have
+        been seen closing yet)."""
+        await self.wait_until(
+            lambda: any(s.ready and not s.ws.closed for s in self.sessions[since:]), timeout, "READY to be sent"
+        )
 
     async def settle(self, seconds: float = 0.3) -> None:
         """Give the client time to act on what it was sent (for asserting that nothing happens)."""
