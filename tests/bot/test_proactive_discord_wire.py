@@ -99,7 +99,7 @@ def test_on_discord_a_reminder_and_a_nudge_arrive_once_in_the_dm_and_not_again_a
     finally:
         proc.kill()
         proc.communicate()
-    sessions = len(discord_server.sessions)
+    sessions = discord_server.sessions_opened
     proc = spawn_companion(["run"], env)
     try:
         call(discord_server.wait_for_ready(timeout=30, since=sessions), timeout=40)

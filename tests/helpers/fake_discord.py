@@ -97,6 +97,7 @@ class _Session:
         self.sequence = 0
         self.session_id: str | None = None
         self.ready = False
+        self.number = 0  # the count of sessions opened until this one (FakeDiscordServer.sessions_opened)
         self.compressed = compress
         self._deflate = zlib.compressobj() if compress else None
         self._lock = asyncio.Lock()
@@ -182,7 +183,8 @@ class FakeDiscordServer(LoopbackServer):
         self.resumes: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str, int]] = []
         self.events: list[tuple[str, int]] = []
-        self.sessions: list[_Session] = []
+        self.sessions: list[_Session] = []  # the open ones
+        self.sessions_opened = 0
         self._faults: dict[tuple[str, str], collections.deque[RestFault]] = collections.defaultdict(collections.deque)
         self._nonces: dict[tuple[int, str], int] = {}
         self._runner: web.AppRunner | None = None
@@ -453,10 +455,12 @@ class FakeDiscordServer(LoopbackServer):
 
     async def wait_for_ready(self, timeout: float = 10.0, *, since: int = 0) -> None:
         """Until a session opened after the first `since` ones is READY and still open (after a
-        restart, pass the number of sessions before it: a killed process's session may not have
+        restart, pass `sessions_opened` from before it: a killed process's session may not have
         been seen closing yet)."""
         await self.wait_until(
-            lambda: any(s.ready and not s.ws.closed for s in self.sessions[since:]), timeout, "READY to be sent"
+            lambda: any(s.ready and not s.ws.closed and s.number > since for s in self.sessions),
+            timeout,
+            "READY to be sent",
         )
 
     async def settle(self, seconds: float = 0.3) -> None:
@@ -667,6 +671,8 @@ class FakeDiscordServer(LoopbackServer):
         ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
         await ws.prepare(request)
         session = _Session(ws, compress=request.query.get("compress") == "zlib-stream")
+        self.sessions_opened += 1
+        session.number = self.sessions_opened
         self.sessions.append(session)
         try:
             if self.silent_gateway:
