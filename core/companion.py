@@ -10,8 +10,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import copy
+from core import copy, edits, quotes
 from core.analytics import RunRecord, RunRecorder
+from core.bursts import BurstWindow, Held
 from core.capture import CaptureService
 from core.command_text import parse_command
 from core.commands import COMMANDS, Command, CommandCall, command_info, mistyped_secret_command, with_notice
@@ -41,6 +42,7 @@ from core.model import (
 from core.outbox import Outbox
 from core.ports import BaseProvider, BaseStore, Clock, SystemClock
 from core.proactive import ProactiveConfig, ProactiveService
+from core.retry import Sleep
 from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
 from core.valve import ModeState, ModeValve
 
@@ -79,6 +81,8 @@ class CompanionConfig:
     transition: str = "constant"
     # Reminders and nudges: the manners' defaults (COMPANION_QUIET_HOURS, COMPANION_TIMEZONE, ...).
     proactive: ProactiveConfig = field(default_factory=ProactiveConfig)
+    # COMPANION_BURST_SECONDS: messages this close together are answered in one turn (0: each alone).
+    burst_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,15 @@ class Turn:
     account: Account
     conversation: Conversation
     restart_notice: bool = False  # a restart ended this conversation's private mode: say so first
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTurn:
+    """The newest stored message of a burst, with the mode it was stored in."""
+
+    turn: Turn
+    state: ModeState
+    message_id: int
 
 
 class Companion:
@@ -107,6 +120,7 @@ class Companion:
         clock: Clock | None = None,
         tools: ToolRegistry | None = None,
         outbox: Outbox | None = None,
+        burst_sleep: Sleep | None = None,
     ) -> None:
         self.config = config or CompanionConfig()
         self.store = store
@@ -141,6 +155,9 @@ class Companion:
         # belongs to that interval, also when its segment expired (was deleted) at this start.
         self._closed_at_start: set[int] = set()
         self._started_at = self.clock.now()
+        self._bursts: BurstWindow[HeldTurn] = BurstWindow(
+            self.config.burst_seconds, self._answer_burst, sleep=burst_sleep or asyncio.sleep
+        )
 
     # --- lifecycle --------------------------------------------------------
 
@@ -166,7 +183,9 @@ class Companion:
 
     async def drain(self) -> None:
         """Wait for the background work this companion started (summary folds) to finish; stop
-        the mirror sends still running (their rows stay pending: the next start sends them)."""
+        the mirror sends still running (their rows stay pending: the next start sends them), and
+        the bursts still waiting (their messages are open turns: the next start answers them)."""
+        await self._bursts.aclose()
         for task in self._sending:
             task.cancel()
         if self._sending:
@@ -278,7 +297,13 @@ class Companion:
             turn = Turn(message, account, conversation, restart_notice=conversation.id in self._restart_closed)
             command = parse_command(message.text)
             info = command_info(command.name) if command is not None else None
-            if command is not None and info is not None:
+            if not message.edited and (command is not None or mistyped_secret_command(message.text)):
+                await self._flush_burst(conversation.id)  # a burst never spans a command
+            if message.edited:
+                reply = await edits.answer_edit(self, turn)
+                if reply is None:
+                    return None
+            elif command is not None and info is not None:
                 reply = await self._command(turn, info, command.args)
             elif mistyped_secret_command(message.text):
                 # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
@@ -294,6 +319,9 @@ class Companion:
                 reply = await self._finish(turn, f"I don't know /{command.name}. /help lists the commands.")
             else:
                 reply = await self._chat(turn)
+                held = self._bursts.peek(conversation.id)
+                if reply is None and held is not None and held.item.turn.message is message:
+                    return None  # stored; answered with the rest of its burst
             if reply is None:
                 log.info(
                     "conversation %s: message %s is stored already; not handled again",
@@ -341,10 +369,15 @@ class Companion:
             # It may belong to an open private interval: stored nowhere, shown to no model.
             return await self._finish(turn, copy.MODE_UNREADABLE)
         segment_id = state.segment_id
+        held = self._bursts.peek(conversation.id)
+        if held is not None and (held.item.state.mode, held.item.state.segment_id) != (state.mode, segment_id):
+            await self._flush_burst(conversation.id)  # a burst never spans a change of mode
+        # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
+        text = await quotes.compose(self.store, conversation, message, visible_segment=segment_id)
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
             conversation.id,
-            message.text,
+            text,
             self.clock.now(),
             segment_id=segment_id,
             account_id=turn.account.id,
@@ -352,7 +385,44 @@ class Companion:
         )
         if message_id is None:
             return None
+        if self._bursts.enabled and self._delivers(turn):
+            self._bursts.hold(conversation.id, HeldTurn(turn, state, message_id))
+            return None
         return await self._answer(turn, state, message_id)
+
+    async def _answer_burst(self, conversation_id: int, generation: int) -> None:
+        """The burst's quiet window passed: answer its messages in one turn, unless a newer
+        message or a command came first."""
+        held = self._bursts.peek(conversation_id)
+        if held is None:
+            return
+        message = held.item.turn.message
+        async with self._lock_of(message.platform, message.chat_id):
+            taken = self._bursts.take(conversation_id, generation)
+            if taken is not None:
+                await self._reply_to_burst(taken)
+
+    async def _flush_burst(self, conversation_id: int) -> None:
+        """Answer a held burst now (the caller holds the conversation's lock)."""
+        held = self._bursts.take(conversation_id)
+        if held is not None:
+            await self._reply_to_burst(held)
+
+    async def _reply_to_burst(self, held: Held[HeldTurn]) -> None:
+        burst = held.item
+        conversation = burst.turn.conversation
+        if burst.state.is_private:
+            current = await self.valve.settle(conversation)
+            if current.unreadable or current.segment_id != burst.state.segment_id:
+                # Its interval ended while the burst waited: left unread, like a private turn a stop cut off.
+                log.info("conversation %s: a private burst's interval ended before its answer", conversation.id)
+                return
+        turn = dataclasses.replace(burst.turn, restart_notice=conversation.id in self._restart_closed)
+        reply = await self._answer(turn, burst.state, burst.message_id)
+        self._restart_closed.discard(conversation.id)
+        log.info("conversation %s: a burst of %d messages answered in one turn", conversation.id, held.count)
+        if reply.delivery_id is not None and self.outbox is not None:
+            await self.outbox.deliver(conversation.id, reply.delivery_id)
 
     async def _keep_in_restarted_interval(self, turn: Turn, sent_at: float) -> tuple[bool, Reply | None]:
         """A message sent before this process started, into a conversation whose private interval
@@ -388,24 +458,26 @@ class Companion:
             return True, await self._finish(turn, copy.RESTART_KEPT_PRIVATE)
         return False, None
 
-    async def _answer(self, turn: Turn, state: ModeState, message_id: int) -> Reply:
+    async def _answer(self, turn: Turn, state: ModeState, message_id: int, *, note: str | None = None) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
-        (message, run, answered turn and delivery) in one transaction."""
+        (message, run, answered turn and delivery) in one transaction. `note`: a constant system
+        line after the view (an edit's correction)."""
         conversation = turn.conversation
         segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it.
         recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
+        tail = [ChatMessage("system", note)] if note else []
         try:
             try:
-                text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
+                text = await self._complete_with_tools(conversation, state, [*context.messages, *tail], recorder)
             except ProviderRequestTooLong:
                 # The server counts more than the estimate: once more, with half the window.
                 log.info(
                     "conversation %s: request too long for the model; retrying with half the window", conversation.id
                 )
                 context = await self.context.assemble(conversation, state, shrink=2)
-                text = await self._complete_with_tools(conversation, state, list(context.messages), recorder)
+                text = await self._complete_with_tools(conversation, state, [*context.messages, *tail], recorder)
         except ProviderError as exc:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
             if recorder:

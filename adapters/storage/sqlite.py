@@ -22,6 +22,7 @@ from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
 from adapters.storage.privacy import Checkpoints, LifetimeQueries
 from adapters.storage.proactive import ProactiveQueries
+from adapters.storage.quotes import QuoteQueries
 from adapters.storage.timeline import TimelineQueries
 
 
@@ -125,6 +126,14 @@ class SqliteStore:
         self.clear_failed_link_attempts = self.links.clear_failed_link_attempts
         self.accounts_of = self.links.accounts_of
         self.unlink_account = self.links.unlink_account
+
+        # core.ports.QuoteStore (quotes and edits, issue 15)
+        self.quotes = QuoteQueries(self.database)
+        self.quoted_message = self.quotes.quoted_message
+        self.visible_texts = self.quotes.visible_texts
+        self.editable_message = self.quotes.editable_message
+        self.edit_message = self.quotes.edit_message
+        self.answered_since = self.quotes.answered_since
 
     # --- lifecycle ----------------------------------------------------------
 
