@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import re
@@ -17,6 +18,7 @@ from telegram.constants import ChatAction, ChatType
 from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ContextTypes, ExtBot, MessageHandler, filters
 
+from adapters.telegram.context import reply_context
 from adapters.telegram.delivery import (
     Delivery,
     TelegramDeliveryError,
@@ -36,6 +38,9 @@ from core.ports import MessageHandler as CoreHandler
 from core.retry import Sleep
 
 log = logging.getLogger(__name__)
+
+# The update kinds polled for: new messages, and edits of them (issue 15).
+_ALLOWED_UPDATES = ["message", "edited_message"]
 
 
 class TelegramStartError(CompanionError):
@@ -265,6 +270,7 @@ class TelegramAdapter:
             builder = builder.base_url(self._base_url).base_file_url(_file_url(self._base_url))
         app = builder.build()
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & filters.TEXT, self._on_message))
+        app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT, self._on_message))
         app.add_error_handler(self._on_error)
         return app
 
@@ -341,7 +347,7 @@ class TelegramAdapter:
                     # While a turn runs its update stays unconfirmed and comes back at once:
                     # poll briefly then, or the next chat would wait for that turn.
                     timeout=timedelta(seconds=0 if waiting else self._poll_timeout),
-                    allowed_updates=["message"],
+                    allowed_updates=_ALLOWED_UPDATES,
                 )
             except RetryAfter as exc:
                 await self._sleep(retry_after_seconds(exc))
@@ -435,19 +441,22 @@ class TelegramAdapter:
         if offset is None or self._app is None:
             return
         try:
-            await self._bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=["message"])
+            await self._bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=_ALLOWED_UPDATES)
         except TelegramError as exc:  # the stored ledger still skips them
             log.info("telegram: confirming handled updates failed (%s)", type(exc).__name__)
 
     # --- one inbound message ------------------------------------------------
 
     async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.message
+        message = update.message or update.edited_message
         if message is None or self._delivery is None:
             return
         inbound = self._inbound(message)
         if inbound is None:
             return
+        # Quotes, forwards and edits (issue 15): adapters/telegram/context.py reads them.
+        edited = update.edited_message is not None
+        inbound = dataclasses.replace(inbound, **reply_context(message, self._bot.id), edited=edited)
         delivery = self._delivery
         log.info(
             "telegram: update %s, %s chat, %d chars",
