@@ -57,12 +57,12 @@ class QuoteQueries:
         return EditableMessage(row["id"], row["segment_id"], row["turn"]) if row is not None else None
 
     async def edit_message(self, message_id: int, segment_id: int | None, text: str, now: float) -> bool:
-        """Only `text` changes: the row keeps its mode and segment (the statement names both as
+        """Only `text` changes (False when it is the same: no edit, e.g. a link preview added): the row keeps its mode and segment (the statement names both as
         they were read), so an edit can never move a private message into normal mode. The
         recall index follows by the trigger `recall_message_update` (0009), normal rows only."""
         async with self._db.tx() as db:
             cur = await db.execute(
-                "UPDATE messages AS m SET text = :t WHERE m.id = :id AND m.segment_id IS :s"
+                "UPDATE messages AS m SET text = :t WHERE m.id = :id AND m.segment_id IS :s AND m.text IS NOT :t"
                 f" AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED}",
                 {"t": text, "id": message_id, "s": segment_id, "now": now},
             )

@@ -293,7 +293,7 @@ async def test_a_guild_mention_is_answered_with_the_mention_removed_and_nobody_p
     assert sent[0].pings == frozenset()  # a reply, yet the author is not pinged
     text = last_user_text(model.requests[0])
     # In a guild the model reads who speaks (the speaker's name first); the mention is gone.
-    assert text.endswith("what's up?") and text.startswith("Friend") and "<@" not in text
+    assert text.endswith("what's up?") and text.startswith("User111: ") and "<@" not in text
 
 
 async def test_a_guild_reply_to_the_bot_is_answered_without_a_mention(discord_server, model, adapter):
@@ -305,7 +305,7 @@ async def test_a_guild_reply_to_the_bot_is_answered_without_a_mention(discord_se
     assert sent[1].content == "Sure."
     text = last_user_text(model.requests[-1])
     # In a guild the model reads who speaks (the speaker's name first); the mention is gone.
-    assert text.endswith("and one more thing") and text.startswith("Friend") and "<@" not in text
+    assert text.endswith("and one more thing") and text.startswith("User111: ") and "<@" not in text
 
 
 async def test_a_mention_of_the_bots_role_counts_as_a_mention(discord_server, model, adapter):
@@ -315,7 +315,7 @@ async def test_a_mention_of_the_bots_role_counts_as_a_mention(discord_server, mo
     assert sent[0].content == "Here."
     text = last_user_text(model.requests[0])
     # In a guild the model reads who speaks (the speaker's name first); the mention is gone.
-    assert text.endswith("are you there") and text.startswith("Friend") and "<@" not in text
+    assert text.endswith("are you there") and text.startswith("User111: ") and "<@" not in text
 
 
 async def test_guild_messages_not_addressed_to_the_bot_are_ignored(discord_server, model, adapter):
