@@ -101,3 +101,10 @@ async def test_an_edit_of_the_newest_message_is_answered_as_a_correction(discord
     assert sent[1].content == "Eight, then."
     assert model.requests[-1]["messages"][-1]["content"] == copy.EDIT_CORRECTION
     assert last_user_text(model.requests[-1]) == "see you at eight"
+
+
+async def test_a_link_preview_update_is_not_an_edit_and_gets_no_second_answer(discord_server, model, adapter):
+    message_id = await say(discord_server, "look at https://example.org")
+    await discord_server.add_link_preview(message_id, "https://example.org")
+    await say(discord_server, "/mode")  # a later turn's answer comes next: nothing was sent in between
+    assert len(discord_server.sent) == 2 and len(model.requests) == 1

@@ -79,6 +79,8 @@ async def test_an_edit_of_a_private_message_stays_private_and_out_of_recall_and_
     assert reply is None and len(provider.requests) == calls
     assert await text_of(store, mid) == [(f"private edited {CANARY}", "private", 1)]
     assert await recall(companion, store, CANARY.split("-")[0]) == []
+    # Not in the index at all, not merely filtered out by recall's own predicates.
+    assert await all_rows(store, "SELECT count(*) FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
     await tell(companion, "back in normal")
     assert CANARY not in request_text(provider.last_reply_request())
 
@@ -110,3 +112,11 @@ async def test_an_edit_of_a_message_never_stored_stores_nothing(companion, provi
     reply, _ = await tell(companion, "never seen before", mid="nowhere", edited=True)
     assert reply is None
     assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]
+
+
+async def test_an_update_that_leaves_the_words_unchanged_is_not_answered_again(companion, provider, store):
+    # Discord sends MESSAGE_UPDATE for a link preview or a pin too: the words are the same.
+    _, mid = await tell(companion, "look: https://example.org")
+    calls = len(provider.requests)
+    reply, _ = await tell(companion, "look: https://example.org", mid=mid, edited=True)
+    assert reply is None and len(provider.requests) == calls

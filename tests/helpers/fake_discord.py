@@ -314,6 +314,16 @@ class FakeDiscordServer(LoopbackServer):
         self.messages[message_id] = edited
         await self._broadcast("MESSAGE_UPDATE", edited)
 
+    async def add_link_preview(self, message_id: int, url: str) -> None:
+        """Discord unfurls a link: MESSAGE_UPDATE with an embed added, the content and
+        `edited_timestamp` as they were (not an edit by the author)."""
+        original = self.messages.get(message_id)
+        if original is None:
+            raise ValueError(f"no message {message_id}")
+        updated = {**original, "embeds": [*original["embeds"], {"type": "link", "url": url}]}
+        self.messages[message_id] = updated
+        await self._broadcast("MESSAGE_UPDATE", updated)
+
     async def send_guild_message(
         self,
         user_id: int,
