@@ -158,3 +158,33 @@ async def test_with_the_window_at_zero_each_message_is_answered_alone(boot, prov
     for text in ["x", "y"]:
         assert await tell(companion, text) is not None
     assert len(provider.replies()) == 2 and window.windows == 0
+
+
+async def test_a_private_burst_is_never_read_by_the_normal_turn_after_its_interval_ended(
+    boot, provider, store, sender, window, clock
+):
+    # A mode changes by a command (which answers the burst first) or by idle or expiry: then the
+    # next message, stored in normal mode, takes the burst over and its turn reads the normal view.
+    companion = await boot()
+    await tell(companion, f"/private {PASSPHRASE}")
+    await tell(companion, "PRIVATE-BURST-WORDS")
+    clock.advance(31 * 60)  # idle: the interval ends before the next message of the burst
+    await tell(companion, "normal again")
+    window.release()
+    await wait_for(lambda: len(provider.replies()) == 1, what="the normal turn's answer")
+    assert users_of(provider.last_reply_request())[-1] == "normal again"
+    assert all("PRIVATE-BURST-WORDS" not in "\n".join(users_of(r)) for r in provider.requests)
+    assert await all_rows(store, "SELECT mode FROM messages WHERE text = 'PRIVATE-BURST-WORDS'") == [("private",)]
+
+
+async def test_a_private_burst_whose_interval_ended_while_it_waited_is_left_unread(
+    boot, provider, store, sender, window, clock
+):
+    companion = await boot()
+    await tell(companion, f"/private {PASSPHRASE}")
+    await tell(companion, "PRIVATE-BURST-WORDS")
+    clock.advance(31 * 60)  # the interval ends (idle) before the window does
+    window.release()
+    # Every window has ended (the last one found the interval over): only then is the check final.
+    await wait_for(lambda: not companion._bursts._timers, what="the burst's windows to end")
+    assert provider.replies() == [] and len(sender.sent) == 1  # only /private's answer went out
