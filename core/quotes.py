@@ -62,7 +62,9 @@ async def quote_line(
     if quoted is None:
         return copy.QUOTE_WITHHELD_LINE
     if not conversation.is_direct:
-        return copy.QUOTE_UNSEEN_LINE.format(text=short(quoted))
+        # The companion's own group replies carry no inbox key; a group never has private mode.
+        line = copy.QUOTE_LINE if message.quoted_from_companion else copy.QUOTE_UNSEEN_LINE
+        return line.format(text=short(quoted))
     if message.quoted_from_companion:
         # The companion's own replies carry no inbox key: matched by their words against the
         # replies this mode can read, so a private reply quoted in normal mode is never matched.

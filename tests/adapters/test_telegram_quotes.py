@@ -178,6 +178,9 @@ async def test_in_a_group_the_model_reads_each_speakers_name_in_the_history_too(
     await say(telegram, f"@{BOT} hi, I'm new", chat=GROUP, user=USER, first_name="Ann")
     await say(telegram, f"@{BOT} and I'm Bea", chat=GROUP, user=OTHER, first_name="Bea")
     assert user_texts(model.requests[-1]) == ["Ann: hi, I'm new", "Bea: and I'm Bea"]
+    model.reply_text("Welcome, both.")
+    await say(telegram, "thanks!", chat=GROUP, user=OTHER, first_name="Bea", reply_to_bot=True)
+    assert user_texts(model.requests[-1])[-1] == "Bea: (replying to: fake reply #2)\nthanks!"
 
 
 async def test_an_edit_of_the_newest_message_is_answered_once_as_a_correction(
