@@ -473,8 +473,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "quote-unknown-included-in-direct-chat",
         PRIVACY,
         "core/quotes.py",
-        "    if not conversation.is_direct:\n        return copy.QUOTE_UNSEEN_LINE",
-        "    if True:\n        return copy.QUOTE_UNSEEN_LINE",
+        "    if not conversation.is_direct:\n        # The companion's own group replies",
+        "    if True:\n        # The companion's own group replies",
     ),
     M(
         "quote-carries-secret",
