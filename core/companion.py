@@ -369,9 +369,6 @@ class Companion:
             # It may belong to an open private interval: stored nowhere, shown to no model.
             return await self._finish(turn, copy.MODE_UNREADABLE)
         segment_id = state.segment_id
-        held = self._bursts.peek(conversation.id)
-        if held is not None and (held.item.state.mode, held.item.state.segment_id) != (state.mode, segment_id):
-            await self._flush_burst(conversation.id)  # a burst never spans a change of mode
         # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
         text = await quotes.compose(self.store, conversation, message, visible_segment=segment_id)
         # Stored before the provider is called: a provider failure loses nothing.
