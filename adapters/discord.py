@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import io
 import logging
@@ -21,6 +22,7 @@ from discord.http import HTTPClient, Route
 
 from adapters.discord_catchup import CATCH_UP_LIMIT, DmCursors, catch_up
 from adapters.discord_commands import DiscordInteractions, confirm_view
+from adapters.discord_context import forwarded_text, reply_context
 from adapters.discord_media import media_of
 from adapters.text import split_message
 from core.commands import carries_secret
@@ -358,12 +360,15 @@ class DiscordAdapter:
 
     # --- inbound ------------------------------------------------------------
 
-    def _on_message(self, message: discord.Message) -> None:
+    def _on_message(self, message: discord.Message, *, edited: bool = False) -> None:
         if self._closing or self._client is None:
             return
         inbound = self._to_inbound(message)
         if inbound is None:
             return
+        # Replies, forwards and edits (issue 15): adapters/discord_context.py reads them.
+        context = reply_context(message, self._me().id, self._client)
+        inbound = dataclasses.replace(inbound, **context, edited=edited)
         task = asyncio.create_task(self._serve(message, inbound), name=f"discord-turn-{message.id}")
         self._turns.add(task)
         task.add_done_callback(self._turns.discard)
@@ -377,7 +382,7 @@ class DiscordAdapter:
         if message.type not in (discord.MessageType.default, discord.MessageType.reply):
             return None  # joins, pins, boosts and other system messages
         channel = message.channel
-        text = message.content
+        text = message.content or forwarded_text(message)
         if isinstance(channel, discord.DMChannel):
             direct = True
         elif message.guild is not None or getattr(channel, "guild_id", None) is not None:
@@ -436,7 +441,8 @@ class DiscordAdapter:
         if inbound.is_direct and not catching_up:
             await self._caught_up.wait()
         async with self._channel_locks.of(channel.id):
-            if inbound.is_direct and self._cursors.handled(channel.id, message.id):
+            # An edit names a message handled already: the cursor says nothing about it.
+            if inbound.is_direct and not inbound.edited and self._cursors.handled(channel.id, message.id):
                 return
             typing = asyncio.create_task(self._keep_typing(channel))
             try:
@@ -733,6 +739,11 @@ class _CompanionClient(discord.Client):
 
     async def on_message(self, message: discord.Message) -> None:
         self._adapter._on_message(message)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        # Raw: no message cache is kept. An update that leaves the words as they were (a link
+        # preview added, a pin) changes nothing: the store's edit keeps only a changed text.
+        self._adapter._on_message(payload.message, edited=True)
 
     # discord.py's connection events: the adapter times how long the gateway stays down.
     async def on_disconnect(self) -> None:

@@ -131,6 +131,9 @@ def gateway(cwd: Path, **settings: str) -> ChildProcess:
         "COMPANION_DB_PATH": str(cwd / "companion.db"),
         "COMPANION_HTTP_PORT": "0",
         "COMPANION_LOG_LEVEL": "WARNING",
+        # The benches measure one answer per message: a burst window would add its own wait to
+        # each round trip and merge the load bench's quick turns (README, "Bursts").
+        "COMPANION_BURST_SECONDS": "0",
     }
     env = child_env(**{**defaults, **settings})
     return ChildProcess("companion run", [sys.executable, "-m", "bot", "run"], env, cwd)

@@ -447,6 +447,77 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
         also=("tests/bot/test_gateway_sweep.py", "tests/bot/test_scheduler.py"),
     ),
+    # --- quotes, edits and bursts (issue 15) ---------------------------------------------------
+    M(
+        "quote-reads-private-text",
+        PRIVACY,
+        "adapters/storage/quotes.py",
+        "CASE WHEN {_READABLE} THEN m.text END AS text",
+        "m.text AS text",
+    ),
+    M(
+        "quote-reads-another-interval",
+        PRIVACY,
+        "adapters/storage/quotes.py",
+        "(:s IS NOT NULL AND m.segment_id = :s)",
+        "(m.segment_id IS NOT NULL)",
+    ),
+    M(
+        "quote-matches-private-replies",
+        PRIVACY,
+        "adapters/storage/quotes.py",
+        "AND m.kind = 'chat'\"\n            f\" AND {_READABLE}",
+        "AND m.kind = 'chat'\"\n            f\" AND 1",
+    ),
+    M(
+        "quote-unknown-included-in-direct-chat",
+        PRIVACY,
+        "core/quotes.py",
+        "    if not conversation.is_direct:\n        # The companion's own group replies",
+        "    if True:\n        # The companion's own group replies",
+    ),
+    M(
+        "quote-carries-secret",
+        PRIVACY,
+        "core/quotes.py",
+        "(carries_secret(quoted) or not quoted.strip())",
+        "(not quoted.strip())",
+    ),
+    M(
+        "edit-revives-expired-interval",
+        PRIVACY,
+        "adapters/storage/quotes.py",
+        '    " (SELECT g.id FROM segments g WHERE g.id = m.segment_id AND (g.expires_at IS NULL OR g.expires_at > :now))))"',
+        '    " (SELECT g.id FROM segments g WHERE g.id = m.segment_id)))"',
+    ),
+    M(
+        "edit-indexes-private-text",
+        PRIVACY,
+        "migrations/0010_message_edits.sql",
+        "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
+        "WHEN new.kind = 'chat'",
+    ),
+    M(
+        "burst-answered-after-its-interval",
+        PRIVACY,
+        "core/companion.py",
+        "            if current.unreadable or current.segment_id != burst.state.segment_id:",
+        "            if False:",
+    ),
+    M(
+        "burst-spans-a-command",
+        RELIABILITY,
+        "core/companion.py",
+        "                await self._flush_burst(conversation.id)  # a burst never spans a command",
+        "                pass",
+    ),
+    M(
+        "edit-answered-when-unchanged",
+        RELIABILITY,
+        "adapters/storage/quotes.py",
+        " AND m.text IS NOT :t",
+        "",
+    ),
 )
 
 

@@ -58,6 +58,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         transition=settings.transition,
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
+        burst_seconds=settings.burst_seconds,
         proactive=ProactiveConfig(
             Manners(
                 timezone=settings.timezone,

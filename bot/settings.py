@@ -108,6 +108,8 @@ class Settings(BaseSettings):
     transition: Literal["constant", "generated"] = "constant"
     artifact_retention_days: float = Field(30.0, ge=0, le=3650)
     backup_retention_days: float = Field(14.0, ge=0, le=3650)
+    # Messages of one chat this close together are answered in one turn (issue 15); 0: each alone.
+    burst_seconds: float = Field(1.5, ge=0, le=60)
 
     @field_validator("log_level")
     @classmethod

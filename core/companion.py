@@ -10,8 +10,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import copy
+from core import copy, edits, quotes
 from core.analytics import RunRecord, RunRecorder
+from core.bursts import BurstWindow, Held
 from core.capture import CaptureService
 from core.command_text import parse_command
 from core.commands import COMMANDS, Command, CommandCall, command_info, mistyped_secret_command, with_notice
@@ -43,6 +44,7 @@ from core.model import (
 from core.outbox import Outbox
 from core.ports import BaseProvider, BaseStore, Clock, SystemClock, Transcriber
 from core.proactive import ProactiveConfig, ProactiveService
+from core.retry import Sleep
 from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
 from core.valve import ModeState, ModeValve
 
@@ -83,6 +85,8 @@ class CompanionConfig:
     transition: str = "constant"
     # Reminders and nudges: the manners' defaults (COMPANION_QUIET_HOURS, COMPANION_TIMEZONE, ...).
     proactive: ProactiveConfig = field(default_factory=ProactiveConfig)
+    # COMPANION_BURST_SECONDS: messages this close together are answered in one turn (0: each alone).
+    burst_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,15 @@ class Turn:
     account: Account
     conversation: Conversation
     restart_notice: bool = False  # a restart ended this conversation's private mode: say so first
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTurn:
+    """The newest stored message of a burst, with the mode it was stored in."""
+
+    turn: Turn
+    state: ModeState
+    message_id: int
 
 
 class Companion:
@@ -112,6 +125,7 @@ class Companion:
         tools: ToolRegistry | None = None,
         outbox: Outbox | None = None,
         transcriber: Transcriber | None = None,
+        burst_sleep: Sleep | None = None,
     ) -> None:
         self.config = config or CompanionConfig()
         self.media = MediaReader(vision=self.config.vision, transcriber=transcriber)
@@ -147,6 +161,9 @@ class Companion:
         # belongs to that interval, also when its segment expired (was deleted) at this start.
         self._closed_at_start: set[int] = set()
         self._started_at = self.clock.now()
+        self._bursts: BurstWindow[HeldTurn] = BurstWindow(
+            self.config.burst_seconds, self._answer_burst, sleep=burst_sleep or asyncio.sleep
+        )
 
     # --- lifecycle --------------------------------------------------------
 
@@ -172,7 +189,9 @@ class Companion:
 
     async def drain(self) -> None:
         """Wait for the background work this companion started (summary folds) to finish; stop
-        the mirror sends still running (their rows stay pending: the next start sends them)."""
+        the mirror sends still running (their rows stay pending: the next start sends them), and
+        the bursts still waiting (their messages are open turns: the next start answers them)."""
+        await self._bursts.aclose()
         for task in self._sending:
             task.cancel()
         if self._sending:
@@ -305,7 +324,13 @@ class Companion:
             turn = Turn(message, account, conversation, restart_notice=conversation.id in self._restart_closed)
             command = parse_command(message.text)
             info = command_info(command.name) if command is not None else None
-            if command is not None and info is not None:
+            if not message.edited and (command is not None or mistyped_secret_command(message.text)):
+                await self._flush_burst(conversation.id)  # a burst never spans a command
+            if message.edited:
+                reply = await edits.answer_edit(self, turn)
+                if reply is None:
+                    return None
+            elif command is not None and info is not None:
                 reply = await self._command(turn, info, command.args)
             elif mistyped_secret_command(message.text):
                 # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
@@ -321,6 +346,9 @@ class Companion:
                 reply = await self._finish(turn, f"I don't know /{command.name}. /help lists the commands.")
             else:
                 reply = await self._chat(turn)
+                held = self._bursts.peek(conversation.id)
+                if reply is None and held is not None and held.item.turn.message is message:
+                    return None  # stored; answered with the rest of its burst
             if reply is None:
                 log.info(
                     "conversation %s: message %s is stored already; not handled again",
@@ -371,10 +399,13 @@ class Companion:
         # Media are read once the mode is known: their text (marker, caption, transcript) is stored
         # in this mode and segment; their bytes are never stored (core.media).
         media = await self.media.read(message) if message.media else None
+        # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
+        said = dataclasses.replace(message, text=media.text) if media else message
+        text = await quotes.compose(self.store, conversation, said, visible_segment=segment_id)
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
             conversation.id,
-            media.text if media else message.text,
+            text,
             self.clock.now(),
             segment_id=segment_id,
             account_id=turn.account.id,
@@ -382,6 +413,14 @@ class Companion:
         )
         if message_id is None:
             return None
+        # Plain words wait for the rest of a burst; media with images or lines of their own do not
+        # (the burst held before them is answered first, so its timer cannot answer it twice).
+        plain = media is None or (media.answerable and not media.images and not media.notes)
+        if self._bursts.enabled and self._delivers(turn):
+            if plain:
+                self._bursts.hold(conversation.id, HeldTurn(turn, state, message_id))
+                return None
+            await self._flush_burst(conversation.id)
         if media is not None and not media.answerable:  # a sticker, a photo the model cannot see ...
             return await self._finish(
                 turn,
@@ -391,6 +430,40 @@ class Companion:
                 answers=message_id,
             )
         return await self._answer(turn, state, message_id, media)
+
+    async def _answer_burst(self, conversation_id: int, generation: int) -> None:
+        """The burst's quiet window passed: answer its messages in one turn, unless a newer
+        message or a command came first."""
+        held = self._bursts.peek(conversation_id)
+        if held is None:
+            return
+        message = held.item.turn.message
+        async with self._lock_of(message.platform, message.chat_id):
+            taken = self._bursts.take(conversation_id, generation)
+            if taken is not None:
+                await self._reply_to_burst(taken)
+
+    async def _flush_burst(self, conversation_id: int) -> None:
+        """Answer a held burst now (the caller holds the conversation's lock)."""
+        held = self._bursts.take(conversation_id)
+        if held is not None:
+            await self._reply_to_burst(held)
+
+    async def _reply_to_burst(self, held: Held[HeldTurn]) -> None:
+        burst = held.item
+        conversation = burst.turn.conversation
+        if burst.state.is_private:
+            current = await self.valve.settle(conversation)
+            if current.unreadable or current.segment_id != burst.state.segment_id:
+                # Its interval ended while the burst waited: left unread, like a private turn a stop cut off.
+                log.info("conversation %s: a private burst's interval ended before its answer", conversation.id)
+                return
+        turn = dataclasses.replace(burst.turn, restart_notice=conversation.id in self._restart_closed)
+        reply = await self._answer(turn, burst.state, burst.message_id)
+        self._restart_closed.discard(conversation.id)
+        log.info("conversation %s: a burst of %d messages answered in one turn", conversation.id, held.count)
+        if reply.delivery_id is not None and self.outbox is not None:
+            await self.outbox.deliver(conversation.id, reply.delivery_id)
 
     async def _keep_in_restarted_interval(self, turn: Turn, sent_at: float) -> tuple[bool, Reply | None]:
         """A message sent before this process started, into a conversation whose private interval
@@ -426,20 +499,30 @@ class Companion:
             return True, await self._finish(turn, copy.RESTART_KEPT_PRIVATE)
         return False, None
 
-    async def _answer(self, turn: Turn, state: ModeState, message_id: int, media: ReadMedia | None = None) -> Reply:
+    async def _answer(
+        self,
+        turn: Turn,
+        state: ModeState,
+        message_id: int,
+        media: ReadMedia | None = None,
+        *,
+        note: str | None = None,
+    ) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
         (message, run, answered turn and delivery) in one transaction. `media`: its images go
-        with this request only, its notes before the answer."""
+        with this request only, its notes before the answer. `note`: a constant system line after
+        the view (an edit's correction)."""
         conversation = turn.conversation
         segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it.
         recorder = None if state.is_private else RunRecorder(self.clock, conversation.id)
         context = await self.context.assemble(conversation, state)
         images = media.images if media else ()
+        tail = [ChatMessage("system", note)] if note else []
         try:
             try:
                 text = await self._complete_with_tools(
-                    conversation, state, with_images(context.messages, images), recorder
+                    conversation, state, with_images([*context.messages, *tail], images), recorder
                 )
             except ProviderRequestTooLong:
                 # The server counts more than the estimate: once more, with half the window.
@@ -448,7 +531,7 @@ class Companion:
                 )
                 context = await self.context.assemble(conversation, state, shrink=2)
                 text = await self._complete_with_tools(
-                    conversation, state, with_images(context.messages, images), recorder
+                    conversation, state, with_images([*context.messages, *tail], images), recorder
                 )
         except ProviderError as exc:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)

@@ -204,3 +204,19 @@ MEDIA_NOT_READ_OTHER = "I can't read that kind of message; I read text{also}."
 ALSO_IMAGES_AND_VOICE = ", photos and voice notes"
 ALSO_IMAGES = " and photos"
 ALSO_VOICE = " and voice notes"
+
+# --- quotes, forwards, speakers, edits (issue 15) ---------------------------------------------
+# Lines put before a message's text in what is stored and sent to the model. None of them is
+# derived from private content: a quoted private message stands as the PLACEHOLDER itself.
+QUOTE_LINE = "(replying to: {text})"
+# A message the companion never saw (a group message not addressed to it), quoted from the platform.
+QUOTE_UNSEEN_LINE = "(replying to a message I did not see, quoted: {text})"
+# A quoted message this mode cannot vouch for (not stored, or gone with its interval): no text.
+QUOTE_WITHHELD_LINE = "(replying to an earlier message)"
+FORWARD_LINE = "(forwarded from {name})"
+# Appended to the request when the person edited the message just answered.
+EDIT_CORRECTION = (
+    "The person has just edited their last message (shown above as it reads now) after your answer "
+    "to the earlier wording. Answer the edited version, briefly acknowledging the correction."
+)
+EDIT_NOT_KEPT = "That edit looked like it carries a passphrase or code; nothing of it was kept."

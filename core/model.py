@@ -39,6 +39,12 @@ class InboundMessage:
     sent_at: float | None = None  # the platform's timestamp (Telegram `date`, Discord snowflake time)
     thread_id: str | None = None  # a forum topic or thread the reply belongs in
     media: tuple[Media, ...] = ()  # photos, voice notes, stickers ...; `text` is then their caption
+    # Quotes, forwards, edits (issue 15); core/quotes.py turns them into the stored text.
+    reply_to_message_id: str | None = None  # the platform id of the message this one replies to
+    quoted_text: str | None = None  # what the platform says that message (or the quoted part) holds
+    quoted_from_companion: bool = False  # the replied-to message is one of the companion's own
+    forwarded_from: str | None = None  # who a forwarded message comes from, as the platform names them
+    edited: bool = False  # a new version of the message `message_id` names
 
     @property
     def key(self) -> ConversationKey:
@@ -431,3 +437,30 @@ class ChatMove:
     bindings: int = 0
     deliveries: int = 0
     refused: bool = False
+
+
+# --- quotes and edits (issue 15) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QuotedMessage:
+    """A stored message that a reply quotes, as one mode may read it: `text` is None when the
+    message belongs to a private interval that mode may not read (the store's SQL decides)."""
+
+    role: str
+    kind: str
+    text: str | None
+
+    @property
+    def is_masked(self) -> bool:
+        return self.text is None
+
+
+@dataclass(frozen=True, slots=True)
+class EditableMessage:
+    """A stored user chat message an edit may change, in its own mode and segment; `turn` is
+    'open' while its answer is not written yet."""
+
+    id: int
+    segment_id: int | None
+    turn: str | None

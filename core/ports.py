@@ -15,6 +15,7 @@ from core.model import (
     Conversation,
     ConversationKey,
     DeliveryTarget,
+    EditableMessage,
     FollowUp,
     Goal,
     InboundMessage,
@@ -28,6 +29,7 @@ from core.model import (
     ProactiveDecision,
     ProactivePrefs,
     ProactiveSent,
+    QuotedMessage,
     RecallHit,
     RecordedReply,
     Reply,
@@ -545,6 +547,38 @@ class ChatStore(Protocol):
         ...
 
 
+class QuoteStore(Protocol):
+    """Quotes and edits (issue 15): each read names the mode it reads for, inside its SQL."""
+
+    async def quoted_message(
+        self, conversation_id: int, platform_message_id: str, *, visible_segment: int | None
+    ) -> QuotedMessage | None:
+        """The stored message with this platform id, its text only when the mode that lives in
+        `visible_segment` (None: normal mode) may read it. None: no such message is stored."""
+        ...
+
+    async def visible_texts(
+        self, conversation_id: int, role: str, *, visible_segment: int | None, limit: int
+    ) -> list[str]:
+        """The newest `limit` chat texts of `role` that this mode may read, newest first."""
+        ...
+
+    async def editable_message(
+        self, conversation_id: int, platform_message_id: str, now: float
+    ) -> EditableMessage | None:
+        """The user chat message an edit names, unless it is gone or its interval expired."""
+        ...
+
+    async def edit_message(self, message_id: int, segment_id: int | None, text: str, now: float) -> bool:
+        """Replace a user chat message's text in its own mode and segment (and the recall index).
+        False: it is gone, or its interval expired meanwhile; nothing changed."""
+        ...
+
+    async def answered_since(self, conversation_id: int, message_id: int, since: float) -> bool:
+        """Whether `message_id` is the conversation's newest user message and was answered at `since` or later."""
+        ...
+
+
 class BaseStore(
     TimelineStore,
     ModeStore,
@@ -555,6 +589,7 @@ class BaseStore(
     ProactiveStore,
     LinkStore,
     ChatStore,
+    QuoteStore,
     Protocol,
 ):
     """Everything the core asks of storage; adapters.storage.sqlite.SqliteStore implements it."""

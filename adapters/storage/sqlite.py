@@ -23,6 +23,7 @@ from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
 from adapters.storage.privacy import Checkpoints, LifetimeQueries
 from adapters.storage.proactive import ProactiveQueries
+from adapters.storage.quotes import QuoteQueries
 from adapters.storage.timeline import TimelineQueries
 
 
@@ -131,6 +132,14 @@ class SqliteStore:
 
         # core.ports.ChatStore (chats a platform moved to a new id)
         self.move_chat = self.chats.move_chat
+
+        # core.ports.QuoteStore (quotes and edits, issue 15)
+        self.quotes = QuoteQueries(self.database)
+        self.quoted_message = self.quotes.quoted_message
+        self.visible_texts = self.quotes.visible_texts
+        self.editable_message = self.quotes.editable_message
+        self.edit_message = self.quotes.edit_message
+        self.answered_since = self.quotes.answered_since
 
     # --- lifecycle ----------------------------------------------------------
 

@@ -20,6 +20,7 @@ from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, CallbackQueryHandler, ContextTypes, ExtBot, MessageHandler, filters
 
 from adapters.telegram.buttons import TelegramButtons, keyboard
+from adapters.telegram.context import reply_context
 from adapters.telegram.delivery import (
     Delivery,
     TelegramDeliveryError,
@@ -41,8 +42,9 @@ from core.retry import Sleep
 
 log = logging.getLogger(__name__)
 
-# What getUpdates asks for: messages, and presses of confirmation buttons (adapters/telegram/buttons.py).
-ALLOWED_UPDATES = ["message", "callback_query"]
+# What getUpdates asks for: messages, edits of them (issue 15), and presses of confirmation
+# buttons (adapters/telegram/buttons.py).
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 
 
 class TelegramStartError(CompanionError):
@@ -283,6 +285,7 @@ class TelegramAdapter:
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & (filters.TEXT | MEDIA), self._on_message))
         # Its own group: a group upgraded to a supergroup is followed whatever the other handlers take.
         app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self._on_migrate), group=-1)
+        app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT, self._on_message))
         app.add_handler(CallbackQueryHandler(self._on_button))
         app.add_error_handler(self._on_error)
         return app
@@ -461,13 +464,16 @@ class TelegramAdapter:
     # --- one inbound message ------------------------------------------------
 
     async def _on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.message
+        message = update.message or update.edited_message
         if message is None or self._delivery is None:
             return
         async with self._moving:  # a chat being re-keyed: its late messages follow it (see _on_migrate)
             inbound = self._followed(self._inbound(message))
         if inbound is None:
             return
+        # Quotes, forwards and edits (issue 15): adapters/telegram/context.py reads them.
+        edited = update.edited_message is not None
+        inbound = dataclasses.replace(inbound, **reply_context(message, self._bot.id), edited=edited)
         delivery = self._delivery
         log.info(
             "telegram: update %s, %s chat, %d chars",

@@ -291,7 +291,9 @@ async def test_a_guild_mention_is_answered_with_the_mention_removed_and_nobody_p
     assert sent[0].content == "Hello, channel."
     assert sent[0].message_reference["message_id"] == message_id
     assert sent[0].pings == frozenset()  # a reply, yet the author is not pinged
-    assert last_user_text(model.requests[0]) == "what's up?"
+    text = last_user_text(model.requests[0])
+    # In a guild the model reads who speaks (the speaker's name first); the mention is gone.
+    assert text.endswith("what's up?") and text.startswith("User111: ") and "<@" not in text
 
 
 async def test_a_guild_reply_to_the_bot_is_answered_without_a_mention(discord_server, model, adapter):
@@ -301,7 +303,9 @@ async def test_a_guild_reply_to_the_bot_is_answered_without_a_mention(discord_se
     await discord_server.send_guild_message(FRIEND, "and one more thing", mention_bot=False, reply_to_bot=True)
     sent = await discord_server.wait_for_sent(2)
     assert sent[1].content == "Sure."
-    assert last_user_text(model.requests[-1]) == "and one more thing"
+    text = last_user_text(model.requests[-1])
+    # In a guild the model reads who speaks (the speaker's name first); the mention is gone.
+    assert text.endswith("and one more thing") and text.startswith("User111: ") and "<@" not in text
 
 
 async def test_a_mention_of_the_bots_role_counts_as_a_mention(discord_server, model, adapter):
@@ -309,7 +313,9 @@ async def test_a_mention_of_the_bots_role_counts_as_a_mention(discord_server, mo
     await discord_server.send_guild_message(FRIEND, "are you there", via_role=True)
     sent = await discord_server.wait_for_sent(1)
     assert sent[0].content == "Here."
-    assert last_user_text(model.requests[0]) == "are you there"
+    text = last_user_text(model.requests[0])
+    # In a guild the model reads who speaks (the speaker's name first); the mention is gone.
+    assert text.endswith("are you there") and text.startswith("User111: ") and "<@" not in text
 
 
 async def test_guild_messages_not_addressed_to_the_bot_are_ignored(discord_server, model, adapter):

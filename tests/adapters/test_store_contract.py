@@ -17,6 +17,7 @@ PORTS = [
     ports.BindingStore,
     ports.ProactiveStore,
     ports.LinkStore,
+    ports.QuoteStore,
 ]
 
 

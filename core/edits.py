@@ -1,0 +1,54 @@
+"""Edits: an edited message replaces its stored text in its own mode and segment; the newest
+message, answered moments ago, gets its edited version answered as a correction."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from core import copy
+from core.command_text import parse_command
+from core.commands import carries_secret
+from core.model import Reply
+from core.quotes import compose
+
+if TYPE_CHECKING:
+    from core.companion import Companion, Turn
+
+log = logging.getLogger(__name__)
+
+# An edit of the newest message answered less than this long ago is answered again.
+CORRECTION_WINDOW = 120.0
+
+
+async def answer_edit(companion: Companion, turn: Turn) -> Reply | None:
+    """Apply an edit (`turn.message.edited`); returns the correction's reply, or None (nothing sent)."""
+    message, conversation = turn.message, turn.conversation
+    if message.message_id is None:
+        return None
+    if carries_secret(message.text):
+        # Edited into a passphrase or code: not kept, and deleted from the chat where possible.
+        return await companion._finish(turn, copy.EDIT_NOT_KEPT, delete_inbound=True)
+    if parse_command(message.text) is not None:
+        log.info("conversation %s: an edit into a command is not run", conversation.id)
+        return None
+    now = companion.clock.now()
+    stored = await companion.store.editable_message(conversation.id, message.message_id, now)
+    if stored is None:
+        # Never stored, or its private interval expired or was deleted: an edit never brings
+        # a message back, and never stores one anew (in whatever mode the chat is in now).
+        log.info("conversation %s: an edit of message %s was dropped", conversation.id, message.message_id)
+        return None
+    # The quote is read in the message's own mode, as when it was first stored.
+    text = await compose(companion.store, conversation, message, visible_segment=stored.segment_id)
+    if not await companion.store.edit_message(stored.id, stored.segment_id, text, now):
+        return None
+    log.info("conversation %s: message %s edited (%d chars)", conversation.id, stored.id, len(text))
+    if stored.turn != "done":
+        return None  # its answer is still to come (a burst, a cut-off turn) and reads the new words
+    if not await companion.store.answered_since(conversation.id, stored.id, now - CORRECTION_WINDOW):
+        return None
+    state = await companion.valve.settle(conversation)
+    if state.unreadable or state.segment_id != stored.segment_id:
+        return None  # answered only in the mode and interval the message belongs to
+    return await companion._answer(turn, state, stored.id, note=copy.EDIT_CORRECTION)

@@ -1,0 +1,106 @@
+"""Quotes, forwards and speakers: the lines put before a message's text, decided for one mode.
+
+What a reply quotes is looked up by its platform id in the inbox of stored messages, through
+the store's SQL for the mode the message is read in: a quoted message of a private interval
+that mode may not read arrives as the constant placeholder, never as its text. Text the
+platform sends along with a reply (the quoted message as the person's app shows it) is used
+only where this mode can already read the same words, or in a group, where the companion does
+not see every message and no private interval can exist. Anything else stands as one
+constant line without text.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from core import copy
+from core.commands import carries_secret
+from core.model import Conversation, InboundMessage
+from core.ports import QuoteStore
+
+QUOTE_MAX_CHARS = 300
+NAME_MAX_CHARS = 64
+# How many of the companion's newest readable replies a quote of one of them is matched against.
+RECENT_REPLIES = 200
+
+
+async def compose(
+    store: QuoteStore, conversation: Conversation, message: InboundMessage, *, visible_segment: int | None
+) -> str:
+    """The text stored and shown to the model for `message`, read in the mode that lives in
+    `visible_segment` (None: normal mode): who forwarded it, what it replies to, then its words;
+    in a group each line is headed with the speaker's name."""
+    lines = []
+    if message.forwarded_from:
+        lines.append(copy.FORWARD_LINE.format(name=clean_name(message.forwarded_from)))
+    if message.reply_to_message_id is not None or message.quoted_text is not None:
+        lines.append(await quote_line(store, conversation, message, visible_segment=visible_segment))
+    lines.append(message.text)
+    text = "\n".join(lines)
+    if not conversation.is_direct:
+        text = f"{speaker_name(message)}: {text}"
+    return text
+
+
+async def quote_line(
+    store: QuoteStore, conversation: Conversation, message: InboundMessage, *, visible_segment: int | None
+) -> str:
+    """One line saying what `message` replies to, as this mode may know it."""
+    quoted = message.quoted_text
+    if quoted is not None and (carries_secret(quoted) or not quoted.strip()):
+        quoted = None  # a passphrase the person sent by mistake is never quoted back
+    if message.reply_to_message_id is not None:
+        found = await store.quoted_message(
+            conversation.id, message.reply_to_message_id, visible_segment=visible_segment
+        )
+        if found is not None:
+            if found.text is None:
+                return copy.QUOTE_LINE.format(text=copy.PLACEHOLDER)
+            # The platform's words (a part the person selected) only where they are the stored ones.
+            words = quoted if quoted is not None and _within(quoted, found.text) else found.text
+            return copy.QUOTE_LINE.format(text=short(words))
+    if quoted is None:
+        return copy.QUOTE_WITHHELD_LINE
+    if not conversation.is_direct:
+        # The companion's own group replies carry no inbox key; a group never has private mode.
+        line = copy.QUOTE_LINE if message.quoted_from_companion else copy.QUOTE_UNSEEN_LINE
+        return line.format(text=short(quoted))
+    if message.quoted_from_companion:
+        # The companion's own replies carry no inbox key: matched by their words against the
+        # replies this mode can read, so a private reply quoted in normal mode is never matched.
+        readable = await store.visible_texts(
+            conversation.id, "assistant", visible_segment=visible_segment, limit=RECENT_REPLIES
+        )
+        if any(_within(quoted, text) for text in readable):
+            return copy.QUOTE_LINE.format(text=short(quoted))
+    # In a one-to-one chat the companion stores every message it is sent: one it does not have
+    # was never kept (a mistyped passphrase) or went with its interval. Its text stays out.
+    return copy.QUOTE_WITHHELD_LINE
+
+
+def speaker_name(message: InboundMessage) -> str:
+    return clean_name(message.user_name or "") or f"User {message.user_id}"
+
+
+def clean_name(name: str) -> str:
+    """A display name on one line, without control characters, at most NAME_MAX_CHARS."""
+    cleaned = "".join(" " if unicodedata.category(ch).startswith("C") else ch for ch in name)
+    cleaned = " ".join(cleaned.split())
+    return cleaned[:NAME_MAX_CHARS]
+
+
+def short(text: str) -> str:
+    """A quote on one line, at most QUOTE_MAX_CHARS characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= QUOTE_MAX_CHARS else line[: QUOTE_MAX_CHARS - 1] + "…"
+
+
+def _within(part: str, whole: str) -> bool:
+    """Whether `part` says nothing beyond `whole`: its letters and digits appear in it, in order,
+    whatever the spacing, punctuation and Markdown (a rendered reply loses its stars)."""
+    needle = _letters(part)
+    return bool(needle) and needle in _letters(whole)
+
+
+def _letters(text: str) -> str:
+    return "".join(ch for ch in text.casefold() if ch.isalnum())

@@ -1,0 +1,122 @@
+"""Edits (issue 15): an edit replaces the stored text in its own mode and segment, and the recall
+index with it; only the newest message, answered under two minutes ago, is answered again."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from core import copy
+from core.model import InboundMessage
+from tests.conftest import PASSPHRASE
+from tests.helpers.chat import all_rows, conversation_of
+from tests.helpers.fakes import request_text
+
+USER = "100"
+CANARY = "EDIT-CANARY-93be"
+_ids = itertools.count(1)
+
+
+@pytest.fixture
+async def companion(make_companion):
+    return await make_companion(allowed_accounts=frozenset({f"telegram:{USER}"}))
+
+
+async def tell(companion, text: str, *, mid: str | None = None, edited: bool = False):
+    mid = mid or f"e{next(_ids)}"
+    reply = await companion.handle(InboundMessage("telegram", USER, USER, text, True, message_id=mid, edited=edited))
+    return reply, mid
+
+
+async def text_of(store, mid: str) -> list[tuple]:
+    return await all_rows(
+        store, "SELECT text, mode, segment_id IS NOT NULL FROM messages WHERE platform_message_id = ?", (mid,)
+    )
+
+
+async def recall(companion, store, word: str) -> list[str]:
+    conversation = await conversation_of(companion, "telegram", USER)
+    return [hit.text for hit in await store.recall(conversation.person_id, word)]
+
+
+async def test_an_edit_of_the_newest_answered_message_is_answered_as_a_correction(companion, provider, store):
+    _, mid = await tell(companion, "meet me at the statoin")
+    reply, _ = await tell(companion, "meet me at the station", mid=mid, edited=True)
+    assert reply is not None and reply.text
+    request = provider.last_reply_request()
+    assert request.messages[-1].content == copy.EDIT_CORRECTION
+    users = [m.content for m in request.messages if m.role == "user"]
+    assert users == ["meet me at the station"]  # the stored message itself changed: one row
+    assert await text_of(store, mid) == [("meet me at the station", "normal", 0)]
+    assert await recall(companion, store, "station") == ["meet me at the station"]
+    assert await recall(companion, store, "statoin") == []
+
+
+async def test_an_edit_after_two_minutes_or_of_an_older_message_updates_the_text_and_sends_nothing(
+    companion, provider, store, clock
+):
+    _, first = await tell(companion, "first wording")
+    _, second = await tell(companion, "second wording")
+    calls = len(provider.requests)
+    reply, _ = await tell(companion, "first, edited", mid=first, edited=True)
+    assert reply is None and len(provider.requests) == calls
+    assert await text_of(store, first) == [("first, edited", "normal", 0)]
+    clock.advance(121)
+    reply, _ = await tell(companion, "second, edited late", mid=second, edited=True)
+    assert reply is None and len(provider.requests) == calls
+    assert await text_of(store, second) == [("second, edited late", "normal", 0)]
+
+
+async def test_an_edit_of_a_private_message_stays_private_and_out_of_recall_and_sends_nothing(
+    companion, provider, store
+):
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    _, mid = await tell(companion, "private first wording")
+    await tell(companion, "/normal")
+    calls = len(provider.requests)
+    reply, _ = await tell(companion, f"private edited {CANARY}", mid=mid, edited=True)
+    assert reply is None and len(provider.requests) == calls
+    assert await text_of(store, mid) == [(f"private edited {CANARY}", "private", 1)]
+    assert await recall(companion, store, CANARY.split("-")[0]) == []
+    # Not in the index at all, not merely filtered out by recall's own predicates.
+    assert await all_rows(store, "SELECT count(*) FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    await tell(companion, "back in normal")
+    assert CANARY not in request_text(provider.last_reply_request())
+
+
+async def test_an_edit_of_a_message_whose_interval_expired_is_dropped_and_never_stored_as_normal(
+    companion, provider, store, clock
+):
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    _, mid = await tell(companion, "private words")
+    clock.advance(2 * 3600)  # expired; the sweep has not run yet, so its rows are still there
+    reply, _ = await tell(companion, f"edited {CANARY}", mid=mid, edited=True)
+    assert reply is None
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    await companion.sweep()
+    reply, _ = await tell(companion, f"edited again {CANARY}", mid=mid, edited=True)
+    assert reply is None
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+
+
+async def test_an_edit_into_a_passphrase_is_not_kept_and_the_message_is_deleted(companion, provider, store):
+    _, mid = await tell(companion, "harmless")
+    reply, _ = await tell(companion, f"/private {PASSPHRASE}", mid=mid, edited=True)
+    assert reply is not None and reply.delete_inbound and reply.text == copy.EDIT_NOT_KEPT
+    assert await text_of(store, mid) == [("harmless", "normal", 0)]
+    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]  # an edit never runs a command
+
+
+async def test_an_edit_of_a_message_never_stored_stores_nothing(companion, provider, store):
+    reply, _ = await tell(companion, "never seen before", mid="nowhere", edited=True)
+    assert reply is None
+    assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]
+
+
+async def test_an_update_that_leaves_the_words_unchanged_is_not_answered_again(companion, provider, store):
+    # Discord sends MESSAGE_UPDATE for a link preview or a pin too: the words are the same.
+    _, mid = await tell(companion, "look: https://example.org")
+    calls = len(provider.requests)
+    reply, _ = await tell(companion, "look: https://example.org", mid=mid, edited=True)
+    assert reply is None and len(provider.requests) == calls
