@@ -116,7 +116,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             if token
         )
         companion = await stack.enter_async_context(open_companion(settings, platforms))
-        scheduler = SchedulerService(scheduled_jobs(settings, companion))
+        scheduler = SchedulerService(scheduled_jobs(settings, companion), stop_grace=settings.llm_timeout)
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)
         fatal: list[str] = []

@@ -30,11 +30,13 @@ class SchedulerService:
         max_failures: failed runs in a row of one job that end the schedule.
     """
 
-    def __init__(self, jobs: list[Job], *, max_failures: int = 5) -> None:
+    def __init__(self, jobs: list[Job], *, max_failures: int = 5, stop_grace: float = 10.0) -> None:
         if max_failures < 1:
             raise ValueError("max_failures must be at least 1")
         self._jobs = jobs
         self._max_failures = max_failures
+        self._stop_grace = stop_grace
+        self._running: set[asyncio.Task[object]] = set()
         self._scheduler = None
         self._failed: asyncio.Future[str] | None = None
 
@@ -71,16 +73,33 @@ class SchedulerService:
         return await asyncio.shield(self._failed)
 
     async def aclose(self) -> None:
-        """Stop scheduling; a run in progress is not awaited. Safe to call twice."""
+        """Stop scheduling, and let the runs in progress finish (for at most `stop_grace` seconds,
+        then they are cancelled): a tick that has sent a reminder marks it sent before the stop, so
+        the next start does not send it again. Safe to call twice."""
         scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None:
-            scheduler.shutdown(wait=False)
+        if scheduler is None:
+            return
+        scheduler.pause()  # no new run starts; the ones going may finish
+        running = set(self._running)
+        if running:
+            _, pending = await asyncio.wait(running, timeout=self._stop_grace)
+            if pending:
+                log.warning("%d scheduled runs still going at the stop are cancelled", len(pending))
+        scheduler.shutdown(wait=False)  # APScheduler's executor cancels what is still running
+        still = set(self._running)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.gather(*still, return_exceptions=True)
 
     def _watched(self, job: Job) -> Callable[[], Awaitable[None]]:
         failures = 0
 
         async def run() -> None:
             nonlocal failures
+            task = asyncio.current_task()
+            if task is not None:
+                self._running.add(task)
             try:
                 await job.callback()
             except Exception as exc:  # noqa: BLE001 - one failed run must not stop the schedule
@@ -98,5 +117,8 @@ class SchedulerService:
                     )
             else:
                 failures = 0
+            finally:
+                if task is not None:
+                    self._running.discard(task)
 
         return run

@@ -332,7 +332,8 @@ async def test_in_a_group_a_photo_is_answered_only_when_its_caption_mentions_the
     )
     assert reply == "Nice picture."
     assert len(model.requests) == 1  # the first photo, not addressed to the bot, was not answered
-    assert newest_user_content(model.requests[0])[0] == {"type": "text", "text": f"[photo] {CAT}"}
+    # In a group each line is headed with its speaker (core/quotes.py).
+    assert newest_user_content(model.requests[0])[0] == {"type": "text", "text": f"User111: [photo] {CAT}"}
 
 
 # --- privacy ------------------------------------------------------------------------------

@@ -100,7 +100,8 @@ async def settled_rows(store: SqliteStore, sql: str, timeout: float = 10.0) -> l
 
 
 def user_texts(request: dict) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+    """The user lines the model read, without the speaker's name that heads each group line."""
+    return [m["content"].removeprefix("User111: ") for m in request["messages"] if m["role"] == "user"]
 
 
 def sends_to(telegram: FakeTelegramServer, chat: int) -> int:

@@ -39,7 +39,11 @@ def test_a_telegram_group_upgraded_to_a_supergroup_keeps_its_conversation_and_lo
         telegram.send_text(NEW, USER, f"@{BOT} what should I bring?", chat_type="supergroup")
         wait_until(telegram, gateway, lambda: len(telegram.texts_to(NEW)) == 2)
         assert telegram.texts_to(NEW) == ["Saturday works.", "Bring the blanket."]
-        assert user_texts(model.requests[-1])[-3:] == ["the plan is a picnic", "saturday?", "what should I bring?"]
+        assert user_texts(model.requests[-1])[-3:] == [
+            "User111: the plan is a picnic",  # each group line is headed with its speaker
+            "User111: saturday?",
+            "User111: what should I bring?",
+        ]
     finally:
         code, stderr = stop(gateway)
     assert code == 0, stderr
@@ -54,7 +58,9 @@ def test_a_discord_dm_sent_while_the_gateway_was_down_is_answered_once_after_the
 ) -> None:
     discord_server, model = discord_servers
     call = discord_server.call
-    env = discord_env(tmp_path, discord_server, model, passphrase_hash)
+    # Bursts off: the caught-up DM and the live one would otherwise be answered together (as they
+    # should be, see the burst tests); here each is answered on its own.
+    env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_BURST_SECONDS="0")
     channel = discord_server.dm_channel_id(FRIEND)
 
     def texts() -> list[str]:

@@ -113,3 +113,36 @@ async def test_failures_that_are_not_in_a_row_do_not_end_the_schedule():
     finally:
         failed.cancel()
         await service.aclose()
+
+
+async def test_a_stop_lets_a_run_in_progress_finish_so_a_sent_reminder_is_marked_before_it():
+    sent, marked = asyncio.Event(), asyncio.Event()
+
+    async def tick() -> None:
+        sent.set()  # the reminder went out...
+        await asyncio.sleep(0.2)
+        marked.set()  # ...and is marked sent
+
+    scheduler = SchedulerService([Job("proactive", 0.05, tick)], stop_grace=5.0)
+    await scheduler.start()
+    await asyncio.wait_for(sent.wait(), 10)
+    await scheduler.aclose()
+    assert marked.is_set()
+
+
+async def test_a_run_still_going_after_the_stop_grace_is_cancelled():
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def stuck() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    scheduler = SchedulerService([Job("stuck", 0.05, stuck)], stop_grace=0.1)
+    await scheduler.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await scheduler.aclose()
+    assert cancelled.is_set()
