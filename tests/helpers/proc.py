@@ -14,6 +14,9 @@ def companion_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPANION_")}
     env["COMPANION_DB_PATH"] = str(tmp_path / "companion.db")
     env["PYTHONPATH"] = str(ROOT)
+    # Bursts stay on but short: each message waits this long for company before its turn (the
+    # default 1.5 s would add that to every exchange of every wire test). Tests of bursts set their own.
+    env["COMPANION_BURST_SECONDS"] = "0.2"
     env.update(extra)
     return env
 
