@@ -17,9 +17,9 @@ from bench._common import WINDOW_LIMIT, WINDOW_SQL, ZeroLatencyProvider, median,
 from bench.turn import HELLO
 from core.companion import Companion
 from core.context import ContextAssembler, ContextBudget, Persona
-from core.model import ConversationKey, Mode
+from core.model import ConversationKey
 from core.ports import SystemClock
-from core.valve import NORMAL, ModeState
+from core.valve import NORMAL, ModeState, PrivateState
 from tests.helpers.chat import segments_of
 
 TARGET_FLAT = 1.5  # median at the largest size / median at the smallest
@@ -196,7 +196,7 @@ class _Subject:
         self.out: dict = {"messages": self.n, "newest_id": self.newest, "cases": {}}
 
     def state(self, case: str) -> ModeState:
-        return ModeState(Mode.PRIVATE, self.segments[-1]) if case == CASES[2] else NORMAL
+        return PrivateState(self.segments[-1]) if case == CASES[2] else NORMAL
 
     async def prepare(self, case: str) -> None:
         await self.store.database.connection.execute("DELETE FROM summaries")
