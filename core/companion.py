@@ -398,7 +398,7 @@ class Companion:
         segment_id = state.segment_id
         # Media are read once the mode is known: their text (marker, caption, transcript) is stored
         # in this mode and segment; their bytes are never stored (core.media).
-        media = await self.media.read(message) if message.media else None
+        media = await self.media.read(message, conversation.id) if message.media else None
         # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
         said = dataclasses.replace(message, text=media.text) if media else message
         text = await quotes.compose(self.store, conversation, said, visible_segment=segment_id)

@@ -65,10 +65,15 @@ class MediaReader:
     def __init__(self, *, vision: bool = False, transcriber: Transcriber | None = None) -> None:
         self.vision = vision
         self.transcriber = transcriber
+        # Conversations told (in this run) that their captioned images are not read: told once,
+        # since the caption is answered anyway. An uncaptioned image still gets its line each time,
+        # as that line is its whole answer. Ids only, one per conversation.
+        self._told_images_unread: set[int] = set()
 
-    async def read(self, message: InboundMessage) -> ReadMedia:
+    async def read(self, message: InboundMessage, conversation_id: int | None = None) -> ReadMedia:
         """Read `message.media`: fetch what this configuration reads, transcribe voice notes.
-        Never raises for a media item: what cannot be read becomes a constant note."""
+        Never raises for a media item: what cannot be read becomes a constant note.
+        `conversation_id`: where it was said (the captioned-image note is said once there)."""
         caption = message.text.strip()
         markers: list[str] = []
         images: list[ImageInput] = []
@@ -84,6 +89,11 @@ class MediaReader:
                 transcripts += [transcript] if transcript else []
             else:
                 note = copy.MEDIA_NOT_READ.get(item.kind, copy.MEDIA_NOT_READ_OTHER).format(also=self._also())
+            if note == copy.IMAGES_NOT_READ and conversation_id is not None:
+                if conversation_id in self._told_images_unread:
+                    note = None  # told once already
+                else:
+                    self._told_images_unread.add(conversation_id)
             if note is not None and note not in notes:
                 notes.append(note)
         body = "\n".join(part for part in (caption, *transcripts) if part)

@@ -218,3 +218,14 @@ async def test_a_strangers_media_is_never_fetched(make_companion, provider):
     reply = await companion.handle(stranger)
     assert reply is not None and reply.text == copy.NOT_ALLOWED
     assert loader.calls == 0 and provider.requests == []
+
+
+async def test_without_vision_a_conversation_is_told_once_that_captioned_images_are_not_read(with_media, provider):
+    companion = await with_media(vision=False)
+    first = await companion.handle(media_message("my cat", photo(Loader(jpeg_with()))))
+    second = await companion.handle(media_message("my cat again", photo(Loader(jpeg_with()))))
+    assert first is not None and first.text.startswith(copy.IMAGES_NOT_READ)
+    assert second is not None and copy.IMAGES_NOT_READ not in second.text
+    assert provider.last_reply_request().messages[-1].content == "[photo] my cat again"  # the caption is answered
+    alone = await companion.handle(media_message("", photo(Loader(jpeg_with()))))
+    assert alone is not None and alone.text == copy.IMAGE_NOT_READ_ALONE  # its whole answer, each time
