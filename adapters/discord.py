@@ -179,7 +179,7 @@ class DiscordAdapter:
                 await catch_up(
                     client,
                     self._cursors,
-                    to_inbound=self._to_inbound,
+                    to_inbound=self._with_context,
                     is_allowed=self._is_allowed or (lambda _inbound: True),
                     serve=functools.partial(self._serve, catching_up=True),
                     limit=self._catch_up_limit,
@@ -363,15 +363,21 @@ class DiscordAdapter:
     def _on_message(self, message: discord.Message, *, edited: bool = False) -> None:
         if self._closing or self._client is None:
             return
-        inbound = self._to_inbound(message)
+        inbound = self._with_context(message)
         if inbound is None:
             return
-        # Replies, forwards and edits (issue 15): adapters/discord_context.py reads them.
-        context = reply_context(message, self._me().id, self._client)
-        inbound = dataclasses.replace(inbound, **context, edited=edited)
+        inbound = dataclasses.replace(inbound, edited=edited)
         task = asyncio.create_task(self._serve(message, inbound), name=f"discord-turn-{message.id}")
         self._turns.add(task)
         task.add_done_callback(self._turns.discard)
+
+    def _with_context(self, message: discord.Message) -> InboundMessage | None:
+        """`_to_inbound` with what the message replies to or forwards (adapters/discord_context.py):
+        live, and caught up after a restart alike."""
+        inbound = self._to_inbound(message)
+        if inbound is None:
+            return None
+        return dataclasses.replace(inbound, **reply_context(message, self._me().id, self._client))
 
     def _to_inbound(self, message: discord.Message) -> InboundMessage | None:
         """The core's view of a message this bot should answer, or None to stay out of it."""

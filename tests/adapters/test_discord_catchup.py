@@ -226,3 +226,20 @@ async def test_a_live_dm_at_the_start_is_answered_after_the_dms_sent_while_down(
     await discord_server.send_dm(FRIEND, "sent right at the start")
     assert await answered(discord_server, FRIEND, 3) == ["Hello!", "First answer.", "Second answer."]
     assert [user_texts(r)[-1] for r in model.requests[-2:]] == ["sent while down", "sent right at the start"]
+
+
+async def test_a_dm_sent_while_down_keeps_what_it_replies_to(
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer
+) -> None:
+    await start()
+    model.reply_text("Noted.")
+    first = await discord_server.send_dm(FRIEND, "the plumber comes on tuesday")
+    assert await answered(discord_server, FRIEND, 1) == ["Noted."]
+    await start.stop()  # type: ignore[attr-defined]
+
+    discord_server.post_dm_while_offline(FRIEND, "make that wednesday", reply_to=first)
+    model.reply_text("Wednesday it is.")
+    await start()
+    await wait_past_the_restart_margin()
+    assert await answered(discord_server, FRIEND, 2) == ["Noted.", "Wednesday it is."]
+    assert user_texts(model.requests[-1])[-1] == "(replying to: the plumber comes on tuesday)\nmake that wednesday"

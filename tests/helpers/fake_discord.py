@@ -374,13 +374,18 @@ class FakeDiscordServer(LoopbackServer):
         message["mention_everyone"] = mention_everyone
         return await self._deliver(message)
 
-    def post_dm_while_offline(self, user_id: int, text: str) -> int:
+    def post_dm_while_offline(self, user_id: int, text: str, *, reply_to: int | None = None) -> int:
         """A user writes to the bot in their DM while no gateway session is there to tell: the
         message is stored (the channel's history has it), and nothing is dispatched, ever, as on
-        Discord (a new session is not sent what happened before it). Returns its id."""
+        Discord (a new session is not sent what happened before it). Returns its id.
+        `reply_to`: an earlier message of the DM it replies to, as in `send_dm`."""
 
         def post() -> int:
-            message = self._message(self.dm_channel_id(user_id), self._user_of(user_id), text)
+            channel_id = self.dm_channel_id(user_id)
+            reference = self.messages.get(reply_to) if reply_to is not None else None
+            if reply_to is not None and (reference is None or reference["channel_id"] != str(channel_id)):
+                raise ValueError(f"no message {reply_to} in this DM to reply to")
+            message = self._message(channel_id, self._user_of(user_id), text, reference=reference)
             self.messages[int(message["id"])] = message
             return int(message["id"])
 
