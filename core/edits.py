@@ -3,12 +3,14 @@ message, answered moments ago, gets its edited version answered as a correction.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
 from core import copy
 from core.command_text import parse_command
 from core.commands import carries_secret
+from core.media import AUDIO_KINDS, unread_text
 from core.model import Reply
 from core.quotes import compose
 
@@ -32,6 +34,14 @@ async def answer_edit(companion: Companion, turn: Turn) -> Reply | None:
     if parse_command(message.text) is not None:
         log.info("conversation %s: an edit into a command is not run", conversation.id)
         return None
+    if message.media:
+        if any(item.kind in AUDIO_KINDS for item in message.media):
+            # What is stored of a voice note is its transcript; an edited caption would replace it.
+            log.info("conversation %s: an edited caption of a voice note is not applied", conversation.id)
+            return None
+        # An edited caption: the stored words are the markers and the caption, as first stored
+        # (nothing is fetched again: the media did not change).
+        message = dataclasses.replace(message, text=unread_text(message))
     now = companion.clock.now()
     stored = await companion.store.editable_message(conversation.id, message.message_id, now)
     if stored is None:

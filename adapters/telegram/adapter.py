@@ -285,7 +285,10 @@ class TelegramAdapter:
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & (filters.TEXT | MEDIA), self._on_message))
         # Its own group: a group upgraded to a supergroup is followed whatever the other handlers take.
         app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self._on_migrate), group=-1)
-        app.add_handler(MessageHandler(filters.UpdateType.EDITED_MESSAGE & filters.TEXT, self._on_message))
+        # Edits of words and of captions (a caption is a media message's words: core/edits.py).
+        app.add_handler(
+            MessageHandler(filters.UpdateType.EDITED_MESSAGE & (filters.TEXT | filters.CAPTION), self._on_message)
+        )
         app.add_handler(CallbackQueryHandler(self._on_button))
         app.add_error_handler(self._on_error)
         return app

@@ -232,3 +232,22 @@ async def test_a_burst_of_five_messages_is_one_model_call_and_one_reply_with_fiv
     # No second reply comes: a later turn's answer is the next thing sent.
     await say(telegram, "/mode")
     assert len(telegram.sent) == 2 and len(model.requests) == 1
+
+
+async def test_an_edited_caption_replaces_the_stored_caption_and_is_answered_as_a_correction(
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+) -> None:
+    await start()
+    model.reply_text("A fine cat, Tom.")
+    before = len(telegram.sent)
+    photo = telegram.send_photo(USER, USER, b"\xff\xd8 not read without vision", caption="my cat Tom")
+    await telegram.wait_for_sent(before + 1)
+    model.reply_text("A fine cat, Tim.")
+    telegram.edit_caption(USER, photo, "my cat Tim")
+    await telegram.wait_for_sent(before + 2)
+    assert telegram.sent[-1].text == "A fine cat, Tim."
+    assert model.requests[-1]["messages"][-1]["content"] == copy.EDIT_CORRECTION
+    assert user_texts(model.requests[-1])[-1] == "[photo] my cat Tim"
+    assert await rows(store, "SELECT text FROM messages WHERE role = 'user' AND kind = 'chat'") == [
+        ("[photo] my cat Tim",)
+    ]

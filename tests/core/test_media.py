@@ -229,3 +229,16 @@ async def test_without_vision_a_conversation_is_told_once_that_captioned_images_
     assert provider.last_reply_request().messages[-1].content == "[photo] my cat again"  # the caption is answered
     alone = await companion.handle(media_message("", photo(Loader(jpeg_with()))))
     assert alone is not None and alone.text == copy.IMAGE_NOT_READ_ALONE  # its whole answer, each time
+
+
+async def test_an_edited_caption_of_a_voice_note_keeps_its_transcript(with_media, provider, store):
+    companion = await with_media(FakeTranscriber("call the plumber"))
+    message = InboundMessage(
+        "terminal", "terminal", "owner", "", is_direct=True, message_id="7", media=(voice(Loader(ogg_with())),)
+    )
+    await companion.handle(message)
+    edited = InboundMessage(
+        "terminal", "terminal", "owner", "a caption", is_direct=True, message_id="7", media=message.media, edited=True
+    )
+    assert await companion.handle(edited) is None
+    assert await stored_user_texts(store) == ["[voice] call the plumber"]

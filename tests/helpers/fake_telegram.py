@@ -133,6 +133,11 @@ class FakeTelegramServer(LoopbackServer):
         text, the same message id, and `edit_date` (Bot API `Message`)."""
         self._in_loop(self._edit_text, chat_id, message_id, text)
 
+    def edit_caption(self, chat_id: int, message_id: int, caption: str) -> None:
+        """The user edits the caption of an earlier media message of theirs: an `edited_message`
+        update with the whole message, the new caption, and `edit_date`."""
+        self._in_loop(self._edit_caption, chat_id, message_id, caption)
+
     def fail_next(
         self,
         method: str,
@@ -506,8 +511,8 @@ class FakeTelegramServer(LoopbackServer):
             message["caption"] = caption
             if entities := _entities(caption):
                 message["caption_entities"] = entities
-        self._queue.append({"update_id": next(self._update_ids), "message": message})
-        self._notify()
+        self._messages[(chat_id, message_id)] = message
+        self._enqueue("message", message)
         return message_id
 
     def _api_getFile(self, params: dict[str, Any]) -> dict[str, Any] | Failure:
@@ -594,6 +599,17 @@ class FakeTelegramServer(LoopbackServer):
         edited.update(text=text, edit_date=int(time.time()))
         if entities := _entities(text):
             edited["entities"] = entities
+        self._messages[(chat_id, message_id)] = edited
+        self._enqueue("edited_message", edited)
+
+    def _edit_caption(self, chat_id: int, message_id: int, caption: str) -> None:
+        original = self._messages.get((chat_id, message_id))
+        if original is None or original["from"].get("is_bot") or "text" in original:  # a text has no caption
+            raise ValueError(f"no media message {message_id} of a user in chat {chat_id} to edit")
+        edited = {k: v for k, v in original.items() if k != "caption_entities"}
+        edited.update(caption=caption, edit_date=int(time.time()))
+        if entities := _entities(caption):
+            edited["caption_entities"] = entities
         self._messages[(chat_id, message_id)] = edited
         self._enqueue("edited_message", edited)
 
