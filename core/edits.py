@@ -26,7 +26,8 @@ CORRECTION_WINDOW = 120.0
 async def answer_edit(companion: Companion, turn: Turn) -> Reply | None:
     """Apply an edit (`turn.message.edited`); returns the correction's reply, or None (nothing sent)."""
     message, conversation = turn.message, turn.conversation
-    if message.message_id is None:
+    platform_id = message.message_id
+    if platform_id is None:
         return None
     if carries_secret(message.text):
         # Edited into a passphrase or code: not kept, and deleted from the chat where possible.
@@ -43,11 +44,11 @@ async def answer_edit(companion: Companion, turn: Turn) -> Reply | None:
         # (nothing is fetched again: the media did not change).
         message = dataclasses.replace(message, text=unread_text(message))
     now = companion.clock.now()
-    stored = await companion.store.editable_message(conversation.id, message.message_id, now)
+    stored = await companion.store.editable_message(conversation.id, platform_id, now)
     if stored is None:
         # Never stored, or its private interval expired or was deleted: an edit never brings
         # a message back, and never stores one anew (in whatever mode the chat is in now).
-        log.info("conversation %s: an edit of message %s was dropped", conversation.id, message.message_id)
+        log.info("conversation %s: an edit of message %s was dropped", conversation.id, platform_id)
         return None
     # The quote is read in the message's own mode, as when it was first stored.
     text = await compose(companion.store, conversation, message, visible_segment=stored.segment_id)
