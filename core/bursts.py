@@ -48,6 +48,7 @@ class BurstWindow(Generic[T]):
         self._sleep = sleep
         self._held: dict[int, Held[T]] = {}
         self._timers: set[asyncio.Task[None]] = set()
+        self._answering: set[asyncio.Task[None]] = set()  # timers past their window, answering
         self._generations = itertools.count(1)
 
     @property
@@ -75,11 +76,19 @@ class BurstWindow(Generic[T]):
         del self._held[conversation_id]
         return held
 
-    async def aclose(self) -> None:
-        """Stop waiting. What is still held stays stored as open turns: the next start answers them."""
-        timers = list(self._timers)
-        for task in timers:
+    async def aclose(self, grace: float = 30.0) -> None:
+        """Stop waiting. What is still held stays stored as open turns: the next start answers
+        them. A burst already being answered may finish (for at most `grace` seconds), so that a
+        reply sent is also marked sent and not sent again after the restart."""
+        answering = set(self._answering)
+        waiting = [task for task in self._timers if task not in answering]
+        for task in waiting:
             task.cancel()
+        if answering:
+            _, late = await asyncio.wait(answering, timeout=grace)
+            for task in late:
+                task.cancel()
+        timers = list(self._timers)
         if timers:
             await asyncio.gather(*timers, return_exceptions=True)
         self._held.clear()
@@ -88,7 +97,14 @@ class BurstWindow(Generic[T]):
         await self._sleep(self.seconds)
         if self._held.get(conversation_id) is None or self._held[conversation_id].generation != generation:
             return  # a newer message restarted the window, or a command flushed the burst
-        await self._on_quiet(conversation_id, generation)
+        task = asyncio.current_task()
+        if task is not None:
+            self._answering.add(task)
+        try:
+            await self._on_quiet(conversation_id, generation)
+        finally:
+            if task is not None:
+                self._answering.discard(task)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._timers.discard(task)

@@ -188,3 +188,28 @@ async def test_a_private_burst_whose_interval_ended_while_it_waited_is_left_unre
     # Every window has ended (the last one found the interval over): only then is the check final.
     await wait_for(lambda: not companion._bursts._timers, what="the burst's windows to end")
     assert provider.replies() == [] and len(sender.sent) == 1  # only /private's answer went out
+
+
+async def test_a_stop_while_a_burst_is_being_answered_lets_its_reply_be_sent_and_marked(
+    boot, provider, store, sender, window
+):
+    started, proceed = asyncio.Event(), asyncio.Event()
+    send = sender.send_delivery
+
+    async def slow_send(delivery) -> int:
+        started.set()
+        await proceed.wait()
+        return await send(delivery)
+
+    sender.send_delivery = slow_send
+    companion = await boot()
+    await tell(companion, "one")
+    await tell(companion, "two")
+    window.release()
+    await asyncio.wait_for(started.wait(), 10)  # the burst's reply is going out
+    drain = asyncio.create_task(companion.drain())
+    await asyncio.sleep(0)
+    proceed.set()
+    await asyncio.wait_for(drain, 10)
+    assert len(sender.sent) == 1
+    assert await all_rows(store, "SELECT status FROM deliveries") == [("sent",)]
