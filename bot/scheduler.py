@@ -1,11 +1,12 @@
-"""Scheduled work as a service: APScheduler jobs with a start/aclose lifecycle, watched by the gateway."""
+"""Scheduled work as a service: interval jobs on asyncio tasks with a start/aclose lifecycle, watched by the gateway."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -37,30 +38,18 @@ class SchedulerService:
         self._max_failures = max_failures
         self._stop_grace = stop_grace
         self._running: set[asyncio.Task[object]] = set()
-        self._scheduler = None
+        self._loops: list[asyncio.Task[None]] | None = None
         self._failed: asyncio.Future[str] | None = None
 
     async def start(self) -> None:
         """Start the schedule; the first run of each job is one interval from now. Safe to call twice."""
-        if self._scheduler is not None:
+        if self._loops is not None:
             return
-        from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
+        # Plain asyncio tasks, one per job, rather than APScheduler: the same schedule without
+        # its modules (and the multiprocessing, tzlocal and executors they pull in) resident in
+        # an idle gateway.
         self._failed = asyncio.get_running_loop().create_future()
-        scheduler = AsyncIOScheduler(timezone="UTC")
-        for job in self._jobs:
-            scheduler.add_job(
-                self._watched(job),
-                "interval",
-                seconds=job.seconds,
-                id=job.name,
-                name=job.name,
-                max_instances=1,
-                coalesce=True,
-                misfire_grace_time=None,
-            )
-        scheduler.start()
-        self._scheduler = scheduler
+        self._loops = [asyncio.create_task(self._every(job), name=f"schedule-{job.name}") for job in self._jobs]
 
     async def wait_failed(self) -> str:
         """Wait until the schedule has failed; returns one line naming the job and the error type.
@@ -76,23 +65,40 @@ class SchedulerService:
         """Stop scheduling, and let the runs in progress finish (for at most `stop_grace` seconds,
         then they are cancelled): a tick that has sent a reminder marks it sent before the stop, so
         the next start does not send it again. Safe to call twice."""
-        scheduler, self._scheduler = self._scheduler, None
-        if scheduler is None:
+        loops, self._loops = self._loops, None
+        if loops is None:
             return
-        scheduler.pause()  # no new run starts; the ones going may finish
+        for loop in loops:  # no new run starts; the ones going may finish (a loop only waits on its run)
+            loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
         running = set(self._running)
         if running:
             _, pending = await asyncio.wait(running, timeout=self._stop_grace)
             if pending:
                 log.warning("%d scheduled runs still going at the stop are cancelled", len(pending))
-        scheduler.shutdown(wait=False)  # APScheduler's executor cancels what is still running
         still = set(self._running)
         for task in still:
             task.cancel()
         if still:
             await asyncio.gather(*still, return_exceptions=True)
 
-    def _watched(self, job: Job) -> Callable[[], Awaitable[None]]:
+    async def _every(self, job: Job) -> None:
+        """Run `job` on a fixed grid of `seconds` from the start; one run at a time: grid points
+        that pass while a run is going coalesce into the next one."""
+        clock = asyncio.get_running_loop().time
+        run = self._watched(job)
+        due = clock() + job.seconds
+        while True:
+            await asyncio.sleep(max(0.0, due - clock()))
+            task = asyncio.create_task(run(), name=f"job-{job.name}")
+            self._running.add(task)  # before it starts: a stop right now still waits for it
+            await asyncio.wait({task})  # a cancelled loop leaves the run going, for aclose to wait on
+            now = clock()
+            due += job.seconds
+            if due <= now:  # missed while running (or the loop was busy): once, at the next grid point
+                due += ((now - due) // job.seconds + 1) * job.seconds
+
+    def _watched(self, job: Job) -> Callable[[], Coroutine[Any, Any, None]]:
         failures = 0
 
         async def run() -> None:

@@ -1,4 +1,4 @@
-"""SchedulerService through the real APScheduler: the gateway's jobs run at the intervals the settings give,
+"""SchedulerService (interval jobs on asyncio tasks): the gateway's jobs run at the intervals the settings give,
 and a job that keeps failing ends the schedule."""
 
 from __future__ import annotations
@@ -146,3 +146,27 @@ async def test_a_run_still_going_after_the_stop_grace_is_cancelled():
     await asyncio.wait_for(started.wait(), 10)
     await scheduler.aclose()
     assert cancelled.is_set()
+
+
+async def test_a_job_slower_than_its_interval_never_runs_twice_at_once():
+    going = most = runs = 0
+
+    async def slow() -> None:
+        nonlocal going, most, runs
+        going += 1
+        most = max(most, going)
+        await asyncio.sleep(0.05)  # five intervals: the grid points it misses coalesce
+        going -= 1
+        runs += 1
+
+    service = SchedulerService([Job("capture", 0.01, slow)])
+    await service.start()
+    try:
+
+        async def three_runs() -> bool:
+            return runs >= 3
+
+        await wait_for(three_runs, "three runs")
+    finally:
+        await service.aclose()
+    assert most == 1
