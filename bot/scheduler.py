@@ -34,6 +34,8 @@ class SchedulerService:
     def __init__(self, jobs: list[Job], *, max_failures: int = 5, stop_grace: float = 10.0) -> None:
         if max_failures < 1:
             raise ValueError("max_failures must be at least 1")
+        if any(job.seconds <= 0 for job in jobs):  # a zero interval would run a job in a busy loop
+            raise ValueError("a job's interval must be positive")
         self._jobs = jobs
         self._max_failures = max_failures
         self._stop_grace = stop_grace

@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Callable
 from types import SimpleNamespace
 
+import pytest
+
 from bot.gateway import scheduled_jobs
 from bot.scheduler import Job, SchedulerService
 from bot.settings import load_settings
@@ -170,3 +172,11 @@ async def test_a_job_slower_than_its_interval_never_runs_twice_at_once():
     finally:
         await service.aclose()
     assert most == 1
+
+
+def test_a_job_without_a_positive_interval_is_refused_rather_than_run_in_a_busy_loop():
+    async def nothing() -> None:
+        return None
+
+    with pytest.raises(ValueError, match="interval must be positive"):
+        SchedulerService([Job("capture", 0, nothing)])
