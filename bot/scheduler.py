@@ -33,6 +33,9 @@ class SchedulerService:
     def __init__(self, jobs: list[Job], *, max_failures: int = 5, stop_grace: float = 10.0) -> None:
         if max_failures < 1:
             raise ValueError("max_failures must be at least 1")
+        for job in jobs:
+            if not job.seconds > 0:
+                raise ValueError(f"the job {job.name} needs a positive interval, not {job.seconds}")
         self._jobs = jobs
         self._max_failures = max_failures
         self._stop_grace = stop_grace

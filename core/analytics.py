@@ -6,7 +6,6 @@ no code path can write an event row for it.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +64,7 @@ def render_report(rows: dict[str, Any]) -> str:
     lines += [f"  {name}: {count}" for name, count in rows["errors"]]
     latencies: list[float] = rows["latencies"]
     if latencies:
+        import statistics  # here: only a report needs it, not an idle gateway
 
         def pct(p: float) -> float:
             if len(latencies) == 1:

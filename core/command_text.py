@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -100,6 +99,8 @@ def looks_like(name: str, command: str) -> bool:
     name = name.lower().translate(_LOOKALIKES)
     if name.startswith(command) or _within_one_edit(name, command):
         return True
+    import difflib  # here: an idle gateway need not hold it
+
     return difflib.SequenceMatcher(None, name, command).ratio() >= 0.7
 
 

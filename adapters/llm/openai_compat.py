@@ -15,6 +15,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.llm.images import data_url, fitted, refuses_images, without_images
+from adapters.tls import shared_ssl_context
 from core.errors import (
     ProviderBadResponse,
     ProviderRateLimited,
@@ -254,7 +255,10 @@ class OpenAICompatibleProvider:
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
             self._client = httpx.AsyncClient(
-                headers=headers, timeout=httpx.Timeout(self._timeout), transport=self._transport
+                headers=headers,
+                timeout=httpx.Timeout(self._timeout),
+                transport=self._transport,
+                verify=shared_ssl_context(),  # adapters/tls.py: one CA bundle loaded per process
             )
         return self._client
 

@@ -8,6 +8,7 @@ import time
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from adapters.tls import shared_ssl_context
 from core.errors import TranscriptionFailed
 from core.retry import Attempt, RetryPolicy, retrying
 
@@ -110,7 +111,10 @@ class OpenAICompatibleTranscriber:
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
             self._client = httpx.AsyncClient(
-                headers=headers, timeout=httpx.Timeout(self._timeout), transport=self._transport
+                headers=headers,
+                timeout=httpx.Timeout(self._timeout),
+                transport=self._transport,
+                verify=shared_ssl_context(),  # adapters/tls.py: one CA bundle loaded per process
             )
         return self._client
 

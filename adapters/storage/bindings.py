@@ -23,7 +23,7 @@ async def insert_mirrors(
     or nudge, whose `mirror.user_message_id` is None, the companion's message alone). The SELECT
     finds nothing when either message is private or a segment of the conversation is open, so a
     private reply creates no row at all. Returns the new rows' ids, oldest first."""
-    async with db.execute(
+    rows = await db.execute_fetchall(  # one trip to the connection's thread, not three (fetch, close)
         "INSERT INTO deliveries (conversation_id, message_id, binding_id, kind, platform, chat_id, nonce, text,"
         " next_attempt_at, created_at)"
         " SELECT b.conversation_id, a.id, b.id, 'mirror', b.platform, b.chat_id, lower(hex(randomblob(8))),"
@@ -46,8 +46,8 @@ async def insert_mirrors(
             "label": mirror.label,
             "now": now,
         },
-    ) as cur:
-        return tuple(sorted(row[0] for row in await cur.fetchall()))
+    )
+    return tuple(sorted(row[0] for row in rows))
 
 
 class BindingQueries:

@@ -139,9 +139,10 @@ class Database:
         while True:
             await self.lock.acquire()
             try:
-                if not durable:
-                    await self.connection.execute("PRAGMA synchronous = NORMAL")  # not allowed inside a transaction
-                await self.connection.execute("BEGIN IMMEDIATE")
+                if not durable:  # the PRAGMA is not allowed inside a transaction; both in one trip to the thread
+                    await self.connection.executescript("PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE")
+                else:
+                    await self.connection.execute("BEGIN IMMEDIATE")
                 break
             except BaseException as exc:
                 await self._release(durable)

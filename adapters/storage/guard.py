@@ -28,11 +28,11 @@ async def refuse_while_private(conn: aiosqlite.Connection, origin: int, what: st
     Raises:
         PrivateWriteRefused: the conversation is private; nothing of the transaction is kept.
     """
-    async with conn.execute(
+    # execute_fetchall: one trip to the connection's thread (a cursor's fetch and close are two more).
+    if await conn.execute_fetchall(
         "SELECT 1 FROM segments WHERE conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)
-    ) as cur:
-        if await cur.fetchone() is not None:
-            raise PrivateWriteRefused(what)
+    ):
+        raise PrivateWriteRefused(what)
 
 
 async def refuse_while_person_private(conn: aiosqlite.Connection, people: tuple[int, ...], what: str) -> None:
@@ -44,13 +44,12 @@ async def refuse_while_person_private(conn: aiosqlite.Connection, people: tuple[
         PrivateWriteRefused: a conversation is private; nothing of the transaction is kept.
     """
     marks = ", ".join("?" for _ in people)
-    async with conn.execute(
+    if await conn.execute_fetchall(
         "SELECT 1 FROM segments s JOIN conversations c ON c.id = s.conversation_id"
         f" WHERE s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",
         people,
-    ) as cur:
-        if await cur.fetchone() is not None:
-            raise PrivateWriteRefused(what)
+    ):
+        raise PrivateWriteRefused(what)
 
 
 @asynccontextmanager

@@ -249,7 +249,7 @@ class TelegramAdapter:
             raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
         target = delivery.target
         try:
-            await self._delivery.send_text(
+            sent = await self._delivery.send_text(
                 target.chat_id,
                 delivery.text,
                 start=delivery.parts_sent,
@@ -266,18 +266,32 @@ class TelegramAdapter:
                 permanent=permanent,
                 parts_sent=delivery.parts_sent + exc.delivered,
             ) from exc
-        return parts_of(delivery.text)
+        # Every part from `parts_sent` on went out: the count without rendering the text again.
+        return delivery.parts_sent + len(sent) if sent else parts_of(delivery.text)
 
     def _build_application(self) -> Application:
+        from telegram.request import HTTPXRequest
+
+        from adapters.tls import shared_ssl_context
+
+        # Both clients share one TLS context (adapters/tls.py); otherwise python-telegram-bot's defaults.
+        tls = {"verify": shared_ssl_context()}
         builder = (
             Application.builder()
             .token(self._token)
             .updater(None)  # we poll ourselves, to confirm an update only once it is handled
             .job_queue(None)
-            .read_timeout(self._read_timeout)
-            .write_timeout(self._read_timeout)
-            .connect_timeout(10.0)
-            .pool_timeout(5.0)
+            .request(
+                HTTPXRequest(
+                    connection_pool_size=256,
+                    read_timeout=self._read_timeout,
+                    write_timeout=self._read_timeout,
+                    connect_timeout=10.0,
+                    pool_timeout=5.0,
+                    httpx_kwargs=tls,
+                )
+            )
+            .get_updates_request(HTTPXRequest(connection_pool_size=1, httpx_kwargs=tls))
         )
         if self._base_url:
             builder = builder.base_url(self._base_url).base_file_url(_file_url(self._base_url))

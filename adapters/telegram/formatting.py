@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
-
-import regex
 
 from adapters.telegram.text import MAX_MESSAGE_LENGTH, sendable
 from adapters.text import _best_cut
 
 log = logging.getLogger(__name__)
 
-_GRAPHEME = regex.compile(r"\X", regex.DOTALL)
 # Telegram's nesting rules (Bot API "Formatting options"): these may contain and be part of any
 # entity but pre and code; a blockquote holds no blockquote; all other entities hold no other.
 _FORMATTING = frozenset({"bold", "italic", "underline", "strikethrough", "spoiler"})
@@ -25,6 +23,15 @@ _KEPT = (_FORMATTING - {"underline"}) | _QUOTES | {"code", "pre", "text_link"}
 # anchors) are not URLs Telegram opens. Their text stays, unlinked.
 _LINK_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 _PRECEDENCE = {"text_link": 0, "blockquote": 1, "expandable_blockquote": 1, "pre": 2, "code": 3}
+
+
+@functools.cache
+def _graphemes() -> Any:
+    """The grapheme-cluster pattern; `regex` (1.4 MiB resident) loads at the first reply, not
+    when the idle gateway starts."""
+    import regex
+
+    return regex.compile(r"\X", regex.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +111,7 @@ def split_rendered(
     if limit < 2:
         raise ValueError("limit must be at least 2")
     clusters: list[str] = []
-    for cluster in _GRAPHEME.findall(text):
+    for cluster in _graphemes().findall(text):
         clusters.extend(cluster if _units(cluster) > limit else [cluster])
     # One stand-in character per cluster, so the boundary patterns of adapters.text can only
     # cut between clusters.

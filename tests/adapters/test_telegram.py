@@ -854,3 +854,23 @@ async def test_a_quick_answer_costs_no_typing_action(
     model.reply_text("Quick.")
     assert await say(telegram, "an easy one") == "Quick."
     assert telegram.chat_actions == []
+
+
+async def test_a_long_reply_resumed_after_an_outage_is_marked_sent_with_all_its_parts_each_sent_once(
+    adapter: TelegramAdapter,
+    companion: Companion,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
+    store: SqliteStore,
+) -> None:
+    model.reply_text("a" * 4000 + "\n\n" + "b" * 4000 + "\n\n" + "c" * 100)  # three parts
+    telegram.fail_next("sendMessage", 502, times=5, after=1)  # the first part goes, the second not
+    telegram.send_text(USER, USER, "hello")
+    await telegram.wait_for(lambda: telegram.pending_updates == 0)
+    await wait_for_rows(store, "SELECT 1 FROM deliveries WHERE status = 'pending' AND parts_sent = 1")
+    await store._all("UPDATE deliveries SET next_attempt_at = 0")
+    await companion.outbox.dispatch_due()
+    sent = telegram.texts_to(USER)
+    assert [text[:1] for text in sent] == ["a", "b", "c"]
+    rows = await store._all("SELECT status, parts_sent FROM deliveries")
+    assert [tuple(r) for r in rows] == [("sent", 3)]

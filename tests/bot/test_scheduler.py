@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Callable
 from types import SimpleNamespace
 
+import pytest
+
 from bot.gateway import scheduled_jobs
 from bot.scheduler import Job, SchedulerService
 from bot.settings import load_settings
@@ -146,3 +148,35 @@ async def test_a_run_still_going_after_the_stop_grace_is_cancelled():
     await asyncio.wait_for(started.wait(), 10)
     await scheduler.aclose()
     assert cancelled.is_set()
+
+
+async def test_a_job_slower_than_its_interval_never_runs_twice_at_once():
+    going = most = runs = 0
+
+    async def slow() -> None:
+        nonlocal going, most, runs
+        going += 1
+        most = max(most, going)
+        await asyncio.sleep(0.05)  # five intervals: the grid points it misses coalesce
+        going -= 1
+        runs += 1
+
+    service = SchedulerService([Job("capture", 0.01, slow)])
+    await service.start()
+    try:
+
+        async def three_runs() -> bool:
+            return runs >= 3
+
+        await wait_for(three_runs, "three runs")
+    finally:
+        await service.aclose()
+    assert most == 1
+
+
+def test_a_job_without_a_positive_interval_is_refused_rather_than_run_in_a_busy_loop():
+    async def nothing() -> None:
+        return None
+
+    with pytest.raises(ValueError, match="needs a positive interval"):
+        SchedulerService([Job("capture", 0, nothing)])
