@@ -54,7 +54,8 @@ async def answer_edit(companion: Companion, turn: Turn) -> Reply | None:
     text = await compose(companion.store, conversation, message, visible_segment=stored.segment_id)
     if not await companion.store.edit_message(stored.id, stored.segment_id, text, now):
         return None
-    log.info("conversation %s: message %s edited (%d chars)", conversation.id, stored.id, len(text))
+    size = len(text)
+    log.info("conversation %s: message %s edited (%d chars)", conversation.id, stored.id, size)
     if stored.turn != "done":
         return None  # its answer is still to come (a burst, a cut-off turn) and reads the new words
     if not await companion.store.answered_since(conversation.id, stored.id, now - CORRECTION_WINDOW):

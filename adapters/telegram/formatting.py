@@ -85,7 +85,7 @@ def render(markdown: str) -> tuple[str, tuple[RenderedEntity, ...]]:
     try:
         text, found = _convert(_literal_html(source))
     except Exception as exc:  # noqa: BLE001 - a reply goes out unformatted rather than not at all
-        log.warning("telegram: Markdown rendering failed (%s); the text goes as written", type(exc).__name__)
+        log.warning("telegram: Markdown rendering failed (%s); it goes as written", type(exc).__name__)
         return source, ()
     if not text.strip():
         return source, ()
