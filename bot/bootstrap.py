@@ -59,6 +59,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
         burst_seconds=settings.burst_seconds,
+        stop_grace=settings.llm_timeout,
         proactive=ProactiveConfig(
             Manners(
                 timezone=settings.timezone,

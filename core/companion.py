@@ -87,6 +87,9 @@ class CompanionConfig:
     proactive: ProactiveConfig = field(default_factory=ProactiveConfig)
     # COMPANION_BURST_SECONDS: messages this close together are answered in one turn (0: each alone).
     burst_seconds: float = 0.0
+    # How long a stop lets a burst already being answered finish (the gateway gives its turns the
+    # model timeout, COMPANION_LLM_TIMEOUT); cut off later, it stays an open turn for the next start.
+    stop_grace: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +194,7 @@ class Companion:
         """Wait for the background work this companion started (summary folds) to finish; stop
         the mirror sends still running (their rows stay pending: the next start sends them), and
         the bursts still waiting (their messages are open turns: the next start answers them)."""
-        await self._bursts.aclose()
+        await self._bursts.aclose(self.config.stop_grace)
         for task in self._sending:
             task.cancel()
         if self._sending:

@@ -73,3 +73,10 @@ def test_a_bad_nudge_setting_names_its_variable(monkeypatch, name, value):
     monkeypatch.setenv(f"COMPANION_{name}", value)
     with pytest.raises(ConfigError, match=f"^COMPANION_{name}: "):
         load_settings()
+
+
+def test_a_burst_being_answered_at_a_stop_gets_the_model_timeout_like_the_gateways_turns(monkeypatch):
+    monkeypatch.setenv("COMPANION_LLM_TIMEOUT", "7")
+    monkeypatch.setenv("COMPANION_BURST_SECONDS", "0.5")
+    config = companion_config(load_settings())
+    assert (config.stop_grace, config.burst_seconds) == (7.0, 0.5)
