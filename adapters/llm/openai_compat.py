@@ -126,9 +126,7 @@ class OpenAICompatibleProvider:
         max_retry_after: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        url = httpx.URL(base_url.rstrip("/"))
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"base_url must be an http(s) URL such as http://127.0.0.1:11434/v1, not {base_url!r}")
+        url = server_url(base_url, "http://127.0.0.1:11434/v1")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be 1 or more, not {max_tokens}")
         if max_retries < 0:
@@ -137,7 +135,7 @@ class OpenAICompatibleProvider:
         self.last_request_bytes: int | None = None
         self._url = str(url) + "/chat/completions"
         # userinfo and query may hold credentials; messages show neither.
-        self._where = f"the model server at {url.copy_with(username=None, password=None, query=None)}"
+        self._where = f"the model server at {shown(url)}"
         self._api_key = api_key
         self._timeout = timeout
         self._max_tokens = max_tokens
@@ -536,3 +534,17 @@ def _quotes_request(message: str, request: CompletionRequest) -> bool:
     if len(message) < _QUOTE_WINDOW:
         return bool(message) and message in haystack
     return any(message[i : i + _QUOTE_WINDOW] in haystack for i in range(len(message) - _QUOTE_WINDOW + 1))
+
+
+def server_url(base_url: str, example: str) -> httpx.URL:
+    """An OpenAI-compatible server's base URL, without its trailing slash. Raises ValueError
+    (naming `example`) unless it is an http(s) URL with a host."""
+    url = httpx.URL(base_url.rstrip("/"))
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(f"base_url must be an http(s) URL such as {example}, not {base_url!r}")
+    return url
+
+
+def shown(url: httpx.URL) -> str:
+    """`url` as errors may name it: without credentials or query (an API key may sit there)."""
+    return str(url.copy_with(username=None, password=None, query=None))

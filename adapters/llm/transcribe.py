@@ -8,6 +8,7 @@ import time
 import httpx
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from adapters.llm.openai_compat import server_url, shown
 from adapters.tls import shared_ssl_context
 from core.errors import TranscriptionFailed
 from core.retry import Attempt, RetryPolicy, retrying
@@ -43,12 +44,10 @@ class OpenAICompatibleTranscriber:
         backoff: float = 0.5,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        url = httpx.URL(base_url.rstrip("/"))
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, not {base_url!r}")
+        url = server_url(base_url, "http://127.0.0.1:8000/v1")
         self.model = model
         self._url = str(url) + "/audio/transcriptions"
-        self._where = f"the speech-to-text server at {url.copy_with(username=None, password=None, query=None)}"
+        self._where = f"the speech-to-text server at {shown(url)}"
         self._api_key = api_key
         self._timeout = timeout
         self._policy = RetryPolicy(
