@@ -1,4 +1,5 @@
-"""Fixtures of the model-link tests: a provider over the module's `server`, and a sleep that only records."""
+"""Fixtures of the adapter tests: the fake model server (`server` for the model-link tests, `model`
+for the platform tests), a provider over `server`, and a sleep that only records."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ class RecordingSleep:
 
 @pytest.fixture
 async def server() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeOpenAIServer]:
+    """The fake model server of the adapter tests (a module needing a strict one defines its own)."""
     async with FakeOpenAIServer() as fake:
         yield fake
 

@@ -35,12 +35,6 @@ async def discord_server() -> AsyncIterator[FakeDiscordServer]:
         yield server
 
 
-@pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
 Start = Callable[..., Awaitable[DiscordAdapter]]
 
 

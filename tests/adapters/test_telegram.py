@@ -65,18 +65,6 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
         yield server
 
 
-@pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "companion.db") as db:
-        yield db
-
-
 CompanionFactory = Callable[[], Awaitable[Companion]]
 
 

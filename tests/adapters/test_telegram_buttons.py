@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,6 @@ from core.crossing import CONFIRM_WINDOW
 from core.outbox import Outbox
 from core.ports import SystemClock
 from tests.conftest import PASSPHRASE
-from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 
 USER = 111
@@ -28,18 +26,6 @@ CONFIRM = "companion:/export confirm"
 async def telegram() -> AsyncIterator[FakeTelegramServer]:
     async with FakeTelegramServer() as server:
         yield server
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "companion.db") as db:
-        yield db
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import regex
@@ -33,18 +32,6 @@ GRAPHEME = regex.compile(r"\X", regex.DOTALL)
 async def telegram() -> AsyncIterator[FakeTelegramServer]:
     async with FakeTelegramServer() as server:
         yield server
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "companion.db") as db:
-        yield db
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -29,18 +28,6 @@ BOT = "companion_test_bot"
 async def telegram() -> AsyncIterator[FakeTelegramServer]:
     async with FakeTelegramServer(username=BOT) as server:
         yield server
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "companion.db") as db:
-        yield db
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import pytest
 
@@ -44,18 +43,6 @@ class ReleasedSleep:
 async def telegram() -> AsyncIterator[FakeTelegramServer]:
     async with FakeTelegramServer(username=BOT) as server:
         yield server
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAIServer]:
-    async with FakeOpenAIServer() as server:
-        yield server
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "companion.db") as db:
-        yield db
 
 
 @pytest.fixture
