@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-from core.command_text import parse_command
-from core.commands import carries_secret, command_info
-from core.model import Confirmation
+from core.commands.registry import carries_secret, command_info
+from core.values.command_text import parse_command
+from core.values.model import Confirmation
 
 PREFIX = "companion:"
 # What a button may send: a command name and at most one plain word (Telegram allows 64 bytes of

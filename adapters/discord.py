@@ -25,14 +25,14 @@ from adapters.discord_commands import DiscordInteractions, confirm_view
 from adapters.discord_context import forwarded_text, reply_context
 from adapters.discord_media import media_of
 from adapters.text import split_message
-from core.commands import carries_secret
-from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
-from core.errors import CompanionError, DeliveryFailed
-from core.locks import KeyedLocks
-from core.model import Attachment, InboundMessage, OutboundDelivery, Reply
-from core.outbox import Outbox
+from core.commands.registry import carries_secret
+from core.delivery.outbox import Outbox
 from core.ports import AdapterStateStore, MessageHandler
-from core.retry import Attempt, RetryPolicy, retrying
+from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
+from core.values.errors import CompanionError, DeliveryFailed
+from core.values.locks import KeyedLocks
+from core.values.model import Attachment, InboundMessage, OutboundDelivery, Reply
+from core.values.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
 

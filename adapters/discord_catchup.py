@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable
 
 import discord
 
-from core.model import InboundMessage
 from core.ports import AdapterStateStore
+from core.values.model import InboundMessage
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Discord application (slash) commands and confirmation buttons, answered through interactions.
 
-The chat commands of `core/commands.py` are registered as global slash commands at start (one
+The chat commands of `core/commands/registry.py` are registered as global slash commands at start (one
 bulk overwrite). A slash command is the same command as typed text: the core gets `/name args`
 and stores it the same way (a secret command's arguments as `[redacted]`). The difference is
 where the secret travels: as a command option it is never a message in the channel, and the
@@ -33,13 +33,13 @@ from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from adapters.buttons import PREFIX, TEMPLATE, button_data, command_of
 from adapters.text import split_message
-from core.commands import Command, command_info
-from core.copy import HANDLER_FAILED
-from core.errors import DeliveryFailed
-from core.locks import KeyedLocks
-from core.model import Attachment, Confirmation, InboundMessage, OutboundDelivery, Reply
-from core.outbox import Outbox
+from core.commands.registry import Command, command_info
+from core.delivery.outbox import Outbox
 from core.ports import MessageHandler
+from core.values.copy import HANDLER_FAILED
+from core.values.errors import DeliveryFailed
+from core.values.locks import KeyedLocks
+from core.values.model import Attachment, Confirmation, InboundMessage, OutboundDelivery, Reply
 
 log = logging.getLogger(__name__)
 

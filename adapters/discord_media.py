@@ -1,4 +1,4 @@
-"""Discord media at the edge: a message's attachments and stickers as core.model.Media, each with a
+"""Discord media at the edge: a message's attachments and stickers as core.values.model.Media, each with a
 loader that fetches the attachment URL into memory (never onto disk), within the size cap."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import logging
 import aiohttp
 import discord
 
-from core.errors import MediaUnavailable
-from core.media import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
-from core.model import Media, MediaLoader
+from core.turn.media import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
+from core.values.errors import MediaUnavailable
+from core.values.model import Media, MediaLoader
 
 log = logging.getLogger(__name__)
 

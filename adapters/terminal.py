@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from core.copy import HANDLER_FAILED
-from core.model import InboundMessage, Reply
 from core.ports import MessageHandler
+from core.values.copy import HANDLER_FAILED
+from core.values.model import InboundMessage, Reply
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.model import Completion, CompletionRequest
+from core.values.model import Completion, CompletionRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 

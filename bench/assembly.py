@@ -15,11 +15,11 @@ from pathlib import Path
 from adapters.storage.sqlite import SqliteStore
 from bench._common import WINDOW_LIMIT, WINDOW_SQL, ZeroLatencyProvider, median, ms, ratio
 from bench.turn import HELLO
-from core.companion import Companion
-from core.context import ContextAssembler, ContextBudget, Persona
-from core.model import ConversationKey
+from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.ports import SystemClock
-from core.valve import NORMAL, ModeState, PrivateState
+from core.turn.companion import Companion
+from core.values.model import ConversationKey
+from core.values.modes import NORMAL, ModeState, PrivateState
 from tests.helpers.chat import segments_of
 
 TARGET_FLAT = 1.5  # median at the largest size / median at the smallest

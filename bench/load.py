@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench._common import median, percentile
 from bench._gateway import TimedBotApi, gateway
-from core.copy import MODE_UNREADABLE
+from core.values.copy import MODE_UNREADABLE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 

@@ -19,11 +19,11 @@ if __package__ in (None, ""):  # run as `python bench/mirror.py`
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from bench._common import ZeroLatencyProvider, median, ms, percentile, ratio
-from core.companion import Companion, CompanionConfig
-from core.errors import DeliveryFailed
-from core.model import InboundMessage, OutboundDelivery
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion, CompanionConfig
+from core.values.errors import DeliveryFailed
+from core.values.model import InboundMessage, OutboundDelivery
 
 TARGET_RATIO = 1.2
 USER = "100"
@@ -167,7 +167,7 @@ async def _dispatch_throughput(rows: int) -> dict:
                 )
                 for channel in channels:
                     await store.add_binding(conversation.id, "discord", str(channel), 0.0)
-                from core.model import MirrorOf
+                from core.values.model import MirrorOf
 
                 for n in range(rows // len(channels)):
                     user = await store.add_message(conversation.id, "user", f"message {n}", time.time())

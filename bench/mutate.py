@@ -59,18 +59,18 @@ class Mutation:
 
 M = Mutation
 MUTATIONS: tuple[Mutation, ...] = (
-    # --- the valve (core/valve.py) ---------------------------------------------------------
+    # --- the valve (core/privacy/valve.py) ---------------------------------------------------------
     M(
         "valve-expiry-ignored-at-read",
         PRIVACY,
-        "core/valve.py",
+        "core/privacy/valve.py",
         "if segment.expires_at is not None and now >= segment.expires_at:",
         "if False:",
     ),
     M(
         "valve-expired-not-deleted-at-read",
         PRIVACY,
-        "core/valve.py",
+        "core/privacy/valve.py",
         "            try:  # its life is over: delete it now rather than at the next sweep\n"
         "                await self._store.delete_expired_segments(now)",
         "            try:  # its life is over: delete it now rather than at the next sweep\n                pass",
@@ -78,71 +78,71 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "valve-group-read-stays-private",
         PRIVACY,
-        "core/valve.py",
+        "core/privacy/valve.py",
         '        if not conversation.is_direct:\n            await self._close_quietly(segment, "group")',
         '        if False:\n            await self._close_quietly(segment, "group")',
     ),
     M(
         "valve-malformed-segment-stays-private",
         PRIVACY,
-        "core/valve.py",
+        "core/privacy/valve.py",
         "        if not _well_formed(segment):",
         "        if False:",
     ),
     M(
         "valve-wrong-passphrase-accepted",
         PRIVACY,
-        "core/valve.py",
+        "core/privacy/valve.py",
         "        if not ok:",
         "        if False:",
     ),
     M(
         "valve-lockout-ignored",
         PRIVACY,
-        "core/valve.py",
+        "core/privacy/valve.py",
         "        if until is not None and now < until:",
         "        if False:",
     ),
     M(
         "valve-failed-exit-not-held-normal",
         PRIVACY,
-        "core/valve.py",
+        "core/privacy/valve.py",
         "            self._leaving.add(conversation.id)\n            return True",
         "            return True",
     ),
     M(
         "valve-idle-ignores-activity",  # issue 12 gap: private activity did not extend the idle timeout
         RELIABILITY,
-        "core/valve.py",
+        "core/privacy/valve.py",
         "now - segment.last_activity_at >= self._idle:",
         "now - segment.started_at >= self._idle:",
     ),
-    # --- context assembly (core/context.py) -----------------------------------------------
+    # --- context assembly (core/memory/context.py) -----------------------------------------------
     M(
         "context-private-pad-in-normal-mode",
         PRIVACY,
-        "core/context.py",
+        "core/memory/context.py",
         "            if state.is_private:\n                private_pad =",
         "            if True:\n                private_pad =",
     ),
     M(
         "context-private-fold-saved-as-normal-summary",
         PRIVACY,
-        "core/context.py",
+        "core/memory/context.py",
         "        if state.segment_id is not None:\n            await self._store.save_summary(",
         "        if False:\n            await self._store.save_summary(",
     ),
     M(
         "context-fold-watermark-first-item",  # issue 12 gap: folds re-summarised
         RELIABILITY,
-        "core/context.py",
+        "core/memory/context.py",
         "new = Summary(text or context.summary.text, batch[-1].position)",
         "new = Summary(text or context.summary.text, batch[0].position)",
     ),
     M(
         "context-window-may-be-empty",
         RELIABILITY,
-        "core/context.py",
+        "core/memory/context.py",
         "if kept and used + cost > budget_tokens:",
         "if used + cost > budget_tokens:",
     ),
@@ -150,35 +150,35 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "tools-lasting-tools-offered-in-private",
         PRIVACY,
-        "core/tools.py",
+        "core/memory/tools.py",
         "        if state.is_private:\n            return [t for t in self._tools.values()",
         "        if False:\n            return [t for t in self._tools.values()",
     ),
     M(
         "commands-lasting-command-runs-in-private",
         PRIVACY,
-        "core/companion.py",
+        "core/turn/companion.py",
         "if state.is_private and info.refused_while_private(args):",
         "if False:",
     ),
     M(
         "companion-passphrase-stored-unredacted",
         PRIVACY,
-        "core/companion.py",
+        "core/turn/companion.py",
         'stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text',
         "stored = turn.message.text",
     ),
     M(
         "companion-open-private-turn-answered-after-restart",
         PRIVACY,
-        "core/companion.py",
+        "core/turn/companion.py",
         "            if state.is_private or state.unreadable:\n                return  # the person went on",
         "            if state.unreadable:\n                return  # the person went on",
     ),
     M(
         "secrets-lookalike-command-not-a-secret",
         PRIVACY,
-        "core/commands.py",
+        "core/commands/registry.py",
         "    return mistyped_secret_command(text)",
         "    return False",
     ),
@@ -472,14 +472,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "quote-unknown-included-in-direct-chat",
         PRIVACY,
-        "core/quotes.py",
+        "core/turn/quotes.py",
         "    if not conversation.is_direct:\n        # The companion's own group replies",
         "    if True:\n        # The companion's own group replies",
     ),
     M(
         "quote-carries-secret",
         PRIVACY,
-        "core/quotes.py",
+        "core/turn/quotes.py",
         "(carries_secret(quoted) or not quoted.strip())",
         "(not quoted.strip())",
     ),
@@ -500,14 +500,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "burst-answered-after-its-interval",
         PRIVACY,
-        "core/companion.py",
+        "core/turn/companion.py",
         "            if current.unreadable or current.segment_id != burst.state.segment_id:",
         "            if False:",
     ),
     M(
         "burst-spans-a-command",
         RELIABILITY,
-        "core/companion.py",
+        "core/turn/companion.py",
         "                await self._flush_burst(conversation.id)  # a burst never spans a command",
         "                pass",
     ),

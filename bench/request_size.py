@@ -12,8 +12,8 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.sqlite import SqliteStore
 from bot.bootstrap import companion_config
 from bot.settings import load_settings
-from core.companion import Companion
-from core.model import InboundMessage
+from core.turn.companion import Companion
+from core.values.model import InboundMessage
 
 BUDGET_BYTES = 8192
 

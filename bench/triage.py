@@ -22,11 +22,11 @@ from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.proactive import candidate_statements
 from adapters.storage.sqlite import SqliteStore
 from bench._common import ZeroLatencyProvider, median, ms, ratio
-from core.context import ContextAssembler, ContextBudget, Persona
-from core.manners import Manners
-from core.model import OutboundDelivery
-from core.outbox import Outbox
-from core.proactive import ProactiveConfig, ProactiveService
+from core.delivery.outbox import Outbox
+from core.memory.context import ContextAssembler, ContextBudget, Persona
+from core.proactive.manners import Manners
+from core.proactive.service import ProactiveConfig, ProactiveService
+from core.values.model import OutboundDelivery
 
 TARGET_RATIO = 1.5
 FOLLOWUPS_PER_PERSON = 10

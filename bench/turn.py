@@ -24,8 +24,8 @@ from bench._common import (
     percentile,
     ratio,
 )
-from core.companion import Companion
-from core.model import InboundMessage
+from core.turn.companion import Companion
+from core.values.model import InboundMessage
 
 TARGET_RATIO = 3.0
 HELLO = InboundMessage("terminal", "terminal", "owner", "hello", is_direct=True)

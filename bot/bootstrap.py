@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from bot.settings import Settings
-from core.companion import Companion, CompanionConfig
-from core.context import ContextBudget, Persona
-from core.manners import Manners
+from core.memory.context import ContextBudget, Persona
 from core.ports import BaseProvider, Transcriber
-from core.proactive import ProactiveConfig
+from core.proactive.manners import Manners
+from core.proactive.service import ProactiveConfig
+from core.turn.companion import Companion, CompanionConfig
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -91,7 +91,7 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
         outbox = None
         if platforms - {"terminal"}:  # the terminal prints its replies; nothing to deliver later
             from adapters.storage.outbox import SqliteOutboxStore
-            from core.outbox import Outbox
+            from core.delivery.outbox import Outbox
             from core.ports import SystemClock
 
             outbox = Outbox(

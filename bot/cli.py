@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bot.logs import configure_logging
     from bot.settings import ConfigError, load_settings
-    from core.errors import CompanionError
+    from core.values.errors import CompanionError
 
     try:
         settings = load_settings()
@@ -151,7 +151,7 @@ async def _report(settings) -> int:
 
     from adapters.storage.outbox import SqliteOutboxStore
     from adapters.storage.sqlite import SqliteStore
-    from core.analytics import render_report
+    from core.turn.analytics import render_report
 
     async with SqliteStore(settings.db_path) as store:
         rows = await store.report_rows()
@@ -164,7 +164,7 @@ async def _report(settings) -> int:
 def _passphrase() -> int:
     import getpass
 
-    from core.secrets import hash_passphrase
+    from core.privacy.secrets import hash_passphrase
 
     if sys.stdin.isatty():
         first = getpass.getpass("Passphrase: ")

@@ -18,7 +18,7 @@ from bot.settings import Settings
 from core.ports import BaseChatAdapter
 
 if TYPE_CHECKING:
-    from core.companion import Companion
+    from core.turn.companion import Companion
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from core.errors import CompanionError
+from core.values.errors import CompanionError
 
 try:
     import fcntl

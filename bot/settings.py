@@ -191,7 +191,7 @@ class Settings(BaseSettings):
     @field_validator("private_default_expiry")
     @classmethod
     def _expiry(cls, value: str) -> str:
-        from core.durations import parse_expiry
+        from core.values.durations import parse_expiry
 
         parse_expiry(value)
         return value
@@ -199,7 +199,7 @@ class Settings(BaseSettings):
     @field_validator("private_passphrase_hash")
     @classmethod
     def _passphrase_hash(cls, value: str | None) -> str | None:
-        from core.secrets import PassphraseHash
+        from core.privacy.secrets import PassphraseHash
 
         if value is None or not value.strip():
             return None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from core.model import (
+from core.values.model import (
     Account,
     Binding,
     ChatMove,
@@ -33,13 +33,11 @@ from core.model import (
     RecallHit,
     RecordedReply,
     Reply,
+    RunRecord,
     Segment,
     Summary,
     TimelineItem,
 )
-
-if TYPE_CHECKING:
-    from core.analytics import RunRecord
 
 
 class BaseProvider(Protocol):
@@ -51,7 +49,7 @@ class BaseProvider(Protocol):
         """Return one completion for `request`.
 
         Raises:
-            core.errors.ProviderError: any failure, already translated by the adapter.
+            core.values.errors.ProviderError: any failure, already translated by the adapter.
         """
         ...
 
@@ -69,7 +67,7 @@ class Transcriber(Protocol):
         """Return the words spoken in `audio` (held in memory only; nothing stores it).
 
         Raises:
-            core.errors.TranscriptionFailed: any failure, already translated by the adapter.
+            core.values.errors.TranscriptionFailed: any failure, already translated by the adapter.
         """
         ...
 
@@ -99,7 +97,7 @@ class BaseChatAdapter(Protocol):
 
 
 class BaseSender(Protocol):
-    """The sending half of a chat adapter, used by the outbox (core.outbox.Outbox)."""
+    """The sending half of a chat adapter, used by the outbox (core.delivery.outbox.Outbox)."""
 
     name: str
 
@@ -109,7 +107,7 @@ class BaseSender(Protocol):
         Returns:
             The number of parts of the whole text now sent.
         Raises:
-            core.errors.DeliveryFailed: with `permanent` when sending again cannot help, and
+            core.values.errors.DeliveryFailed: with `permanent` when sending again cannot help, and
                 `parts_sent` counting the parts that did go out.
         """
         ...
@@ -121,7 +119,7 @@ class BaseSender(Protocol):
         Returns:
             The platform's id of the first message sent.
         Raises:
-            core.errors.DeliveryFailed: the chat cannot be posted in, or the platform failed.
+            core.values.errors.DeliveryFailed: the chat cannot be posted in, or the platform failed.
         """
         ...
 
@@ -399,7 +397,7 @@ class BindingStore(Protocol):
         """Bind (or bind again) the conversation to a chat.
 
         Raises:
-            core.errors.PrivateWriteRefused: the conversation has an open segment; the write's
+            core.values.errors.PrivateWriteRefused: the conversation has an open segment; the write's
                 own SQL refused it, whoever called.
         """
         ...
@@ -480,7 +478,7 @@ class ProactiveStore(Protocol):
         back to the default) and return them all.
 
         Raises:
-            core.errors.PrivateWriteRefused: the conversation `origin` has an open segment.
+            core.values.errors.PrivateWriteRefused: the conversation `origin` has an open segment.
         """
         ...
 
@@ -501,7 +499,7 @@ class LinkStore(Protocol):
         Returns:
             The person now holding both accounts; None when the code was used or expired.
         Raises:
-            core.errors.PrivateWriteRefused: either person is in private mode somewhere.
+            core.values.errors.PrivateWriteRefused: either person is in private mode somewhere.
         """
         ...
 
@@ -527,7 +525,7 @@ class LinkStore(Protocol):
         Returns:
             The account with its new person; None when there is no such account or it is the only one.
         Raises:
-            core.errors.PrivateWriteRefused: a conversation of the person is in private mode.
+            core.values.errors.PrivateWriteRefused: a conversation of the person is in private mode.
         """
         ...
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from adapters.storage.sqlite import SqliteStore
-from core.companion import Companion, CompanionConfig
-from core.secrets import hash_passphrase
+from core.privacy.secrets import hash_passphrase
+from core.turn.companion import Companion, CompanionConfig
 from tests.helpers.fakes import FakeClock, FakeProvider
 
 PASSPHRASE = "sesame-open"

@@ -11,9 +11,9 @@ import re
 
 import httpx
 
-from core import copy
-from core.errors import ProviderRejected
-from core.model import ChatMessage, CompletionRequest, ImageInput
+from core.values import copy
+from core.values.errors import ProviderRejected
+from core.values.model import ChatMessage, CompletionRequest, ImageInput
 
 log = logging.getLogger(__name__)
 

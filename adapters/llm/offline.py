@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from core import copy
-from core.model import Completion, CompletionRequest
+from core.values import copy
+from core.values.model import Completion, CompletionRequest
 
 _TRANSITIONS = (
     "Welcome back. Maybe a glass of water now? I'm right here for whatever's next.",

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.llm.images import data_url, fitted, refuses_images, without_images
 from adapters.tls import shared_ssl_context
-from core.errors import (
+from core.values.errors import (
     ProviderBadResponse,
     ProviderRateLimited,
     ProviderRejected,
@@ -24,8 +24,8 @@ from core.errors import (
     ProviderServerError,
     ProviderUnavailable,
 )
-from core.model import ChatMessage, Completion, CompletionRequest, ToolCall, ToolSpec
-from core.retry import Attempt, RetryPolicy, retrying
+from core.values.model import ChatMessage, Completion, CompletionRequest, ToolCall, ToolSpec
+from core.values.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class OpenAICompatibleProvider:
 
     Retries connection failures, 408, 429 (honouring `Retry-After`) and 502/503/504 a
     bounded number of times, all within one deadline of `timeout` seconds for the whole
-    call; every failure leaves as a `core.errors.ProviderError`. `max_tokens` is sent
+    call; every failure leaves as a `core.values.errors.ProviderError`. `max_tokens` is sent
     with every request (the request's own cap, else this default). Neither logs nor
     error messages ever contain request or reply text.
     """
@@ -167,7 +167,7 @@ class OpenAICompatibleProvider:
         """Return one completion for `request`.
 
         Raises:
-            core.errors.ProviderError: any failure, translated in `_raise_translated`.
+            core.values.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
         # Images (a vision model's input) within the size limits; none once the server refused them.
         request = await fitted(request) if self._images_accepted else without_images(request)

@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from adapters.llm.openai_compat import server_url, shown
 from adapters.tls import shared_ssl_context
-from core.errors import TranscriptionFailed
-from core.retry import Attempt, RetryPolicy, retrying
+from core.values.errors import TranscriptionFailed
+from core.values.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
 

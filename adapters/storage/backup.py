@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.storage.migrate import known_migrations
-from core.errors import MigrationError, StoreError
+from core.values.errors import MigrationError, StoreError
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import aiosqlite
 
 from adapters.storage.database import Database
-from core.errors import PrivateWriteRefused
-from core.model import Binding, MirrorOf
+from core.values.errors import PrivateWriteRefused
+from core.values.model import Binding, MirrorOf
 
 _COLUMNS = "id, conversation_id, platform, chat_id, state, disabled_reason, created_at"
 

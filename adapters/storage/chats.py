@@ -5,7 +5,7 @@ from __future__ import annotations
 import aiosqlite
 
 from adapters.storage.database import Database
-from core.model import ChatMove
+from core.values.model import ChatMove
 
 # Only a group conversation that never had a private segment moves. Private mode is refused in a
 # group (the valve), so this holds for every real move; the predicate makes the store say it too.

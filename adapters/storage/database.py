@@ -18,7 +18,7 @@ from typing import Any
 import aiosqlite
 
 from adapters.storage.migrate import migrate
-from core.errors import StoreError
+from core.values.errors import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 import aiosqlite
 
 from adapters.storage.database import Database
-from core.errors import PrivateWriteRefused
+from core.values.errors import PrivateWriteRefused
 
 
 async def refuse_while_private(conn: aiosqlite.Connection, origin: int, what: str) -> None:

@@ -7,8 +7,8 @@ import aiosqlite
 
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.guard import refuse_while_person_private
-from core.errors import LinkConflict
-from core.model import Account, PendingLinkCode
+from core.values.errors import LinkConflict
+from core.values.model import Account, PendingLinkCode
 
 
 class LinkQueries:

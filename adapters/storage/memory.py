@@ -12,8 +12,7 @@ import aiosqlite
 
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.guard import lasting_tx, refuse_while_private
-from core.analytics import RunRecord
-from core.model import FollowUp, Goal, PendingCapture, RecallHit
+from core.values.model import FollowUp, Goal, PendingCapture, RecallHit, RunRecord
 
 
 class MemoryQueries:
@@ -252,7 +251,7 @@ class MemoryQueries:
     # --- analytics ------------------------------------------------------------
 
     async def save_run(self, run: RunRecord) -> None:
-        """A normal turn's run and its events (a core.analytics.RunRecord), in one transaction."""
+        """A normal turn's run and its events (a core.turn.analytics.RunRecord), in one transaction."""
         async with self._db.tx() as db:
             await insert_run(db, run)
 
@@ -286,7 +285,7 @@ class MemoryQueries:
 
 
 async def insert_run(db: aiosqlite.Connection, run: RunRecord) -> int:
-    """Write a core.analytics.RunRecord inside the caller's transaction: lasting, so refused
+    """Write a core.turn.analytics.RunRecord inside the caller's transaction: lasting, so refused
     (the whole transaction with it) while its conversation is private."""
     await refuse_while_private(db, run.conversation_id, "analytics")
     cur = await db.execute(

@@ -10,7 +10,7 @@ from importlib import resources
 
 import aiosqlite
 
-from core.errors import MigrationError
+from core.values.errors import MigrationError
 
 log = logging.getLogger(__name__)
 

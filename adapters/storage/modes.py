@@ -6,7 +6,7 @@ import aiosqlite
 
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.privacy import Checkpoints, owe_checkpoint
-from core.model import Segment
+from core.values.model import Segment
 
 SEGMENT_COLUMNS = (
     "id, conversation_id, anchor_message_id, started_at, last_activity_at, ended_at, end_reason, expires_at"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import aiosqlite
 
 from adapters.storage.database import inserted_id
-from core.model import DeliveryTarget, OutboundDelivery
+from core.values.model import DeliveryTarget, OutboundDelivery
 
 if TYPE_CHECKING:
     from adapters.storage.sqlite import SqliteStore

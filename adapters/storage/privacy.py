@@ -13,7 +13,7 @@ import aiosqlite
 
 from adapters.storage.database import Database, inserted_id
 from adapters.storage.timeline import TimelineQueries
-from core.model import TimelineItem
+from core.values.model import TimelineItem
 
 log = logging.getLogger(__name__)
 

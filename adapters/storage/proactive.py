@@ -11,7 +11,7 @@ from adapters.storage.bindings import insert_mirrors
 from adapters.storage.database import Database, inserted_id
 from adapters.storage.guard import lasting_tx
 from adapters.storage.outbox import insert_delivery
-from core.model import (
+from core.values.model import (
     Conversation,
     DeliveryTarget,
     MirrorOf,

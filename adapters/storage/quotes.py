@@ -4,7 +4,7 @@ message's own mode and segment. The privacy predicates are inside each statement
 from __future__ import annotations
 
 from adapters.storage.database import Database
-from core.model import EditableMessage, QuotedMessage
+from core.values.model import EditableMessage, QuotedMessage
 
 # What one mode may read of a message row: a normal row, or a row of the segment it lives in
 # (:s is NULL in normal mode, so only normal rows). The same predicate as the masked view's.

@@ -8,9 +8,8 @@ from adapters.storage.bindings import insert_mirrors
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.memory import insert_run
 from adapters.storage.outbox import insert_delivery
-from core.analytics import RunRecord
-from core.errors import PrivateWriteRefused
-from core.model import (
+from core.values.errors import PrivateWriteRefused
+from core.values.model import (
     Account,
     Conversation,
     ConversationKey,
@@ -20,6 +19,7 @@ from core.model import (
     OpenTurn,
     PadEntry,
     RecordedReply,
+    RunRecord,
     Summary,
     TimelineItem,
 )

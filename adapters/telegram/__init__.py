@@ -4,7 +4,7 @@ from adapters.telegram.adapter import TelegramAdapter, TelegramStartError
 from adapters.telegram.delivery import Delivery, TelegramDeliveryError
 from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.text import MAX_MESSAGE_LENGTH, Entity, group_text, split_message
-from core.copy import HANDLER_FAILED
+from core.values.copy import HANDLER_FAILED
 
 __all__ = [
     "HANDLER_FAILED",

@@ -31,14 +31,14 @@ from adapters.telegram.delivery import (
 from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.media import MEDIA, media_of
 from adapters.telegram.text import Entity, group_text
-from core.commands import carries_secret
-from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
-from core.errors import CompanionError, DeliveryFailed
-from core.model import InboundMessage, OutboundDelivery, Reply
-from core.outbox import Outbox
+from core.commands.registry import carries_secret
+from core.delivery.outbox import Outbox
 from core.ports import AdapterStateStore
 from core.ports import MessageHandler as CoreHandler
-from core.retry import Sleep
+from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
+from core.values.errors import CompanionError, DeliveryFailed
+from core.values.model import InboundMessage, OutboundDelivery, Reply
+from core.values.retry import Sleep
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +299,7 @@ class TelegramAdapter:
         app.add_handler(MessageHandler(filters.UpdateType.MESSAGE & (filters.TEXT | MEDIA), self._on_message))
         # Its own group: a group upgraded to a supergroup is followed whatever the other handlers take.
         app.add_handler(MessageHandler(filters.StatusUpdate.MIGRATE, self._on_migrate), group=-1)
-        # Edits of words and of captions (a caption is a media message's words: core/edits.py).
+        # Edits of words and of captions (a caption is a media message's words: core/turn/edits.py).
         app.add_handler(
             MessageHandler(filters.UpdateType.EDITED_MESSAGE & (filters.TEXT | filters.CAPTION), self._on_message)
         )

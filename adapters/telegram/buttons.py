@@ -19,10 +19,10 @@ from telegram.error import TelegramError
 
 from adapters.buttons import button_data, command_of
 from adapters.telegram.delivery import Delivery, TelegramDeliveryError
-from core.copy import HANDLER_FAILED
-from core.model import Confirmation, InboundMessage, Reply
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import MessageHandler
+from core.values.copy import HANDLER_FAILED
+from core.values.model import Confirmation, InboundMessage, Reply
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from telegram.error import (
 from telegram.warnings import PTBDeprecationWarning
 
 from adapters.telegram.formatting import TelegramPart, telegram_parts
-from core.errors import CompanionError
-from core.retry import Attempt, RetryPolicy, Sleep, retrying
+from core.values.errors import CompanionError
+from core.values.retry import Attempt, RetryPolicy, Sleep, retrying
 
 log = logging.getLogger(__name__)
 

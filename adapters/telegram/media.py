@@ -1,4 +1,4 @@
-"""Telegram media at the edge: which messages carry media, and each item as a core.model.Media whose
+"""Telegram media at the edge: which messages carry media, and each item as a core.values.model.Media whose
 loader fetches the file (getFile, then the file URL) into memory, never onto disk."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from telegram import Message, PhotoSize
 from telegram.error import TelegramError
 from telegram.ext import ExtBot, filters
 
-from core.errors import MediaUnavailable
-from core.media import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
-from core.model import Media, MediaLoader
+from core.turn.media import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
+from core.values.errors import MediaUnavailable
+from core.values.model import Media, MediaLoader
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from core.companion import Companion, CompanionConfig
+from core.turn.companion import Companion, CompanionConfig
 from tests.helpers.fake_openai import FakeOpenAIServer
 
 

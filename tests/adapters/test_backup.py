@@ -13,8 +13,8 @@ import pytest
 
 from adapters.storage import backup as backup_module
 from adapters.storage.backup import BACKUP_PREFIX, backup, restore
-from core.errors import MigrationError
-from core.secrets import hash_passphrase
+from core.privacy.secrets import hash_passphrase
+from core.values.errors import MigrationError
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
 from tests.helpers.proc import ROOT, companion_env, run_companion

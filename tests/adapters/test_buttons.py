@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.buttons import TEMPLATE, button_data, command_of
-from core.model import Confirmation
+from core.values.model import Confirmation
 
 
 def test_a_button_carries_its_command_within_telegrams_64_bytes_and_discords_100_characters():

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from adapters.storage.privacy import CHECKPOINT_OWED
-from core.companion import Companion
+from core.turn.companion import Companion
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.reader import SnapshotReader, WriteHolder, files_holding
@@ -146,7 +146,7 @@ async def test_the_mode_read_does_not_queue_behind_the_stores_own_writes(compani
 
 
 async def test_a_write_gives_up_with_a_clear_error_when_another_process_keeps_the_lock(store, clock, monkeypatch):
-    from core.errors import StoreError
+    from core.values.errors import StoreError
 
     monkeypatch.setattr(store.database, "busy_seconds", 0.3)
     with WriteHolder(store.path), pytest.raises(StoreError, match="locked by another process"):

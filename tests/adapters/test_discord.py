@@ -15,12 +15,12 @@ from adapters.discord import MESSAGE_LIMIT, DiscordAdapter, DiscordStartError
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.text import split_message, text_length
-from core.companion import Companion, CompanionConfig
-from core.copy import DELETE_SECRET_NOTE, HANDLER_FAILED, NOT_ALLOWED
-from core.errors import CompanionError, StoreError
-from core.model import Attachment, InboundMessage, Reply
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion, CompanionConfig
+from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED, NOT_ALLOWED
+from core.values.errors import CompanionError, StoreError
+from core.values.model import Attachment, InboundMessage, Reply
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import MESSAGE_CONTENT, FakeDiscordServer, RestFault
 from tests.helpers.fake_openai import FakeOpenAIServer

@@ -15,10 +15,10 @@ from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from core.companion import SENT_AT_MARGIN, Companion, CompanionConfig
-from core.copy import NOT_ALLOWED, RESTART_KEPT_PRIVATE
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import SENT_AT_MARGIN, Companion, CompanionConfig
+from core.values.copy import NOT_ALLOWED, RESTART_KEPT_PRIVATE
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer

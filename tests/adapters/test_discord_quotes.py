@@ -8,10 +8,10 @@ import pytest
 from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer

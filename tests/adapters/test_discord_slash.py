@@ -11,11 +11,11 @@ import pytest
 from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
-from core.commands import COMMANDS
-from core.companion import Companion, CompanionConfig
-from core.crossing import CONFIRM_WINDOW
-from core.outbox import Outbox
+from core.commands.export import CONFIRM_WINDOW
+from core.commands.registry import COMMANDS
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion, CompanionConfig
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_discord_interactions import EPHEMERAL

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.analytics import RunRecord
-from core.errors import PrivateWriteRefused
-from core.model import ConversationKey
+from core.values.errors import PrivateWriteRefused
+from core.values.model import ConversationKey, RunRecord
 
 NOW = 1_000.0
 

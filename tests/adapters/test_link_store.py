@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import LinkConflict, PrivateWriteRefused
-from core.model import ConversationKey
+from core.values.errors import LinkConflict, PrivateWriteRefused
+from core.values.model import ConversationKey
 from tests.helpers.chat import all_rows
 
 NOW = 1_800_000_000.0

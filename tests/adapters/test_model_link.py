@@ -8,16 +8,16 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.context import summary_request
-from core.errors import (
+from core.memory.context import summary_request
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
+from core.values.errors import (
     ProviderError,
     ProviderRateLimited,
     ProviderRejected,
     ProviderRequestTooLong,
 )
-from core.model import ChatMessage, CompletionRequest, ToolCall
+from core.values.model import ChatMessage, CompletionRequest, ToolCall
 
 # Helpers of the provider tests; the `provider` and `sleep` fixtures (tests/adapters/conftest.py) run over this
 # module's strict `server`.

@@ -12,7 +12,7 @@ from email.utils import format_datetime
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from core.errors import (
+from core.values.errors import (
     ProviderBadResponse,
     ProviderError,
     ProviderRateLimited,
@@ -20,7 +20,7 @@ from core.errors import (
     ProviderServerError,
     ProviderUnavailable,
 )
-from core.model import ChatMessage, CompletionRequest, ToolSpec
+from core.values.model import ChatMessage, CompletionRequest, ToolSpec
 
 CANARY = "canary-7f3a9 the user's private words"
 

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from core import copy
-from core.errors import ProviderRejected, ProviderRequestTooLong
+from core.values import copy
+from core.values.errors import ProviderRejected, ProviderRequestTooLong
 from tests.adapters.test_openai_provider import WEATHER, ask
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fake_openai import FakeOpenAIServer, ScriptedResponse

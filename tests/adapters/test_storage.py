@@ -14,8 +14,8 @@ import pytest
 from adapters.storage import migrate as migrate_module
 from adapters.storage.migrate import Migration, known_migrations, migrate
 from adapters.storage.sqlite import SqliteStore
-from core.errors import MigrationError
-from core.model import ConversationKey
+from core.values.errors import MigrationError
+from core.values.model import ConversationKey
 
 
 async def pragma(store: SqliteStore, name: str):
@@ -157,7 +157,7 @@ async def test_every_child_table_cascades_from_its_owner(store):
 
 async def test_a_private_message_cannot_be_stored_as_pending_for_capture(store):
     await store.ensure_conversation(
-        __import__("core.model").model.ConversationKey("terminal", "t"), "direct", None, 1.0
+        __import__("core.values.model").values.model.ConversationKey("terminal", "t"), "direct", None, 1.0
     )
     segment = await store.open_segment(1, 1.0, None)
     with pytest.raises(sqlite3.IntegrityError):
@@ -170,7 +170,7 @@ async def test_a_private_message_cannot_be_stored_as_pending_for_capture(store):
 
 async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_full_again(store):
     from adapters.storage.outbox import SqliteOutboxStore
-    from core.model import DeliveryTarget
+    from core.values.model import DeliveryTarget
 
     conversation = await store.ensure_conversation(ConversationKey("telegram", "1"), "group", None, 0.0)
     delivery_id = (

@@ -25,14 +25,14 @@ from adapters.telegram import (
     group_text,
     split_message,
 )
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.copy import RESTART_KEPT_PRIVATE
-from core.errors import StoreError
-from core.model import Attachment, InboundMessage, Reply
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.secrets import hash_passphrase
+from core.privacy.secrets import hash_passphrase
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
+from core.values.copy import RESTART_KEPT_PRIVATE
+from core.values.errors import StoreError
+from core.values.model import Attachment, InboundMessage, Reply
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.logs import logging_policy

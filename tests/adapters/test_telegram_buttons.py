@@ -11,10 +11,10 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
-from core.companion import Companion, CompanionConfig
-from core.crossing import CONFIRM_WINDOW
-from core.outbox import Outbox
+from core.commands.export import CONFIRM_WINDOW
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion, CompanionConfig
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_telegram import FakeTelegramServer
 

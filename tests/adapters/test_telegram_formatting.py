@@ -16,9 +16,9 @@ from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
 from adapters.telegram.formatting import render, split_rendered
-from core.companion import Companion, CompanionConfig
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion, CompanionConfig
 from tests.helpers.chat import all_rows
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer, SentMessage, check_message

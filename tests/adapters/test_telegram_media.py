@@ -15,10 +15,10 @@ from adapters.llm.transcribe import OpenAICompatibleTranscriber
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
@@ -332,7 +332,7 @@ async def test_in_a_group_a_photo_is_answered_only_when_its_caption_mentions_the
     )
     assert reply == "Nice picture."
     assert len(model.requests) == 1  # the first photo, not addressed to the bot, was not answered
-    # In a group each line is headed with its speaker (core/quotes.py).
+    # In a group each line is headed with its speaker (core/turn/quotes.py).
     assert newest_user_content(model.requests[0])[0] == {"type": "text", "text": f"User111: [photo] {CAT}"}
 
 

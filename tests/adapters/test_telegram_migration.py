@@ -12,10 +12,10 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore, insert_delivery
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
-from core.companion import Companion, CompanionConfig
-from core.model import ConversationKey, DeliveryTarget
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion, CompanionConfig
+from core.values.model import ConversationKey, DeliveryTarget
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 

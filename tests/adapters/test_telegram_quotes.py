@@ -13,11 +13,11 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.secrets import hash_passphrase
+from core.privacy.secrets import hash_passphrase
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 

@@ -7,7 +7,7 @@ import asyncio
 import sqlite3
 
 from adapters.storage.outbox import SqliteOutboxStore
-from core.model import ConversationKey, DeliveryTarget
+from core.values.model import ConversationKey, DeliveryTarget
 
 
 async def test_an_unsynced_mark_that_meets_another_writer_waits_and_every_later_commit_is_full_again(store, tmp_path):

@@ -13,8 +13,8 @@ import pytest
 from adapters.llm.images import MAX_IMAGE_SIDE, fit_image
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.llm.transcribe import OpenAICompatibleTranscriber
-from core.errors import TranscriptionFailed
-from core.model import ChatMessage, CompletionRequest, ImageInput
+from core.values.errors import TranscriptionFailed
+from core.values.model import ChatMessage, CompletionRequest, ImageInput
 from tests.helpers.fake_openai import FakeOpenAIServer, ScriptedResponse
 from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, jpeg_with, ogg_with, png_with
 
@@ -100,7 +100,7 @@ async def test_the_fake_server_refuses_an_image_url_that_is_no_base64_data_url(s
 async def test_a_server_that_refuses_images_is_asked_again_without_them_and_never_sent_them_again(
     server, provider, caplog
 ) -> None:
-    from core import copy
+    from core.values import copy
 
     server.accept_images = False
     completion = await provider.complete(with_images(ImageInput("image/png", png_with()), text="my cat"))
@@ -115,7 +115,7 @@ async def test_a_server_that_refuses_images_is_asked_again_without_them_and_neve
 
 
 async def test_a_refusal_that_is_not_about_images_is_not_retried_without_them(server, provider) -> None:
-    from core.errors import ProviderRejected
+    from core.values.errors import ProviderRejected
 
     server.reply_status(400, message="max_tokens is too large")
     server.reply_status(400, message="Invalid image: could not decode the image data")

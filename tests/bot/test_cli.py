@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.secrets import PassphraseHash
+from core.privacy.secrets import PassphraseHash
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, run_companion
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 
-from core.copy import DELETE_SECRET_NOTE, TRANSITION_FALLBACK
+from core.values.copy import DELETE_SECRET_NOTE, TRANSITION_FALLBACK
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bot.gateway import run_gateway
 from bot.settings import load_settings
-from core.secrets import hash_passphrase
+from core.privacy.secrets import hash_passphrase
 from tests.helpers.fake_telegram import FakeTelegramServer
 
 USER = 111

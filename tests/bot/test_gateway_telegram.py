@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from core import copy
+from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.telegram_gateway import USER, gateway_env, say, spawn, stop, wait_until

@@ -12,7 +12,7 @@ from typing import IO
 import pytest
 
 from bot.instance import CHAT, RUN, InstanceLock, InstanceLockError, lock_path
-from core import copy
+from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.proc import companion_env, run_companion, spawn_companion
@@ -25,7 +25,7 @@ CANARY = "canary-3c51 said while the second one knocked"
 
 @pytest.fixture(scope="module")
 def pass_hash() -> str:
-    from core.secrets import hash_passphrase
+    from core.privacy.secrets import hash_passphrase
 
     return hash_passphrase(PASS)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.secrets import hash_passphrase
+from core.privacy.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, run_companion
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.copy import TRANSITION_FALLBACK
+from core.values.copy import TRANSITION_FALLBACK
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer

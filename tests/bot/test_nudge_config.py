@@ -6,8 +6,8 @@ import pytest
 
 from bot.bootstrap import companion_config
 from bot.settings import ConfigError, load_settings
-from core.manners import Manners
-from core.proactive import ProactiveConfig
+from core.proactive.manners import Manners
+from core.proactive.service import ProactiveConfig
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from core import copy
-from core.secrets import hash_passphrase
+from core.privacy.secrets import hash_passphrase
+from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, run_companion, spawn_companion
 

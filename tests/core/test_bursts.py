@@ -11,9 +11,9 @@ import itertools
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
-from core.companion import Companion, CompanionConfig
-from core.model import InboundMessage
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
+from core.turn.companion import Companion, CompanionConfig
+from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from core.command_text import normalize_command_text, parse_command
-from core.commands import mistyped_secret_command
+from core.commands.registry import mistyped_secret_command
+from core.values.command_text import normalize_command_text, parse_command
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fakes import request_text

@@ -1,8 +1,8 @@
-"""Confirmations the core asks for carry a button description (core/model.py Confirmation)."""
+"""Confirmations the core asks for carry a button description (core/values/model.py Confirmation)."""
 
 from __future__ import annotations
 
-from core.commands import carries_secret
+from core.commands.registry import carries_secret
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import say
 

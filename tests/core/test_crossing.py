@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core import copy
+from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
 

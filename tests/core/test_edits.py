@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from core import copy
-from core.model import InboundMessage
+from core.values import copy
+from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of
 from tests.helpers.fakes import request_text

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.model import DeliveryTarget, ProactiveDecision, Summary
+from core.values.model import DeliveryTarget, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.reader import files_holding
@@ -66,7 +66,7 @@ async def test_every_table_that_can_hold_private_derived_data_cascades_from_segm
 
 async def populate_private(companion, store, clock) -> int:
     """A private interval with a row in every table that hangs off it."""
-    from core.model import Completion, ToolCall
+    from core.values.model import Completion, ToolCall
 
     await say(companion, "normal before")
     await say(companion, f"/private {PASSPHRASE} 1h")
@@ -139,7 +139,7 @@ async def test_private_text_is_gone_from_the_database_files_after_expiry(compani
 
 
 async def test_a_segment_that_expired_while_down_is_deleted_at_start_up(companion, store, provider, clock):
-    from core.companion import Companion
+    from core.turn.companion import Companion
 
     await populate_private(companion, store, clock)
     clock.advance(7200)

@@ -8,11 +8,11 @@ import sqlite3
 from pathlib import Path
 
 from adapters.storage.backup import backup, restore
-from core import copy
-from core.memory import fts_query
-from core.model import Completion, Conversation, Summary, ToolCall
-from core.tools import PRIVATE_FORBIDDEN, default_tools
-from core.valve import NORMAL
+from core.memory.operations import fts_query
+from core.memory.tools import PRIVATE_FORBIDDEN, default_tools
+from core.values import copy
+from core.values.model import Completion, Conversation, Summary, ToolCall
+from core.values.modes import NORMAL
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import request_text
@@ -42,8 +42,8 @@ async def test_failure_mode_recall_excludes_private_notes_but_still_searches_pri
 
 
 def test_failure_mode_goal_tool_hidden_while_scheduling_tools_stay_exposed():
-    from core.model import Conversation, Segment
-    from core.valve import PrivateState
+    from core.values.model import Conversation, Segment
+    from core.values.modes import PrivateState
 
     state = PrivateState(Segment(1, 1, 0, 0.0, 0.0, None, None, None))
     offered = default_tools().tools_for(Conversation(1, "t", "t", "direct", 1), state)

@@ -4,7 +4,7 @@ analytics run, which the lasting-write guard refuses while the segment is still 
 
 from __future__ import annotations
 
-from core import copy
+from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
 

@@ -13,12 +13,12 @@ import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
 from bot.logs import FLOORS
-from core.companion import Companion, CompanionConfig
-from core.links import CODE_SECONDS
-from core.manners import Manners
-from core.model import InboundMessage, Summary
-from core.outbox import Outbox
-from core.proactive import ProactiveConfig
+from core.commands.links import CODE_SECONDS
+from core.delivery.outbox import Outbox
+from core.proactive.manners import Manners
+from core.proactive.service import ProactiveConfig
+from core.turn.companion import Companion, CompanionConfig
+from core.values.model import InboundMessage, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers.fakes import FakeSender, request_text
 
@@ -207,7 +207,7 @@ async def test_linking_while_a_conversation_is_private_is_refused_by_the_store(m
     discord_person = await person_of(store, "discord", DC)
     telegram_account = await store._one("SELECT id FROM accounts WHERE platform = 'telegram'")
     (pending,) = await store.pending_link_codes(companion.clock.now())
-    from core.errors import PrivateWriteRefused
+    from core.values.errors import PrivateWriteRefused
 
     with pytest.raises(PrivateWriteRefused):
         await store.redeem_link_code(pending.id, telegram_account[0], companion.clock.now())

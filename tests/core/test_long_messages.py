@@ -4,10 +4,10 @@ request (issue 11)."""
 
 from __future__ import annotations
 
-from core import copy
-from core.context import ContextBudget, TokenRatio, estimate_tokens
-from core.errors import ProviderRejected
-from core.model import Completion
+from core.memory.context import ContextBudget, TokenRatio, estimate_tokens
+from core.values import copy
+from core.values.errors import ProviderRejected
+from core.values.model import Completion
 from tests.helpers.chat import all_rows, say
 
 
@@ -74,7 +74,7 @@ async def test_capture_keeps_messages_pending_when_the_api_key_is_refused(make_c
 
 
 async def test_a_request_the_server_finds_too_long_is_retried_once_with_half_the_window(make_companion, provider):
-    from core.errors import ProviderRequestTooLong
+    from core.values.errors import ProviderRequestTooLong
 
     companion = await make_companion(budget=ContextBudget(total_tokens=3000))
     for i in range(30):
@@ -88,7 +88,7 @@ async def test_a_request_the_server_finds_too_long_is_retried_once_with_half_the
 
 
 async def test_a_request_too_long_even_at_half_the_window_gets_the_too_long_words(make_companion, provider, store):
-    from core.errors import ProviderRequestTooLong
+    from core.values.errors import ProviderRequestTooLong
 
     companion = await make_companion()
     provider.script = [ProviderRequestTooLong("too long", status=400), ProviderRequestTooLong("too long", status=400)]

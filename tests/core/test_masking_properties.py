@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.storage.sqlite import SqliteStore
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.context import ContextBudget
-from core.model import InboundMessage
+from core.memory.context import ContextBudget
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
+from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
 from tests.helpers.fakes import FakeClock, FakeProvider, placeholders, request_text
 
@@ -25,7 +25,7 @@ _HASH: list[str] = []
 
 def passphrase_hash() -> str:
     if not _HASH:
-        from core.secrets import hash_passphrase
+        from core.privacy.secrets import hash_passphrase
 
         _HASH.append(hash_passphrase(PASSPHRASE))
     return _HASH[0]

@@ -1,14 +1,14 @@
-"""Media in the core (core.media, Companion._chat): what is stored is the marker, caption and transcript in
+"""Media in the core (core.turn.media, Companion._chat): what is stored is the marker, caption and transcript in
 the message's own mode and segment; bytes are fetched only when read, and go to the model for one request."""
 
 from __future__ import annotations
 
 import pytest
 
-from core import copy
-from core.errors import MediaUnavailable, TranscriptionFailed
-from core.media import MAX_MEDIA_BYTES, MediaReader, with_images
-from core.model import ChatMessage, ImageInput, InboundMessage, Media
+from core.turn.media import MAX_MEDIA_BYTES, MediaReader, with_images
+from core.values import copy
+from core.values.errors import MediaUnavailable, TranscriptionFailed
+from core.values.model import ChatMessage, ImageInput, InboundMessage, Media
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fakes import request_text

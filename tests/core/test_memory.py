@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import copy
-from core.analytics import render_report
-from core.errors import PrivateWriteRefused
-from core.memory import fts_query
-from core.model import Completion, ToolCall
-from core.tools import PRIVATE_FORBIDDEN, ToolContext, default_tools, run_tool_call
-from core.valve import NORMAL, PrivateState
+from core.memory.operations import fts_query
+from core.memory.tools import PRIVATE_FORBIDDEN, ToolContext, default_tools, run_tool_call
+from core.turn.analytics import render_report
+from core.values import copy
+from core.values.errors import PrivateWriteRefused
+from core.values.model import Completion, ToolCall
+from core.values.modes import NORMAL, PrivateState
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
 
@@ -54,7 +54,7 @@ async def test_a_private_turn_never_receives_memory_goal_or_followup_tools(compa
 def test_the_private_tool_set_is_decided_by_capability_tags_alone():
     # "A goal tool is hidden while scheduling tools remain exposed" cannot happen: every tool
     # is in the private set exactly when none of its tags is forbidden there.
-    from core.model import Conversation, Segment
+    from core.values.model import Conversation, Segment
 
     registry = default_tools()
     conversation = Conversation(1, "terminal", "t", "direct", 1)

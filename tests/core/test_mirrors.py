@@ -13,11 +13,11 @@ import sqlite3
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.errors import PrivateWriteRefused
-from core.model import Completion, InboundMessage, MirrorOf, Reply
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
+from core.values.errors import PrivateWriteRefused
+from core.values.model import Completion, InboundMessage, MirrorOf, Reply
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender
@@ -313,7 +313,9 @@ async def test_no_message_text_in_logs_at_debug(companion, store, provider, cloc
     with logging_policy("DEBUG"):  # as `companion` runs it: libraries that log payloads held at their floor
         await _talk_with_mirrors(companion, provider, discord)
     logged = caplog.text + "\n".join(str(r.args) for r in caplog.records)
-    assert any(r.name == "core.outbox" for r in caplog.records), "the outbox logged nothing: the test proves nothing"
+    assert any(r.name == "core.delivery.outbox" for r in caplog.records), (
+        "the outbox logged nothing: the test proves nothing"
+    )
     for needle in ("USER-WORDS", "ANSWER-WORDS", CANARY, "Mirroring telegram DM", PASSPHRASE):
         assert needle not in logged, needle
 

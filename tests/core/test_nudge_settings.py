@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.manners import Manners
-from core.outbox import Outbox
-from core.proactive import ProactiveConfig
+from core.delivery.outbox import Outbox
+from core.proactive.manners import Manners
+from core.proactive.service import ProactiveConfig
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.core.test_proactive import HOUR, USER, decisions, person_and_chat, tell, tick, watch
 from tests.helpers.chat import all_rows

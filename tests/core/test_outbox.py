@@ -12,10 +12,10 @@ import sqlite3
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
-from core import copy
-from core.companion import ANSWER_CUT_OFF_TURNS_WITHIN, Companion, CompanionConfig
-from core.model import InboundMessage, Reply
-from core.outbox import Outbox
+from core.delivery.outbox import Outbox
+from core.turn.companion import ANSWER_CUT_OFF_TURNS_WITHIN, Companion, CompanionConfig
+from core.values import copy
+from core.values.model import InboundMessage, Reply
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender, request_text
@@ -204,7 +204,7 @@ async def test_replies_of_one_conversation_go_out_in_order_after_a_failure(boot,
 
 
 async def test_a_long_reply_cut_off_mid_way_resumes_at_the_next_part(boot, store, provider, clock, sender):
-    from core.model import Completion
+    from core.values.model import Completion
 
     companion = await boot()
     long = "x" * 120  # three parts of 50

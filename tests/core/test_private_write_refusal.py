@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from core import copy
-from core.model import ConversationKey, ToolCall
-from core.tools import ToolContext, default_tools, run_tool_call
-from core.valve import NORMAL
+from core.memory.tools import ToolContext, default_tools, run_tool_call
+from core.values import copy
+from core.values.model import ConversationKey, ToolCall
+from core.values.modes import NORMAL
 
 NOW = 1_000.0
 REFUSED = f"error: {copy.TOOL_PRIVATE_REFUSED}"

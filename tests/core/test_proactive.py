@@ -12,12 +12,12 @@ import pytest
 
 import adapters.storage.proactive as proactive_sql
 from adapters.storage.outbox import SqliteOutboxStore
-from core import copy
-from core.companion import Companion, CompanionConfig
-from core.manners import Manners
-from core.model import Completion, InboundMessage, ProactiveDecision
-from core.outbox import Outbox
-from core.proactive import ProactiveConfig
+from core.delivery.outbox import Outbox
+from core.proactive.manners import Manners
+from core.proactive.service import ProactiveConfig
+from core.turn.companion import Companion, CompanionConfig
+from core.values import copy
+from core.values.model import Completion, InboundMessage, ProactiveDecision
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, segments_of
 from tests.helpers.fakes import FakeSender, request_text
@@ -402,7 +402,7 @@ async def test_private_conversations_are_never_candidates_even_planted_in_the_da
 
 
 def companion_key(chat: str):
-    from core.model import ConversationKey
+    from core.values.model import ConversationKey
 
     return ConversationKey("telegram", chat)
 
@@ -416,7 +416,7 @@ async def test_a_nudge_is_written_from_the_masked_normal_view_and_the_normal_pad
     await tell(companion, f"{CANARY} secret words")
     person, chat = await person_and_chat(store)
     (segment,) = await segments_of(store, chat)
-    from core.model import Summary
+    from core.values.model import Summary
 
     await store.save_summary(
         chat,
@@ -516,7 +516,7 @@ async def test_manner_commands_refuse_bad_input_groups_and_private_mode(make, cl
 
 
 async def test_report_counts_decisions_by_outcome_and_reason(make, clock, store, telegram):
-    from core.analytics import render_report
+    from core.turn.analytics import render_report
 
     companion = await make(cooldown=0.0)
     await tell(companion, "/followup 1m a")
@@ -559,7 +559,7 @@ async def test_a_reminder_at_a_clock_time_fires_at_that_time_in_the_persons_zone
 
 
 def test_a_clock_time_is_the_next_one_and_skips_a_daylight_saving_gap():
-    from core.durations import parse_when
+    from core.values.durations import parse_when
 
     zone = ZoneInfo("Europe/Berlin")
     evening = datetime(2027, 3, 27, 23, 0, tzinfo=zone).timestamp()

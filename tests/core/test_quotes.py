@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from core import copy
-from core.model import Completion, InboundMessage
+from core.values import copy
+from core.values.model import Completion, InboundMessage
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import request_text

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.retry import Attempt, RetryPolicy, backoff_delay, retrying
+from core.values.retry import Attempt, RetryPolicy, backoff_delay, retrying
 
 
 class Transient(Exception):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from core import copy
-from core.context import ContextBudget
-from core.model import Completion, ToolCall
+from core.memory.context import ContextBudget
+from core.values import copy
+from core.values.model import Completion, ToolCall
 from tests.helpers.chat import all_rows, conversation_of, say
 from tests.helpers.fakes import FakeProvider
 
@@ -65,7 +65,7 @@ class BarrierProvider(FakeProvider):
 
 
 async def test_different_conversations_run_concurrently(store, clock):
-    from core.companion import Companion, CompanionConfig
+    from core.turn.companion import Companion, CompanionConfig
 
     provider = BarrierProvider()
     config = CompanionConfig(allowed_accounts=frozenset({"telegram:1", "telegram:2"}))
@@ -152,7 +152,7 @@ async def test_visible_history_is_never_empty_when_messages_follow_the_watermark
 
 
 async def test_covered_material_is_subtracted_exactly_once(make_companion, provider, store, clock):
-    from core.model import Summary
+    from core.values.model import Summary
 
     companion = await make_companion(budget=ContextBudget(total_tokens=100_000))
     for i in range(6):

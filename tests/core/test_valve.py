@@ -7,10 +7,10 @@ import contextlib
 import dataclasses
 import logging
 
-from core import copy
-from core.companion import Companion
-from core.errors import PrivateWriteRefused
-from core.valve import LOCKOUT_DURATION
+from core.privacy.lockout import DURATION as LOCKOUT_DURATION
+from core.turn.companion import Companion
+from core.values import copy
+from core.values.errors import PrivateWriteRefused
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import request_text
@@ -330,7 +330,7 @@ async def test_help_and_mode_describe_the_modes_in_the_same_words(companion):
 
 
 async def test_a_group_conversation_drops_an_open_segment_toward_normal(companion, store, clock):
-    from core.model import ConversationKey
+    from core.values.model import ConversationKey
 
     conversation = await store.ensure_conversation(ConversationKey("telegram", "-5"), "group", None, clock.now())
     await store.open_segment(conversation.id, clock.now(), None)  # should never exist; automation tightens
@@ -364,7 +364,7 @@ async def test_a_refused_account_is_logged_once_at_warning_with_the_id_the_owner
 
 
 async def test_a_generated_transition_line_that_runs_on_is_replaced_by_the_constant(make_companion, provider):
-    from core.model import Completion
+    from core.values.model import Completion
 
     companion = await make_companion(transition="generated")
     await say(companion, f"/private {PASSPHRASE}")
@@ -433,7 +433,7 @@ async def test_a_failed_exit_is_held_in_normal_mode_and_written_once_the_store_r
     await say(companion, f"/private {PASSPHRASE}")
     conversation = await conversation_of(companion)
     failing = ExitFailingStore(store, fail_close=True)
-    from core.valve import ModeValve
+    from core.privacy.valve import ModeValve
 
     valve = ModeValve(failing, clock, passphrase_hash=companion.config.passphrase_hash)
     assert await valve.leave(conversation) is True

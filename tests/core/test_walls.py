@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from core import copy
-from core.context import ContextBudget, Persona
-from core.model import Summary
-from core.valve import NORMAL
+from core.memory.context import ContextBudget, Persona
+from core.values import copy
+from core.values.model import Summary
+from core.values.modes import NORMAL
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import placeholders, request_text
@@ -208,7 +208,7 @@ async def test_the_private_pad_never_reaches_normal_mode_in_another_chat_while_i
 
 
 async def test_the_private_pad_is_filled_only_by_the_private_summary_consolidation(make_companion, store, provider):
-    from core.model import Completion
+    from core.values.model import Completion
 
     companion = await make_companion(budget=SMALL)
     await say(companion, f"/private {PASSPHRASE}")

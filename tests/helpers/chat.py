@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from adapters.storage.modes import SEGMENT_COLUMNS, segment_of_row
 from adapters.storage.sqlite import SqliteStore
-from core.companion import Companion
-from core.model import InboundMessage, Reply, Segment
+from core.turn.companion import Companion
+from core.values.model import InboundMessage, Reply, Segment
 
 
 async def say(
@@ -25,7 +25,7 @@ async def conversation_of(companion: Companion, platform: str = "terminal", chat
         "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?",
         (platform, chat),
     )
-    from core.model import Conversation
+    from core.values.model import Conversation
 
     return Conversation(row[0], row[1], row[2], row[3], row[4])
 

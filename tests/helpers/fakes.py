@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from core.copy import PLACEHOLDER
-from core.errors import ProviderUnavailable
-from core.model import Completion, CompletionRequest
+from core.values.copy import PLACEHOLDER
+from core.values.errors import ProviderUnavailable
+from core.values.model import Completion, CompletionRequest
 
 
 class FakeClock:
@@ -87,7 +87,7 @@ class FakeSender:
         self.posts: list[tuple[str, str]] = []  # (chat_id, text) of test posts (send_text)
 
     async def send_delivery(self, delivery) -> int:
-        from core.errors import DeliveryFailed
+        from core.values.errors import DeliveryFailed
 
         parts = [delivery.text[i : i + self.limit] for i in range(0, len(delivery.text), self.limit)] or [""]
         if self.down:
@@ -104,7 +104,7 @@ class FakeSender:
 
     async def send_text(self, chat_id: str, text: str) -> str:
         """A binding's test post: recorded in `posts`; fails as `send_delivery` does."""
-        from core.errors import DeliveryFailed
+        from core.values.errors import DeliveryFailed
 
         if self.down:
             raise DeliveryFailed("NetworkError", permanent=False, parts_sent=0)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from core.secrets import hash_passphrase
+from core.privacy.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.proc import companion_env, spawn_companion

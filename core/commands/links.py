@@ -12,14 +12,15 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from core.durations import describe_seconds
-from core.errors import LinkConflict, PrivateWriteRefused
-from core.model import Account, Reply
-from core.secrets import PassphraseHash, hash_passphrase
-from core.valve import LOCKOUT_ATTEMPTS, LOCKOUT_DURATION, LOCKOUT_WINDOW, locked_until
+from core.ports import LinkStore
+from core.privacy.lockout import Lockout
+from core.privacy.secrets import PassphraseHash, hash_passphrase
+from core.values.durations import describe_seconds
+from core.values.errors import LinkConflict, PrivateWriteRefused
+from core.values.model import Account, Reply
 
 if TYPE_CHECKING:
-    from core.commands import CommandCall
+    from core.commands.registry import CommandCall
 
 log = logging.getLogger(__name__)
 
@@ -85,26 +86,19 @@ async def _redeem(call: CommandCall, code: str) -> Reply:
     store = companion.store
     account = call.turn.account
     now = companion.clock.now()
-    attempts = await store.failed_link_attempts_since(account.id, now - LOCKOUT_WINDOW - LOCKOUT_DURATION)
-    until = locked_until(attempts)
-    if until is not None and now < until:
-        return Reply(f"Linking is locked after too many wrong codes; try again in {describe_seconds(until - now)}.")
+    lockout = _lockout(store)
+    locked, attempts = await lockout.refusal(account.id, now)
+    if locked is not None:
+        return Reply(locked)
     match = None
     for pending in await store.pending_link_codes(now):
         if pending.account_id != account.id and await asyncio.to_thread(_matches, pending.code_hash, code):
             match = pending
             break
     if match is None:
-        await store.record_failed_link_attempt(account.id, now, keep_after=now - 86400)
-        recent = [t for t in attempts if t > now - LOCKOUT_WINDOW] + [now]
-        log.info("link refused for account %s (attempt %d)", account.id, len(recent))
-        if locked_until(recent) is not None:
-            return Reply(f"That code is not right. Linking is now locked for {describe_seconds(LOCKOUT_DURATION)}.")
-        left = LOCKOUT_ATTEMPTS - len(recent)
-        return Reply(
-            f"That code is not right, or it expired or was used. {left} more wrong "
-            f"{'try' if left == 1 else 'tries'} will lock linking for 15 minutes. Nothing changed."
-        )
+        line, tries = await lockout.failed(account.id, now, attempts)
+        log.info("link refused for account %s (attempt %d)", account.id, tries)
+        return Reply(line)
     try:
         person = await store.redeem_link_code(match.id, account.id, now)
     except PrivateWriteRefused:
@@ -117,7 +111,7 @@ async def _redeem(call: CommandCall, code: str) -> Reply:
         )
     if person is None:
         return Reply("That code expired or was used a moment ago. Send /link on the other account for a new one.")
-    await store.clear_failed_link_attempts(account.id)
+    await lockout.succeeded(account.id)
     companion.accounts_changed()
     log.info("account %s linked to person %s", account.id, person)
     return Reply("Linked. " + await _accounts_text(call, person))
@@ -154,4 +148,18 @@ async def unlink_command(call: CommandCall) -> Reply:
     return Reply(
         f"Unlinked {describe_account(separated)}: it starts as a new person, with no memory of yours; "
         "its own conversations stay with it."
+    )
+
+
+def _lockout(store: LinkStore) -> Lockout:
+    """Wrong link codes lock linking as wrong passphrases lock private mode: one policy, its own log."""
+    return Lockout(
+        "Linking",
+        "linking",
+        "code",
+        "That code is not right, or it expired or was used.",
+        store.failed_link_attempts_since,
+        store.record_failed_link_attempt,
+        store.clear_failed_link_attempts,
+        tail=" Nothing changed.",
     )

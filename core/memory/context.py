@@ -15,17 +15,17 @@ import logging
 import re
 from dataclasses import dataclass
 
-from core import copy
-from core.errors import ProviderError
-from core.model import (
+from core.ports import BaseProvider, Clock, TimelineStore
+from core.values import copy
+from core.values.errors import ProviderError
+from core.values.model import (
     ChatMessage,
     CompletionRequest,
     Conversation,
     Summary,
     TimelineItem,
 )
-from core.ports import BaseProvider, Clock, TimelineStore
-from core.valve import ModeState
+from core.values.modes import ModeState
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core import copy
-from core.errors import MediaUnavailable, TranscriptionFailed
-from core.model import ChatMessage, ImageInput, InboundMessage, Media
 from core.ports import Transcriber
+from core.values import copy
+from core.values.errors import MediaUnavailable, TranscriptionFailed
+from core.values.model import ChatMessage, ImageInput, InboundMessage, Media
 
 log = logging.getLogger(__name__)
 

@@ -10,14 +10,22 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import copy, edits, quotes
-from core.analytics import RunRecord, RunRecorder
-from core.bursts import BurstWindow, Held
-from core.capture import CaptureService
-from core.command_text import parse_command
-from core.commands import COMMANDS, Command, CommandCall, command_info, mistyped_secret_command, with_notice
-from core.context import ContextAssembler, ContextBudget, Persona
-from core.errors import (
+from core.commands.registry import COMMANDS, Command, CommandCall, command_info, mistyped_secret_command, with_notice
+from core.delivery.mirrors import source_label
+from core.delivery.outbox import Outbox
+from core.memory.capture import CaptureService
+from core.memory.context import ContextAssembler, ContextBudget, Persona
+from core.memory.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
+from core.ports import BaseProvider, BaseStore, Clock, SystemClock, Transcriber
+from core.privacy.valve import ModeValve
+from core.proactive.service import ProactiveConfig, ProactiveService
+from core.turn import edits, quotes
+from core.turn.analytics import RunRecorder
+from core.turn.bursts import BurstWindow, Held
+from core.turn.media import MediaReader, ReadMedia, unread_text, with_images
+from core.values import copy
+from core.values.command_text import parse_command
+from core.values.errors import (
     LinkConflict,
     PrivateWriteRefused,
     ProviderError,
@@ -25,10 +33,8 @@ from core.errors import (
     ProviderRequestTooLong,
     ProviderUnavailable,
 )
-from core.locks import KeyedLocks
-from core.media import MediaReader, ReadMedia, unread_text, with_images
-from core.mirrors import source_label
-from core.model import (
+from core.values.locks import KeyedLocks
+from core.values.model import (
     Account,
     ChatMessage,
     ChatMove,
@@ -40,13 +46,10 @@ from core.model import (
     MirrorOf,
     OpenTurn,
     Reply,
+    RunRecord,
 )
-from core.outbox import Outbox
-from core.ports import BaseProvider, BaseStore, Clock, SystemClock, Transcriber
-from core.proactive import ProactiveConfig, ProactiveService
-from core.retry import Sleep
-from core.tools import ToolContext, ToolRegistry, default_tools, run_tool_call
-from core.valve import ModeState, ModeValve
+from core.values.modes import ModeState
+from core.values.retry import Sleep
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ class CompanionConfig:
     budget: ContextBudget = field(default_factory=ContextBudget)
     max_tool_rounds: int = 4
     allow_private_export: bool = False
-    # COMPANION_LLM_VISION: images go to the model as image input (core.media).
+    # COMPANION_LLM_VISION: images go to the model as image input (core.turn.media).
     vision: bool = False
     # The platforms this process serves; at start-up only their open segments are closed,
     # so `companion chat` never drops a Telegram conversation out of private mode. None: all.
@@ -400,7 +403,7 @@ class Companion:
             return await self._finish(turn, copy.MODE_UNREADABLE)
         segment_id = state.segment_id
         # Media are read once the mode is known: their text (marker, caption, transcript) is stored
-        # in this mode and segment; their bytes are never stored (core.media).
+        # in this mode and segment; their bytes are never stored (core.turn.media).
         media = await self.media.read(message, conversation.id) if message.media else None
         # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
         said = dataclasses.replace(message, text=media.text) if media else message

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core import copy
-from core.durations import describe_seconds, parse_gap
-from core.errors import PrivateWriteRefused
-from core.manners import budget_of, check_timezone, cooldown_of, local, parse_window, zone_of
-from core.model import ProactivePrefs, Reply
+from core.proactive.manners import budget_of, check_timezone, cooldown_of, local, parse_window, zone_of
+from core.values import copy
+from core.values.durations import describe_seconds, parse_gap
+from core.values.errors import PrivateWriteRefused
+from core.values.model import ProactivePrefs, Reply
 
 if TYPE_CHECKING:
-    from core.commands import CommandCall
+    from core.commands.registry import CommandCall
 
 
 def _describe(call: CommandCall, prefs: ProactivePrefs) -> str:

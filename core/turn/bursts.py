@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from core.retry import Sleep
+from core.values.retry import Sleep
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ class InboundMessage:
     sent_at: float | None = None  # the platform's timestamp (Telegram `date`, Discord snowflake time)
     thread_id: str | None = None  # a forum topic or thread the reply belongs in
     media: tuple[Media, ...] = ()  # photos, voice notes, stickers ...; `text` is then their caption
-    # Quotes, forwards, edits (issue 15); core/quotes.py turns them into the stored text.
+    # Quotes, forwards, edits (issue 15); core/turn/quotes.py turns them into the stored text.
     reply_to_message_id: str | None = None  # the platform id of the message this one replies to
     quoted_text: str | None = None  # what the platform says that message (or the quoted part) holds
     quoted_from_companion: bool = False  # the replied-to message is one of the companion's own
@@ -55,13 +55,13 @@ class InboundMessage:
         return f"{self.platform}:{self.user_id}"
 
 
-# Fetches a media item's bytes (size-capped by the adapter). Raises core.errors.MediaUnavailable.
+# Fetches a media item's bytes (size-capped by the adapter). Raises core.values.errors.MediaUnavailable.
 MediaLoader = Callable[[], Awaitable[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
 class Media:
-    """One photo, voice note, sticker, document, location ... of an inbound message (core.media).
+    """One photo, voice note, sticker, document, location ... of an inbound message (core.turn.media).
 
     It holds no bytes: `load` fetches them, in memory, only when the core reads the item (an
     image for a vision model, a voice note for transcription); nothing stores them.
@@ -464,3 +464,19 @@ class EditableMessage:
     id: int
     segment_id: int | None
     turn: str | None
+
+
+# One event of a run: (kind, name, status, duration_ms, size_in, size_out, created_at).
+Event = tuple[str, str, str, float | None, int | None, int | None, float]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A finished normal turn's run and its events: (kind, name, status, duration_ms,
+    size_in, size_out, created_at). Ids, kinds, timings and sizes only."""
+
+    conversation_id: int
+    started_at: float
+    ended_at: float
+    status: str
+    events: tuple[Event, ...]

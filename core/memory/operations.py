@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from core.durations import format_moment, parse_when
-from core.tools import Arguments, Tool, ToolContext
+from core.memory.tools import Arguments, Tool, ToolContext
+from core.values.durations import format_moment, parse_when
 
 MAX_ENTRY = 500
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -276,7 +276,7 @@ def _first_word_id(args: str) -> tuple[str, str]:
 
 # --- the chat commands, for people whose model cannot call tools: same operations, same checks.
 # Each raises ValueError for bad arguments (in words fit for the person; nothing changed) and
-# core.errors.PrivateWriteRefused when the conversation is private.
+# core.values.errors.PrivateWriteRefused when the conversation is private.
 
 
 async def memory_command(context: ToolContext, args: str) -> str:
@@ -284,7 +284,7 @@ async def memory_command(context: ToolContext, args: str) -> str:
     if person is None or not context.conversation.is_direct:
         return await memory_overview(context)
     # Only the command says whose accounts share it: the model's memory tool never reads platform ids.
-    from core.links import describe_account
+    from core.commands.links import describe_account
 
     accounts = await context.store.accounts_of(person)
     if len(accounts) < 2:

@@ -4,7 +4,7 @@ One triage per scheduler tick (missed ticks coalesce into one): the database say
 Reminders go first, then event watches, goal check-ins and open check-ins. A reminder is what
 the person asked for: sent at its time in any hours and outside the budget, once; late by
 more than LATE_AFTER it says so, late by more than MISSED_AFTER it is marked missed instead. A
-nudge keeps the manners (core/manners.py), at most one per person per tick, and the model may
+nudge keeps the manners (core/proactive/manners.py), at most one per person per tick, and the model may
 answer the silence sentinel: a recorded decision, never sent. Every decision is a row without
 text. Private mode: the candidate query's SQL never returns a person with an open segment; the
 nudge's model input is the masked normal view and the normal pad only (NORMAL state); and the
@@ -17,14 +17,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from core import copy
-from core.context import ContextAssembler
-from core.manners import Manners, local, local_day, why_not, zone_of
-from core.mirrors import source_label
-from core.model import ChatMessage, CompletionRequest, ProactiveCandidate, ProactiveDecision
-from core.outbox import Outbox
+from core.delivery.mirrors import source_label
+from core.delivery.outbox import Outbox
+from core.memory.context import ContextAssembler
 from core.ports import BaseProvider, BaseStore, Clock
-from core.valve import NORMAL
+from core.proactive.manners import Manners, local, local_day, why_not, zone_of
+from core.values import copy
+from core.values.model import ChatMessage, CompletionRequest, ProactiveCandidate, ProactiveDecision
+from core.values.modes import NORMAL
 
 log = logging.getLogger(__name__)
 

@@ -6,25 +6,10 @@ no code path can write an event row for it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from core.ports import Clock
-
-# One event of a run: (kind, name, status, duration_ms, size_in, size_out, created_at).
-Event = tuple[str, str, str, float | None, int | None, int | None, float]
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """A finished normal turn's run and its events: (kind, name, status, duration_ms,
-    size_in, size_out, created_at). Ids, kinds, timings and sizes only."""
-
-    conversation_id: int
-    started_at: float
-    ended_at: float
-    status: str
-    events: tuple[Event, ...]
+from core.values.model import Event, RunRecord
 
 
 class RunRecorder:

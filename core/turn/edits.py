@@ -7,15 +7,15 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from core import copy
-from core.command_text import parse_command
-from core.commands import carries_secret
-from core.media import AUDIO_KINDS, unread_text
-from core.model import Reply
-from core.quotes import compose
+from core.commands.registry import carries_secret
+from core.turn.media import AUDIO_KINDS, unread_text
+from core.turn.quotes import compose
+from core.values import copy
+from core.values.command_text import parse_command
+from core.values.model import Reply
 
 if TYPE_CHECKING:
-    from core.companion import Companion, Turn
+    from core.turn.companion import Companion, Turn
 
 log = logging.getLogger(__name__)
 

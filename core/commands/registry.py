@@ -8,18 +8,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from core import copy, memory
-from core.command_text import first_word, looks_like, parse_command
-from core.errors import PrivateWriteRefused
-from core.links import link_command, unlink_command, whoami_command
-from core.mirrors import mirror_command, unmirror_command
-from core.model import Reply
-from core.nudges import cooldown_command, nudges_command, quiet_command, timezone_command
-from core.tools import ToolContext
-from core.valve import ModeState, PrivateState
+from core.commands.links import link_command, unlink_command, whoami_command
+from core.commands.nudges import cooldown_command, nudges_command, quiet_command, timezone_command
+from core.delivery.mirrors import mirror_command, unmirror_command
+from core.memory import operations as memory
+from core.memory.tools import ToolContext
+from core.values import copy
+from core.values.command_text import first_word, looks_like, parse_command
+from core.values.errors import PrivateWriteRefused
+from core.values.model import Reply
+from core.values.modes import ModeState, PrivateState
 
 if TYPE_CHECKING:
-    from core.companion import Companion, Turn
+    from core.turn.companion import Companion, Turn
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,7 @@ async def _mode(call: CommandCall) -> Reply:
 
 
 def _is_expiry(word: str) -> bool:
-    from core.durations import parse_expiry
+    from core.values.durations import parse_expiry
 
     try:
         parse_expiry(word)
@@ -113,7 +114,7 @@ async def _normal(call: CommandCall) -> Reply:
 
 
 async def _export(call: CommandCall) -> Reply:
-    from core.crossing import export_reply
+    from core.commands.export import export_reply
 
     return await export_reply(call.companion, call.turn.conversation, call.state, call.args)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import unicodedata
 
-from core import copy
-from core.commands import carries_secret
-from core.model import Conversation, InboundMessage
+from core.commands.registry import carries_secret
 from core.ports import QuoteStore
+from core.values import copy
+from core.values.model import Conversation, InboundMessage
 
 QUOTE_MAX_CHARS = 300
 NAME_MAX_CHARS = 64

@@ -11,11 +11,11 @@ from collections import defaultdict
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from core import copy
-from core.context import split_facts
-from core.errors import ProviderError, ProviderRejected
-from core.model import ChatMessage, CompletionRequest, PendingCapture
+from core.memory.context import split_facts
 from core.ports import BaseProvider, Clock, MemoryStore
+from core.values import copy
+from core.values.errors import ProviderError, ProviderRejected
+from core.values.model import ChatMessage, CompletionRequest, PendingCapture
 
 log = logging.getLogger(__name__)
 

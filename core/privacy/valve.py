@@ -6,54 +6,15 @@ import asyncio
 import logging
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
-from core.durations import describe_seconds, parse_expiry
-from core.model import Account, Conversation, Mode, Segment
 from core.ports import Clock, ModeStore
-from core.secrets import InvalidPassphraseHash, PassphraseHash
+from core.privacy.lockout import Lockout
+from core.privacy.secrets import InvalidPassphraseHash, PassphraseHash
+from core.values.durations import describe_seconds, parse_expiry
+from core.values.model import Account, Conversation, Segment
+from core.values.modes import NORMAL, UNREADABLE, ModeState, NormalState, PrivateState
 
 log = logging.getLogger(__name__)
-
-LOCKOUT_ATTEMPTS = 5
-LOCKOUT_WINDOW = 15 * 60.0
-LOCKOUT_DURATION = 15 * 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class NormalState:
-    """A turn in normal mode. `notice` tells the person that automation just ended private mode."""
-
-    notice: str | None = None
-    # The mode could not be read (store error or timeout): normal mode, and the message that
-    # asked is not used at all, since it may have been meant for an open private interval.
-    unreadable: bool = False
-
-    mode: ClassVar[Mode] = Mode.NORMAL
-    is_private: ClassVar[bool] = False
-    segment_id: ClassVar[None] = None
-
-
-@dataclass(frozen=True, slots=True)
-class PrivateState:
-    """A turn in private mode, inside its open segment: the type proves a private turn has one."""
-
-    segment: Segment
-
-    mode: ClassVar[Mode] = Mode.PRIVATE
-    is_private: ClassVar[bool] = True
-    notice: ClassVar[None] = None
-    unreadable: ClassVar[bool] = False
-
-    @property
-    def segment_id(self) -> int:
-        return self.segment.id
-
-
-ModeState = NormalState | PrivateState
-
-NORMAL = NormalState()
-UNREADABLE = NormalState(unreadable=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +45,15 @@ class ModeValve:
     ) -> None:
         self._store = store
         self._clock = clock
+        self._lockout = Lockout(
+            "Private mode entry",
+            "private mode",
+            "passphrase",
+            "That passphrase is not right.",
+            store.failed_attempts_since,
+            store.record_failed_attempt,
+            store.clear_failed_attempts,
+        )
         self._idle = idle_seconds
         self._read_timeout = read_timeout
         self._default_expiry = default_expiry
@@ -174,35 +144,18 @@ class ModeValve:
             # parse_expiry's words never quote the text; the first letter is raised for a sentence.
             return EntryResult(False, f"{str(exc)[:1].upper()}{str(exc)[1:]}; nothing changed.")
         now = self._clock.now()
-        attempts = await self._store.failed_attempts_since(account.id, now - LOCKOUT_WINDOW - LOCKOUT_DURATION)
-        until = locked_until(attempts)
-        if until is not None and now < until:
-            return EntryResult(
-                False,
-                "Private mode entry is locked after too many wrong passphrases; "
-                f"try again in {describe_seconds(until - now)}.",
-            )
+        locked, attempts = await self._lockout.refusal(account.id, now)
+        if locked is not None:
+            return EntryResult(False, locked)
         current = await self.settle(conversation)
         if current.is_private:
             return EntryResult(False, "You are already in private mode. /normal leaves it.")
         ok = await asyncio.to_thread(self._hash.verify, passphrase)
         if not ok:
-            await self._store.record_failed_attempt(account.id, now, keep_after=now - 86400)
-            attempts = [t for t in attempts if t > now - LOCKOUT_WINDOW] + [now]
-            log.info("private-mode entry refused for account %s (attempt %d)", account.id, len(attempts))
-            if locked_until(attempts) is not None:
-                return EntryResult(
-                    False,
-                    "That passphrase is not right. Private mode entry is now locked for "
-                    f"{describe_seconds(LOCKOUT_DURATION)}.",
-                )
-            left = LOCKOUT_ATTEMPTS - len(attempts)
-            return EntryResult(
-                False,
-                f"That passphrase is not right. {left} more wrong "
-                f"{'try' if left == 1 else 'tries'} will lock private mode for 15 minutes.",
-            )
-        await self._store.clear_failed_attempts(account.id)
+            line, tries = await self._lockout.failed(account.id, now, attempts)
+            log.info("private-mode entry refused for account %s (attempt %d)", account.id, tries)
+            return EntryResult(False, line)
+        await self._lockout.succeeded(account.id)
         expires_at = None if lifetime is None else now + lifetime
         segment = await self._store.open_segment(conversation.id, now, expires_at)
         log.info("private segment %s opened in conversation %s", segment.id, conversation.id)
@@ -260,13 +213,3 @@ def _well_formed(segment: Segment) -> bool:
         and number(segment.last_activity_at)
         and (segment.expires_at is None or number(segment.expires_at))
     )
-
-
-def locked_until(attempts: list[float]) -> float | None:
-    """The end of the latest lockout: five failures within fifteen minutes lock for fifteen minutes."""
-    ordered = sorted(attempts)
-    locked = None
-    for i in range(LOCKOUT_ATTEMPTS - 1, len(ordered)):
-        if ordered[i] - ordered[i - LOCKOUT_ATTEMPTS + 1] <= LOCKOUT_WINDOW:
-            locked = ordered[i] + LOCKOUT_DURATION
-    return locked

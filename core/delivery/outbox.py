@@ -16,12 +16,12 @@ import logging
 import random
 from collections.abc import Callable
 
-from core import copy
-from core.errors import DeliveryFailed
-from core.locks import KeyedLocks
-from core.model import OutboundDelivery
 from core.ports import BaseSender, Clock, OutboxStore
-from core.retry import backoff_delay
+from core.values import copy
+from core.values.errors import DeliveryFailed
+from core.values.locks import KeyedLocks
+from core.values.model import OutboundDelivery
+from core.values.retry import backoff_delay
 
 log = logging.getLogger(__name__)
 

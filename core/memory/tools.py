@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from core import copy
-from core.errors import PrivateWriteRefused
-from core.model import Conversation, ToolCall, ToolSpec
 from core.ports import BaseStore
-from core.valve import ModeState
+from core.values import copy
+from core.values.errors import PrivateWriteRefused
+from core.values.model import Conversation, ToolCall, ToolSpec
+from core.values.modes import ModeState
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,6 @@ CURRENT_TIME = Tool(
 
 
 def default_tools() -> ToolRegistry:
-    from core.memory import MEMORY_TOOLS
+    from core.memory.operations import MEMORY_TOOLS
 
     return ToolRegistry([CURRENT_TIME, *MEMORY_TOOLS])

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from core import copy
-from core.errors import DeliveryFailed, PrivateWriteRefused
-from core.model import Binding, Conversation, Reply
+from core.values import copy
+from core.values.errors import DeliveryFailed, PrivateWriteRefused
+from core.values.model import Binding, Conversation, Reply
 
 if TYPE_CHECKING:
-    from core.commands import CommandCall
+    from core.commands.registry import CommandCall
 
 log = logging.getLogger(__name__)
 

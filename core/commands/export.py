@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core import copy
-from core.durations import describe_seconds, format_moment
-from core.model import Attachment, Confirmation, Conversation, Reply
-from core.valve import ModeState, PrivateState
+from core.values import copy
+from core.values.durations import describe_seconds, format_moment
+from core.values.model import Attachment, Confirmation, Conversation, Reply
+from core.values.modes import ModeState, PrivateState
 
 if TYPE_CHECKING:
-    from core.companion import Companion
+    from core.turn.companion import Companion
 
 CONFIRM_WINDOW = 5 * 60.0
 
@@ -89,7 +89,7 @@ async def _linked_speaker(companion: Companion, conversation: Conversation) -> s
     """For a person with linked accounts: which of them "You" is in this file."""
     if conversation.person_id is None or not conversation.is_direct:
         return None
-    from core.links import describe_account
+    from core.commands.links import describe_account
 
     accounts = await companion.store.accounts_of(conversation.person_id)
     here = [a for a in accounts if a.platform == conversation.platform]

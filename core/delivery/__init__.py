@@ -1,0 +1,1 @@
+"""Delivery: the outbox, which sends delivery rows in per-target lanes, and mirror labels."""

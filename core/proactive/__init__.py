@@ -1,0 +1,1 @@
+"""Proactive messages: reminders and nudges, with their manners."""

@@ -1,0 +1,1 @@
+"""The turn: the companion's front door, conversation lanes, bursts, and the responder."""

@@ -1,0 +1,1 @@
+"""Values and text: the dataclasses, errors, fixed sentences and small pure helpers every group uses."""

@@ -1,0 +1,44 @@
+"""The mode of one turn as a typed value: normal, or private inside its open segment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from core.values.model import Mode, Segment
+
+
+@dataclass(frozen=True, slots=True)
+class NormalState:
+    """A turn in normal mode. `notice` tells the person that automation just ended private mode."""
+
+    notice: str | None = None
+    # The mode could not be read (store error or timeout): normal mode, and the message that
+    # asked is not used at all, since it may have been meant for an open private interval.
+    unreadable: bool = False
+
+    mode: ClassVar[Mode] = Mode.NORMAL
+    is_private: ClassVar[bool] = False
+    segment_id: ClassVar[None] = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrivateState:
+    """A turn in private mode, inside its open segment: the type proves a private turn has one."""
+
+    segment: Segment
+
+    mode: ClassVar[Mode] = Mode.PRIVATE
+    is_private: ClassVar[bool] = True
+    notice: ClassVar[None] = None
+    unreadable: ClassVar[bool] = False
+
+    @property
+    def segment_id(self) -> int:
+        return self.segment.id
+
+
+ModeState = NormalState | PrivateState
+
+NORMAL = NormalState()
+UNREADABLE = NormalState(unreadable=True)
