@@ -189,12 +189,17 @@ class DiscordAdapter:
         finally:
             self._caught_up.set()
 
+    async def stop_intake(self) -> None:
+        """The first step of a stop: no message or interaction is taken any more; the turns
+        running (and the DM catch-up) go on until the core's stop has finished them."""
+        self._closing = True
+
     async def aclose(self) -> None:
-        """Stop taking messages, finish the turns in flight, disconnect; safe to call twice."""
+        """Stop intake, let the turns in flight end (bounded), then disconnect; safe to call twice.
+        The client stays connected until here, so what the turns wrote is sent first."""
         self._closing = True
         self._reconnected()  # no outage to time any more
-        client, self._client = self._client, None
-        if client is None:
+        if self._client is None:
             return
         if self._turns:
             # Turns in flight may finish (bounded); one cut off stays an open turn in the store,
@@ -207,6 +212,9 @@ class DiscordAdapter:
                 await asyncio.gather(*pending, return_exceptions=True)
         if self._outbox is not None:
             self._outbox.unregister(self)
+        client, self._client = self._client, None
+        if client is None:
+            return
         await client.close()
         connection, self._connection = self._connection, None
         if connection is not None:
@@ -561,9 +569,11 @@ class DiscordAdapter:
             if text != reply.text:
                 await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
             self._interactions.expect_view(reply.delivery_id, reply.confirm)
-            await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
-            if reply.attachments:
+            if reply.attachments:  # the file follows its words
+                await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
                 await self._send(channel, None, reference=None, attachments=reply.attachments)
+            else:  # sent in the outbox's lane: this channel's next message need not wait for it
+                self._outbox.hand_over(reply.conversation_id, reply.delivery_id)
             return
         chunks: list[str | None] = list(split_message(text, MESSAGE_LIMIT))
         if not chunks and not reply.attachments:

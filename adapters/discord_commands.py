@@ -33,7 +33,8 @@ from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from adapters.buttons import PREFIX, TEMPLATE, button_data, command_of
 from adapters.text import split_message
-from core.commands.registry import Command, command_info
+from core.commands.call import Command
+from core.commands.registry import command_info
 from core.delivery.outbox import Outbox
 from core.ports import MessageHandler
 from core.values.copy import HANDLER_FAILED

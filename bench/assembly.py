@@ -15,9 +15,9 @@ from pathlib import Path
 from adapters.storage.sqlite import SqliteStore
 from bench._common import WINDOW_LIMIT, WINDOW_SQL, ZeroLatencyProvider, median, ms, ratio
 from bench.turn import HELLO
+from bot.bootstrap import build_companion
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.ports import SystemClock
-from core.turn.companion import Companion
 from core.values.model import ConversationKey
 from core.values.modes import NORMAL, ModeState, PrivateState
 from tests.helpers.chat import segments_of
@@ -191,7 +191,7 @@ class _Subject:
             "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (self.conversation.id,)
         )
         self.assembler = ContextAssembler(self.store, Persona(), ContextBudget(), SystemClock())
-        self.companion = Companion(self.store, ZeroLatencyProvider())
+        self.companion = build_companion(self.store, ZeroLatencyProvider())
         await self.companion.start()
         self.out: dict = {"messages": self.n, "newest_id": self.newest, "cases": {}}
 

@@ -19,9 +19,10 @@ if __package__ in (None, ""):  # run as `python bench/mirror.py`
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from bench._common import ZeroLatencyProvider, median, ms, percentile, ratio
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.config import CompanionConfig
 from core.values.errors import DeliveryFailed
 from core.values.model import InboundMessage, OutboundDelivery
 
@@ -52,14 +53,14 @@ class _Side:
     def __init__(self, path: Path, bindings: int) -> None:
         self.store = SqliteStore(path)
         self.bindings = bindings
-        self.outbox = Outbox(SqliteOutboxStore(self.store), SystemClock())
+        self.outbox = Outbox(SqliteOutboxStore(self.store.database), SystemClock())
         self.senders = [_NullSender("telegram"), _NullSender("discord")]
         for sender in self.senders:
             self.outbox.register(sender)
         config = CompanionConfig(
             allowed_accounts=frozenset({f"telegram:{USER}"}), platforms=frozenset({"telegram", "discord"})
         )
-        self.companion = Companion(self.store, ZeroLatencyProvider(), config, outbox=self.outbox)
+        self.companion = build_companion(self.store, ZeroLatencyProvider(), config, outbox=self.outbox)
         self._ids = iter(range(1, 10**9))
 
     async def start(self) -> None:
@@ -152,7 +153,7 @@ async def _dispatch_throughput(rows: int) -> dict:
         with tempfile.TemporaryDirectory(prefix="bench-mirror-") as tmp:
             store = SqliteStore(Path(tmp) / "dispatch.db")
             await store.start()
-            outbox = Outbox(SqliteOutboxStore(store), SystemClock())
+            outbox = Outbox(SqliteOutboxStore(store.database), SystemClock())
 
             async def unused(message: InboundMessage) -> None:
                 return None

@@ -99,7 +99,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "valve-lockout-ignored",
         PRIVACY,
-        "core/privacy/valve.py",
+        "core/privacy/lockout.py",
         "        if until is not None and now < until:",
         "        if False:",
     ),
@@ -157,23 +157,23 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "commands-lasting-command-runs-in-private",
         PRIVACY,
-        "core/turn/companion.py",
+        "core/turn/commanding.py",
         "if state.is_private and info.refused_while_private(args):",
         "if False:",
     ),
     M(
         "companion-passphrase-stored-unredacted",
         PRIVACY,
-        "core/turn/companion.py",
+        "core/turn/commanding.py",
         'stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text',
         "stored = turn.message.text",
     ),
     M(
         "companion-open-private-turn-answered-after-restart",
         PRIVACY,
-        "core/turn/companion.py",
-        "            if state.is_private or state.unreadable:\n                return  # the person went on",
-        "            if state.unreadable:\n                return  # the person went on",
+        "core/turn/recovery.py",
+        "        if state.is_private or state.unreadable:\n            return None",
+        "        if state.unreadable:\n            return None",
     ),
     M(
         "secrets-lookalike-command-not-a-secret",
@@ -508,8 +508,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "burst-spans-a-command",
         RELIABILITY,
         "core/turn/companion.py",
-        "                await self._flush_burst(conversation.id)  # a burst never spans a command",
-        "                pass",
+        "            await self._flush_burst(conversation.id)  # a burst never spans a command",
+        "            pass",
     ),
     M(
         "edit-answered-when-unchanged",

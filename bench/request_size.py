@@ -10,9 +10,8 @@ from pathlib import Path
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.sqlite import SqliteStore
-from bot.bootstrap import companion_config
+from bot.bootstrap import build_companion, companion_config
 from bot.settings import load_settings
-from core.turn.companion import Companion
 from core.values.model import InboundMessage
 
 BUDGET_BYTES = 8192
@@ -33,7 +32,7 @@ async def _measure() -> dict:
             provider = OpenAICompatibleProvider(server.base_url, None, settings.llm_model, max_retries=0)
             await store.start()
             try:
-                companion = Companion(store, provider, companion_config(settings))
+                companion = build_companion(store, provider, companion_config(settings))
                 await companion.start()
                 reply = await companion.handle(InboundMessage("terminal", "terminal", "owner", "hello", is_direct=True))
                 await companion.drain()

@@ -122,7 +122,7 @@ async def _ticks(path: Path, repeats: int) -> tuple[list[float], int]:
     store = SqliteStore(path)
     await store.start()
     try:
-        outbox = Outbox(SqliteOutboxStore(store), _FixedClock())
+        outbox = Outbox(SqliteOutboxStore(store.database), _FixedClock())
         outbox.register(_NullSender())
         service = ProactiveService(
             store,

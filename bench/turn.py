@@ -24,7 +24,7 @@ from bench._common import (
     percentile,
     ratio,
 )
-from core.turn.companion import Companion
+from bot.bootstrap import build_companion
 from core.values.model import InboundMessage
 
 TARGET_RATIO = 3.0
@@ -37,7 +37,7 @@ class _CoreTurns:
     def __init__(self, path: Path) -> None:
         self.store = SqliteStore(path)
         self.provider = ZeroLatencyProvider()
-        self.companion = Companion(self.store, self.provider)
+        self.companion = build_companion(self.store, self.provider)
 
     async def start(self) -> None:
         await self.store.start()

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from bot.settings import Settings
-from core.memory.context import ContextBudget, Persona
-from core.ports import BaseProvider, Transcriber
+from core.commands.services import CommandServices, CommandSettings
+from core.delivery.outbox import Outbox
+from core.memory.capture import CaptureService
+from core.memory.context import ContextAssembler, ContextBudget, Persona
+from core.memory.operations import default_tools
+from core.memory.tools import ToolRegistry
+from core.ports import BaseProvider, BaseStore, Clock, SystemClock, Transcriber
+from core.privacy.transition import TransitionLine
+from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners
-from core.proactive.service import ProactiveConfig
-from core.turn.companion import Companion, CompanionConfig
+from core.proactive.service import ProactiveConfig, ProactiveService
+from core.turn.commanding import CommandRunner
+from core.turn.companion import Companion, Parts
+from core.turn.config import CompanionConfig
+from core.turn.lanes import Lanes
+from core.turn.media import MediaReader
+from core.turn.people import People
+from core.turn.recovery import Recovery
+from core.turn.responder import Responder
+from core.values.retry import Sleep
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -59,7 +75,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
         burst_seconds=settings.burst_seconds,
-        stop_grace=settings.llm_timeout,
+        stop_grace=settings.stop_grace,
         proactive=ProactiveConfig(
             Manners(
                 timezone=settings.timezone,
@@ -91,21 +107,94 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
         outbox = None
         if platforms - {"terminal"}:  # the terminal prints its replies; nothing to deliver later
             from adapters.storage.outbox import SqliteOutboxStore
-            from core.delivery.outbox import Outbox
-            from core.ports import SystemClock
 
             outbox = Outbox(
-                SqliteOutboxStore(store),
+                SqliteOutboxStore(store.database),
                 SystemClock(),
                 base_delay=settings.outbox_retry_seconds,
                 max_delay=settings.outbox_max_retry_seconds,
+                platforms=platforms - {"terminal"},
             )
         transcriber = build_transcriber(settings)
         if transcriber is not None:
             stack.push_async_callback(transcriber.aclose)
-        companion = Companion(
+        companion = build_companion(
             store, provider, companion_config(settings, platforms), outbox=outbox, transcriber=transcriber
         )
         await companion.start()
-        stack.push_async_callback(companion.drain)
         yield companion
+
+
+def build_companion(
+    store: BaseStore,
+    provider: BaseProvider,
+    config: CompanionConfig | None = None,
+    *,
+    clock: Clock | None = None,
+    tools: ToolRegistry | None = None,
+    outbox: Outbox | None = None,
+    transcriber: Transcriber | None = None,
+    burst_sleep: Sleep = asyncio.sleep,
+) -> Companion:
+    """Every part of the companion, built once and handed to what needs it: the only place that
+    wires the core together (the gateway, `companion chat`, the tests and the benches all use it)."""
+    config = config or CompanionConfig()
+    clock = clock or SystemClock()
+    valve = ModeValve(
+        store,
+        clock,
+        passphrase_hash=config.passphrase_hash,
+        default_expiry=config.default_expiry,
+        idle_seconds=config.private_idle_seconds,
+    )
+    context = ContextAssembler(store, config.persona, config.budget, clock)
+    lanes: Lanes[tuple[str, str]] = Lanes()
+    responder = Responder(
+        store,
+        provider,
+        clock,
+        valve,
+        context,
+        tools or default_tools(),
+        lanes,
+        outbox=outbox,
+        platforms=config.platforms,
+        timezone=config.timezone,
+        max_tool_rounds=config.max_tool_rounds,
+    )
+    people = People(store, clock, allowed_accounts=config.allowed_accounts, owner_accounts=config.owner_accounts)
+    services = CommandServices(
+        store,
+        clock,
+        valve,
+        TransitionLine(provider, config.transition),
+        CommandSettings(
+            timezone=config.timezone,
+            allow_private_export=config.allow_private_export,
+            artifact_retention_seconds=config.artifact_retention_seconds,
+            platforms=config.platforms,
+            manners=config.proactive.manners,
+        ),
+        outbox=outbox,
+        accounts_changed=people.accounts_changed,
+    )
+    parts = Parts(
+        store=store,
+        provider=provider,
+        clock=clock,
+        valve=valve,
+        context=context,
+        capture=CaptureService(store, provider, clock, config.timezone),
+        people=people,
+        recovery=Recovery(store, clock, valve, responder, platforms=config.platforms),
+        responder=responder,
+        commands=CommandRunner(services, responder),
+        media=MediaReader(vision=config.vision, transcriber=transcriber),
+        lanes=lanes,
+        outbox=outbox,
+        # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
+        proactive=(
+            ProactiveService(store, provider, clock, outbox, context, config.proactive) if outbox is not None else None
+        ),
+    )
+    return Companion(parts, config, burst_sleep=burst_sleep)

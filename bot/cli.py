@@ -155,7 +155,7 @@ async def _report(settings) -> int:
 
     async with SqliteStore(settings.db_path) as store:
         rows = await store.report_rows()
-        rows.update(await SqliteOutboxStore(store).report(time.time()))
+        rows.update(await SqliteOutboxStore(store.database).report(time.time()))
         rows.update(await store.proactive.report())
         print(render_report(rows))
     return 0

@@ -116,9 +116,9 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             if token
         )
         companion = await stack.enter_async_context(open_companion(settings, platforms))
-        scheduler = SchedulerService(scheduled_jobs(settings, companion), stop_grace=settings.llm_timeout)
+        scheduler = SchedulerService(scheduled_jobs(settings, companion), stop_grace=settings.stop_grace)
         await scheduler.start()
-        stack.push_async_callback(scheduler.aclose)
+        stack.push_async_callback(scheduler.aclose)  # a start that fails half-way still stops it
         fatal: list[str] = []
 
         def on_fatal(line: str) -> None:
@@ -126,26 +126,28 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             stop.set()
 
         adapters = build_adapters(settings, companion, on_fatal)
-        # Stopped together, so each one's in-flight turns get the whole grace period (the
-        # model timeout); safe to call even if a start never finished.
+        # Closed together, last; safe to call even if a start never finished.
         stack.push_async_callback(_close_all, adapters)
+        tasks: list[asyncio.Task[Any]] = []
+        stack.push_async_callback(_finish_tasks, tasks)
         for adapter in adapters:
             if not await _unless_stopped(adapter.start(), stop):
                 log.info("stopped while adapter %s was starting", adapter.name)
+                await _stop(settings, adapters, scheduler, companion)
                 return 0
             log.info("adapter %s started", adapter.name)
         # Watched from here on: a connection lost while the rest starts is seen as soon as this waits.
         watches = [asyncio.create_task(adapter.wait_lost(), name=f"watch-{adapter.name}") for adapter in adapters]
         watches.append(asyncio.create_task(_scheduler_failure(scheduler), name="watch-scheduler"))
-        stack.push_async_callback(_finish_tasks, watches)
+        tasks.extend(watches)
         # Turns the last process died in, answered now that replies can be sent.
-        recovery = asyncio.create_task(companion.answer_open_turns(), name="answer-open-turns")
-        stack.push_async_callback(_finish_tasks, [recovery])
+        tasks.append(asyncio.create_task(companion.answer_open_turns(), name="answer-open-turns"))
         if companion.outbox is not None:
-            await _unless_stopped(companion.outbox.dispatch_due(at_start=True), stop)  # what the last process left
+            companion.outbox.dispatch_in_background()  # what the last process left
         log.info("gateway running")
         lost = await _first_loss(watches, stop)
         log.info("stopping")
+        await _stop(settings, adapters, scheduler, companion)
     if fatal:  # before `lost`: a refused token also ends the connection
         print(f"companion: {fatal[0]}", file=sys.stderr)
         return EXIT_REFUSED
@@ -153,6 +155,23 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         print(f"companion: {lost}; exiting so that a supervisor (Docker, systemd) starts it again", file=sys.stderr)
         return EXIT_LOST
     return 0
+
+
+async def _stop(
+    settings: Settings, adapters: list[BaseChatAdapter], scheduler: SchedulerService, companion: Companion
+) -> None:
+    """One stop, the same for every platform, in the order things depend on each other: intake
+    stops (no update fetched, no event taken, no scheduled run begun); the turns in flight and the
+    scheduled run going finish within COMPANION_STOP_GRACE, with a bounded flush of the deliveries
+    they wrote; then the connections close. What is cut off is answered or sent at the next start."""
+    for adapter in adapters:
+        try:
+            await adapter.stop_intake()
+        except Exception as exc:  # noqa: BLE001 - the others still stop
+            log.warning("adapter %s did not stop taking messages cleanly (%s)", adapter.name, type(exc).__name__)
+    log.info("intake stopped; %d conversations still answering", companion.answering)
+    await asyncio.gather(scheduler.aclose(), companion.stop(settings.stop_grace))
+    await _close_all(adapters)
 
 
 async def _scheduler_failure(scheduler: SchedulerService) -> str:
@@ -175,6 +194,7 @@ async def _first_loss(watches: list[asyncio.Task[str]], stop: asyncio.Event) -> 
 
 
 async def _close_all(adapters: list[BaseChatAdapter]) -> None:
+    """Close the connections (safe to call twice: the stop closes them, the exit stack again)."""
     results = await asyncio.gather(*(adapter.aclose() for adapter in adapters), return_exceptions=True)
     for adapter, result in zip(adapters, results, strict=True):
         if isinstance(result, Exception):

@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     backup_retention_days: float = Field(14.0, ge=0, le=3650)
     # Messages of one chat this close together are answered in one turn (issue 15); 0: each alone.
     burst_seconds: float = Field(1.5, ge=0, le=60)
+    # A stop (SIGTERM) lets the turns in flight finish this long, then flushes pending deliveries
+    # briefly, then closes connections: under Kubernetes' 30 s default grace (docs/operations.md).
+    stop_grace: float = Field(25.0, ge=0, le=600)
 
     @field_validator("log_level")
     @classmethod

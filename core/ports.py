@@ -85,8 +85,13 @@ class BaseChatAdapter(Protocol):
         """Connect and begin delivering inbound messages to the handler."""
         ...
 
+    async def stop_intake(self) -> None:
+        """The first step of a stop: take no new inbound message or event; what runs goes on, and
+        the connection stays open so that what the last turns wrote can still be sent."""
+        ...
+
     async def aclose(self) -> None:
-        """Stop receiving, flush what is being sent, disconnect; safe to call twice."""
+        """Stop receiving, let what runs end (bounded), disconnect; safe to call twice."""
         ...
 
     async def wait_lost(self) -> str:

@@ -3,8 +3,10 @@ from __future__ import annotations
 import pytest
 
 from adapters.storage.sqlite import SqliteStore
+from bot.bootstrap import build_companion
 from core.privacy.secrets import hash_passphrase
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from tests.helpers.fakes import FakeClock, FakeProvider
 
 PASSPHRASE = "sesame-open"
@@ -39,7 +41,7 @@ def make_companion(store, provider, clock, passphrase_hash):
 
     async def make(**config) -> Companion:
         config.setdefault("passphrase_hash", passphrase_hash)
-        companion = Companion(store, provider, CompanionConfig(**config), clock=clock)
+        companion = build_companion(store, provider, CompanionConfig(**config), clock=clock)
         await companion.start()
         made.append(companion)
         return companion

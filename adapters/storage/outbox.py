@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiosqlite
 
-from adapters.storage.database import inserted_id
+from adapters.storage.database import Database, inserted_id
 from core.values.model import DeliveryTarget, OutboundDelivery
-
-if TYPE_CHECKING:
-    from adapters.storage.sqlite import SqliteStore
 
 _COLUMNS = "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts"
 
@@ -51,11 +48,11 @@ async def insert_delivery(
 
 
 class SqliteOutboxStore:
-    """The outbox's reads and marks; implements core.ports.OutboxStore on the database of a
-    SqliteStore (shared with it: one writer connection, one lock)."""
+    """The outbox's reads and marks; implements core.ports.OutboxStore on the database a SqliteStore
+    opened (shared with it: one writer connection, one lock)."""
 
-    def __init__(self, store: SqliteStore) -> None:
-        self._db = store.database
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     async def lane_of(self, delivery_id: int) -> tuple[str, str] | None:
         """The (platform, chat) a delivery goes to: its lane, in which deliveries go out in order."""

@@ -168,19 +168,26 @@ class TelegramAdapter:
         self._poll_task = asyncio.create_task(self._poll(), name="telegram-polling")
         log.info("telegram: polling as bot %s", self._bot.id)
 
-    async def aclose(self) -> None:
-        """Stop polling, let running turns finish (bounded), confirm what was handled; safe to call twice."""
-        if self._app is None:
-            return
+    async def stop_intake(self) -> None:
+        """The first step of a stop: no update is fetched or begun any more. The turns running
+        finish (each chat's current update); updates fetched but not begun stay unconfirmed, so
+        Telegram offers them again after the restart."""
         self._closing = True
         poll, self._poll_task = self._poll_task, None
         if poll is not None:
             poll.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poll
+
+    async def aclose(self) -> None:
+        """Stop intake, let the running turns end (bounded: the core's stop has finished them by
+        now), confirm what was handled, then close the connection; safe to call twice."""
+        if self._app is None:
+            return
+        await self.stop_intake()
         workers = list(self._workers.values())
-        log.info("telegram: polling stopped; %d chats still answering", len(workers))
         if workers:
+            log.info("telegram: %d chats still answering", len(workers))
             _, late = await asyncio.wait(workers, timeout=self._drain_timeout)
             for task in late:  # left unconfirmed, so Telegram delivers them again after the restart
                 task.cancel()
@@ -433,7 +440,7 @@ class TelegramAdapter:
         """Handle one chat's updates in order; the worker ends when its queue is empty."""
         queue = self._queues[key]
         try:
-            while queue:
+            while queue and not self._closing:  # a stop lets the update in hand finish, no more
                 update = queue[0]
                 await self._process(update)
                 queue.popleft()
@@ -524,7 +531,10 @@ class TelegramAdapter:
                 if text != reply.text:
                     await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
                 self._buttons.expect(reply.delivery_id, reply.confirm)
-                await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
+                if reply.attachments:  # the file follows its words
+                    await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
+                else:  # sent in the outbox's lane: this chat's next update need not wait for it
+                    self._outbox.hand_over(reply.conversation_id, reply.delivery_id)
             else:
                 reply_to = None if (inbound.is_direct or reply.delete_inbound) else message.message_id
                 await delivery.send_text(

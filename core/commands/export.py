@@ -9,15 +9,13 @@ private segment is never relabelled.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from core.commands.call import CommandCall
+from core.commands.services import CommandServices
 from core.values import copy
-from core.values.durations import describe_seconds, format_moment
+from core.values.durations import describe_seconds
 from core.values.model import Attachment, Confirmation, Conversation, Reply
 from core.values.modes import ModeState, PrivateState
-
-if TYPE_CHECKING:
-    from core.turn.companion import Companion
+from core.values.names import describe_account, speaker
 
 CONFIRM_WINDOW = 5 * 60.0
 
@@ -28,37 +26,43 @@ def destination_for(platform: str) -> str:
     return f"a file sent to you in this {platform} chat"
 
 
-async def export_reply(companion: Companion, conversation: Conversation, state: ModeState, args: str) -> Reply:
-    now = companion.clock.now()
-    stamp = format_moment(now, companion.config.timezone)
+async def export_command(call: CommandCall) -> Reply:
+    return await _export(call.services, call.turn.conversation, call.state, call.args)
+
+
+async def _export(services: CommandServices, conversation: Conversation, state: ModeState, args: str) -> Reply:
+    now = services.clock.now()
+    stamp = await services.format_time(conversation, now)
     if not isinstance(state, PrivateState):
         lines = [
             f"Companion export: {conversation.platform} conversation, normal mode, {stamp}.",
             "Each private interval appears as one placeholder line.",
             "",
         ]
-        if said_by := await _linked_speaker(companion, conversation):
+        if said_by := await _linked_speaker(services, conversation):
             lines.insert(2, said_by)
         header = len(lines)
-        async for item in companion.store.export_items(conversation.id, visible_segment=None):
-            lines.append(copy.PLACEHOLDER if item.is_placeholder else f"{_speaker(item.role)}: {item.text}")
+        async for item in services.store.export_items(conversation.id, visible_segment=None):
+            lines.append(
+                copy.PLACEHOLDER if item.is_placeholder else f"{speaker(item.role, person='You')}: {item.text}"
+            )
         body = "\n".join(lines) + "\n"
         name = f"companion-export-{int(now)}.txt"
         return Reply(
             f"Here is our normal conversation ({len(lines) - header} entries).",
             attachments=[Attachment(name, body.encode("utf-8"))],
         )
-    if not companion.config.allow_private_export:
+    if not services.settings.allow_private_export:
         return Reply(
             "Export is not available in private mode: what is said here does not leave this "
             "private thread. (An operator can allow confirmed crossings with COMPANION_ALLOW_PRIVATE_EXPORT.)"
         )
     segment = state.segment
-    retention = companion.config.artifact_retention_seconds
+    retention = services.settings.artifact_retention_seconds
     kept = f"kept for {describe_seconds(retention)}" if retention else "kept until deleted"
     if args.strip().lower() != "confirm":
         destination = destination_for(conversation.platform)
-        await companion.store.request_crossing(segment.id, destination, now, now + CONFIRM_WINDOW)
+        await services.store.request_crossing(segment.id, destination, now, now + CONFIRM_WINDOW)
         return Reply(
             f"Crossing the boundary: this creates a NEW, NON-PRIVATE artifact, {destination}, holding this "
             f"private conversation. It will not be private: it is {kept}, on its own schedule, and survives "
@@ -66,16 +70,16 @@ async def export_reply(companion: Companion, conversation: Conversation, state: 
             "send /export confirm within 5 minutes; anything else cancels nothing and creates nothing.",
             confirm=Confirmation("Create the non-private file", "/export confirm"),
         )
-    items = await companion.store.segment_items(segment.id)
+    items = await services.store.segment_items(segment.id)
     body = (
         "\n".join(
             [f"Companion crossing artifact (non-private), created {stamp}.", ""]
-            + [f"{_speaker(i.role)}: {i.text}" for i in items]
+            + [f"{speaker(i.role, person='You')}: {i.text}" for i in items]
         )
         + "\n"
     )
     name = f"companion-crossing-{int(now)}.txt"
-    artifact = await companion.store.confirm_crossing(
+    artifact = await services.store.confirm_crossing(
         segment.id, conversation.id, name, body, now, None if retention is None else now + retention
     )
     if artifact is None:
@@ -85,13 +89,11 @@ async def export_reply(companion: Companion, conversation: Conversation, state: 
     )
 
 
-async def _linked_speaker(companion: Companion, conversation: Conversation) -> str | None:
+async def _linked_speaker(services: CommandServices, conversation: Conversation) -> str | None:
     """For a person with linked accounts: which of them "You" is in this file."""
     if conversation.person_id is None or not conversation.is_direct:
         return None
-    from core.commands.links import describe_account
-
-    accounts = await companion.store.accounts_of(conversation.person_id)
+    accounts = await services.store.accounts_of(conversation.person_id)
     here = [a for a in accounts if a.platform == conversation.platform]
     if len(accounts) < 2 or len(here) != 1:
         return None
@@ -100,7 +102,3 @@ async def _linked_speaker(companion: Companion, conversation: Conversation) -> s
         f"You: {describe_account(here[0])}. Your linked accounts ({others}) share memory, not this conversation;"
         " their conversations are not in this file."
     )
-
-
-def _speaker(role: str | None) -> str:
-    return copy.speaker(role, person="You")  # the export is read by the person it quotes

@@ -10,23 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import TYPE_CHECKING
 
+from core.commands.call import CommandCall
 from core.ports import LinkStore
 from core.privacy.lockout import Lockout
 from core.privacy.secrets import PassphraseHash, hash_passphrase
 from core.values.durations import describe_seconds
 from core.values.errors import LinkConflict, PrivateWriteRefused
-from core.values.model import Account, Reply
-
-if TYPE_CHECKING:
-    from core.commands.registry import CommandCall
+from core.values.model import Reply
+from core.values.names import PLATFORM_NAMES, describe_account
 
 log = logging.getLogger(__name__)
 
 CODE_DIGITS = 8
 CODE_SECONDS = 10 * 60.0
-PLATFORM_NAMES = {"telegram": "Telegram", "discord": "Discord", "terminal": "the terminal"}
 
 ONLY_DIRECT = (
     "Linking works only in a one-to-one chat with me, never in a group: a code posted here could be "
@@ -42,14 +39,8 @@ def new_code() -> str:
     return "".join(str(secrets.randbelow(10)) for _ in range(CODE_DIGITS))
 
 
-def describe_account(account: Account) -> str:
-    if account.platform == "terminal":
-        return "the terminal"
-    return f"{PLATFORM_NAMES.get(account.platform, account.platform)} {account.platform_user_id}"
-
-
 async def _accounts_text(call: CommandCall, person_id: int) -> str:
-    accounts = await call.companion.store.accounts_of(person_id)
+    accounts = await call.services.store.accounts_of(person_id)
     listed = "\n".join(f"- {describe_account(a)}" for a in accounts)
     return f"You are one person across these accounts; they share memory, goals and follow-ups:\n{listed}"
 
@@ -66,12 +57,12 @@ async def link_command(call: CommandCall) -> Reply:
 
 
 async def _issue(call: CommandCall) -> Reply:
-    companion = call.companion
+    services = call.services
     account = call.turn.account
     code = new_code()
     code_hash = await asyncio.to_thread(hash_passphrase, code)
-    now = companion.clock.now()
-    await companion.store.save_link_code(account.id, code_hash, now, now + CODE_SECONDS)
+    now = services.clock.now()
+    await services.store.save_link_code(account.id, code_hash, now, now + CODE_SECONDS)
     log.info("link code issued for account %s", account.id)
     listed = await _accounts_text(call, account.person_id)
     return Reply(
@@ -82,10 +73,10 @@ async def _issue(call: CommandCall) -> Reply:
 
 
 async def _redeem(call: CommandCall, code: str) -> Reply:
-    companion = call.companion
-    store = companion.store
+    services = call.services
+    store = services.store
     account = call.turn.account
-    now = companion.clock.now()
+    now = services.clock.now()
     lockout = _lockout(store)
     locked, attempts = await lockout.refusal(account.id, now)
     if locked is not None:
@@ -112,7 +103,7 @@ async def _redeem(call: CommandCall, code: str) -> Reply:
     if person is None:
         return Reply("That code expired or was used a moment ago. Send /link on the other account for a new one.")
     await lockout.succeeded(account.id)
-    companion.accounts_changed()
+    services.accounts_changed()
     log.info("account %s linked to person %s", account.id, person)
     return Reply("Linked. " + await _accounts_text(call, person))
 
@@ -136,14 +127,14 @@ async def unlink_command(call: CommandCall) -> Reply:
     platform = call.args.strip().lower()
     if platform not in PLATFORM_NAMES:
         return Reply("Usage: /unlink telegram|discord|terminal. Nothing changed.")
-    companion = call.companion
+    services = call.services
     try:
-        separated = await companion.store.unlink_account(call.turn.account.person_id, platform, companion.clock.now())
+        separated = await services.store.unlink_account(call.turn.account.person_id, platform, services.clock.now())
     except PrivateWriteRefused:
         return Reply(PRIVATE_REFUSED.format(what="unlink"))
     if separated is None:
         return Reply(f"No other account of yours is on {PLATFORM_NAMES[platform]}: nothing to unlink. Nothing changed.")
-    companion.accounts_changed()
+    services.accounts_changed()
     log.info("account %s unlinked into person %s", separated.id, separated.person_id)
     return Reply(
         f"Unlinked {describe_account(separated)}: it starts as a new person, with no memory of yours; "

@@ -3,25 +3,21 @@ lasting write: refused in private mode here (the registry's `lasting`) and by th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from core.commands.call import CommandCall
 from core.proactive.manners import budget_of, check_timezone, cooldown_of, local, parse_window, zone_of
 from core.values import copy
 from core.values.durations import describe_seconds, parse_gap
 from core.values.errors import PrivateWriteRefused
 from core.values.model import ProactivePrefs, Reply
 
-if TYPE_CHECKING:
-    from core.commands.registry import CommandCall
-
 
 def _describe(call: CommandCall, prefs: ProactivePrefs) -> str:
-    companion = call.companion
-    manners = companion.config.proactive.manners
+    services = call.services
+    manners = services.settings.manners
     budget = budget_of(prefs, manners)
     quiet = prefs.quiet if prefs.quiet is not None else (manners.quiet_hours or "off")
     zone = zone_of(prefs, manners)
-    now = local(companion.clock.now(), zone).strftime("%H:%M")
+    now = local(services.clock.now(), zone).strftime("%H:%M")
     where = "the chat you last wrote in" if prefs.pinned_conversation_id is None else "a chat you pinned"
     cooldown = cooldown_of(prefs, manners)
     gap = f"at least {describe_seconds(cooldown)} between two" if cooldown > 0 else "off"
@@ -39,7 +35,7 @@ async def _set(call: CommandCall, name: str, value: float | str | None) -> Reply
     if person is None:
         return Reply("Nudges are personal: change them in a one-to-one chat with me. Nothing changed.")
     try:
-        prefs = await call.companion.store.set_proactive_pref(person, call.turn.conversation.id, name, value)
+        prefs = await call.services.store.set_proactive_pref(person, call.turn.conversation.id, name, value)
     except PrivateWriteRefused:
         return Reply(copy.PRIVATE_REFUSES.format(command=call.name))
     return Reply(_describe(call, prefs))
@@ -49,7 +45,7 @@ async def _show(call: CommandCall) -> Reply:
     person = call.turn.conversation.person_id
     if person is None:
         return Reply("Nudges are personal: ask in a one-to-one chat with me.")
-    return Reply(_describe(call, await call.companion.store.proactive_prefs(person)))
+    return Reply(_describe(call, await call.services.store.proactive_prefs(person)))
 
 
 async def nudges_command(call: CommandCall) -> Reply:

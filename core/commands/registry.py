@@ -1,208 +1,93 @@
 """The chat commands, the same on every platform: one table, each command with its handler,
-description and flags. The companion looks a command up here and calls its handler; nothing
-dispatches on a command's name anywhere else."""
+description and flags. The turn looks a command up here and calls its handler with a CommandCall;
+nothing dispatches on a command's name anywhere else."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from core.commands.call import Command, CommandCall
+from core.commands.export import export_command
 from core.commands.links import link_command, unlink_command, whoami_command
+from core.commands.memory import forget_command, memory_handler
+from core.commands.mirrors import mirror_command, unmirror_command
+from core.commands.modes import mode_command, normal_command, private_command
 from core.commands.nudges import cooldown_command, nudges_command, quiet_command, timezone_command
-from core.delivery.mirrors import mirror_command, unmirror_command
 from core.memory import operations as memory
-from core.memory.tools import ToolContext
 from core.values import copy
 from core.values.command_text import first_word, looks_like, parse_command
-from core.values.errors import PrivateWriteRefused
 from core.values.model import Reply
-from core.values.modes import ModeState, PrivateState
-
-if TYPE_CHECKING:
-    from core.turn.companion import Companion, Turn
-
-
-@dataclass(frozen=True, slots=True)
-class CommandCall:
-    """One command as the companion runs it: who asked, where, in which mode, with which arguments."""
-
-    companion: Companion
-    turn: Turn
-    name: str
-    args: str
-    state: ModeState
-
-
-CommandHandler = Callable[[CommandCall], Awaitable[Reply]]
-
-
-@dataclass(frozen=True, slots=True)
-class Command:
-    name: str
-    usage: str
-    description: str  # short: Telegram's setMyCommands allows 256 characters
-    handler: CommandHandler
-    secret: bool = False  # the arguments carry a secret: never stored, message deleted
-    lasting: bool = False  # reads or writes lasting memory: refused in private mode...
-    # ...except with these arguments (`/forget private` deletes private intervals, from anywhere).
-    private_ok_args: frozenset[str] = frozenset()
-    # Runs even when the mode could not be read (leaving private mode is never refused).
-    runs_when_unreadable: bool = False
-
-    def refused_while_private(self, args: str) -> bool:
-        return self.lasting and args.strip().lower() not in self.private_ok_args
-
-
-# --- handlers -------------------------------------------------------------------------------
 
 
 async def _help(call: CommandCall) -> Reply:
-    companion = call.companion
+    services = call.services
     lines = ["I'm your companion. Talk to me in plain words; these commands work everywhere:"]
     lines += [f"{c.usage} - {c.description}" for c in COMMANDS]
     lines += ["", copy.NORMAL_MODE_MEANS, copy.PRIVATE_MODE_MEANS]
-    generated = companion.config.transition == "generated"
-    lines.append(copy.TRANSITION_GENERATED_NOTE if generated else copy.TRANSITION_CONSTANT_NOTE)
-    if not companion.valve.available:
-        lines.append(f"Private mode is unavailable here: {companion.valve.unavailable_reason}.")
+    lines.append(copy.TRANSITION_GENERATED_NOTE if services.transition.generated else copy.TRANSITION_CONSTANT_NOTE)
+    if not services.valve.available:
+        lines.append(f"Private mode is unavailable here: {services.valve.unavailable_reason}.")
     return Reply("\n".join(lines))
-
-
-async def _mode(call: CommandCall) -> Reply:
-    state = call.state
-    if not isinstance(state, PrivateState):
-        return Reply(with_notice(state, f"You are in normal mode. {copy.NORMAL_MODE_MEANS}"))
-    ends = call.companion.valve.ends_at(state.segment)
-    when = "It lasts until you send /normal."
-    if ends is not None:
-        when = f"It ends at {call.companion.format_time(ends)} at the latest, or earlier when you send /normal."
-    return Reply(f"You are in private mode. {when} {copy.PRIVATE_MODE_MEANS}")
-
-
-def _is_expiry(word: str) -> bool:
-    from core.values.durations import parse_expiry
-
-    try:
-        parse_expiry(word)
-    except ValueError:
-        return False
-    return True
-
-
-async def _private(call: CommandCall) -> Reply:
-    # No answer quotes a word of the arguments: any of them may be the passphrase.
-    words = call.args.split()
-    if len(words) > 2:
-        return Reply("Usage: /private PASSPHRASE [EXPIRY] (the passphrase is one word). Nothing changed.")
-    if len(words) == 2 and _is_expiry(words[0]) and not _is_expiry(words[1]):
-        return Reply(
-            "Usage: /private PASSPHRASE [EXPIRY]: the passphrase comes first, the expiry second. Nothing changed."
-        )
-    passphrase = words[0] if words else ""
-    expiry = words[1] if len(words) == 2 else None
-    result = await call.companion.valve.enter(call.turn.conversation, call.turn.account, passphrase, expiry)
-    return Reply(result.text)
-
-
-async def _normal(call: CommandCall) -> Reply:
-    companion = call.companion
-    was_private = await companion.valve.leave(call.turn.conversation)
-    if not was_private:
-        return Reply(with_notice(call.state, "You are in normal mode already."))
-    return Reply(await companion.say_transition_line(call.turn.conversation))
-
-
-async def _export(call: CommandCall) -> Reply:
-    from core.commands.export import export_reply
-
-    return await export_reply(call.companion, call.turn.conversation, call.state, call.args)
-
-
-async def _forget(call: CommandCall) -> Reply:
-    if call.args.strip().lower() == "private":
-        return await _forget_private(call)
-    return await _memory(memory.forget_command)(call)
-
-
-async def _forget_private(call: CommandCall) -> Reply:
-    conversation = call.turn.conversation
-    await call.companion.valve.leave(conversation, reason="forget")
-    deleted = await call.companion.store.delete_segments_of(conversation.id)
-    one = deleted == 1
-    return Reply(
-        f"Private mode is off, and {deleted} private interval{'' if one else 's'} "
-        f"of this conversation {'was' if one else 'were'} deleted now, "
-        f"with everything derived from {'it' if one else 'them'}."
-    )
-
-
-MemoryOperation = Callable[[ToolContext, str], Awaitable[str]]
-
-
-def _memory(operation: MemoryOperation) -> CommandHandler:
-    """A memory command: the same operation the model's tools run, with the same checks."""
-
-    async def handler(call: CommandCall) -> Reply:
-        companion = call.companion
-        conversation = call.turn.conversation
-        timezone = await companion.timezone_of(conversation)
-        context = ToolContext(conversation, call.state, companion.clock.now(), timezone, companion.store)
-        try:
-            return Reply(await operation(context, call.args))
-        except PrivateWriteRefused:
-            return Reply(copy.PRIVATE_REFUSES.format(command=call.name))
-        except ValueError as exc:
-            text = str(exc)
-            return Reply(text if text.startswith("Usage") else f"{text[0].upper()}{text[1:]}. Nothing changed.")
-
-    return handler
-
-
-def with_notice(state: ModeState, text: str) -> str:
-    return f"{state.notice}\n\n{text}" if state.notice else text
 
 
 # --- the table ------------------------------------------------------------------------------
 
 COMMANDS: tuple[Command, ...] = (
     Command("help", "/help", "What I can do and what each mode means", _help),
-    Command("mode", "/mode", "Which mode this conversation is in, and until when", _mode),
+    Command("mode", "/mode", "Which mode this conversation is in, and until when", mode_command),
     Command(
-        "private", "/private PASSPHRASE [EXPIRY]", "Enter private mode (one-to-one chats only)", _private, secret=True
+        "private",
+        "/private PASSPHRASE [EXPIRY]",
+        "Enter private mode (one-to-one chats only)",
+        private_command,
+        secret=True,
     ),
-    Command("normal", "/normal", "Leave private mode", _normal, runs_when_unreadable=True),
-    Command("memory", "/memory", "What I keep about you: memories, goals, follow-ups", _memory(memory.memory_command)),
-    Command("remember", "/remember TEXT", "Keep a fact about you", _memory(memory.remember_command), lasting=True),
+    Command("normal", "/normal", "Leave private mode", normal_command, runs_when_unreadable=True),
+    Command(
+        "memory", "/memory", "What I keep about you: memories, goals, follow-ups", memory_handler(memory.memory_command)
+    ),
+    Command(
+        "remember", "/remember TEXT", "Keep a fact about you", memory_handler(memory.remember_command), lasting=True
+    ),
     Command(
         "recall",
         "/recall WORDS",
         "Search our earlier conversations and notes",
-        _memory(memory.recall_command),
+        memory_handler(memory.recall_command),
         lasting=True,
     ),
     Command(
         "forget",
         "/forget N|TEXT|private",
         "Remove a memory, or delete every private interval now",
-        _forget,
+        forget_command,
         lasting=True,
         private_ok_args=frozenset({"private"}),
     ),
-    Command("goals", "/goals", "List your active goals", _memory(memory.goals_command), lasting=True),
-    Command("goal", "/goal TITLE | done N | drop N", "Set or close a goal", _memory(memory.goal_command), lasting=True),
-    Command("followups", "/followups", "List scheduled follow-ups", _memory(memory.followups_command), lasting=True),
+    Command("goals", "/goals", "List your active goals", memory_handler(memory.goals_command), lasting=True),
+    Command(
+        "goal",
+        "/goal TITLE | done N | drop N",
+        "Set or close a goal",
+        memory_handler(memory.goal_command),
+        lasting=True,
+    ),
+    Command(
+        "followups", "/followups", "List scheduled follow-ups", memory_handler(memory.followups_command), lasting=True
+    ),
     Command(
         "followup",
         "/followup WHEN TEXT | pause N | cancel N",
         "Schedule or change a follow-up",
-        _memory(memory.followup_command),
+        memory_handler(memory.followup_command),
         lasting=True,
     ),
     Command(
-        "watch", "/watch EVENT", "Ask me to follow up on an upcoming event", _memory(memory.watch_command), lasting=True
+        "watch",
+        "/watch EVENT",
+        "Ask me to follow up on an upcoming event",
+        memory_handler(memory.watch_command),
+        lasting=True,
     ),
-    Command("export", "/export", "A file of our normal conversation (private intervals masked)", _export),
+    Command("export", "/export", "A file of our normal conversation (private intervals masked)", export_command),
     # A binding outlives the turn: refused in private mode here, and by the store's INSERT itself.
     Command(
         "mirror",

@@ -12,6 +12,8 @@ also disables the binding and tells the source conversation once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -43,8 +45,14 @@ class Outbox:
         base_delay: float = 2.0,
         max_delay: float = 300.0,
         rand: Callable[[], float] = random.random,
+        platforms: frozenset[str] | None = None,
     ) -> None:
         self._store = store
+        # The platforms configured in this process: what may be delivered to, whether or not its
+        # sender is registered at this instant (None: the registered ones).
+        self._configured = platforms
+        # Lanes handed over to be sent in the background (`hand_over`), awaited by `flush`.
+        self._handed: set[asyncio.Task[None]] = set()
         self._clock = clock
         self._base_delay = base_delay
         self._max_delay = max_delay
@@ -66,8 +74,9 @@ class Outbox:
 
     @property
     def platforms(self) -> frozenset[str]:
-        """The platforms a delivery can go out on now (their senders are registered)."""
-        return frozenset(self._senders)
+        """The platforms deliveries are written for: the configured ones (a delivery whose sender is
+        not registered right now waits as a pending row), else those with a registered sender."""
+        return self._configured if self._configured is not None else frozenset(self._senders)
 
     # --- sending --------------------------------------------------------------
 
@@ -108,6 +117,56 @@ class Outbox:
         """Send several lanes one after another (a turn's mirror rows, one per binding)."""
         for delivery_id in delivery_ids:
             await self.deliver(conversation_id, delivery_id)
+
+    def hand_over(self, conversation_id: int, *delivery_ids: int) -> None:
+        """Send these deliveries' lanes in the background, so that whoever wrote them (a conversation's
+        lane, an adapter) never waits on a platform. What does not go out now stays pending for
+        `dispatch_due`; a stop waits for these sends (`flush`)."""
+        task = asyncio.get_running_loop().create_task(self.deliver_all(conversation_id, delivery_ids))
+        self._handed.add(task)
+        task.add_done_callback(self._sent)
+
+    def dispatch_in_background(self) -> None:
+        """What the last process left, sent once the adapters can send (`dispatch_due(at_start=True)`)
+        without holding up the start; a stop waits for it like any send handed over, so a send is
+        never cut off between the platform taking it and its mark."""
+        task = asyncio.get_running_loop().create_task(self._dispatch_left())
+        self._handed.add(task)
+        task.add_done_callback(self._sent)
+
+    async def _dispatch_left(self) -> None:
+        await self.dispatch_due(at_start=True)
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._handed.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("sending deliveries failed (%s); the dispatcher tries again", type(task.exception()).__name__)
+
+    async def settle(self, grace: float) -> bool:
+        """Wait up to `grace` seconds for the sends handed over; whether they all finished."""
+        if self._handed:
+            await asyncio.wait(set(self._handed), timeout=max(grace, 0.0))
+        return not self._handed
+
+    async def flush(self, grace: float) -> int:
+        """The stop's last step before connections close: wait for the sends handed over, then send
+        what is still pending on the registered platforms, for at most `grace` seconds. A send cut
+        off leaves its row pending: the next start sends it. Returns how many sends were cut off."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(grace, 0.0)
+        if self._handed:
+            await asyncio.wait(set(self._handed), timeout=max(deadline - loop.time(), 0.0))
+        if self._senders and deadline - loop.time() > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await self.dispatch_due(at_start=True)
+        late = list(self._handed)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.gather(*late, return_exceptions=True)
+            log.warning("%d sends were cut off by the stop; their rows stay pending for the next start", len(late))
+        return len(late)
 
     async def dispatch_due(self, *, at_start: bool = False) -> int:
         """Scheduled: send what is due, per conversation in order. A delivery never tried is left

@@ -16,6 +16,7 @@ from core.ports import BaseProvider, Clock, MemoryStore
 from core.values import copy
 from core.values.errors import ProviderError, ProviderRejected
 from core.values.model import ChatMessage, CompletionRequest, PendingCapture
+from core.values.names import speaker
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class CaptureService:
         captured = 0
         for (person_id, day), items in groups.items():
             # Each message at most LINE_CHARS: one long message cannot make the note's request too big.
-            lines = "\n".join(f"{'Person' if i.role == 'user' else 'Companion'}: {i.text[:LINE_CHARS]}" for i in items)
+            lines = "\n".join(f"{speaker(i.role, person='Person')}: {i.text[:LINE_CHARS]}" for i in items)
             request = CompletionRequest(
                 messages=(ChatMessage("system", copy.CAPTURE_INSTRUCTION), ChatMessage("user", lines)),
                 purpose="capture",

@@ -26,6 +26,7 @@ from core.values.model import (
     TimelineItem,
 )
 from core.values.modes import ModeState
+from core.values.names import speaker
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,10 @@ class ContextAssembler:
 
 
 def summary_request(previous: str, items: list[TimelineItem]) -> CompletionRequest:
-    lines = [copy.PLACEHOLDER if item.is_placeholder else f"{_speaker(item.role)}: {item.text}" for item in items]
+    lines = [
+        copy.PLACEHOLDER if item.is_placeholder else f"{speaker(item.role, person='Person')}: {item.text}"
+        for item in items
+    ]
     body = f"Running summary:\n{previous or '(none yet)'}\n\nConversation to fold in:\n" + "\n".join(lines)
     return CompletionRequest(
         messages=(ChatMessage("system", copy.SUMMARY_INSTRUCTION), ChatMessage("user", body)),
@@ -251,10 +255,6 @@ def _shorten(text: str, budget_tokens: int, tokens_per_byte: float) -> str:
 def _first_position(item: TimelineItem) -> int:
     # Messages before a placeholder include the one at its anchor.
     return item.position + 1 if item.is_placeholder else item.position
-
-
-def _speaker(role: str | None) -> str:
-    return copy.speaker(role, person="Person")  # the summariser reads about the person
 
 
 def _as_chat(item: TimelineItem) -> ChatMessage:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from core.memory.tools import Arguments, Tool, ToolContext
+from core.memory.tools import CURRENT_TIME, Arguments, Tool, ToolContext, ToolRegistry
 from core.values.durations import format_moment, parse_when
 
 MAX_ENTRY = 500
@@ -284,7 +284,7 @@ async def memory_command(context: ToolContext, args: str) -> str:
     if person is None or not context.conversation.is_direct:
         return await memory_overview(context)
     # Only the command says whose accounts share it: the model's memory tool never reads platform ids.
-    from core.commands.links import describe_account
+    from core.values.names import describe_account
 
     accounts = await context.store.accounts_of(person)
     if len(accounts) < 2:
@@ -349,3 +349,8 @@ async def followup_command(context: ToolContext, args: str) -> str:
 
 async def watch_command(context: ToolContext, args: str) -> str:
     return await watch_event(context, {"description": args})
+
+
+def default_tools() -> ToolRegistry:
+    """Every tool: the clock and the memory tools (a turn is offered the subset its mode allows)."""
+    return ToolRegistry([CURRENT_TIME, *MEMORY_TOOLS])

@@ -110,9 +110,3 @@ CURRENT_TIME = Tool(
     tags=frozenset({"clock"}),
     handler=_current_time,
 )
-
-
-def default_tools() -> ToolRegistry:
-    from core.memory.operations import MEMORY_TOOLS
-
-    return ToolRegistry([CURRENT_TIME, *MEMORY_TOOLS])

@@ -3,12 +3,16 @@ the person's zone (zoneinfo, never a fixed offset), the budget, cooldown, activi
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime, time
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from core.ports import ProactiveStore
 from core.values.model import ProactivePrefs
+
+log = logging.getLogger(__name__)
 
 _WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
@@ -117,3 +121,16 @@ def why_not(now: float, prefs: ProactivePrefs, manners: Manners, sent_today: int
     if sent_today >= budget:
         return "budget"
     return None
+
+
+async def timezone_of(store: ProactiveStore, person_id: int | None, default: str) -> str:
+    """The person's time zone (/timezone), else `default` (COMPANION_TIMEZONE): every time a person is
+    shown, and every clock time they give, is in it."""
+    if person_id is None:
+        return default
+    try:
+        prefs = await store.proactive_prefs(person_id)
+    except Exception as exc:  # noqa: BLE001 - a read failure falls back to the configured zone
+        log.warning("reading a person's time zone failed (%s)", type(exc).__name__)
+        return default
+    return prefs.timezone or default

@@ -1,11 +1,12 @@
 """Bursts: quick messages of one conversation answered together, in one turn.
 
 Each message is stored as an open turn when it arrives (the inbox), then held here; once the
-conversation has been quiet for the window, the newest held turn is answered, which answers
-every open turn before it (the store marks them in the reply's transaction). A crash while a
-burst waits therefore loses nothing: the messages are open turns, and start-up answers them
-(`Companion.answer_open_turns`). The companion flushes a held burst before a command or a
-message in another mode, so a burst never spans either.
+conversation has been quiet for the window, `on_quiet` hands the burst's end to the conversation's
+lane as one more event, and the newest held turn is answered there, which answers every open turn
+before it (the store marks them in the reply's transaction). A crash while a burst waits therefore
+loses nothing: the messages are open turns, and start-up answers them. The lane flushes a held
+burst before a command or a message in another mode, so a burst never spans either; a stop
+answers what is held (within the stop grace) instead of waiting out the window.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -39,7 +40,7 @@ class BurstWindow(Generic[T]):
     def __init__(
         self,
         seconds: float,
-        on_quiet: Callable[[int, int], Awaitable[None]],
+        on_quiet: Callable[[int, int], None],
         *,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -48,7 +49,6 @@ class BurstWindow(Generic[T]):
         self._sleep = sleep
         self._held: dict[int, Held[T]] = {}
         self._timers: set[asyncio.Task[None]] = set()
-        self._answering: set[asyncio.Task[None]] = set()  # timers past their window, answering
         self._generations = itertools.count(1)
 
     @property
@@ -76,37 +76,24 @@ class BurstWindow(Generic[T]):
         del self._held[conversation_id]
         return held
 
-    async def aclose(self, grace: float = 30.0) -> None:
-        """Stop waiting. What is still held stays stored as open turns: the next start answers
-        them. A burst already being answered may finish (for at most `grace` seconds), so that a
-        reply sent is also marked sent and not sent again after the restart."""
-        answering = set(self._answering)
-        waiting = [task for task in self._timers if task not in answering]
-        for task in waiting:
-            task.cancel()
-        if answering:
-            _, late = await asyncio.wait(answering, timeout=grace)
-            for task in late:
-                task.cancel()
+    async def stop(self) -> list[tuple[int, int]]:
+        """Stop the windows: no timer fires any more. Returns (conversation, generation) of every
+        burst still held, for the stop to answer now; what it cannot answer stays stored as open
+        turns, which the next start answers."""
         timers = list(self._timers)
+        for task in timers:
+            task.cancel()
         if timers:
             await asyncio.gather(*timers, return_exceptions=True)
-        self._held.clear()
+        return [(conversation_id, held.generation) for conversation_id, held in self._held.items()]
 
     async def _wait(self, conversation_id: int, generation: int) -> None:
         await self._sleep(self.seconds)
-        if self._held.get(conversation_id) is None or self._held[conversation_id].generation != generation:
-            return  # a newer message restarted the window, or a command flushed the burst
-        task = asyncio.current_task()
-        if task is not None:
-            self._answering.add(task)
-        try:
-            await self._on_quiet(conversation_id, generation)
-        finally:
-            if task is not None:
-                self._answering.discard(task)
+        held = self._held.get(conversation_id)
+        if held is not None and held.generation == generation:
+            self._on_quiet(conversation_id, generation)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._timers.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("answering a burst failed (%s)", type(task.exception()).__name__)
+            log.warning("a burst's window failed (%s)", type(task.exception()).__name__)

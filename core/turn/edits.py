@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
 
 from core.commands.registry import carries_secret
+from core.ports import BaseStore, Clock
+from core.privacy.valve import ModeValve
 from core.turn.media import AUDIO_KINDS, unread_text
 from core.turn.quotes import compose
+from core.turn.responder import Responder
 from core.values import copy
 from core.values.command_text import parse_command
-from core.values.model import Reply
-
-if TYPE_CHECKING:
-    from core.turn.companion import Companion, Turn
+from core.values.model import Reply, Turn
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +22,9 @@ log = logging.getLogger(__name__)
 CORRECTION_WINDOW = 120.0
 
 
-async def answer_edit(companion: Companion, turn: Turn) -> Reply | None:
+async def answer_edit(
+    turn: Turn, *, store: BaseStore, clock: Clock, valve: ModeValve, responder: Responder
+) -> Reply | None:
     """Apply an edit (`turn.message.edited`); returns the correction's reply, or None (nothing sent)."""
     message, conversation = turn.message, turn.conversation
     platform_id = message.message_id
@@ -31,7 +32,7 @@ async def answer_edit(companion: Companion, turn: Turn) -> Reply | None:
         return None
     if carries_secret(message.text):
         # Edited into a passphrase or code: not kept, and deleted from the chat where possible.
-        return await companion._finish(turn, copy.EDIT_NOT_KEPT, delete_inbound=True)
+        return await responder.finish(turn, copy.EDIT_NOT_KEPT, delete_inbound=True)
     if parse_command(message.text) is not None:
         log.info("conversation %s: an edit into a command is not run", conversation.id)
         return None
@@ -43,24 +44,24 @@ async def answer_edit(companion: Companion, turn: Turn) -> Reply | None:
         # An edited caption: the stored words are the markers and the caption, as first stored
         # (nothing is fetched again: the media did not change).
         message = dataclasses.replace(message, text=unread_text(message))
-    now = companion.clock.now()
-    stored = await companion.store.editable_message(conversation.id, platform_id, now)
+    now = clock.now()
+    stored = await store.editable_message(conversation.id, platform_id, now)
     if stored is None:
         # Never stored, or its private interval expired or was deleted: an edit never brings
         # a message back, and never stores one anew (in whatever mode the chat is in now).
         log.info("conversation %s: an edit of message %s was dropped", conversation.id, platform_id)
         return None
     # The quote is read in the message's own mode, as when it was first stored.
-    text = await compose(companion.store, conversation, message, visible_segment=stored.segment_id)
-    if not await companion.store.edit_message(stored.id, stored.segment_id, text, now):
+    text = await compose(store, conversation, message, visible_segment=stored.segment_id)
+    if not await store.edit_message(stored.id, stored.segment_id, text, now):
         return None
     size = len(text)
     log.info("conversation %s: message %s edited (%d chars)", conversation.id, stored.id, size)
     if stored.turn != "done":
         return None  # its answer is still to come (a burst, a cut-off turn) and reads the new words
-    if not await companion.store.answered_since(conversation.id, stored.id, now - CORRECTION_WINDOW):
+    if not await store.answered_since(conversation.id, stored.id, now - CORRECTION_WINDOW):
         return None
-    state = await companion.valve.settle(conversation)
+    state = await valve.settle(conversation)
     if state.unreadable or state.segment_id != stored.segment_id:
         return None  # answered only in the mode and interval the message belongs to
-    return await companion._answer(turn, state, stored.id, note=copy.EDIT_CORRECTION)
+    return await responder.answer(turn, state, stored.id, note=copy.EDIT_CORRECTION)

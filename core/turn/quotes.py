@@ -11,15 +11,13 @@ constant line without text.
 
 from __future__ import annotations
 
-import unicodedata
-
 from core.commands.registry import carries_secret
 from core.ports import QuoteStore
 from core.values import copy
 from core.values.model import Conversation, InboundMessage
+from core.values.names import clean_name, speaker_name
 
 QUOTE_MAX_CHARS = 300
-NAME_MAX_CHARS = 64
 # How many of the companion's newest readable replies a quote of one of them is matched against.
 RECENT_REPLIES = 200
 
@@ -76,17 +74,6 @@ async def quote_line(
     # In a one-to-one chat the companion stores every message it is sent: one it does not have
     # was never kept (a mistyped passphrase) or went with its interval. Its text stays out.
     return copy.QUOTE_WITHHELD_LINE
-
-
-def speaker_name(message: InboundMessage) -> str:
-    return clean_name(message.user_name or "") or f"User {message.user_id}"
-
-
-def clean_name(name: str) -> str:
-    """A display name on one line, without control characters, at most NAME_MAX_CHARS."""
-    cleaned = "".join(" " if unicodedata.category(ch).startswith("C") else ch for ch in name)
-    cleaned = " ".join(cleaned.split())
-    return cleaned[:NAME_MAX_CHARS]
 
 
 def short(text: str) -> str:

@@ -138,11 +138,6 @@ MIRROR_MEANS = (
 )
 
 
-def speaker(role: str | None, *, person: str) -> str:
-    """Who said a stored line, in words: the companion, or the person (named as the reader needs)."""
-    return "Companion" if role == "assistant" else person
-
-
 # --- reminders and nudges ---------------------------------------------------------------------
 
 REMINDER = "Reminder: {text}"

@@ -480,3 +480,13 @@ class RunRecord:
     ended_at: float
     status: str
     events: tuple[Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """Who said what, where: the resolved records of one inbound message."""
+
+    message: InboundMessage
+    account: Account
+    conversation: Conversation
+    restart_notice: bool = False  # a restart ended this conversation's private mode: say so first

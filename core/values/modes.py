@@ -42,3 +42,8 @@ ModeState = NormalState | PrivateState
 
 NORMAL = NormalState()
 UNREADABLE = NormalState(unreadable=True)
+
+
+def with_notice(state: ModeState, text: str) -> str:
+    """`text`, after the notice that automation just ended private mode, if there is one."""
+    return f"{state.notice}\n\n{text}" if state.notice else text

@@ -8,7 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from core.turn.companion import Companion, CompanionConfig
+from bot.bootstrap import build_companion
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from tests.helpers.fake_openai import FakeOpenAIServer
 
 
@@ -53,7 +55,7 @@ async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIter
 @pytest.fixture
 async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Companion]:
     """A real Companion whose provider talks to the module's `server` (strict where a module says so)."""
-    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    companion = build_companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
     await companion.start()
     try:
         yield companion

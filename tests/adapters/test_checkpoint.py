@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from adapters.storage.privacy import CHECKPOINT_OWED
-from core.turn.companion import Companion
+from bot.bootstrap import build_companion
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.reader import SnapshotReader, WriteHolder, files_holding
@@ -78,7 +78,7 @@ async def test_an_owed_checkpoint_survives_a_restart_and_the_start_finishes_it(c
         reader.release()
     assert await store.get_adapter_state(CHECKPOINT_OWED) is not None
     assert holding_canary(store)
-    restarted = Companion(store, provider, companion.config, clock=clock)
+    restarted = build_companion(store, provider, companion.config, clock=clock)
     await restarted.start()
     assert holding_canary(store) == []
     assert await store.get_adapter_state(CHECKPOINT_OWED) is None
@@ -95,7 +95,7 @@ async def test_expired_artifacts_are_gone_after_a_restart_without_any_sweep(make
     assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
     assert holding_canary(store), "the artifact's text must be on disk before its expiry"
     clock.advance(86401)
-    restarted = Companion(store, provider, companion.config, clock=clock)
+    restarted = build_companion(store, provider, companion.config, clock=clock)
     await restarted.start()
     assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
     assert holding_canary(store) == []

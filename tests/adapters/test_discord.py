@@ -15,9 +15,10 @@ from adapters.discord import MESSAGE_LIMIT, DiscordAdapter, DiscordStartError
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.text import split_message, text_length
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.config import CompanionConfig
 from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED, NOT_ALLOWED
 from core.values.errors import CompanionError, StoreError
 from core.values.model import Attachment, InboundMessage, Reply
@@ -50,14 +51,14 @@ async def model():
 @pytest.fixture
 async def core(store, model, passphrase_hash):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
-    companion = Companion(
+    companion = build_companion(
         store,
         provider,
         CompanionConfig(
             allowed_accounts=frozenset({f"discord:{FRIEND}"}),
             passphrase_hash=passphrase_hash,
         ),
-        outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
     )
     await companion.start()
     yield companion
@@ -627,7 +628,9 @@ async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_re
     assert [r[0] for r in rows] == ["open"]
 
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
-    restarted = Companion(store, provider, core.config, outbox=Outbox(SqliteOutboxStore(store), SystemClock()))
+    restarted = build_companion(
+        store, provider, core.config, outbox=Outbox(SqliteOutboxStore(store.database), SystemClock())
+    )
     await restarted.start()
     again = make_adapter(discord_server, restarted.handle, outbox=restarted.outbox)
     await again.start()

@@ -15,9 +15,12 @@ from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import SENT_AT_MARGIN, Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
+from core.turn.recovery import SENT_AT_MARGIN
 from core.values.copy import NOT_ALLOWED, RESTART_KEPT_PRIVATE
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
@@ -56,11 +59,11 @@ async def start(
     async def make(**options: object) -> DiscordAdapter:
         await stop()
         provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash),
-            outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
         )
         await companion.start()
         adapter = DiscordAdapter(

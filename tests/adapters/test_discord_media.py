@@ -13,9 +13,10 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.llm.transcribe import OpenAICompatibleTranscriber
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
@@ -50,13 +51,13 @@ async def start(
     async def make(*, vision: bool = False, stt: bool = False) -> DiscordAdapter:
         provider = OpenAICompatibleProvider(model.base_url, max_retries=0, timeout=5.0)
         transcriber = OpenAICompatibleTranscriber(model.base_url, None, "whisper-test", timeout=5.0) if stt else None
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(
                 allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash, vision=vision
             ),
-            outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
             transcriber=transcriber,
         )
         await companion.start()

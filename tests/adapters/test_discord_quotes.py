@@ -8,9 +8,10 @@ import pytest
 from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
@@ -35,11 +36,11 @@ async def model():
 @pytest.fixture
 async def adapter(discord_server, store, model, passphrase_hash):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
-    companion = Companion(
+    companion = build_companion(
         store,
         provider,
         CompanionConfig(allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash),
-        outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
     )
     await companion.start()
     adapter = DiscordAdapter(

@@ -11,11 +11,12 @@ import pytest
 from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
 from core.commands.export import CONFIRM_WINDOW
 from core.commands.registry import COMMANDS
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.config import CompanionConfig
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_discord_interactions import EPHEMERAL
@@ -41,7 +42,7 @@ async def model():
 @pytest.fixture
 async def core(store, model, passphrase_hash, clock):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
-    companion = Companion(
+    companion = build_companion(
         store,
         provider,
         CompanionConfig(
@@ -50,7 +51,7 @@ async def core(store, model, passphrase_hash, clock):
             allow_private_export=True,
             private_idle_seconds=None,
         ),
-        outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
         clock=clock,  # moved past the five minutes a confirmation lasts
     )
     await companion.start()

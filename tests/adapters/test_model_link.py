@@ -8,8 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
+from bot.bootstrap import build_companion
 from core.memory.context import summary_request
-from core.turn.companion import Companion, CompanionConfig
+from core.privacy.transition import TransitionLine
+from core.turn.config import CompanionConfig
 from core.values import copy
 from core.values.errors import (
     ProviderError,
@@ -113,8 +115,7 @@ async def test_max_tokens_is_always_sent(server, provider) -> None:
 
 async def test_the_fold_and_the_transition_line_have_their_own_small_caps(server, provider, linked) -> None:
     await provider.complete(summary_request("", []))
-    generated = Companion(linked.store, provider, CompanionConfig(transition="generated"), clock=linked.clock)
-    await generated.transition_line()
+    await TransitionLine(provider, "generated")()
 
     fold, transition = (r["max_tokens"] for r in server.requests)
     assert fold < 1024 and transition < 1024
@@ -216,7 +217,7 @@ async def test_a_hanging_server_is_answered_once_after_the_timeout(server, store
     provider = OpenAICompatibleProvider(server.base_url, timeout=0.3, max_retries=3)
     for _ in range(4):
         server.reply_delay(30.0)
-    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    companion = build_companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
     await companion.start()
     try:
         reply = await say(companion, "are you there?")
@@ -296,7 +297,7 @@ async def test_a_failing_model_server_says_it_failed(server, linked, store) -> N
 async def test_an_unreachable_model_server_says_unreachable(store, clock, passphrase_hash, sleep) -> None:
     provider = OpenAICompatibleProvider(f"http://127.0.0.1:{closed_port()}/v1", timeout=5.0, max_retries=1)
     provider._sleep = sleep
-    companion = Companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    companion = build_companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
     await companion.start()
     try:
         reply = await say(companion, "anyone?")

@@ -176,7 +176,7 @@ async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_fu
     delivery_id = (
         await store.record_reply(conversation.id, "hi", 0.0, target=DeliveryTarget("telegram", "1"))
     ).delivery_id
-    await SqliteOutboxStore(store).mark_sent(delivery_id, 1, 1.0)
+    await SqliteOutboxStore(store.database).mark_sent(delivery_id, 1, 1.0)
     assert await pragma(store, "synchronous") == 2  # FULL
     assert [tuple(r) for r in await store._all("SELECT status FROM deliveries")] == [("sent",)]
 

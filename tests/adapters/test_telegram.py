@@ -25,10 +25,12 @@ from adapters.telegram import (
     group_text,
     split_message,
 )
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.privacy.secrets import hash_passphrase
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from core.values import copy
 from core.values.copy import RESTART_KEPT_PRIVATE
 from core.values.errors import StoreError
@@ -77,13 +79,13 @@ async def new_companion(
 
     async def make() -> Companion:
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(
                 allowed_accounts=frozenset({f"telegram:{USER}", f"telegram:{OTHER}"}), passphrase_hash=passphrase_hash
             ),
-            outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
         )
         await companion.start()
         opened.append((companion, provider))
@@ -756,6 +758,7 @@ async def test_a_reply_telegram_refuses_for_longer_than_every_retry_is_kept_and_
     telegram.send_text(USER, USER, "hello")
     await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= 5)
     await telegram.wait_for(lambda: telegram.pending_updates == 0)  # the update is confirmed: the row holds it
+    await companion.outbox.settle(10)  # the send was handed to the outbox's lane: its failure is recorded
     rows = await store._all("SELECT status, attempts, error FROM deliveries")
     assert [tuple(r) for r in rows] == [("pending", 1, "NetworkError")]
     assert telegram.texts_to(USER) == []
@@ -778,6 +781,7 @@ async def test_a_blocked_bot_gives_up_on_the_reply_and_records_why(
     telegram.send_text(USER, USER, "hello")
     await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= 1)
     await telegram.wait_for(lambda: telegram.pending_updates == 0)
+    await companion.outbox.settle(10)  # the send was handed to the outbox's lane: its refusal is recorded
     rows = await store._all("SELECT status, error, text FROM deliveries")
     assert [tuple(r) for r in rows] == [("failed", "Forbidden", None)]
     assert len(telegram.calls_of("sendMessage")) == 1  # a 403 is not retried

@@ -11,10 +11,12 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
+from bot.bootstrap import build_companion
 from core.commands.export import CONFIRM_WINDOW
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_telegram import FakeTelegramServer
 
@@ -31,7 +33,7 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
 @pytest.fixture
 async def companion(store, model, passphrase_hash, clock) -> AsyncIterator[Companion]:
     provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
-    companion = Companion(
+    companion = build_companion(
         store,
         provider,
         CompanionConfig(
@@ -40,7 +42,7 @@ async def companion(store, model, passphrase_hash, clock) -> AsyncIterator[Compa
             allow_private_export=True,
             private_idle_seconds=None,
         ),
-        outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
         clock=clock,  # moved past the five minutes a confirmation lasts
     )
     await companion.start()

@@ -16,9 +16,10 @@ from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
 from adapters.telegram.formatting import render, split_rendered
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.config import CompanionConfig
 from tests.helpers.chat import all_rows
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer, SentMessage, check_message
@@ -40,11 +41,11 @@ async def adapter(
 ) -> AsyncIterator[TelegramAdapter]:
     """The real adapter and core; replies go out through the outbox, as in the gateway."""
     provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
-    companion = Companion(
+    companion = build_companion(
         store,
         provider,
         CompanionConfig(allowed_accounts=frozenset({f"telegram:{USER}"})),
-        outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
     )
     await companion.start()
     adapter = TelegramAdapter(

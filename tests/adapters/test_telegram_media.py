@@ -15,9 +15,10 @@ from adapters.llm.transcribe import OpenAICompatibleTranscriber
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -57,13 +58,13 @@ async def start(
         transcriber = (
             OpenAICompatibleTranscriber(model.base_url, "sk-stt", "whisper-test", timeout=5.0) if stt else None
         )
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(
                 allowed_accounts=frozenset({f"telegram:{USER}"}), passphrase_hash=passphrase_hash, vision=vision
             ),
-            outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
             transcriber=transcriber,
         )
         await companion.start()

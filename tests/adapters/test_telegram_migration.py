@@ -12,9 +12,11 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore, insert_delivery
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from core.values.model import ConversationKey, DeliveryTarget
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
@@ -33,11 +35,11 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
 @pytest.fixture
 async def companion(store: SqliteStore, model: FakeOpenAIServer) -> AsyncIterator[Companion]:
     provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
-    companion = Companion(
+    companion = build_companion(
         store,
         provider,
         CompanionConfig(allowed_accounts=frozenset({f"telegram:{USER}"})),
-        outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
     )
     await companion.start()
     yield companion

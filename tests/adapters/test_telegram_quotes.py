@@ -13,10 +13,12 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.privacy.secrets import hash_passphrase
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
@@ -62,7 +64,7 @@ async def start(
 
     async def make(burst_seconds: float = 0.0) -> Companion:
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(
@@ -70,7 +72,7 @@ async def start(
                 passphrase_hash=hash_passphrase("sesame"),
                 burst_seconds=burst_seconds,
             ),
-            outbox=Outbox(SqliteOutboxStore(store), SystemClock()),
+            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
             burst_sleep=window,
         )
         await companion.start()

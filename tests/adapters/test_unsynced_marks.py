@@ -18,7 +18,7 @@ async def test_an_unsynced_mark_that_meets_another_writer_waits_and_every_later_
     other = sqlite3.connect(tmp_path / "companion.db", isolation_level=None)  # another process: a backup, a chat
     try:
         other.execute("BEGIN IMMEDIATE")
-        mark = asyncio.ensure_future(SqliteOutboxStore(store).mark_sent(delivery_id, 1, 1.0))
+        mark = asyncio.ensure_future(SqliteOutboxStore(store.database).mark_sent(delivery_id, 1, 1.0))
         for _ in range(20):  # let it meet the lock (it retries until the other writer is done)
             await asyncio.sleep(0.01)
         assert (await store._one("PRAGMA synchronous"))[0] == 2  # FULL between its tries

@@ -75,8 +75,13 @@ def test_a_bad_nudge_setting_names_its_variable(monkeypatch, name, value):
         load_settings()
 
 
-def test_a_burst_being_answered_at_a_stop_gets_the_model_timeout_like_the_gateways_turns(monkeypatch):
-    monkeypatch.setenv("COMPANION_LLM_TIMEOUT", "7")
+def test_the_stop_grace_and_the_burst_window_reach_the_core(monkeypatch):
+    monkeypatch.setenv("COMPANION_STOP_GRACE", "7")
     monkeypatch.setenv("COMPANION_BURST_SECONDS", "0.5")
     config = companion_config(load_settings())
     assert (config.stop_grace, config.burst_seconds) == (7.0, 0.5)
+
+
+def test_the_stop_grace_is_under_kubernetes_default_by_default(monkeypatch):
+    monkeypatch.delenv("COMPANION_STOP_GRACE", raising=False)
+    assert companion_config(load_settings()).stop_grace == 25.0

@@ -18,10 +18,11 @@ def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(
 ):
     discord_server, model = discord_servers
     call = discord_server.call
-    # The stop waits for turns up to the model timeout (2 s), and each model call is bounded by it
-    # too; so the turn that outlasts the stop is one with a tool round: the first call returns a
-    # tool call after 1.5 s, the second call starts then and hangs past the end of the stop.
-    env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_LLM_TIMEOUT="2")
+    # The stop lets turns finish for COMPANION_STOP_GRACE (1 s here); this turn outlasts it: the
+    # first model call returns a tool call after 1.5 s, the second one hangs.
+    env = discord_env(
+        tmp_path, discord_server, model, passphrase_hash, COMPANION_STOP_GRACE="1", COMPANION_LLM_TIMEOUT="20"
+    )
     model.reply_tool_call("current_time", delay=1.5)
     model.reply_delay(30)
     proc = spawn_companion(["run"], env)

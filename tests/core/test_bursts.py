@@ -11,8 +11,10 @@ import itertools
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
@@ -54,9 +56,9 @@ async def boot(store, provider, clock, passphrase_hash, sender, window):
     made: list[Companion] = []
 
     async def start(burst_seconds: float = 1.5) -> Companion:
-        outbox = Outbox(SqliteOutboxStore(store), clock)
+        outbox = Outbox(SqliteOutboxStore(store.database), clock)
         outbox.register(sender)
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(
@@ -137,20 +139,38 @@ async def test_a_burst_never_spans_a_change_of_mode(boot, provider, store, sende
     assert users_of(second)[-1] == "private words"
 
 
-async def test_a_stop_in_the_middle_of_a_burst_is_answered_once_after_the_restart(
+async def test_a_stop_in_the_middle_of_a_burst_answers_it_once_and_the_restart_not_again(
     boot, provider, store, sender, window, clock
 ):
     companion = await boot()
     for text in ["a", "b", "c"]:
         await tell(companion, text)
-    await companion.drain()  # the process stops while the burst waits: the messages are open turns
-    assert provider.requests == []
+    await companion.drain()  # the process stops while the burst waits: the stop answers it, sent once
+    assert len(provider.replies()) == 1 and users_of(provider.last_reply_request()) == ["a", "b", "c"]
+    assert len(sender.sent) == 1
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE role = 'user' AND turn = 'open'") == [(0,)]
+    clock.advance(5)
+    restarted = await boot()
+    assert await restarted.answer_open_turns() == 0
+    assert len(provider.replies()) == 1 and len(sender.sent) == 1
+
+
+async def test_a_burst_the_stop_cannot_answer_in_time_is_answered_once_after_the_restart(
+    boot, provider, store, sender, window, clock
+):
+    companion = await boot()
+    for text in ["a", "b", "c"]:
+        await tell(companion, text)
+    provider.gate = asyncio.Event()  # the model does not answer within the stop grace
+    await companion.stop(0.2)  # cut off: the messages stay open turns
+    provider.gate = None
+    assert sender.sent == []
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE role = 'user' AND turn = 'open'") == [(3,)]
     clock.advance(5)
     restarted = await boot()
     assert await restarted.answer_open_turns() == 1
-    assert len(provider.replies()) == 1 and users_of(provider.last_reply_request()) == ["a", "b", "c"]
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE role = 'user' AND turn = 'open'") == [(0,)]
-    assert len(sender.sent) == 1
+    assert users_of(provider.last_reply_request()) == ["a", "b", "c"]
+    await wait_for(lambda: len(sender.sent) == 1, what="the answer sent")
 
 
 async def test_with_the_window_at_zero_each_message_is_answered_alone(boot, provider, sender, window):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bot.bootstrap import build_companion
 from core.values.model import DeliveryTarget, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
@@ -139,11 +140,10 @@ async def test_private_text_is_gone_from_the_database_files_after_expiry(compani
 
 
 async def test_a_segment_that_expired_while_down_is_deleted_at_start_up(companion, store, provider, clock):
-    from core.turn.companion import Companion
 
     await populate_private(companion, store, clock)
     clock.advance(7200)
-    restarted = Companion(store, provider, companion.config, clock=clock)
+    restarted = build_companion(store, provider, companion.config, clock=clock)
     await restarted.start()
     assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
 

@@ -8,8 +8,8 @@ import sqlite3
 from pathlib import Path
 
 from adapters.storage.backup import backup, restore
-from core.memory.operations import fts_query
-from core.memory.tools import PRIVATE_FORBIDDEN, default_tools
+from core.memory.operations import default_tools, fts_query
+from core.memory.tools import PRIVATE_FORBIDDEN
 from core.values import copy
 from core.values.model import Completion, Conversation, Summary, ToolCall
 from core.values.modes import NORMAL

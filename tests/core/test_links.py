@@ -12,12 +12,14 @@ import re
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
 from bot.logs import FLOORS
 from core.commands.links import CODE_SECONDS
 from core.delivery.outbox import Outbox
 from core.proactive.manners import Manners
 from core.proactive.service import ProactiveConfig
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from core.values.model import InboundMessage, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers.fakes import FakeSender, request_text
@@ -36,14 +38,14 @@ def senders() -> dict[str, FakeSender]:
 @pytest.fixture
 def make(store, provider, clock, passphrase_hash, senders):
     async def make(**config) -> Companion:
-        outbox = Outbox(SqliteOutboxStore(store), clock, rand=lambda: 1.0)
+        outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0)
         for sender in senders.values():
             outbox.register(sender)
         config.setdefault(
             "allowed_accounts",
             frozenset({f"telegram:{TG}", f"discord:{DC}", f"telegram:{STRANGER}", f"discord:{STRANGER}"}),
         )
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(

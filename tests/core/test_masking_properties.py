@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.storage.sqlite import SqliteStore
+from bot.bootstrap import build_companion
 from core.memory.context import ContextBudget
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.config import CompanionConfig
 from core.values import copy
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
@@ -59,7 +60,7 @@ async def scenario(ops, budget: ContextBudget, exact: bool) -> None:
 async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
     clock, provider = FakeClock(), FakeProvider()
     config = CompanionConfig(passphrase_hash=passphrase_hash(), private_idle_seconds=600.0, budget=budget)
-    companion = Companion(store, provider, config, clock=clock)
+    companion = build_companion(store, provider, config, clock=clock)
     await companion.start()
     counter = itertools.count()
     canaries: list[str] = []
@@ -98,7 +99,7 @@ async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
         elif kind == "advance":
             clock.advance(op[1])
         elif kind == "restart":
-            companion = Companion(store, provider, config, clock=clock)
+            companion = build_companion(store, provider, config, clock=clock)
             await companion.start()
         elif kind == "sweep":
             await companion.sweep()

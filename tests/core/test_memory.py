@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.memory.operations import fts_query
-from core.memory.tools import PRIVATE_FORBIDDEN, ToolContext, default_tools, run_tool_call
+from core.memory.operations import default_tools, fts_query
+from core.memory.tools import PRIVATE_FORBIDDEN, ToolContext, run_tool_call
 from core.turn.analytics import render_report
 from core.values import copy
 from core.values.errors import PrivateWriteRefused

@@ -13,8 +13,10 @@ import sqlite3
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from core.values import copy
 from core.values.errors import PrivateWriteRefused
 from core.values.model import Completion, InboundMessage, MirrorOf, Reply
@@ -39,10 +41,10 @@ def discord() -> FakeSender:
 
 @pytest.fixture
 async def companion(store, provider, clock, passphrase_hash, telegram, discord) -> Companion:
-    outbox = Outbox(SqliteOutboxStore(store), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
+    outbox = Outbox(SqliteOutboxStore(store.database), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
     outbox.register(telegram)
     outbox.register(discord)
-    companion = Companion(
+    companion = build_companion(
         store,
         provider,
         CompanionConfig(
@@ -75,10 +77,7 @@ async def tell(companion: Companion, text: str) -> Reply:
 
 
 async def settle(companion: Companion) -> None:
-    import asyncio
-
-    if companion._sending:
-        await asyncio.gather(*companion._sending, return_exceptions=True)
+    await companion.drain()  # the mirror copies handed to the outbox are sent
 
 
 async def mirror_rows(store) -> list[tuple]:
@@ -211,13 +210,14 @@ async def test_mirror_verification_failure_stores_nothing(companion, store, disc
     assert await all_rows(store, "SELECT count(*) FROM bindings") == [(0,)]
 
 
-async def test_an_unconfigured_target_platform_is_refused(companion, store, discord):
+async def test_an_unconfigured_target_platform_is_refused(companion, store, provider, clock, discord):
     companion.outbox.unregister(discord)
     reply = await tell(companion, f"/mirror discord:{CHANNEL}")  # configured, still connecting
     assert reply.text.startswith("discord is configured here but not connected yet")
-    companion.config = dataclasses.replace(companion.config, platforms=frozenset({"telegram"}))
+    config = dataclasses.replace(companion.config, platforms=frozenset({"telegram"}))
+    telegram_only = build_companion(store, provider, config, clock=clock, outbox=companion.outbox)
     for platform in ("discord", "slack", "terminal"):
-        reply = await tell(companion, f"/mirror {platform}:{CHANNEL}")
+        reply = await tell(telegram_only, f"/mirror {platform}:{CHANNEL}")
         assert (
             reply.text == f"{platform} is not configured in this process, so I cannot post there. Nothing was stored."
         )

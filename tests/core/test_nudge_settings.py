@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.proactive.manners import Manners
 from core.proactive.service import ProactiveConfig
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.core.test_proactive import HOUR, USER, decisions, person_and_chat, tell, tick, watch
@@ -24,9 +26,9 @@ DAY = 86400.0
 def make(store, provider, clock, passphrase_hash):
     async def make(config: ProactiveConfig | None = None, **manners) -> Companion:
         manners.setdefault("quiet_hours", None)
-        outbox = Outbox(SqliteOutboxStore(store), clock, rand=lambda: 1.0)
+        outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0)
         outbox.register(FakeSender("telegram"))
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(

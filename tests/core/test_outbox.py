@@ -12,8 +12,11 @@ import sqlite3
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.turn.companion import ANSWER_CUT_OFF_TURNS_WITHIN, Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
+from core.turn.recovery import ANSWER_CUT_OFF_TURNS_WITHIN
 from core.values import copy
 from core.values.model import InboundMessage, Reply
 from tests.conftest import PASSPHRASE
@@ -35,9 +38,9 @@ def boot(store, provider, clock, passphrase_hash, sender):
     """Start a Companion with an outbox on the shared store; calling it again is a restart."""
 
     async def start() -> Companion:
-        outbox = Outbox(SqliteOutboxStore(store), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
+        outbox = Outbox(SqliteOutboxStore(store.database), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
         outbox.register(sender)
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(
@@ -163,9 +166,9 @@ async def test_pending_deliveries_survive_a_restart_and_go_out_once(boot, store,
 
 
 async def test_retries_back_off_exponentially_with_jitter_up_to_a_cap(store, clock):
-    outbox = Outbox(SqliteOutboxStore(store), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 0.0)
+    outbox = Outbox(SqliteOutboxStore(store.database), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 0.0)
     assert [outbox.backoff(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]  # half the ceiling at least
-    outbox = Outbox(SqliteOutboxStore(store), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
+    outbox = Outbox(SqliteOutboxStore(store.database), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
     assert [outbox.backoff(n) for n in (1, 2, 6, 50)] == [2.0, 4.0, 60.0, 60.0]
 
 
@@ -405,7 +408,7 @@ async def test_a_cut_off_turn_answered_by_a_newer_message_first_is_not_answered_
     turns = await store.open_turns(frozenset({"telegram"}))
     await tell(restarted, "second question")  # arrives before the start-up pass gets to it
     for open_turn in turns:
-        await restarted._answer_open_turn(open_turn)
+        await restarted.answer_cut_off(open_turn)
     assert len(sender.sent) == 1
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.memory.tools import ToolContext, default_tools, run_tool_call
+from core.memory.operations import default_tools
+from core.memory.tools import ToolContext, run_tool_call
 from core.values import copy
 from core.values.model import ConversationKey, ToolCall
 from core.values.modes import NORMAL

@@ -12,10 +12,12 @@ import pytest
 
 import adapters.storage.proactive as proactive_sql
 from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.proactive.manners import Manners
 from core.proactive.service import ProactiveConfig
-from core.turn.companion import Companion, CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
 from core.values import copy
 from core.values.model import Completion, InboundMessage, ProactiveDecision
 from tests.conftest import PASSPHRASE
@@ -41,9 +43,9 @@ def telegram() -> FakeSender:
 def make(store, provider, clock, passphrase_hash, telegram):
     async def make(**manners) -> Companion:
         manners.setdefault("quiet_hours", None)
-        outbox = Outbox(SqliteOutboxStore(store), clock, rand=lambda: 1.0)
+        outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0)
         outbox.register(telegram)
-        companion = Companion(
+        companion = build_companion(
             store,
             provider,
             CompanionConfig(

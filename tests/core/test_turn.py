@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from bot.bootstrap import build_companion
 from core.memory.context import ContextBudget
 from core.values import copy
 from core.values.model import Completion, ToolCall
@@ -65,11 +66,11 @@ class BarrierProvider(FakeProvider):
 
 
 async def test_different_conversations_run_concurrently(store, clock):
-    from core.turn.companion import Companion, CompanionConfig
+    from core.turn.config import CompanionConfig
 
     provider = BarrierProvider()
     config = CompanionConfig(allowed_accounts=frozenset({"telegram:1", "telegram:2"}))
-    companion = Companion(store, provider, config, clock=clock)
+    companion = build_companion(store, provider, config, clock=clock)
     await companion.start()
     # Would time out if the second conversation waited for the first.
     replies = await asyncio.gather(

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 
+from bot.bootstrap import build_companion
 from core.privacy.lockout import DURATION as LOCKOUT_DURATION
 from core.turn.companion import Companion
 from core.values import copy
@@ -29,7 +30,7 @@ async def test_entering_with_the_passphrase_opens_private_mode(companion):
 async def test_boot_lands_in_normal_mode_and_never_resumes_private(companion, store, provider, clock):
     await say(companion, f"/private {PASSPHRASE} 7d")
     assert await mode_of(companion) == "private"
-    restarted = Companion(store, provider, companion.config, clock=clock)
+    restarted = build_companion(store, provider, companion.config, clock=clock)
     await restarted.start()
     assert await mode_of(restarted) == "normal"
     reply = await say(restarted, "/mode")
@@ -43,7 +44,7 @@ async def test_start_up_closes_only_the_segments_of_the_platforms_it_serves(make
     await say(companion, f"/private {PASSPHRASE}")
     # `companion chat` starts beside a running gateway: the Telegram interval stays open.
     config = dataclasses.replace(companion.config, platforms=frozenset({"terminal"}))
-    chat = Companion(store, provider, config, clock=clock)
+    chat = build_companion(store, provider, config, clock=clock)
     await chat.start()
     telegram = await conversation_of(chat, "telegram", "7")
     terminal = await conversation_of(chat)
@@ -57,7 +58,7 @@ async def test_crash_open_interval_is_closed_at_the_end_of_the_stored_record(com
     await say(companion, "a private line")
     last_private_write = clock.now()
     clock.advance(3600)  # the process was dead for an hour
-    restarted = Companion(store, provider, companion.config, clock=clock)
+    restarted = build_companion(store, provider, companion.config, clock=clock)
     await restarted.start()
     (segment,) = await segments_of(store, (await conversation_of(restarted)).id)
     assert segment.ended_at == last_private_write and segment.end_reason == "restart"
@@ -66,7 +67,7 @@ async def test_crash_open_interval_is_closed_at_the_end_of_the_stored_record(com
 async def test_content_after_a_restart_stays_outside_the_crash_open_interval(companion, store, provider, clock):
     await say(companion, f"/private {PASSPHRASE}")
     await say(companion, "inside the interval")
-    restarted = Companion(store, provider, companion.config, clock=clock)
+    restarted = build_companion(store, provider, companion.config, clock=clock)
     await restarted.start()
     await say(restarted, "after the restart")
     rows = await all_rows(store, "SELECT text, mode FROM messages WHERE kind = 'chat' AND role = 'user'")
@@ -103,7 +104,7 @@ class FailingModeStore:
 
 async def test_a_mode_read_error_lands_in_normal_mode_and_the_message_is_not_used(companion, store, provider, clock):
     await say(companion, f"/private {PASSPHRASE}")
-    broken = Companion(FailingModeStore(store), provider, companion.config, clock=clock)
+    broken = build_companion(FailingModeStore(store), provider, companion.config, clock=clock)
     state = await broken.valve.settle(await conversation_of(companion))
     assert state.mode.value == "normal" and state.segment_id is None and state.unreadable
     requests = len(provider.requests)
@@ -117,7 +118,7 @@ async def test_a_mode_read_error_lands_in_normal_mode_and_the_message_is_not_use
 
 async def test_a_mode_read_timeout_lands_in_normal_mode(companion, store, provider, clock):
     await say(companion, f"/private {PASSPHRASE}")
-    hanging = Companion(FailingModeStore(store, hang=True), provider, companion.config, clock=clock)
+    hanging = build_companion(FailingModeStore(store, hang=True), provider, companion.config, clock=clock)
     hanging.valve._read_timeout = 0.05
     state = await hanging.valve.settle(await conversation_of(companion))
     assert state.mode.value == "normal" and state.segment_id is None
@@ -174,7 +175,7 @@ async def test_five_wrong_passphrases_lock_entry_for_fifteen_minutes(companion, 
 async def test_the_lockout_survives_a_restart(companion, store, provider, clock):
     for _ in range(5):
         await say(companion, "/private wrong")
-    restarted = Companion(store, provider, companion.config, clock=clock)
+    restarted = build_companion(store, provider, companion.config, clock=clock)
     await restarted.start()
     reply = await say(restarted, f"/private {PASSPHRASE}")
     assert "locked" in reply.text and await mode_of(restarted) == "normal"
@@ -263,7 +264,7 @@ async def test_the_transition_line_falls_back_to_a_constant_when_the_provider_fa
 
 async def test_normal_always_works_even_when_storage_misbehaves(companion, store, provider, clock):
     await say(companion, f"/private {PASSPHRASE}")
-    broken = Companion(FailingModeStore(store, fail_close=True), provider, companion.config, clock=clock)
+    broken = build_companion(FailingModeStore(store, fail_close=True), provider, companion.config, clock=clock)
     reply = await say(broken, "/normal")
     assert reply.text  # a transition line, not an error
     conversation = await conversation_of(broken)
@@ -418,7 +419,7 @@ class ExitFailingStore(FailingModeStore):
 
 async def test_when_the_exit_cannot_be_written_the_next_message_is_still_normal(companion, store, provider, clock):
     await say(companion, f"/private {PASSPHRASE}")
-    broken = Companion(ExitFailingStore(store, fail_close=True), provider, companion.config, clock=clock)
+    broken = build_companion(ExitFailingStore(store, fail_close=True), provider, companion.config, clock=clock)
     await say(broken, "/normal")
     # While the exit is unwritten, the store's lasting-write guard still sees the open segment and
     # refuses the normal turn's analytics run: the turn fails safe. What matters here is where the

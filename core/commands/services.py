@@ -1,0 +1,49 @@
+"""What a command handler may use: a narrow set of services, never the whole companion."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from core.delivery.outbox import Outbox
+from core.ports import BaseStore, Clock
+from core.privacy.transition import TransitionLine
+from core.privacy.valve import ModeValve
+from core.proactive.manners import Manners, timezone_of
+from core.values.durations import format_moment
+from core.values.model import Conversation
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSettings:
+    """The settings commands answer by (from COMPANION_* through bot/bootstrap.py)."""
+
+    timezone: str = "UTC"  # COMPANION_TIMEZONE: the zone of a person who set none
+    allow_private_export: bool = False
+    artifact_retention_seconds: float | None = 30 * 86400.0
+    # The platforms this process serves (a binding's target must be one); None: any.
+    platforms: frozenset[str] | None = None
+    manners: Manners = field(default_factory=Manners)
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CommandServices:
+    store: BaseStore
+    clock: Clock
+    valve: ModeValve
+    transition: TransitionLine
+    settings: CommandSettings = field(default_factory=CommandSettings)
+    outbox: Outbox | None = None  # None: nothing delivers here (the terminal), so no binding either
+    # Linking or unlinking moved an account to another person: resolve every chat afresh.
+    accounts_changed: Callable[[], None] = _nothing
+
+    async def timezone_of(self, conversation: Conversation) -> str:
+        return await timezone_of(self.store, conversation.person_id, self.settings.timezone)
+
+    async def format_time(self, conversation: Conversation, timestamp: float) -> str:
+        """A moment as the person reads it: in their time zone (/timezone), else the configured one."""
+        return format_moment(timestamp, await self.timezone_of(conversation))

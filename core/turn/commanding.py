@@ -1,0 +1,64 @@
+"""Running one chat command inside its conversation's lane: stored (a secret redacted), refused in
+private mode when it would outlive the interval, answered by its handler with the command services,
+and its answer written with the interval it belongs to."""
+
+from __future__ import annotations
+
+import logging
+
+from core.commands.call import Command, CommandCall
+from core.commands.services import CommandServices
+from core.turn.responder import Responder
+from core.values import copy
+from core.values.model import Reply, Turn
+
+log = logging.getLogger(__name__)
+
+
+class CommandRunner:
+    def __init__(self, services: CommandServices, responder: Responder) -> None:
+        self._services = services
+        self._responder = responder
+
+    async def run(self, turn: Turn, info: Command, args: str) -> Reply | None:
+        """The command's reply; None when the command is a redelivery that ran already."""
+        services = self._services
+        carries_secret = info.secret and bool(args)
+        stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text
+        state = await services.valve.settle(turn.conversation)
+        if state.unreadable and not info.runs_when_unreadable:
+            return await self._responder.finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret)
+        try:
+            stored_id = await services.store.add_message(
+                turn.conversation.id,
+                "user",
+                stored,
+                services.clock.now(),
+                segment_id=state.segment_id,
+                kind="command",
+                account_id=turn.account.id,
+                platform_message_id=turn.message.message_id,
+            )
+        except Exception as exc:  # noqa: BLE001 - /normal must work even when storage misbehaves
+            log.warning("storing a /%s command failed (%s)", info.name, type(exc).__name__)
+        else:
+            if stored_id is None:
+                return None  # a redelivered command ran already
+        if state.is_private and info.refused_while_private(args):
+            reply = Reply(copy.PRIVATE_REFUSES.format(command=info.name))
+        else:
+            reply = await info.handler(CommandCall(services, turn, info.name, args, state))
+        try:
+            # An outbox row of the answer stays in the private thread when the command left it private.
+            delivers = self._responder.delivers(turn.message.platform)
+            segment = await services.store.open_segment_of(turn.conversation.id) if delivers else None
+            final = await self._responder.finish(
+                turn, reply.text, segment_id=segment.id if segment else None, delete_inbound=carries_secret
+            )
+        except Exception as exc:  # noqa: BLE001 - the answer is sent directly, without an outbox row
+            log.warning("writing the delivery of a /%s answer failed (%s)", info.name, type(exc).__name__)
+            text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{reply.text}" if turn.restart_notice else reply.text
+            final = Reply(text, delete_inbound=carries_secret)
+        final.attachments = reply.attachments
+        final.confirm = reply.confirm
+        return final

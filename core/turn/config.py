@@ -1,0 +1,41 @@
+"""The companion's configuration as one value: bot/bootstrap.py builds it from the settings, and
+builds every part of the companion from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.memory.context import ContextBudget, Persona
+from core.proactive.service import ProactiveConfig
+
+
+@dataclass(frozen=True, slots=True)
+class CompanionConfig:
+    persona: Persona = field(default_factory=Persona)
+    passphrase_hash: str | None = None
+    default_expiry: str = "24h"
+    private_idle_seconds: float | None = 30 * 60.0
+    allowed_accounts: frozenset[str] = frozenset()  # "platform:user_id"
+    # COMPANION_OWNER: accounts that are one person with the terminal's owner from start-up.
+    owner_accounts: frozenset[str] = frozenset()  # "platform:user_id"
+    timezone: str = "UTC"
+    budget: ContextBudget = field(default_factory=ContextBudget)
+    max_tool_rounds: int = 4
+    allow_private_export: bool = False
+    # COMPANION_LLM_VISION: images go to the model as image input (core/turn/media.py).
+    vision: bool = False
+    # The platforms this process serves: their replies are outbox rows, and at start-up only their
+    # open segments are closed, so `companion chat` never drops a Telegram conversation out of
+    # private mode. None: all (and no outbox rows unless an outbox is given).
+    platforms: frozenset[str] | None = None
+    artifact_retention_seconds: float | None = 30 * 86400.0
+    # The line said on leaving private mode: "constant" (copy.TRANSITION_FALLBACK, no model call)
+    # or "generated" (seed 000's variable wording from a constant instruction, capped).
+    transition: str = "constant"
+    # Reminders and nudges: the manners' defaults (COMPANION_QUIET_HOURS, COMPANION_TIMEZONE, ...).
+    proactive: ProactiveConfig = field(default_factory=ProactiveConfig)
+    # COMPANION_BURST_SECONDS: messages this close together are answered in one turn (0: each alone).
+    burst_seconds: float = 0.0
+    # COMPANION_STOP_GRACE: how long a stop lets the turns in flight (and held bursts) finish;
+    # what is cut off later stays an open turn, answered at the next start.
+    stop_grace: float = 25.0

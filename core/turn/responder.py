@@ -1,0 +1,297 @@
+"""The responder: runs the model on a conversation's view (with its tools) and writes the outcome.
+
+`answer` assembles the context of the mode, calls the model (tools chosen for the mode before the
+call), and `finish` writes the reply, its run, the answered turns, its delivery row and the mirror
+rows in one transaction. It never sends: the reply's delivery is handed to the outbox by whoever
+waits for it (the adapter) or by the lane that answered without a waiter; mirror rows are handed to
+the outbox here. Both leave through the outbox's own per-target lanes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from core.delivery.mirrors import source_label
+from core.delivery.outbox import Outbox
+from core.memory.context import ContextAssembler
+from core.memory.tools import ToolContext, ToolRegistry, run_tool_call
+from core.ports import BaseProvider, BaseStore, Clock
+from core.privacy.valve import ModeValve
+from core.proactive.manners import timezone_of
+from core.turn.analytics import RunRecorder
+from core.turn.lanes import Lanes
+from core.turn.media import ReadMedia, with_images
+from core.values import copy
+from core.values.errors import (
+    ProviderError,
+    ProviderRejected,
+    ProviderRequestTooLong,
+    ProviderUnavailable,
+)
+from core.values.model import (
+    ChatMessage,
+    Completion,
+    CompletionRequest,
+    Conversation,
+    DeliveryTarget,
+    MirrorOf,
+    Reply,
+    RunRecord,
+    Turn,
+)
+from core.values.modes import ModeState, with_notice
+
+log = logging.getLogger(__name__)
+
+LaneKey = tuple[str, str]
+TERMINAL_PLATFORMS = frozenset({"terminal"})  # prints its replies: nothing to deliver later
+
+
+class Responder:
+    """Answers turns. `platforms`: the platforms configured in this process (None: any); their replies
+    go out through the outbox, except the terminal's, which it prints."""
+
+    def __init__(
+        self,
+        store: BaseStore,
+        provider: BaseProvider,
+        clock: Clock,
+        valve: ModeValve,
+        context: ContextAssembler,
+        tools: ToolRegistry,
+        lanes: Lanes[LaneKey],
+        *,
+        outbox: Outbox | None = None,
+        platforms: frozenset[str] | None = None,
+        timezone: str = "UTC",
+        max_tool_rounds: int = 4,
+    ) -> None:
+        self._store = store
+        self._provider = provider
+        self._clock = clock
+        self._valve = valve
+        self._context = context
+        self._tools = tools
+        self._lanes = lanes
+        self._outbox = outbox
+        self._platforms = platforms
+        self._timezone = timezone
+        self._max_tool_rounds = max_tool_rounds
+
+    def delivers(self, platform: str) -> bool:
+        """Whether a reply on `platform` is an outbox row. It depends on the platforms configured in
+        this process, never on whether a sender is registered at this instant: a reply written while
+        its adapter stops or starts waits as a pending row and goes out when it can."""
+        if self._outbox is None or platform in TERMINAL_PLATFORMS:
+            return False
+        return self._platforms is None or platform in self._platforms
+
+    async def answer(
+        self,
+        turn: Turn,
+        state: ModeState,
+        message_id: int,
+        media: ReadMedia | None = None,
+        *,
+        note: str | None = None,
+    ) -> Reply:
+        """Run the model on the view that ends with the stored user message and write the reply
+        (message, run, answered turn and delivery) in one transaction. `media`: its images go
+        with this request only, its notes before the answer. `note`: a constant system line after
+        the view (an edit's correction)."""
+        conversation = turn.conversation
+        segment_id = state.segment_id
+        # A private run has no analytics context at all: nothing below can write an event for it.
+        recorder = None if state.is_private else RunRecorder(self._clock, conversation.id)
+        context = await self._context.assemble(conversation, state)
+        images = media.images if media else ()
+        tail = [ChatMessage("system", note)] if note else []
+        try:
+            try:
+                text = await self._complete_with_tools(
+                    conversation, state, with_images([*context.messages, *tail], images), recorder
+                )
+            except ProviderRequestTooLong:
+                # The server counts more than the estimate: once more, with half the window.
+                log.info(
+                    "conversation %s: request too long for the model; retrying with half the window", conversation.id
+                )
+                context = await self._context.assemble(conversation, state, shrink=2)
+                text = await self._complete_with_tools(
+                    conversation, state, with_images([*context.messages, *tail], images), recorder
+                )
+        except ProviderError as exc:
+            log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
+            if recorder:
+                recorder.event("error", type(exc).__name__, "error")
+                await self._save_run(recorder.finish("error"))
+            # Say what went wrong in words the person can act on; the message is kept in every case.
+            return await self.finish(
+                turn, with_notice(state, _failure_words(exc)), segment_id=segment_id, answers=message_id
+            )
+        reply = await self.finish(
+            turn,
+            with_notice(state, media.noted(text) if media else text),
+            stored_text=text,
+            segment_id=segment_id,
+            answers=message_id,
+            run=recorder.finish("ok") if recorder else None,
+            # Asked for every answered exchange: the store's SQL alone decides there is nothing to
+            # copy from a private one (no check up here that a later caller could forget).
+            mirror=MirrorOf(message_id, source_label(conversation)),
+        )
+        if context.needs_fold:
+            # A later event of the same lane: the fold runs in the mode it was planned for, or not at all.
+            self._lanes.submit((conversation.platform, conversation.chat_id), lambda: self._fold(conversation, state))
+        return reply
+
+    async def finish(
+        self,
+        turn: Turn,
+        text: str,
+        *,
+        stored_text: str | None = None,
+        segment_id: int | None = None,
+        answers: int | None = None,
+        run: RunRecord | None = None,
+        delete_inbound: bool = False,
+        mirror: MirrorOf | None = None,
+    ) -> Reply:
+        """Write the turn's outcome and, where the platform sends through the outbox, its pending
+        delivery, in one transaction. With `mirror`, the same transaction writes the exchange's
+        mirror rows, handed to the outbox here."""
+        if turn.restart_notice:
+            text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{text}"
+        message = turn.message
+        target = None
+        if self.delivers(message.platform):
+            # In a group the reply quotes the message it answers; a deleted one cannot be quoted.
+            reply_to = None if (turn.conversation.is_direct or delete_inbound) else message.message_id
+            target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)
+        if stored_text is None and answers is None and target is None and run is None:
+            return Reply(text, delete_inbound=delete_inbound)
+        recorded = await self._store.record_reply(
+            turn.conversation.id,
+            text,
+            self._clock.now(),
+            stored_text=stored_text,
+            segment_id=segment_id,
+            run=run,
+            answers=answers,
+            target=target,
+            mirror=mirror,
+        )
+        if recorded.mirror_ids and self._outbox is not None:
+            # Each copy in its own lane: a slow or failing target never delays the reply.
+            self._outbox.hand_over(turn.conversation.id, *recorded.mirror_ids)
+        return Reply(
+            text,
+            delete_inbound=delete_inbound,
+            delivery_id=recorded.delivery_id,
+            conversation_id=turn.conversation.id,
+        )
+
+    async def _complete_with_tools(
+        self,
+        conversation: Conversation,
+        state: ModeState,
+        messages: list[ChatMessage],
+        recorder: RunRecorder | None,
+    ) -> str:
+        offered = self._tools.tools_for(conversation, state)
+        specs = tuple(t.spec for t in offered)
+        segment_id = state.segment_id
+        for round_ in range(self._max_tool_rounds + 1):
+            last = round_ == self._max_tool_rounds
+            # Out of rounds: one last answer, with no tools to call.
+            request = CompletionRequest(tuple(messages), () if last else specs)
+            completion = await self._call(request, recorder)
+            if not completion.tool_calls or last:
+                text = completion.text.strip() or "…"
+                # A reply stopped at its token limit says so, rather than reading as complete.
+                return text + copy.CUT_OFF_MARKER if completion.truncated else text
+            messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
+            timezone = await timezone_of(self._store, conversation.person_id, self._timezone)
+            tool_context = ToolContext(conversation, state, self._clock.now(), timezone, self._store)
+            for call in completion.tool_calls:
+                started = time.perf_counter()
+                result = await run_tool_call(offered, call, tool_context)
+                status = "error" if result.startswith("error") else "ok"
+                await self._store.record_tool_operation(
+                    conversation.id,
+                    segment_id,
+                    call.name[:64],
+                    status,
+                    len(call.arguments.encode()),
+                    len(result.encode()),
+                    self._clock.now(),
+                )
+                if recorder:
+                    recorder.event(
+                        "tool_call",
+                        call.name[:64],
+                        status,
+                        duration_ms=(time.perf_counter() - started) * 1e3,
+                        size_in=len(call.arguments.encode()),
+                        size_out=len(result.encode()),
+                    )
+                messages.append(ChatMessage("tool", result, tool_call_id=call.id))
+        raise AssertionError("unreachable")
+
+    async def _save_run(self, run: RunRecord) -> None:
+        try:
+            await self._store.save_run(run)
+        except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
+            log.warning("analytics run could not be written (%s)", type(exc).__name__)
+
+    async def _call(self, request: CompletionRequest, recorder: RunRecorder | None) -> Completion:
+        started = time.perf_counter()
+        try:
+            completion = await self._provider.complete(request)
+        except ProviderError:
+            if recorder:
+                recorder.event(
+                    "provider_call", self._provider.name, "error", duration_ms=(time.perf_counter() - started) * 1e3
+                )
+            raise
+        if recorder:
+            recorder.event(
+                # "cut_off": the model stopped at max_tokens; `companion report` counts them.
+                "provider_call",
+                self._provider.name,
+                "cut_off" if completion.truncated else "ok",
+                duration_ms=(time.perf_counter() - started) * 1e3,
+                size_in=sum(len(m.content or "") for m in request.messages),
+                size_out=len(completion.text),
+            )
+        # What the server counted teaches the context budget how many tokens a byte costs.
+        self._context.ratio.observe(_prompt_bytes(request), completion.prompt_tokens)
+        return completion
+
+    async def _fold(self, conversation: Conversation, state: ModeState) -> None:
+        # Re-read the mode: the fold runs in the mode it was planned for, or not at all.
+        current = await self._valve.settle(conversation)
+        if current.unreadable or current.mode is not state.mode or current.segment_id != state.segment_id:
+            return
+        try:
+            await self._context.fold(conversation, current, self._provider)
+        except Exception as exc:  # noqa: BLE001 - e.g. the segment expired meanwhile; retried next turn
+            log.warning("summary fold for conversation %s failed (%s)", conversation.id, type(exc).__name__)
+
+
+def _failure_words(exc: ProviderError) -> str:
+    if isinstance(exc, ProviderRejected) and exc.status in (401, 403):
+        return copy.PROVIDER_KEY_REFUSED
+    if isinstance(exc, ProviderRequestTooLong):
+        return copy.PROVIDER_TOO_LONG
+    if isinstance(exc, ProviderUnavailable):
+        return copy.PROVIDER_FAILED  # not reached, or no answer in time
+    return copy.PROVIDER_SERVER_FAILED
+
+
+def _prompt_bytes(request: CompletionRequest) -> int:
+    """The UTF-8 size of what a request asks the model to read (messages and tool specs)."""
+    size = sum(len((m.content or "").encode("utf-8", "replace")) for m in request.messages)
+    size += sum(len(c.arguments.encode("utf-8", "replace")) for m in request.messages for c in m.tool_calls)
+    return size + sum(len(t.name) + len(t.description) + len(repr(t.parameters)) for t in request.tools)
