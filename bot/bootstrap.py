@@ -19,8 +19,8 @@ from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners
 from core.proactive.service import ProactiveConfig, ProactiveService
 from core.turn.commanding import CommandRunner
-from core.turn.companion import Companion, Parts
-from core.turn.config import CompanionConfig
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig, Parts
 from core.turn.lanes import Lanes
 from core.turn.media import MediaReader
 from core.turn.people import People

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from core.values.model import Turn
+from core.values.modes import ModeState
 from core.values.retry import Sleep
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,15 @@ class Held(Generic[T]):
     generation: int
     item: T
     count: int  # messages in the burst so far
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTurn:
+    """The newest stored message of a burst, with the mode it was stored in."""
+
+    turn: Turn
+    state: ModeState
+    message_id: int
 
 
 class BurstWindow(Generic[T]):

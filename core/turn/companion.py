@@ -15,25 +15,14 @@ import logging
 import time
 
 from core.commands.registry import COMMANDS, command_info, mistyped_secret_command
-from core.delivery.outbox import Outbox
-from core.memory.capture import CaptureService
-from core.memory.context import ContextAssembler
-from core.ports import BaseProvider, BaseStore, Clock
-from core.privacy.valve import ModeValve
-from core.proactive.service import ProactiveService
 from core.turn import edits, quotes
-from core.turn.bursts import BurstWindow, Held
-from core.turn.commanding import CommandRunner
-from core.turn.config import CompanionConfig
-from core.turn.lanes import Lanes
-from core.turn.media import MediaReader
-from core.turn.people import People
-from core.turn.recovery import Recovery
-from core.turn.responder import LaneKey, Responder
+from core.turn.bursts import BurstWindow, Held, HeldTurn
+from core.turn.config import CompanionConfig, Parts
+from core.turn.responder import LaneKey
 from core.values import copy
 from core.values.command_text import parse_command
 from core.values.model import ChatMove, InboundMessage, OpenTurn, Reply, Turn
-from core.values.modes import ModeState, with_notice
+from core.values.modes import with_notice
 from core.values.retry import Sleep
 
 log = logging.getLogger(__name__)
@@ -44,35 +33,6 @@ UNKNOWN_COMMAND = "I don't know /{name}. /help lists the commands."
 MISTYPED_LOOKALIKE = (
     "That looked like a mistyped /private or /link; nothing of that message was kept. /help lists the commands."
 )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class HeldTurn:
-    """The newest stored message of a burst, with the mode it was stored in."""
-
-    turn: Turn
-    state: ModeState
-    message_id: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Parts:
-    """What the companion is made of; bot/bootstrap.py builds every part."""
-
-    store: BaseStore
-    provider: BaseProvider
-    clock: Clock
-    valve: ModeValve
-    context: ContextAssembler
-    capture: CaptureService
-    people: People
-    recovery: Recovery
-    responder: Responder
-    commands: CommandRunner
-    media: MediaReader
-    lanes: Lanes[LaneKey]
-    outbox: Outbox | None = None
-    proactive: ProactiveService | None = None
 
 
 class Companion:

@@ -1,12 +1,22 @@
-"""The companion's configuration as one value: bot/bootstrap.py builds it from the settings, and
-builds every part of the companion from it."""
+"""The companion's configuration as one value, and the parts it is made of: bot/bootstrap.py builds
+the configuration from the settings, and every part from the configuration."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.memory.context import ContextBudget, Persona
-from core.proactive.service import ProactiveConfig
+from core.delivery.outbox import Outbox
+from core.memory.capture import CaptureService
+from core.memory.context import ContextAssembler, ContextBudget, Persona
+from core.ports import BaseProvider, BaseStore, Clock
+from core.privacy.valve import ModeValve
+from core.proactive.service import ProactiveConfig, ProactiveService
+from core.turn.commanding import CommandRunner
+from core.turn.lanes import Lanes
+from core.turn.media import MediaReader
+from core.turn.people import People
+from core.turn.recovery import Recovery
+from core.turn.responder import LaneKey, Responder
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,3 +49,23 @@ class CompanionConfig:
     # COMPANION_STOP_GRACE: how long a stop lets the turns in flight (and held bursts) finish;
     # what is cut off later stays an open turn, answered at the next start.
     stop_grace: float = 25.0
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """What the companion is made of; bot/bootstrap.py builds every part."""
+
+    store: BaseStore
+    provider: BaseProvider
+    clock: Clock
+    valve: ModeValve
+    context: ContextAssembler
+    capture: CaptureService
+    people: People
+    recovery: Recovery
+    responder: Responder
+    commands: CommandRunner
+    media: MediaReader
+    lanes: Lanes[LaneKey]
+    outbox: Outbox | None = None
+    proactive: ProactiveService | None = None
