@@ -173,7 +173,7 @@ async def test_dms_sent_while_down_are_answered_oldest_first_up_to_the_cap_and_t
         discord_server.post_dm_while_offline(FRIEND, f"message {number}")
     model.reply_text("Answer to 119.")
     model.reply_text("Answer to 120.")
-    caplog.set_level(logging.INFO, logger="adapters.discord_catchup")
+    caplog.set_level(logging.INFO, logger="adapters.discord.catchup")
     await start(catch_up_limit=2)
     assert await answered(discord_server, FRIEND, 3) == ["Hello!", "Answer to 119.", "Answer to 120."]
     assert [user_texts(r)[-1] for r in model.requests[-2:]] == ["message 119", "message 120"]

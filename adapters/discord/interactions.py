@@ -32,6 +32,7 @@ from discord.http import Route
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from adapters.buttons import PREFIX, TEMPLATE, button_data, command_of
+from adapters.discord.client import MESSAGE_LIMIT, NO_MENTIONS, PLATFORM
 from adapters.text import split_message
 from core.commands.call import Command
 from core.commands.registry import command_info
@@ -44,9 +45,6 @@ from core.values.model import Attachment, Confirmation, InboundMessage, Outbound
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "discord"
-MESSAGE_LIMIT = 2000
-NO_MENTIONS = discord.AllowedMentions.none()
 _REMEMBERED = 256  # confirmation views and interaction routes kept for deliveries not sent yet
 _PLAIN_WORDS = re.compile(r"\[?[A-Z]+\]?")
 _FAILED = (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError)
