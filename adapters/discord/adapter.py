@@ -520,7 +520,7 @@ class DiscordAdapter:
         answered = await self._interactions.send_routed(delivery)  # a slash command's or button's answer
         if answered is not None:
             return answered
-        view = self._interactions.take_view(delivery.id)
+        view = self._interactions.take(delivery.id)
         target = delivery.target
         cached = client.get_channel(int(target.chat_id))
         # A cached category or forum cannot take a message; the partial one lets Discord say so.
@@ -565,7 +565,7 @@ class DiscordAdapter:
                 raise RuntimeError("discord: a reply with an outbox delivery names no conversation")
             if text != reply.text:
                 await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
-            self._interactions.expect_view(reply.delivery_id, reply.confirm)
+            self._interactions.expect(reply.delivery_id, reply.confirm)
             if reply.attachments:  # the file follows its words
                 await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
                 await self._send(channel, None, reference=None, attachments=reply.attachments)
