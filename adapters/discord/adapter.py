@@ -8,7 +8,7 @@ import functools
 import io
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import aiohttp
 
@@ -25,8 +25,7 @@ from adapters.discord.interactions import DiscordInteractions, confirm_view
 from adapters.discord.media import media_of
 from adapters.text import split_message
 from core.commands.registry import carries_secret
-from core.delivery.outbox import Outbox
-from core.ports import AdapterStateStore, MessageHandler
+from core.turn.link import CoreLink
 from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.values.errors import CompanionError, DeliveryFailed
 from core.values.locks import KeyedLocks
@@ -55,21 +54,27 @@ class DiscordAdapter:
     `start()` logs in, connects to the gateway and returns once READY arrived (or
     raises DiscordStartError); the gateway connection then runs in a background task
     with discord.py's own reconnect loop. `aclose()` stops taking messages, lets the
-    turns in flight finish sending (up to `shutdown_grace` seconds) and disconnects.
+    turns in flight finish sending (up to `stop_grace` seconds) and disconnects.
 
     Args:
         token: the bot token (COMPANION_DISCORD_TOKEN).
-        handler: the core's turn handler; it receives InboundMessage, never a discord.py object.
-        commands: (name, description) of the chat commands: typed as text (the core parses them),
-            and registered at start as slash commands (adapters/discord/interactions.py).
+        link: the core: the turn handler (it receives InboundMessage, never a discord.py
+            object), the commands (typed as text, and registered at start as slash commands:
+            adapters/discord/interactions.py), the allow check for the DMs caught up after a
+            restart, the outbox, and the state store that keeps the DM cursors.
         api_base: REST base including the version (default https://discord.com/api/v10).
         gateway_url: websocket URL of the gateway. Unset: asked from `{api_base}/gateway/bot`
             when api_base is set, else Discord's.
-        retry_delays: pauses before sending a message again after a transient failure.
         on_fatal: called with one line when Discord refuses the token or the intents while
             running (close code 4004 or 4014): starting again cannot help until they are fixed.
+        stop_grace: seconds the turns still running at `aclose()` may take; a turn cut off
+            stays an open turn in the store, and the next start answers it.
         outage_limit: seconds the gateway may stay down while discord.py reconnects before the
             connection counts as lost for good (`wait_lost`); None: it reconnects for ever.
+        ready_timeout, guild_ready_timeout: how long READY, and the guilds after it, may take.
+        retry_delays: pauses before sending a message again after a transient failure.
+        typing_interval: how often the typing indicator is renewed.
+        catch_up_limit: at most this many DMs per channel are caught up at a start.
     """
 
     name = PLATFORM
@@ -77,34 +82,29 @@ class DiscordAdapter:
     def __init__(
         self,
         token: str,
-        handler: MessageHandler,
-        commands: Iterable[tuple[str, str]] = (),
+        link: CoreLink,
         *,
         api_base: str | None = None,
         gateway_url: str | None = None,
+        on_fatal: Callable[[str], None] | None = None,
+        stop_grace: float = 10.0,
+        outage_limit: float | None = None,
         ready_timeout: float = 60.0,
         guild_ready_timeout: float = 2.0,
         retry_delays: Sequence[float] = (1.0, 4.0, 15.0),
         typing_interval: float = 8.0,
-        shutdown_grace: float = 10.0,
-        outbox: Outbox | None = None,
-        on_fatal: Callable[[str], None] | None = None,
-        outage_limit: float | None = None,
-        state: AdapterStateStore | None = None,
-        is_allowed: Callable[[InboundMessage], bool] | None = None,
         catch_up_limit: int = CATCH_UP_LIMIT,
     ) -> None:
         self._token = token
-        self._handler = handler
-        self.commands = tuple(commands)
+        self._handler = link.handle
         self._api_base = api_base.rstrip("/") if api_base else None
         self._gateway_url = gateway_url
         self._ready_timeout = ready_timeout
         self._guild_ready_timeout = guild_ready_timeout
         self._send_policy = RetryPolicy.fixed(retry_delays, retryable=_is_transient)
         self._typing_interval = typing_interval
-        self._shutdown_grace = shutdown_grace
-        self._outbox = outbox
+        self._stop_grace = stop_grace
+        self._outbox = link.outbox
         self._client: CompanionClient | None = None
         self._connection: asyncio.Task | None = None
         self._turns: set[asyncio.Task] = set()
@@ -115,17 +115,17 @@ class DiscordAdapter:
         self._outage: asyncio.TimerHandle | None = None
         self._lost: asyncio.Future[str] | None = None
         # DMs sent while the gateway was down (adapters/discord/catchup.py): live DMs wait for them.
-        self._cursors = DmCursors(state)
-        self._is_allowed = is_allowed
+        self._cursors = DmCursors(link.state)
+        self._is_allowed = link.is_allowed
         self._catch_up_limit = catch_up_limit
         self._caught_up = asyncio.Event()
         # Slash commands and confirmation buttons (adapters/discord/interactions.py).
         self._interactions = DiscordInteractions(
-            handler=handler,
-            outbox=outbox,
+            handler=link.handle,
+            outbox=link.outbox,
             locks=self._channel_locks,
             turns=self._turns,
-            commands=self.commands,
+            commands=link.commands,
             api_base=self._api_base,
             closing=lambda: self._closing,
         )
@@ -201,7 +201,7 @@ class DiscordAdapter:
         if self._turns:
             # Turns in flight may finish (bounded); one cut off stays an open turn in the store,
             # and the next start answers it.
-            done, pending = await asyncio.wait(set(self._turns), timeout=self._shutdown_grace)
+            done, pending = await asyncio.wait(set(self._turns), timeout=self._stop_grace)
             for task in pending:
                 task.cancel()
             if pending:
