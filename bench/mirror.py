@@ -143,6 +143,7 @@ async def _dispatch_throughput(rows: int) -> dict:
     """Mirror rows sent by `Outbox.dispatch_due` through the real DiscordAdapter (discord.py) to the
     fake Discord on 127.0.0.1, against discord.py's own `channel.send` of as many messages."""
     from adapters.discord import DiscordAdapter
+    from core.turn.link import CoreLink
     from tests.helpers.fake_discord import FakeDiscordServer
 
     async with FakeDiscordServer() as server:
@@ -159,7 +160,7 @@ async def _dispatch_throughput(rows: int) -> dict:
                 return None
 
             adapter = DiscordAdapter(
-                server.token, unused, (), api_base=server.api_base, gateway_url=server.gateway_url, outbox=outbox
+                server.token, CoreLink(unused, outbox=outbox), api_base=server.api_base, gateway_url=server.gateway_url
             )
             await adapter.start()
             try:

@@ -22,6 +22,7 @@ from core.turn.commanding import CommandRunner
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig, Parts
 from core.turn.lanes import Lanes
+from core.turn.link import CoreLink
 from core.turn.media import MediaReader
 from core.turn.people import People
 from core.turn.recovery import Recovery
@@ -198,3 +199,15 @@ def build_companion(
         ),
     )
     return Companion(parts, config, burst_sleep=burst_sleep)
+
+
+def core_link(companion: Companion) -> CoreLink:
+    """What every chat adapter gets from `companion` (the gateway, the tests and the benches all use it)."""
+    return CoreLink(
+        handle=companion.handle,
+        commands=tuple(companion.command_list()),
+        is_allowed=companion.is_allowed,
+        chat_moved=companion.chat_moved,
+        outbox=companion.outbox,
+        state=companion.store,
+    )

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from bot.bootstrap import open_companion
+from bot.bootstrap import core_link, open_companion
 from bot.instance import RUN, InstanceLock
 from bot.scheduler import Job, SchedulerService
 from bot.settings import Settings
@@ -35,23 +35,23 @@ NOTHING_CONFIGURED = (
 def build_adapters(
     settings: Settings, companion: Companion, on_fatal: Callable[[str], None] | None = None
 ) -> list[BaseChatAdapter]:
-    """Each platform library is imported only when its adapter is configured. `on_fatal(line)`:
-    the platform refused the configuration while running (a revoked token); the gateway stops."""
+    """Each platform library is imported only when its adapter is configured; every adapter takes
+    the same CoreLink. `on_fatal(line)`: the platform refused the configuration while running (a
+    revoked token); the gateway stops."""
     adapters: list[BaseChatAdapter] = []
+    link = core_link(companion)
+    # What an adapter still runs when it closes (the core's stop has had COMPANION_STOP_GRACE by
+    # then) may take as long as one model call.
     if settings.telegram_token:
         from adapters.telegram import TelegramAdapter
 
         adapters.append(
             TelegramAdapter(
-                token=settings.telegram_token.get_secret_value(),
-                handler=companion.handle,
-                commands=companion.command_list(),
+                settings.telegram_token.get_secret_value(),
+                link,
                 base_url=settings.telegram_base_url,
-                state=companion.store,
-                outbox=companion.outbox,
-                drain_timeout=settings.llm_timeout,
                 on_fatal=on_fatal,
-                on_chat_moved=companion.chat_moved,
+                stop_grace=settings.llm_timeout,
             )
         )
     if settings.discord_token:
@@ -59,17 +59,13 @@ def build_adapters(
 
         adapters.append(
             DiscordAdapter(
-                token=settings.discord_token.get_secret_value(),
-                handler=companion.handle,
-                commands=companion.command_list(),
+                settings.discord_token.get_secret_value(),
+                link,
                 api_base=settings.discord_api_base,
                 gateway_url=settings.discord_gateway_url,
-                outbox=companion.outbox,
-                shutdown_grace=settings.llm_timeout,
                 on_fatal=on_fatal,
+                stop_grace=settings.llm_timeout,
                 outage_limit=settings.discord_outage_seconds or None,
-                state=companion.store,
-                is_allowed=companion.is_allowed,
             )
         )
     return adapters

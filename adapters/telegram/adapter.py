@@ -10,7 +10,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from datetime import timedelta
 from urllib.parse import quote
 
@@ -32,9 +32,7 @@ from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.media import MEDIA, media_of
 from adapters.telegram.text import Entity, group_text
 from core.commands.registry import carries_secret
-from core.delivery.outbox import Outbox
-from core.ports import AdapterStateStore
-from core.ports import MessageHandler as CoreHandler
+from core.turn.link import CoreLink
 from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.values.errors import CompanionError, DeliveryFailed
 from core.values.model import InboundMessage, OutboundDelivery, Reply
@@ -61,6 +59,23 @@ class TelegramAdapter:
     once and a restart does not handle one again. Turns of one chat run in order;
     different chats run concurrently. Replies go out through `Delivery` (flood control,
     retries, Markdown as entities in parts).
+
+    Args:
+        token: the bot token (COMPANION_TELEGRAM_TOKEN).
+        link: the core: the turn handler, the commands (registered with setMyCommands), the
+            chat-moved callback (a group upgraded to a supergroup), the outbox and the state
+            store that keeps the update ledger.
+        base_url: a Bot API server's base URL with the /bot part (COMPANION_TELEGRAM_BASE_URL);
+            None: api.telegram.org.
+        on_fatal: called with one line when Telegram refuses the token while running.
+        stop_grace: seconds the turns still running at `aclose()` may take; a turn cut off
+            stays unconfirmed, and Telegram offers its update again after the restart.
+        poll_timeout, repoll_interval: getUpdates' long-poll timeout, and the longest pause
+            between polls while updates are in hand.
+        typing_delay, typing_interval: when the typing indicator first shows, and how often it
+            is renewed.
+        read_timeout, max_attempts, backoff, sleep: the requests' read timeout and the retries
+            of a send (`Delivery`).
     """
 
     name = "telegram"
@@ -68,32 +83,28 @@ class TelegramAdapter:
     def __init__(
         self,
         token: str,
-        handler: CoreHandler,
-        commands: Sequence[tuple[str, str]] = (),
-        base_url: str | None = None,
-        state: AdapterStateStore | None = None,
+        link: CoreLink,
         *,
-        outbox: Outbox | None = None,
+        base_url: str | None = None,
         on_fatal: Callable[[str], None] | None = None,
-        on_chat_moved: Callable[[str, str, str], Awaitable[object]] | None = None,
+        stop_grace: float = 30.0,
         poll_timeout: float = 25.0,
         repoll_interval: float = 1.0,
         typing_interval: float = 4.0,
         typing_delay: float = 0.25,
-        drain_timeout: float = 30.0,
         read_timeout: float = 15.0,
         max_attempts: int = 5,
         backoff: float = 0.5,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self._token = token
-        self._handler = handler
-        self._commands = [(name.lower(), description) for name, description in commands]
+        self._handler = link.handle
+        self._commands = [(name.lower(), description) for name, description in link.commands]
         self._base_url = base_url
-        self._state = state
-        self._outbox = outbox
+        self._state = link.state
+        self._outbox = link.outbox
         self._on_fatal = on_fatal
-        self._on_chat_moved = on_chat_moved  # (platform, old chat id, new chat id): Companion.chat_moved
+        self._on_chat_moved = link.chat_moved  # (platform, old chat id, new chat id): Companion.chat_moved
         # Held while a chat is re-keyed, and while a message's chat is read: a message from the old
         # chat that the core takes up after the move names the new chat (no suspension between that
         # read and the core's per-chat lock, which the move also takes).
@@ -102,7 +113,7 @@ class TelegramAdapter:
         self._repoll_interval = repoll_interval
         self._typing_interval = typing_interval
         self._typing_delay = typing_delay
-        self._drain_timeout = drain_timeout
+        self._stop_grace = stop_grace
         self._read_timeout = read_timeout
         self._max_attempts = max_attempts
         self._backoff = backoff
@@ -188,7 +199,7 @@ class TelegramAdapter:
         workers = list(self._workers.values())
         if workers:
             log.info("telegram: %d chats still answering", len(workers))
-            _, late = await asyncio.wait(workers, timeout=self._drain_timeout)
+            _, late = await asyncio.wait(workers, timeout=self._stop_grace)
             for task in late:  # left unconfirmed, so Telegram delivers them again after the restart
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)

@@ -3,21 +3,20 @@
 A press is answered at once (answerCallbackQuery stops the button's spinner) and then handed to
 the core as its command typed by the presser (`adapters/buttons.py`); the core's answer says
 when the confirmation expired or was used already. A reply that goes out through the outbox
-gets its keyboard when its row is sent (`expect`, then `take` in `send_delivery`); after a
-restart a row sent again goes without it, and the typed confirmation still works.
+gets its keyboard when its row is sent (`adapters/buttons.py` `PendingButtons`: `expect`, then
+`take` in `send_delivery`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections import OrderedDict
 
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
 from telegram.constants import ChatType
 from telegram.error import TelegramError
 
-from adapters.buttons import button_data, command_of
+from adapters.buttons import PendingButtons, button_data, command_of
 from adapters.telegram.delivery import Delivery, TelegramDeliveryError
 from core.delivery.outbox import Outbox
 from core.ports import MessageHandler
@@ -25,8 +24,6 @@ from core.values.copy import HANDLER_FAILED
 from core.values.model import Confirmation, InboundMessage, Reply
 
 log = logging.getLogger(__name__)
-
-_REMEMBERED = 256  # keyboards kept for outbox rows not sent yet
 
 
 def keyboard(confirmation: Confirmation | None) -> InlineKeyboardMarkup | None:
@@ -39,18 +36,13 @@ class TelegramButtons:
     """Keyboards waiting for their outbox rows, and the handler of presses, for one TelegramAdapter."""
 
     def __init__(self) -> None:
-        self._keyboards: OrderedDict[int, InlineKeyboardMarkup] = OrderedDict()
+        self._pending = PendingButtons()
 
     def expect(self, delivery_id: int, confirmation: Confirmation | None) -> None:
-        markup = keyboard(confirmation)
-        if markup is None:
-            return
-        self._keyboards[delivery_id] = markup
-        while len(self._keyboards) > _REMEMBERED:
-            self._keyboards.popitem(last=False)
+        self._pending.expect(delivery_id, confirmation)
 
     def take(self, delivery_id: int) -> InlineKeyboardMarkup | None:
-        return self._keyboards.pop(delivery_id, None)
+        return keyboard(self._pending.take(delivery_id))
 
     async def on_press(
         self, update: Update, *, handler: MessageHandler, delivery: Delivery, outbox: Outbox | None, bot: Bot

@@ -1,10 +1,11 @@
-"""What a confirmation button may carry and send (adapters/buttons.py), the same on every platform."""
+"""What a confirmation button may carry and send, and which delivery carries which button
+(adapters/buttons.py), the same on every platform."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapters.buttons import TEMPLATE, button_data, command_of
+from adapters.buttons import TEMPLATE, PendingButtons, button_data, command_of
 from core.values.model import Confirmation
 
 
@@ -43,3 +44,29 @@ def test_the_discord_template_matches_exactly_what_button_data_makes():
 
     assert re.fullmatch(TEMPLATE, "companion:/export confirm")
     assert not re.fullmatch(TEMPLATE, "companion:/export confirm; /private x")
+
+
+EXPORT = Confirmation("Create the non-private file", "/export confirm")
+
+
+def test_a_pending_button_goes_with_its_delivery_once():
+    pending = PendingButtons()
+    pending.expect(7, EXPORT)
+    pending.expect(8, None)  # a reply without a confirmation waits for no button
+    assert pending.take(8) is None
+    assert pending.take(7) == EXPORT
+    assert pending.take(7) is None  # sent again (a retry), the delivery goes without it
+
+
+def test_pending_buttons_keep_only_the_newest_deliveries():
+    pending = PendingButtons(limit=2)
+    for delivery_id in (1, 2, 3):
+        pending.expect(delivery_id, EXPORT)
+    assert [pending.take(d) for d in (1, 2, 3)] == [None, EXPORT, EXPORT]
+
+
+def test_a_pending_button_that_would_carry_a_secret_is_refused_when_expected():
+    pending = PendingButtons()
+    with pytest.raises(ValueError, match="without a secret"):
+        pending.expect(1, Confirmation("Enter", "/private sesame"))
+    assert pending.take(1) is None

@@ -20,9 +20,11 @@ from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
+from core.turn.link import CoreLink
 from core.turn.recovery import SENT_AT_MARGIN
 from core.values.copy import NOT_ALLOWED, RESTART_KEPT_PRIVATE
 from tests.conftest import PASSPHRASE
+from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 
@@ -66,19 +68,8 @@ async def start(
             outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
         )
         await companion.start()
-        adapter = DiscordAdapter(
-            discord_server.token,
-            companion.handle,
-            (),
-            api_base=discord_server.api_base,
-            gateway_url=discord_server.gateway_url,
-            guild_ready_timeout=0.05,
-            retry_delays=(0.01,),
-            outbox=companion.outbox,
-            state=store,
-            is_allowed=companion.is_allowed,
-            **options,  # type: ignore[arg-type]
-        )
+        link = CoreLink(companion.handle, is_allowed=companion.is_allowed, outbox=companion.outbox, state=store)
+        adapter = discord_adapter(discord_server, link, retry_delays=(0.01,), **options)
         running.append((adapter, companion, provider))
         await adapter.start()
         return adapter
@@ -173,7 +164,7 @@ async def test_dms_sent_while_down_are_answered_oldest_first_up_to_the_cap_and_t
         discord_server.post_dm_while_offline(FRIEND, f"message {number}")
     model.reply_text("Answer to 119.")
     model.reply_text("Answer to 120.")
-    caplog.set_level(logging.INFO, logger="adapters.discord_catchup")
+    caplog.set_level(logging.INFO, logger="adapters.discord.catchup")
     await start(catch_up_limit=2)
     assert await answered(discord_server, FRIEND, 3) == ["Hello!", "Answer to 119.", "Answer to 120."]
     assert [user_texts(r)[-1] for r in model.requests[-2:]] == ["message 119", "message 120"]

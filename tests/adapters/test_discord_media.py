@@ -17,8 +17,10 @@ from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
+from core.turn.link import CoreLink
 from core.values import copy
 from tests.conftest import PASSPHRASE
+from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, leaked, ogg_with, png_with
@@ -61,16 +63,7 @@ async def start(
             transcriber=transcriber,
         )
         await companion.start()
-        adapter = DiscordAdapter(
-            discord_server.token,
-            companion.handle,
-            (),
-            api_base=discord_server.api_base,
-            gateway_url=discord_server.gateway_url,
-            guild_ready_timeout=0.05,
-            retry_delays=(0.01, 0.01),
-            outbox=companion.outbox,
-        )
+        adapter = discord_adapter(discord_server, CoreLink(companion.handle, outbox=companion.outbox))
         await adapter.start()
         closers.extend([provider.aclose, companion.drain, adapter.aclose])
         if transcriber is not None:

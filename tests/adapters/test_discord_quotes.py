@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
+from core.turn.link import CoreLink
 from core.values import copy
 from tests.conftest import PASSPHRASE
+from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 
@@ -43,16 +44,7 @@ async def adapter(discord_server, store, model, passphrase_hash):
         outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
     )
     await companion.start()
-    adapter = DiscordAdapter(
-        discord_server.token,
-        companion.handle,
-        (),
-        api_base=discord_server.api_base,
-        gateway_url=discord_server.gateway_url,
-        guild_ready_timeout=0.05,
-        retry_delays=(0.01, 0.01),
-        outbox=companion.outbox,
-    )
+    adapter = discord_adapter(discord_server, CoreLink(companion.handle, outbox=companion.outbox))
     await adapter.start()
     yield adapter
     await adapter.aclose()

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from bot.bootstrap import build_companion
@@ -16,8 +15,11 @@ from core.commands.export import CONFIRM_WINDOW
 from core.commands.registry import COMMANDS
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
+from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
+from core.turn.link import CoreLink
 from tests.conftest import PASSPHRASE
+from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_discord_interactions import EPHEMERAL
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -62,19 +64,15 @@ async def core(store, model, passphrase_hash, clock):
 
 @pytest.fixture
 async def adapter(discord_server, core):
-    adapter = DiscordAdapter(
-        discord_server.token,
-        core.handle,
-        core.command_list(),
-        api_base=discord_server.api_base,
-        gateway_url=discord_server.gateway_url,
-        guild_ready_timeout=0.05,
-        retry_delays=(0.01, 0.01),
-        outbox=core.outbox,
-    )
+    adapter = discord_adapter(discord_server, commanding(core))
     await adapter.start()
     yield adapter
     await adapter.aclose()
+
+
+def commanding(core: Companion) -> CoreLink:
+    """The core with its commands (synced as slash commands) and its outbox."""
+    return CoreLink(core.handle, tuple(core.command_list()), outbox=core.outbox)
 
 
 def db_rows(store, sql: str) -> list[tuple]:
@@ -282,14 +280,7 @@ async def test_an_interaction_answered_too_late_runs_nothing_and_the_fake_takes_
 ):
     import aiohttp
 
-    adapter = DiscordAdapter(
-        discord_server.token,
-        core.handle,
-        (("help", "What I can do"),),
-        api_base=discord_server.api_base,
-        gateway_url=discord_server.gateway_url,
-        guild_ready_timeout=0.05,
-    )
+    adapter = discord_adapter(discord_server, CoreLink(core.handle, (("help", "What I can do"),)))
     await adapter.start()
     try:
         interactions = discord_server.interactions
@@ -323,15 +314,7 @@ async def test_neither_the_passphrase_nor_the_interaction_token_reaches_the_logs
     discord_server, core, caplog
 ):
     caplog.set_level(logging.DEBUG)
-    adapter = DiscordAdapter(
-        discord_server.token,
-        core.handle,
-        core.command_list(),
-        api_base=discord_server.api_base,
-        gateway_url=discord_server.gateway_url,
-        guild_ready_timeout=0.05,
-        outbox=core.outbox,
-    )
+    adapter = discord_adapter(discord_server, commanding(core))
     with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG
         await adapter.start()
         try:
@@ -348,15 +331,7 @@ async def test_neither_the_passphrase_nor_the_interaction_token_reaches_the_logs
 
 async def test_when_the_commands_cannot_be_synced_start_up_goes_on_and_typed_commands_work(discord_server, core):
     discord_server.fail_next("PUT", "/applications/{application_id}/commands", 403)
-    adapter = DiscordAdapter(
-        discord_server.token,
-        core.handle,
-        core.command_list(),
-        api_base=discord_server.api_base,
-        gateway_url=discord_server.gateway_url,
-        guild_ready_timeout=0.05,
-        outbox=core.outbox,
-    )
+    adapter = discord_adapter(discord_server, commanding(core))
     await adapter.start()
     try:
         assert discord_server.interactions.commands == []

@@ -25,16 +25,18 @@ from adapters.telegram import (
     group_text,
     split_message,
 )
-from bot.bootstrap import build_companion
+from bot.bootstrap import build_companion, core_link
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
+from core.turn.link import CoreLink
 from core.values import copy
 from core.values.copy import RESTART_KEPT_PRIVATE
 from core.values.errors import StoreError
 from core.values.model import Attachment, InboundMessage, Reply
+from tests.helpers.adapters import telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.logs import logging_policy
@@ -112,25 +114,13 @@ AdapterFactory = Callable[..., Awaitable[TelegramAdapter]]
 
 @pytest.fixture
 async def new_adapter(
-    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep, new_companion: CompanionFactory
+    telegram: FakeTelegramServer, sleep: RecordingSleep, new_companion: CompanionFactory
 ) -> AsyncIterator[AdapterFactory]:
     """Adapters on the fake server; they close before the companions (they depend on them) do."""
     made: list[TelegramAdapter] = []
 
-    async def make(
-        companion: Companion, *, token: str | None = None, base_url: str | None = None, **options: float
-    ) -> TelegramAdapter:
-        options = {"poll_timeout": 2.0, "repoll_interval": 0.05, **options}
-        adapter = TelegramAdapter(
-            token=token or telegram.token,
-            handler=companion.handle,
-            commands=companion.command_list(),
-            base_url=base_url or telegram.base_url,
-            state=store,
-            outbox=companion.outbox,
-            sleep=sleep,
-            **options,
-        )
+    async def make(companion: Companion, **options: object) -> TelegramAdapter:
+        adapter = telegram_adapter(telegram, core_link(companion), sleep=sleep, **options)
         made.append(adapter)
         await adapter.start()
         return adapter
@@ -428,15 +418,7 @@ async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
         await release.wait()
         return Reply("handled")
 
-    adapter = TelegramAdapter(
-        telegram.token,
-        slow,
-        base_url=telegram.base_url,
-        state=store,
-        poll_timeout=2.0,
-        repoll_interval=0.05,
-        sleep=sleep,
-    )
+    adapter = telegram_adapter(telegram, CoreLink(slow, state=store), sleep=sleep)
     key = f"telegram:offset:{telegram.bot_id}"
     await adapter.start()
     try:
@@ -514,9 +496,7 @@ async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_i
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
 
-    adapter = TelegramAdapter(
-        telegram.token, failing, base_url=telegram.base_url, state=store, poll_timeout=2.0, sleep=sleep
-    )
+    adapter = telegram_adapter(telegram, CoreLink(failing, state=store), sleep=sleep)
     await adapter.start()
     try:
         message = telegram.send_text(USER, USER, text)
@@ -533,9 +513,7 @@ async def test_when_the_core_fails_and_the_passphrase_cannot_be_deleted_the_apol
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
 
-    adapter = TelegramAdapter(
-        telegram.token, failing, base_url=telegram.base_url, state=store, poll_timeout=2.0, sleep=sleep
-    )
+    adapter = telegram_adapter(telegram, CoreLink(failing, state=store), sleep=sleep)
     telegram.fail_next("deleteMessage", 400, description="Bad Request: message can't be deleted")
     await adapter.start()
     try:
@@ -553,9 +531,7 @@ async def test_attachments_of_a_reply_are_sent_as_documents_after_its_text(
     async def exporting(message: InboundMessage) -> Reply | None:
         return Reply("Here is your export.", attachments=[Attachment("export.txt", b"normal notes")])
 
-    adapter = TelegramAdapter(
-        telegram.token, exporting, base_url=telegram.base_url, state=store, poll_timeout=2.0, sleep=sleep
-    )
+    adapter = telegram_adapter(telegram, CoreLink(exporting, state=store), sleep=sleep)
     await adapter.start()
     try:
         telegram.send_text(USER, USER, "/export")

@@ -11,13 +11,14 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion
+from bot.bootstrap import build_companion, core_link
 from core.commands.export import CONFIRM_WINDOW
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from tests.conftest import PASSPHRASE
+from tests.helpers.adapters import telegram_adapter
 from tests.helpers.fake_telegram import FakeTelegramServer
 
 USER = 111
@@ -52,17 +53,8 @@ async def companion(store, model, passphrase_hash, clock) -> AsyncIterator[Compa
 
 
 @pytest.fixture
-async def adapter(telegram, store, companion) -> AsyncIterator[TelegramAdapter]:
-    adapter = TelegramAdapter(
-        token=telegram.token,
-        handler=companion.handle,
-        commands=companion.command_list(),
-        base_url=telegram.base_url,
-        state=store,
-        outbox=companion.outbox,
-        poll_timeout=2.0,
-        repoll_interval=0.05,
-    )
+async def adapter(telegram, companion) -> AsyncIterator[TelegramAdapter]:
+    adapter = telegram_adapter(telegram, core_link(companion))
     await adapter.start()
     yield adapter
     await adapter.aclose()

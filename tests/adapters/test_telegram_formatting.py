@@ -16,10 +16,11 @@ from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
 from adapters.telegram.formatting import render, split_rendered
-from bot.bootstrap import build_companion
+from bot.bootstrap import build_companion, core_link
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
+from tests.helpers.adapters import telegram_adapter
 from tests.helpers.chat import all_rows
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer, SentMessage, check_message
@@ -48,15 +49,7 @@ async def adapter(
         outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
     )
     await companion.start()
-    adapter = TelegramAdapter(
-        token=telegram.token,
-        handler=companion.handle,
-        base_url=telegram.base_url,
-        state=store,
-        outbox=companion.outbox,
-        poll_timeout=2.0,
-        repoll_interval=0.05,
-    )
+    adapter = telegram_adapter(telegram, core_link(companion))
     await adapter.start()
     try:
         yield adapter

@@ -15,12 +15,13 @@ from adapters.llm.transcribe import OpenAICompatibleTranscriber
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion
+from bot.bootstrap import build_companion, core_link
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
+from tests.helpers.adapters import telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, jpeg_with, leaked, ogg_with
@@ -68,16 +69,7 @@ async def start(
             transcriber=transcriber,
         )
         await companion.start()
-        adapter = TelegramAdapter(
-            token=telegram.token,
-            handler=companion.handle,
-            commands=companion.command_list(),
-            base_url=telegram.base_url,
-            state=store,
-            outbox=companion.outbox,
-            poll_timeout=2.0,
-            repoll_interval=0.05,
-        )
+        adapter = telegram_adapter(telegram, core_link(companion))
         await adapter.start()
         closers.extend([provider.aclose, companion.drain, adapter.aclose])
         if transcriber is not None:

@@ -12,12 +12,13 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore, insert_delivery
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion
+from bot.bootstrap import build_companion, core_link
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values.model import ConversationKey, DeliveryTarget
+from tests.helpers.adapters import telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 
@@ -48,20 +49,8 @@ async def companion(store: SqliteStore, model: FakeOpenAIServer) -> AsyncIterato
 
 
 @pytest.fixture
-async def adapter(
-    telegram: FakeTelegramServer, store: SqliteStore, companion: Companion
-) -> AsyncIterator[TelegramAdapter]:
-    adapter = TelegramAdapter(
-        token=telegram.token,
-        handler=companion.handle,
-        commands=companion.command_list(),
-        base_url=telegram.base_url,
-        state=store,
-        outbox=companion.outbox,
-        on_chat_moved=companion.chat_moved,
-        poll_timeout=2.0,
-        repoll_interval=0.05,
-    )
+async def adapter(telegram: FakeTelegramServer, companion: Companion) -> AsyncIterator[TelegramAdapter]:
+    adapter = telegram_adapter(telegram, core_link(companion))
     await adapter.start()
     yield adapter
     await adapter.aclose()

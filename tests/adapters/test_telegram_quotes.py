@@ -13,13 +13,14 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion
+from bot.bootstrap import build_companion, core_link
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values import copy
+from tests.helpers.adapters import telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 
@@ -76,16 +77,7 @@ async def start(
             burst_sleep=window,
         )
         await companion.start()
-        adapter = TelegramAdapter(
-            token=telegram.token,
-            handler=companion.handle,
-            commands=companion.command_list(),
-            base_url=telegram.base_url,
-            state=store,
-            outbox=companion.outbox,
-            poll_timeout=2.0,
-            repoll_interval=0.05,
-        )
+        adapter = telegram_adapter(telegram, core_link(companion))
         await adapter.start()
         opened.append((adapter, companion, provider))
         return companion

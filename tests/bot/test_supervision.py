@@ -14,7 +14,9 @@ import pytest
 
 from adapters.discord import DiscordAdapter
 from bot.gateway import _first_loss
+from core.turn.link import CoreLink
 from tests.bot.test_gateway_discord import discord_env
+from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.proc import spawn_companion
 
@@ -138,15 +140,7 @@ async def started(server: FakeDiscordServer, fatal: list[str], **options) -> Dis
     async def handler(message):
         return None
 
-    adapter = DiscordAdapter(
-        server.token,
-        handler,
-        api_base=server.api_base,
-        gateway_url=server.gateway_url,
-        guild_ready_timeout=0.05,
-        on_fatal=fatal.append,
-        **options,
-    )
+    adapter = discord_adapter(server, CoreLink(handler), on_fatal=fatal.append, **options)
     await adapter.start()
     return adapter
 

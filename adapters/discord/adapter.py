@@ -8,26 +8,24 @@ import functools
 import io
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import aiohttp
 
-# The library, not this module: imports are absolute and `adapters/` itself is never on
-# sys.path. Only this module imports discord.py (the terminal chat never loads it).
+# The library, not this package: imports are absolute (see adapters/discord/client.py).
 import discord
 import yarl
 from discord.gateway import DiscordWebSocket
-from discord.http import HTTPClient, Route
+from discord.http import Route
 
-from adapters.discord_catchup import CATCH_UP_LIMIT, DmCursors, catch_up
-from adapters.discord_commands import DiscordInteractions, confirm_view
-from adapters.discord_context import forwarded_text, reply_context
-from adapters.discord_media import media_of
+from adapters.discord.catchup import CATCH_UP_LIMIT, DmCursors, catch_up
+from adapters.discord.client import MESSAGE_LIMIT, NO_MENTIONS, PLATFORM, CompanionClient
+from adapters.discord.context import forwarded_text, reply_context
+from adapters.discord.interactions import DiscordInteractions, confirm_view
+from adapters.discord.media import media_of
 from adapters.text import split_message
 from core.commands.registry import carries_secret
-from core.delivery.outbox import Outbox
-from core.ports import AdapterStateStore, MessageHandler
+from core.turn.link import CoreLink
 from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
 from core.values.errors import CompanionError, DeliveryFailed
 from core.values.locks import KeyedLocks
@@ -35,10 +33,6 @@ from core.values.model import Attachment, InboundMessage, OutboundDelivery, Repl
 from core.values.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
-
-PLATFORM = "discord"
-MESSAGE_LIMIT = 2000
-NO_MENTIONS = discord.AllowedMentions.none()
 
 # Failures worth sending again with the same nonce. discord.py already retries 429s
 # (after `retry_after`) and 500/502/504/524 (up to five tries); what reaches us here is
@@ -60,21 +54,27 @@ class DiscordAdapter:
     `start()` logs in, connects to the gateway and returns once READY arrived (or
     raises DiscordStartError); the gateway connection then runs in a background task
     with discord.py's own reconnect loop. `aclose()` stops taking messages, lets the
-    turns in flight finish sending (up to `shutdown_grace` seconds) and disconnects.
+    turns in flight finish sending (up to `stop_grace` seconds) and disconnects.
 
     Args:
         token: the bot token (COMPANION_DISCORD_TOKEN).
-        handler: the core's turn handler; it receives InboundMessage, never a discord.py object.
-        commands: (name, description) of the chat commands: typed as text (the core parses them),
-            and registered at start as slash commands (adapters/discord_commands.py).
+        link: the core: the turn handler (it receives InboundMessage, never a discord.py
+            object), the commands (typed as text, and registered at start as slash commands:
+            adapters/discord/interactions.py), the allow check for the DMs caught up after a
+            restart, the outbox, and the state store that keeps the DM cursors.
         api_base: REST base including the version (default https://discord.com/api/v10).
         gateway_url: websocket URL of the gateway. Unset: asked from `{api_base}/gateway/bot`
             when api_base is set, else Discord's.
-        retry_delays: pauses before sending a message again after a transient failure.
         on_fatal: called with one line when Discord refuses the token or the intents while
             running (close code 4004 or 4014): starting again cannot help until they are fixed.
+        stop_grace: seconds the turns still running at `aclose()` may take; a turn cut off
+            stays an open turn in the store, and the next start answers it.
         outage_limit: seconds the gateway may stay down while discord.py reconnects before the
             connection counts as lost for good (`wait_lost`); None: it reconnects for ever.
+        ready_timeout, guild_ready_timeout: how long READY, and the guilds after it, may take.
+        retry_delays: pauses before sending a message again after a transient failure.
+        typing_interval: how often the typing indicator is renewed.
+        catch_up_limit: at most this many DMs per channel are caught up at a start.
     """
 
     name = PLATFORM
@@ -82,35 +82,30 @@ class DiscordAdapter:
     def __init__(
         self,
         token: str,
-        handler: MessageHandler,
-        commands: Iterable[tuple[str, str]] = (),
+        link: CoreLink,
         *,
         api_base: str | None = None,
         gateway_url: str | None = None,
+        on_fatal: Callable[[str], None] | None = None,
+        stop_grace: float = 10.0,
+        outage_limit: float | None = None,
         ready_timeout: float = 60.0,
         guild_ready_timeout: float = 2.0,
         retry_delays: Sequence[float] = (1.0, 4.0, 15.0),
         typing_interval: float = 8.0,
-        shutdown_grace: float = 10.0,
-        outbox: Outbox | None = None,
-        on_fatal: Callable[[str], None] | None = None,
-        outage_limit: float | None = None,
-        state: AdapterStateStore | None = None,
-        is_allowed: Callable[[InboundMessage], bool] | None = None,
         catch_up_limit: int = CATCH_UP_LIMIT,
     ) -> None:
         self._token = token
-        self._handler = handler
-        self.commands = tuple(commands)
+        self._handler = link.handle
         self._api_base = api_base.rstrip("/") if api_base else None
         self._gateway_url = gateway_url
         self._ready_timeout = ready_timeout
         self._guild_ready_timeout = guild_ready_timeout
         self._send_policy = RetryPolicy.fixed(retry_delays, retryable=_is_transient)
         self._typing_interval = typing_interval
-        self._shutdown_grace = shutdown_grace
-        self._outbox = outbox
-        self._client: _CompanionClient | None = None
+        self._stop_grace = stop_grace
+        self._outbox = link.outbox
+        self._client: CompanionClient | None = None
         self._connection: asyncio.Task | None = None
         self._turns: set[asyncio.Task] = set()
         self._channel_locks: KeyedLocks[int] = KeyedLocks()
@@ -119,18 +114,18 @@ class DiscordAdapter:
         self._outage_limit = outage_limit
         self._outage: asyncio.TimerHandle | None = None
         self._lost: asyncio.Future[str] | None = None
-        # DMs sent while the gateway was down (adapters/discord_catchup.py): live DMs wait for them.
-        self._cursors = DmCursors(state)
-        self._is_allowed = is_allowed
+        # DMs sent while the gateway was down (adapters/discord/catchup.py): live DMs wait for them.
+        self._cursors = DmCursors(link.state)
+        self._is_allowed = link.is_allowed
         self._catch_up_limit = catch_up_limit
         self._caught_up = asyncio.Event()
-        # Slash commands and confirmation buttons (adapters/discord_commands.py).
+        # Slash commands and confirmation buttons (adapters/discord/interactions.py).
         self._interactions = DiscordInteractions(
-            handler=handler,
-            outbox=outbox,
+            handler=link.handle,
+            outbox=link.outbox,
             locks=self._channel_locks,
             turns=self._turns,
-            commands=self.commands,
+            commands=link.commands,
             api_base=self._api_base,
             closing=lambda: self._closing,
         )
@@ -149,11 +144,13 @@ class DiscordAdapter:
         self._closing = False
         self._lost = asyncio.get_running_loop().create_future()
         self._caught_up = asyncio.Event()
-        self._client = _CompanionClient(
-            self,
+        self._client = CompanionClient(
             api_base=self._api_base,
             gateway_url=self._gateway_url,
             guild_ready_timeout=self._guild_ready_timeout,
+            on_message=self._on_message,
+            on_down=self._disconnected,
+            on_up=self._reconnected,
         )
         self._interactions.install(self._client)
         try:
@@ -204,7 +201,7 @@ class DiscordAdapter:
         if self._turns:
             # Turns in flight may finish (bounded); one cut off stays an open turn in the store,
             # and the next start answers it.
-            done, pending = await asyncio.wait(set(self._turns), timeout=self._shutdown_grace)
+            done, pending = await asyncio.wait(set(self._turns), timeout=self._stop_grace)
             for task in pending:
                 task.cancel()
             if pending:
@@ -225,7 +222,7 @@ class DiscordAdapter:
             if not connection.cancelled():
                 connection.exception()  # it ended as it ended; retrieving it keeps asyncio quiet
 
-    async def _log_in(self, client: _CompanionClient) -> None:
+    async def _log_in(self, client: CompanionClient) -> None:
         where = self._api_base or Route.BASE
         try:
             await client.login(self._token)
@@ -256,7 +253,7 @@ class DiscordAdapter:
                 ) from exc
             client.http.gateway_url = yarl.URL(url)
 
-    async def _connect(self, client: _CompanionClient) -> None:
+    async def _connect(self, client: CompanionClient) -> None:
         gateway = str(client.http.gateway_url or DiscordWebSocket.DEFAULT_GATEWAY)
         self._connection = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
         ready = asyncio.create_task(client.wait_until_ready(), name="discord-ready")
@@ -368,7 +365,7 @@ class DiscordAdapter:
 
     # --- inbound ------------------------------------------------------------
 
-    def _on_message(self, message: discord.Message, *, edited: bool = False) -> None:
+    def _on_message(self, message: discord.Message, edited: bool) -> None:
         if self._closing or self._client is None:
             return
         inbound = self._with_context(message)
@@ -380,7 +377,7 @@ class DiscordAdapter:
         task.add_done_callback(self._turns.discard)
 
     def _with_context(self, message: discord.Message) -> InboundMessage | None:
-        """`_to_inbound` with what the message replies to or forwards (adapters/discord_context.py):
+        """`_to_inbound` with what the message replies to or forwards (adapters/discord/context.py):
         live, and caught up after a restart alike."""
         inbound = self._to_inbound(message)
         if inbound is None:
@@ -523,7 +520,7 @@ class DiscordAdapter:
         answered = await self._interactions.send_routed(delivery)  # a slash command's or button's answer
         if answered is not None:
             return answered
-        view = self._interactions.take_view(delivery.id)
+        view = self._interactions.take(delivery.id)
         target = delivery.target
         cached = client.get_channel(int(target.chat_id))
         # A cached category or forum cannot take a message; the partial one lets Discord say so.
@@ -568,7 +565,7 @@ class DiscordAdapter:
                 raise RuntimeError("discord: a reply with an outbox delivery names no conversation")
             if text != reply.text:
                 await self._outbox.append_text(reply.delivery_id, text[len(reply.text) :])
-            self._interactions.expect_view(reply.delivery_id, reply.confirm)
+            self._interactions.expect(reply.delivery_id, reply.confirm)
             if reply.attachments:  # the file follows its words
                 await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
                 await self._send(channel, None, reference=None, attachments=reply.attachments)
@@ -699,74 +696,3 @@ def _network_cause(exc: BaseException | None) -> BaseException | None:
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
-
-
-class _RoutedHTTPClient(HTTPClient):
-    """discord.py's HTTP client, pointed at another REST base and gateway for this client only.
-
-    discord.py keeps both addresses in class attributes (`Route.BASE`,
-    `DiscordWebSocket.DEFAULT_GATEWAY`); rewriting them per request instead of
-    setting them keeps the change inside this client and out of the process.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, *, api_base: str | None, gateway_url: str | None) -> None:
-        super().__init__(loop)
-        self.api_base = api_base
-        self.gateway_url: yarl.URL | None = yarl.URL(gateway_url) if gateway_url else None
-
-    async def request(self, route: Route, **kwargs: Any) -> Any:
-        if self.api_base and route.url.startswith(Route.BASE):
-            route.url = self.api_base + route.url[len(Route.BASE) :]
-        return await super().request(route, **kwargs)
-
-    async def ws_connect(self, url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:
-        target = yarl.URL(url)
-        # The first connection and the one after an invalidated session go to the default
-        # gateway; resuming goes to READY's resume_gateway_url, which the server chose.
-        if self.gateway_url is not None and target.with_query(None) == DiscordWebSocket.DEFAULT_GATEWAY:
-            url = str(self.gateway_url.with_query(target.query))
-        return await super().ws_connect(url, compress=compress)
-
-
-class _CompanionClient(discord.Client):
-    """A discord.Client that hands messages to the adapter and keeps no message cache."""
-
-    def __init__(
-        self, adapter: DiscordAdapter, *, api_base: str | None, gateway_url: str | None, guild_ready_timeout: float
-    ) -> None:
-        # No voice here: without these, every start logs two warnings about voice libraries.
-        discord.VoiceClient.warn_nacl = False
-        discord.VoiceClient.warn_dave = False
-        intents = discord.Intents.none()
-        intents.guilds = True  # the channel cache, and the guild role a mention may use
-        intents.guild_messages = True
-        intents.dm_messages = True
-        intents.message_content = True  # privileged: enabled per bot in the Developer Portal
-        super().__init__(
-            intents=intents,
-            allowed_mentions=NO_MENTIONS,
-            max_messages=None,  # the cache would hold message text in memory; replies carry what we need
-            chunk_guilds_at_startup=False,
-            guild_ready_timeout=guild_ready_timeout,
-        )
-        self.http: _RoutedHTTPClient = _RoutedHTTPClient(self.loop, api_base=api_base, gateway_url=gateway_url)
-        self._connection.http = self.http
-        self._adapter = adapter
-
-    async def on_message(self, message: discord.Message) -> None:
-        self._adapter._on_message(message)
-
-    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
-        # Raw: no message cache is kept. An update that leaves the words as they were (a link
-        # preview added, a pin) changes nothing: the store's edit keeps only a changed text.
-        self._adapter._on_message(payload.message, edited=True)
-
-    # discord.py's connection events: the adapter times how long the gateway stays down.
-    async def on_disconnect(self) -> None:
-        self._adapter._disconnected()
-
-    async def on_ready(self) -> None:
-        self._adapter._reconnected()
-
-    async def on_resumed(self) -> None:
-        self._adapter._reconnected()

@@ -31,7 +31,8 @@ from discord import app_commands
 from discord.http import Route
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
-from adapters.buttons import PREFIX, TEMPLATE, button_data, command_of
+from adapters.buttons import PREFIX, REMEMBERED, TEMPLATE, PendingButtons, button_data, command_of
+from adapters.discord.client import MESSAGE_LIMIT, NO_MENTIONS, PLATFORM
 from adapters.text import split_message
 from core.commands.call import Command
 from core.commands.registry import command_info
@@ -44,10 +45,6 @@ from core.values.model import Attachment, Confirmation, InboundMessage, Outbound
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "discord"
-MESSAGE_LIMIT = 2000
-NO_MENTIONS = discord.AllowedMentions.none()
-_REMEMBERED = 256  # confirmation views and interaction routes kept for deliveries not sent yet
 _PLAIN_WORDS = re.compile(r"\[?[A-Z]+\]?")
 _FAILED = (discord.HTTPException, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 
@@ -80,7 +77,6 @@ class _Route:
     interaction: discord.Interaction
     ephemeral: bool
     direct: bool
-    view: discord.ui.View | None
 
 
 class ConfirmButton(discord.ui.DynamicItem[discord.ui.Button[discord.ui.View]], template=TEMPLATE):
@@ -150,7 +146,7 @@ class DiscordInteractions:
         self._descriptions = dict(commands)
         self._webhooks = _RoutedWebhookAdapter(api_base) if api_base else None
         self._routes: OrderedDict[int, _Route] = OrderedDict()
-        self._views: OrderedDict[int, discord.ui.View] = OrderedDict()
+        self._buttons = PendingButtons()
         self._tree: app_commands.CommandTree[discord.Client] | None = None
 
     # --- set-up -------------------------------------------------------------------
@@ -297,11 +293,10 @@ class DiscordInteractions:
                 await interaction.delete_original_response()
             return
         if reply.delivery_id is not None and self._outbox is not None and reply.conversation_id is not None:
-            self._remember(
-                self._routes,
-                reply.delivery_id,
-                _Route(interaction, ephemeral, inbound.is_direct, confirm_view(reply.confirm)),
-            )
+            self.expect(reply.delivery_id, reply.confirm)
+            self._routes[reply.delivery_id] = _Route(interaction, ephemeral, inbound.is_direct)
+            while len(self._routes) > REMEMBERED:  # rows never sent (a restart) must not pile up
+                self._routes.popitem(last=False)
             await self._outbox.deliver(reply.conversation_id, reply.delivery_id)
             if reply.attachments:
                 await self._followups(interaction, Reply("", attachments=reply.attachments), ephemeral)
@@ -351,30 +346,22 @@ class DiscordInteractions:
         route = self._routes.pop(delivery.id, None)
         if route is None:
             return None
+        view = self.take(delivery.id)
         chunks = split_message(delivery.text, MESSAGE_LIMIT)
         for index in range(delivery.parts_sent, len(chunks)):
             last = index == len(chunks) - 1
             try:
-                await self._followup(
-                    route.interaction, chunks[index], route.ephemeral, route.view if last else None, ()
-                )
+                await self._followup(route.interaction, chunks[index], route.ephemeral, view if last else None, ())
             except _FAILED as exc:
                 log.warning("discord: followup of delivery %s failed (%s)", delivery.id, type(exc).__name__)
                 permanent = route.ephemeral and not route.direct
                 raise DeliveryFailed(type(exc).__name__, permanent=permanent, parts_sent=index) from exc
         return len(chunks)
 
-    def expect_view(self, delivery_id: int, confirmation: Confirmation | None) -> None:
-        """The delivery `delivery_id` (a channel message) carries this confirmation's button."""
-        view = confirm_view(confirmation)
-        if view is not None:
-            self._remember(self._views, delivery_id, view)
+    def expect(self, delivery_id: int, confirmation: Confirmation | None) -> None:
+        """The delivery `delivery_id` carries this confirmation's button (adapters/buttons.py)."""
+        self._buttons.expect(delivery_id, confirmation)
 
-    def take_view(self, delivery_id: int) -> discord.ui.View | None:
-        return self._views.pop(delivery_id, None)
-
-    @staticmethod
-    def _remember(memory: OrderedDict[int, Any], key: int, value: Any) -> None:
-        memory[key] = value
-        while len(memory) > _REMEMBERED:  # rows never sent (a restart) must not pile up
-            memory.popitem(last=False)
+    def take(self, delivery_id: int) -> discord.ui.View | None:
+        """The button of the delivery `delivery_id`, drawn for its send; None once taken."""
+        return confirm_view(self._buttons.take(delivery_id))
