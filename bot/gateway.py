@@ -51,7 +51,7 @@ def build_adapters(
                 link,
                 base_url=settings.telegram_base_url,
                 on_fatal=on_fatal,
-                stop_grace=settings.llm_timeout,
+                stop_grace=settings.stop_grace,
             )
         )
     if settings.discord_token:
@@ -64,7 +64,7 @@ def build_adapters(
                 api_base=settings.discord_api_base,
                 gateway_url=settings.discord_gateway_url,
                 on_fatal=on_fatal,
-                stop_grace=settings.llm_timeout,
+                stop_grace=settings.stop_grace,
                 outage_limit=settings.discord_outage_seconds or None,
             )
         )
