@@ -512,6 +512,35 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            pass",
     ),
     M(
+        "reply-delivery-depends-on-a-registered-sender",
+        RELIABILITY,
+        "core/turn/responder.py",
+        "        return self._platforms is None or platform in self._platforms",
+        "        return self._outbox.serves(platform)",
+    ),
+    M(
+        "chat-move-waits-on-its-lane",
+        RELIABILITY,
+        "core/turn/companion.py",
+        "        return await self._people.chat_moved(platform, old_chat_id, new_chat_id)",
+        "        return await self._lanes.run(\n            _key_of(platform, old_chat_id),\n"
+        "            functools.partial(self._people.chat_moved, platform, old_chat_id, new_chat_id),\n        )",
+    ),
+    M(
+        "stop-leaves-held-bursts-unanswered",
+        RELIABILITY,
+        "core/turn/companion.py",
+        "            self._burst_quiet(conversation_id, generation)\n\n",
+        "            pass\n\n",
+    ),
+    M(
+        "stop-cancels-sends-in-flight",
+        RELIABILITY,
+        "core/delivery/outbox.py",
+        "        if self._handed:\n            await asyncio.wait(set(self._handed), timeout=max(deadline - loop.time(), 0.0))",
+        "        for task in list(self._handed):\n            task.cancel()",
+    ),
+    M(
         "edit-answered-when-unchanged",
         RELIABILITY,
         "adapters/storage/quotes.py",
