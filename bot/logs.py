@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from collections.abc import Mapping
 
 # Libraries that log payloads (SQL parameters, request bodies, gateway events, URLs with
 # the bot token) at DEBUG or INFO: their floor is raised whatever the level, because a log
@@ -24,13 +26,26 @@ FLOORS = {
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+# Our own loggers: their lines are written for the log (ids, sizes, timings, kinds) and shown whole.
+OWN_LOGGERS = ("adapters", "core", "bot")
+WITHHELD = "<withheld>"
+# A string a library's line quotes in its own words (asyncio's "Exception in callback f('...')").
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+
 
 class OneLineFormatter(logging.Formatter):
     """Every record is one line: an exception is named by its type, never by its message or
     traceback (a library's exception text can quote what it was sending, discord.py logs each
-    gateway reconnect with a traceback, and the gateway's own last word is one line)."""
+    gateway reconnect with a traceback, and the gateway's own last word is one line).
+
+    A library's line (any logger outside OWN_LOGGERS) keeps its words and its numbers, never a
+    string it was given: python-telegram-bot logs an update it cannot parse whole at CRITICAL and
+    an answer that is not JSON whole at ERROR, asyncio an unretrieved task with its exception's
+    repr, discord.py a failed view with its repr. See `library_line`."""
 
     def format(self, record: logging.LogRecord) -> str:
+        if record.name.split(".", 1)[0] not in OWN_LOGGERS:
+            record = library_line(record)
         exc_type = record.exc_info[0] if record.exc_info else None
         line = super().format(record)
         return f"{line} ({exc_type.__name__})" if exc_type is not None else line
@@ -40,6 +55,28 @@ class OneLineFormatter(logging.Formatter):
 
     def formatStack(self, stack_info: str) -> str:
         return ""
+
+
+def library_line(record: logging.LogRecord) -> logging.LogRecord:
+    """A copy of a library's `record` as our log shows it: the first line of its message with every
+    quoted string withheld, and of its arguments the numbers only (each other one withheld)."""
+    template = record.msg if isinstance(record.msg, str) else f"<{type(record.msg).__name__}>"
+    first = template.split("\n", 1)[0]
+    shown = logging.makeLogRecord(record.__dict__)
+    shown.msg = _QUOTED.sub(WITHHELD, first)
+    if isinstance(record.args, Mapping):
+        shown.args = {key: _number_or_withheld(value) for key, value in record.args.items()}
+    else:
+        shown.args = tuple(_number_or_withheld(value) for value in record.args or ())
+    try:
+        shown.getMessage()
+    except (TypeError, ValueError, KeyError):  # a placeholder that wants what was withheld: the words alone
+        shown.args = ()
+    return shown
+
+
+def _number_or_withheld(value: object) -> object:
+    return value if value is None or isinstance(value, (int, float)) else WITHHELD
 
 
 def configure_logging(level: str) -> None:

@@ -52,6 +52,8 @@ _INVALID = re.compile(
 # vLLM started without --enable-auto-tool-choice and --tool-call-parser refuses, with a 400, every
 # request that offers tools with tool_choice "auto" (classification only, like the two above).
 _TOOL_CHOICE_REFUSED = re.compile(r"tool.choice.{0,40}(enable-auto-tool-choice|tool-call-parser)", re.IGNORECASE)
+# The finish reasons the OpenAI API documents; any other value is logged as "other", never as sent.
+_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SERVER_MESSAGE_LIMIT = 200
 # A server message sharing a run this long with the request is taken to quote it.
@@ -93,7 +95,6 @@ class _Usage(_Wire):
 
 
 class _ChatCompletion(_Wire):
-    id: str | None = None
     choices: list[_Choice] = Field(min_length=1)
     usage: _Usage | None = None
 
@@ -198,17 +199,19 @@ class OpenAICompatibleProvider:
             for index, call in enumerate(choice.message.tool_calls or ())
         )
         usage = parsed.usage or _Usage()
+        # Counts and our own words only: the completion id, tool-call ids and model name are the
+        # server's strings (of a private turn too: the provider does not know the mode).
         log.debug(
-            "completion %s: finish_reason=%s tool_calls=%s prompt_tokens=%s completion_tokens=%s",
-            parsed.id,
-            choice.finish_reason,
-            [call.id for call in tool_calls],
+            "completion (%s): finish_reason=%s, %d tool calls, prompt_tokens=%s completion_tokens=%s",
+            request.purpose,
+            _finish_reason_shown(choice.finish_reason),
+            len(tool_calls),
             usage.prompt_tokens,
             usage.completion_tokens,
         )
         truncated = choice.finish_reason == "length"
         if truncated:
-            log.info("completion %s (%s) was cut off at its token limit", parsed.id, request.purpose)
+            log.info("a completion (%s) was cut off at its token limit", request.purpose)
         return Completion(
             text=choice.message.content or "",
             tool_calls=tool_calls,
@@ -445,6 +448,13 @@ def _without_lone_surrogates(value: Any) -> Any:
     if isinstance(value, dict):
         return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
     return value
+
+
+def _finish_reason_shown(reason: str | None) -> str:
+    """`reason` as a log may show it: one of the documented values, "none" or "other"."""
+    if reason is None:
+        return "none"
+    return reason if reason in _FINISH_REASONS else "other"
 
 
 def _arguments_text(arguments: str | dict[str, Any]) -> str:

@@ -31,6 +31,7 @@ from adapters.telegram.delivery import (
 from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.media import MEDIA, media_of
 from adapters.telegram.text import Entity, group_text
+from adapters.telegram.updates import BotAPIRequest, UnparsableUpdate, UpdatesRequest
 from core.commands.registry import carries_secret
 from core.turn.link import CoreLink
 from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED
@@ -119,6 +120,7 @@ class TelegramAdapter:
         self._backoff = backoff
         self._sleep = sleep
         self._app: Application | None = None
+        self._updates_request: UpdatesRequest | None = None
         self._delivery: Delivery | None = None
         self._poll_task: asyncio.Task | None = None
         self._closing = False
@@ -288,19 +290,19 @@ class TelegramAdapter:
         return delivery.parts_sent + len(sent) if sent else parts_of(delivery.text)
 
     def _build_application(self) -> Application:
-        from telegram.request import HTTPXRequest
-
         from adapters.tls import shared_ssl_context
 
         # Both clients share one TLS context (adapters/tls.py); otherwise python-telegram-bot's defaults.
         tls = {"verify": shared_ssl_context()}
+        # Both leave answer bodies out of the log; the getUpdates one sets aside what cannot be parsed.
+        updates_request = self._updates_request = UpdatesRequest(connection_pool_size=1, httpx_kwargs=tls)
         builder = (
             Application.builder()
             .token(self._token)
             .updater(None)  # we poll ourselves, to confirm an update only once it is handled
             .job_queue(None)
             .request(
-                HTTPXRequest(
+                BotAPIRequest(
                     connection_pool_size=256,
                     read_timeout=self._read_timeout,
                     write_timeout=self._read_timeout,
@@ -309,7 +311,7 @@ class TelegramAdapter:
                     httpx_kwargs=tls,
                 )
             )
-            .get_updates_request(HTTPXRequest(connection_pool_size=1, httpx_kwargs=tls))
+            .get_updates_request(updates_request)
         )
         if self._base_url:
             builder = builder.base_url(self._base_url).base_file_url(_file_url(self._base_url))
@@ -373,7 +375,7 @@ class TelegramAdapter:
             log.warning("telegram: deleteWebhook failed (%s)", type(exc).__name__)
 
     async def _shutdown_application(self) -> None:
-        app, self._app, self._delivery = self._app, None, None
+        app, self._app, self._delivery, self._updates_request = self._app, None, None, None
         try:
             if app is not None:
                 with contextlib.suppress(Exception):
@@ -430,6 +432,7 @@ class TelegramAdapter:
             fresh = [u for u in updates if not self._ledger.is_known(u.update_id)]
             for update in fresh:
                 self._dispatch(update)
+            await self._skip(self._take_unparsable())
             if self._ledger.pending:
                 # Until a turn ends (its update can then be confirmed) or the interval passes (to
                 # take other chats' messages): polling at once would only fetch the same updates.
@@ -438,6 +441,30 @@ class TelegramAdapter:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self._repoll_interval):
                         await self._progress.wait()
+
+    def _take_unparsable(self) -> list[UnparsableUpdate]:
+        return self._updates_request.take_unparsable() if self._updates_request is not None else []
+
+    async def _skip(self, unparsable: list[UnparsableUpdate]) -> None:
+        """Settle each update python-telegram-bot could not parse, with one log line of its id, kind and
+        size (never its content): fetching it again cannot help. Called after the rest of its batch is
+        dispatched, so that an earlier update still being answered holds the offset back."""
+        skipped = False
+        for update in unparsable:
+            if update.update_id is not None and self._ledger.is_known(update.update_id):
+                continue
+            log.warning(
+                "telegram: update %s (%s, %d bytes) cannot be parsed; skipped",
+                update.update_id,
+                update.kind,
+                update.size,
+            )
+            if update.update_id is not None:
+                self._ledger.begin(update.update_id)
+                self._ledger.finish(update.update_id)
+                skipped = True
+        if skipped:
+            await self._persist()
 
     def _dispatch(self, update: Update) -> None:
         self._ledger.begin(update.update_id)
@@ -495,6 +522,7 @@ class TelegramAdapter:
             await self._bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=ALLOWED_UPDATES)
         except TelegramError as exc:  # the stored ledger still skips them
             log.info("telegram: confirming handled updates failed (%s)", type(exc).__name__)
+        self._take_unparsable()  # an update fetched only to confirm: the next start skips it
 
     # --- one inbound message ------------------------------------------------
 

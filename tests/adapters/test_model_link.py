@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import AsyncIterator
 
@@ -24,12 +25,14 @@ from core.values.model import ChatMessage, CompletionRequest, ToolCall
 # Helpers of the provider tests; the `provider` and `sleep` fixtures (tests/adapters/conftest.py) run over this
 # module's strict `server`.
 from tests.adapters.test_openai_provider import WEATHER, ask
+from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fake_openai import (
     FakeOpenAIServer,
     ScriptedResponse,
     completion_json,
 )
+from tests.helpers.logs import logging_policy
 
 # What llama.cpp's server answers to a message whose content is null.
 LLAMA_NULL_CONTENT = {
@@ -331,3 +334,35 @@ async def test_a_llama_cpp_reply_with_the_legacy_function_call_beside_tool_calls
     assert reply.text == "Thursday, as it happens."
     tool = server.requests[1]["messages"][-1]
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_l" and not tool["content"].startswith("error")
+
+
+# --- logs ------------------------------------------------------------------------------
+
+
+async def test_no_model_produced_string_of_a_private_turn_reaches_the_log_at_any_level(server, linked, caplog) -> None:
+    # Everything the server makes up for a private turn is a canary: ids, model name, finish reason, text.
+    canaries = {
+        "completion": "chatcmpl-LOGCANARY-completion",
+        "call": "call-LOGCANARY-toolcall",
+        "model": "model-LOGCANARY-name",
+        "finish": "finish-LOGCANARY-reason",
+        "text": "LOGCANARY the words of a private answer",
+    }
+    call = {"id": canaries["call"], "type": "function", "function": {"name": "current_time", "arguments": "{}"}}
+    asking = completion_json(None, tool_calls=[call], model=canaries["model"])
+    answer = completion_json(canaries["text"], model=canaries["model"])
+    for body in (asking, answer):
+        body["id"] = canaries["completion"]
+    answer["choices"][0]["finish_reason"] = canaries["finish"]
+    await say(linked, f"/private {PASSPHRASE}")
+    server.script(asking, answer)
+    caplog.set_level(logging.DEBUG)
+
+    with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG: every logger at DEBUG but the libraries' floors
+        reply = await say(linked, "what time is it?")
+
+    assert reply.text == canaries["text"] and not server.pending  # the private turn ran, tool call and all
+    lines = "\n".join(record.getMessage() for record in caplog.records)
+    assert "adapters.llm.openai_compat" in {record.name for record in caplog.records}  # the provider logged
+    for canary in canaries.values():
+        assert canary not in lines

@@ -579,6 +579,79 @@ async def test_neither_the_token_nor_message_text_reaches_the_logs(
     assert CANARY not in lines and "sesame" not in lines
 
 
+# --- an update python-telegram-bot cannot parse -------------------------------------------
+
+
+def offsets_passed(telegram: FakeTelegramServer, update_id: int) -> bool:
+    """Whether a getUpdates call has confirmed `update_id` (an offset above it)."""
+    return any(offset is not None and offset > update_id for offset in telegram.get_updates_offsets)
+
+
+async def test_an_update_python_telegram_bot_cannot_parse_is_confirmed_and_the_next_message_is_answered(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    await telegram.wait_for_polling()
+    poison = telegram.send_unparsable(USER, USER, f"{CANARY} unparsable")
+
+    model.reply_text("Still here.")
+    assert await say(telegram, "hello") == "Still here."
+    await telegram.wait_for(lambda: offsets_passed(telegram, poison))
+
+
+async def test_an_unparsable_update_confirms_no_update_before_it_that_is_still_being_answered(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+) -> None:
+    release = asyncio.Event()
+
+    async def held(body: dict) -> str:
+        await release.wait()
+        return "Answered."
+
+    model.responder = held
+    await telegram.wait_for_polling()
+    telegram.send_text(USER, USER, "hello")  # one batch: a message, then an update that cannot be parsed
+    poison = telegram.send_unparsable(OTHER, OTHER, f"{CANARY} unparsable")
+    polled = len(telegram.get_updates_offsets)
+    try:
+        # Polling goes on while the turn of "hello" is held at the model ...
+        await telegram.wait_for(lambda: len(telegram.get_updates_offsets) >= polled + 3)
+        assert not offsets_passed(telegram, poison - 1)  # ... and confirms neither it nor what follows
+    finally:
+        release.set()
+    assert (await telegram.wait_for_sent(1))[0].text == "Answered."
+    await telegram.wait_for(lambda: offsets_passed(telegram, poison))
+
+
+async def test_an_unparsable_update_is_logged_by_id_and_size_never_by_its_content(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG
+        await telegram.wait_for_polling()
+        poison = telegram.send_unparsable(USER, USER, f"{CANARY} unparsable")
+        await telegram.wait_for(lambda: offsets_passed(telegram, poison))
+    skipped = [r for r in caplog.records if r.name.startswith("adapters.telegram") and poison in (r.args or ())]
+    assert len(skipped) == 1 and "message" in skipped[0].getMessage()  # its id and its kind, once
+    lines = "\n".join(r.getMessage() for r in caplog.records)
+    assert CANARY not in lines and "canary" not in lines.lower()
+    assert not [r for r in caplog.records if r.levelno >= logging.CRITICAL]
+
+
+async def test_an_answer_that_is_not_json_is_refused_without_its_body_reaching_the_log(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with logging_policy("DEBUG"):
+        await telegram.wait_for_polling()
+        telegram.cut_next("getUpdates")  # the answer carrying the message below is cut short
+        model.reply_text("Got it.")
+        assert await say(telegram, f"hello {CANARY}") == "Got it."  # fetched again, whole, and answered
+    assert len(telegram.cut_answers) == 1 and CANARY.encode() in telegram.cut_answers[0]
+    lines = "\n".join(r.getMessage() for r in caplog.records)
+    assert "getUpdates failed (TelegramError)" in lines
+    assert CANARY not in lines
+
+
 async def test_the_token_stays_out_of_the_logs_when_requests_fail_and_are_retried(
     adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
 ) -> None:

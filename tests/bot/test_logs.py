@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from core.privacy.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, run_companion
@@ -46,3 +48,55 @@ def test_a_logged_exception_is_one_line_naming_its_type_without_its_message_or_t
     line = OneLineFormatter(FORMAT).format(record)
     assert line.endswith("discord.client: reconnecting (ValueError)")
     assert "\n" not in line and CANARY not in line and "Traceback" not in line
+
+
+def library_record(name: str, level: int, msg: str, *args: object) -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, msg, args or None, None)
+
+
+def test_a_library_line_keeps_its_words_and_numbers_but_never_a_string_it_was_given():
+    from bot.logs import FORMAT, OneLineFormatter
+
+    formatter = OneLineFormatter(FORMAT)
+    # python-telegram-bot's line for a batch of updates it cannot parse, and discord.py's rate limit.
+    batch = [{"update_id": 7, "message": {"chat": {"id": 1}, "text": CANARY}}]
+    unparsed = library_record("telegram.ext.ExtBot", logging.CRITICAL, "Received data was %r", batch)
+    limited = library_record(
+        "discord.http", logging.WARNING, "%s %s responded with %d, retry in %.2f s", "GET", CANARY, 429, 1.5
+    )
+
+    assert formatter.format(unparsed).endswith("telegram.ext.ExtBot: Received data was '<withheld>'")
+    assert formatter.format(limited).endswith("discord.http: <withheld> <withheld> responded with 429, retry in 1.50 s")
+
+
+def test_a_library_line_is_its_first_line_with_every_quoted_string_withheld():
+    from bot.logs import FORMAT, OneLineFormatter
+
+    # asyncio's default exception handler writes the handle (and its arguments) into the message itself.
+    record = library_record(
+        "asyncio",
+        logging.ERROR,
+        f"Exception in callback deliver('{CANARY}')\nhandle: <Handle deliver('{CANARY}')>",
+    )
+    line = OneLineFormatter(FORMAT).format(record)
+    assert line.endswith("asyncio: Exception in callback deliver(<withheld>)")
+
+
+def test_a_library_line_whose_placeholder_wants_a_withheld_string_shows_its_words_alone():
+    from bot.logs import FORMAT, OneLineFormatter
+
+    record = library_record("telegram.ext.Application", logging.ERROR, "update %(update)d of %(text)s", {"update": "x"})
+    assert OneLineFormatter(FORMAT).format(record).endswith("telegram.ext.Application: update %(update)d of %(text)s")
+
+
+def test_our_own_lines_are_shown_whole():
+    from bot.logs import FORMAT, OneLineFormatter
+
+    record = library_record(
+        "adapters.telegram.adapter", logging.INFO, "telegram: update %s (%s, %d bytes)", 7, "message", 90
+    )
+    assert (
+        OneLineFormatter(FORMAT)
+        .format(record)
+        .endswith("adapters.telegram.adapter: telegram: update 7 (message, 90 bytes)")
+    )

@@ -93,6 +93,8 @@ class FakeTelegramServer(LoopbackServer):
         self._delivered: dict[int, dict[str, Any]] = {}  # every update ever returned, by id
         # None in a method's queue lets one call through.
         self._failures: dict[str, collections.deque[Failure | None]] = collections.defaultdict(collections.deque)
+        self._cut: collections.Counter[str] = collections.Counter()  # methods whose next answers are cut short
+        self.cut_answers: list[bytes] = []  # every answer cut short, as sent
         self._chats: dict[int, dict[str, Any]] = {}
         self._messages: dict[tuple[int, int], dict[str, Any]] = {}  # every message in a chat, by id
         self._update_ids = itertools.count(1)
@@ -138,6 +140,24 @@ class FakeTelegramServer(LoopbackServer):
         update with the whole message, the new caption, and `edit_date`."""
         self._in_loop(self._edit_caption, chat_id, message_id, caption)
 
+    def send_unparsable(self, chat_id: int, user_id: int, text: str) -> int:
+        """Queue a `message` update python-telegram-bot cannot parse (its `chat` lacks the required
+        `type`: `Update.de_json` raises TypeError); returns its update id."""
+        return self._in_loop(self._send_unparsable, chat_id, user_id, text)
+
+    def _send_unparsable(self, chat_id: int, user_id: int, text: str) -> int:
+        update_id = next(self._update_ids)
+        message = {
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "first_name": f"User{user_id}"},
+            "from": {"id": user_id, "is_bot": False, "first_name": f"User{user_id}"},
+            "text": text,
+        }
+        self._queue.append({"update_id": update_id, "message": message})
+        self._notify()
+        return update_id
+
     def fail_next(
         self,
         method: str,
@@ -156,6 +176,11 @@ class FakeTelegramServer(LoopbackServer):
                 description = f"Too Many Requests: retry after {retry_after}"
         failure = Failure(status, description, retry_after)
         self._in_loop(lambda: self._failures[method].extend([None] * after + [failure] * times))
+
+    def cut_next(self, method: str) -> None:
+        """Cut short the next answer of `method` that has a result (not an empty list): its last
+        bytes are missing, as from a connection a proxy dropped, so it is not JSON."""
+        self._in_loop(lambda: self._cut.update([method]))
 
     def redeliver(self) -> None:
         """Make every update delivered so far pending again, as when the bot stopped before confirming them."""
@@ -299,6 +324,11 @@ class FakeTelegramServer(LoopbackServer):
             return result
         if isinstance(result, Failure):
             return _error(result)
+        if self._cut[method] and result not in ([], None):
+            self._cut[method] -= 1
+            cut = json.dumps({"ok": True, "result": result}).encode()[:-3]
+            self.cut_answers.append(cut)
+            return web.Response(body=cut, content_type="application/json")
         return web.json_response({"ok": True, "result": result})
 
     def _api_getMe(self, params: dict[str, Any]) -> dict[str, Any]:
