@@ -275,10 +275,6 @@ class Segment:
     end_reason: str | None
     expires_at: float | None
 
-    @property
-    def is_open(self) -> bool:
-        return self.ended_at is None
-
 
 @dataclass(frozen=True, slots=True)
 class TimelineItem:
@@ -450,10 +446,6 @@ class QuotedMessage:
     role: str
     kind: str
     text: str | None
-
-    @property
-    def is_masked(self) -> bool:
-        return self.text is None
 
 
 @dataclass(frozen=True, slots=True)
