@@ -79,18 +79,20 @@ class Companion:
                 log.warning("answering a cut-off turn failed (%s)", type(exc).__name__)
         if turns:
             log.info("start-up: %d turns cut off by the last stop were answered", len(turns))
+            if self.outbox is not None:
+                await self.outbox.settle(self.config.stop_grace)  # their answers sent (or pending, retried)
         return len(turns)
 
     async def answer_cut_off(self, open_turn: OpenTurn) -> None:
         """Answer one cut-off turn in its conversation's lane (unless a newer message answered it
-        first), then send the answer; the sending happens after the lane moved on."""
+        first); its answer is handed to the outbox's lanes (a stop waits for that send)."""
         conversation = open_turn.conversation
         reply = await self._lanes.run(
             _key_of(conversation.platform, conversation.chat_id),
             functools.partial(self._recovery.answer_cut_off, open_turn),
         )
-        if reply is not None and reply.delivery_id is not None and self.outbox is not None:
-            await self.outbox.deliver(conversation.id, reply.delivery_id)
+        if reply is not None:
+            self._hand_over(reply)
 
     async def finish_turns(self, grace: float) -> int:
         """The stop: answer every burst still held, let each lane finish what it holds within
