@@ -40,8 +40,8 @@ def build_adapters(
     revoked token); the gateway stops."""
     adapters: list[BaseChatAdapter] = []
     link = core_link(companion)
-    # What an adapter still runs when it closes (the core's stop has had COMPANION_STOP_GRACE by
-    # then) may take as long as one model call.
+    # By the time an adapter closes, the core's stop has finished or cut off every turn; what the
+    # adapter still waits for then (a reply's last steps) is bounded by the same grace.
     if settings.telegram_token:
         from adapters.telegram import TelegramAdapter
 
