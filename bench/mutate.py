@@ -511,6 +511,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            await self._flush_burst(conversation.id)  # a burst never spans a command",
         "            pass",
     ),
+    # --- the wall at the edges (issue 22): one gate, and the SQL behind it --------------------
+    M(
+        "gate-caught-up-command-runs-in-normal-mode",
+        PRIVACY,
+        "core/turn/companion.py",
+        "if event.restarted is not None and not _private_mode_runs(event):",
+        "if event.restarted is not None and event.kind is EventKind.MESSAGE:",
+    ),
+    M(
+        "edit-typed-while-private-changes-the-normal-row",
+        PRIVACY,
+        "core/turn/edits.py",
+        "    if stored.segment_id != state.segment_id:\n        if state.is_private:",
+        "    if False:\n        if state.is_private:",
+    ),
+    M(
+        "edit-sql-ignores-the-mode-it-is-made-in",
+        PRIVACY,
+        "adapters/storage/quotes.py",
+        ' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}",',
+        ' AND {_NOT_EXPIRED}",',
+    ),
+    M(
+        "telegram-edit-read-at-its-message-date",
+        RELIABILITY,
+        "adapters/telegram/adapter.py",
+        "        if edited and message.edit_date is not None:",
+        "        if False:",
+    ),
+    M(
+        "discord-edit-read-at-its-message-date",
+        RELIABILITY,
+        "adapters/discord.py",
+        "        if edited and message.edited_at is not None:",
+        "        if False:",
+    ),
     M(
         "edit-answered-when-unchanged",
         RELIABILITY,

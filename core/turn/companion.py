@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 
-from core.commands.registry import COMMANDS, command_info, mistyped_secret_command
+from core.commands.registry import COMMANDS, carries_secret
 from core.delivery.outbox import Outbox
 from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler
@@ -25,13 +25,13 @@ from core.turn import edits, quotes
 from core.turn.bursts import BurstWindow, Held
 from core.turn.commanding import CommandRunner
 from core.turn.config import CompanionConfig
+from core.turn.gate import Event, EventKind, Gate
 from core.turn.lanes import Lanes
-from core.turn.media import MediaReader
+from core.turn.media import MediaReader, unread_text
 from core.turn.people import People
-from core.turn.recovery import Recovery
+from core.turn.recovery import ClosedByRestart, Recovery
 from core.turn.responder import LaneKey, Responder
 from core.values import copy
-from core.values.command_text import parse_command
 from core.values.model import ChatMove, InboundMessage, OpenTurn, Reply, Turn
 from core.values.modes import ModeState, with_notice
 from core.values.retry import Sleep
@@ -71,6 +71,7 @@ class Parts:
     commands: CommandRunner
     media: MediaReader
     lanes: Lanes[LaneKey]
+    gate: Gate
     outbox: Outbox | None = None
     proactive: ProactiveService | None = None
 
@@ -95,6 +96,7 @@ class Companion:
         self._responder = parts.responder
         self._commands = parts.commands
         self._lanes = parts.lanes
+        self._gate = parts.gate
         self._bursts: BurstWindow[HeldTurn] = BurstWindow(config.burst_seconds, self._burst_quiet, sleep=burst_sleep)
 
     # --- lifecycle --------------------------------------------------------
@@ -199,47 +201,70 @@ class Companion:
         started = time.perf_counter()
         account, conversation = await self._people.resolve(message)
         turn = Turn(message, account, conversation, restart_notice=self._recovery.restart_notice(conversation.id))
-        command = parse_command(message.text)
-        info = command_info(command.name) if command is not None else None
-        mistyped = mistyped_secret_command(message.text)
-        if not message.edited and (command is not None or mistyped):
+        # The event's kind and mode, decided once (core/turn/gate.py); nothing below asks again.
+        event = await self._gate.admit(turn)
+        if event.kind in (EventKind.COMMAND, EventKind.UNKNOWN_COMMAND, EventKind.MISTYPED):
             await self._flush_burst(conversation.id)  # a burst never spans a command
-        if message.edited:
-            reply = await edits.answer_edit(
-                turn, store=self.store, clock=self.clock, valve=self.valve, responder=self._responder
-            )
-        elif command is not None and info is not None:
-            reply = await self._commands.run(turn, info, command.args)
-        elif mistyped:
-            # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
-            # or /link (`/privte`, a Cyrillic er for the p) may carry the passphrase or a code.
-            reply = await self._responder.finish(turn, MISTYPED_LOOKALIKE, delete_inbound=True)
-        elif command is not None:
-            reply = await self._responder.finish(turn, UNKNOWN_COMMAND.format(name=command.name))  # not stored
-        else:
-            reply = await self._chat(turn)
+        reply = await self._dispatch(turn, event)
         if reply is None:
             return None
         self._recovery.noticed(conversation.id)
         log.info(
-            "conversation %s: turn of %d chars answered with %d chars in %.0f ms",
+            "conversation %s: %s of %d chars answered with %d chars in %.0f ms",
             conversation.id,
+            event.kind,
             len(message.text),
             len(reply.text),
             (time.perf_counter() - started) * 1e3,
         )
         return reply
 
-    async def _chat(self, turn: Turn) -> Reply | None:
-        conversation, message = turn.conversation, turn.message
-        if self._recovery.sent_before_start(message):
-            applies, kept = await self._recovery.keep_in_restarted_interval(turn)
-            if applies:
-                return kept
-        state = await self.valve.settle(conversation)
+    async def _dispatch(self, turn: Turn, event: Event) -> Reply | None:
+        state, kind = event.state, event.kind
+        if event.restarted is not None and not _private_mode_runs(event):
+            return await self._keep_unread(turn, event, event.restarted)
+        if kind is EventKind.EDIT:
+            return await edits.answer_edit(turn, state, store=self.store, clock=self.clock, responder=self._responder)
+        if kind is EventKind.COMMAND and event.info is not None and event.command is not None:
+            return await self._commands.run(turn, event.info, event.command.args, state)
+        if kind is EventKind.MISTYPED:
+            # Not stored, not sent to the model, not quoted: it may carry the passphrase or a code.
+            return await self._responder.finish(
+                turn, MISTYPED_LOOKALIKE, delete_inbound=True, queued=not state.unreadable
+            )
         if state.unreadable:
-            # It may belong to an open private interval: stored nowhere, shown to no model.
-            return await self._responder.finish(turn, copy.MODE_UNREADABLE)
+            # It may belong to an open private interval: stored nowhere, shown to no model, and its
+            # answer is no outbox row (which interval it would belong to cannot be known).
+            return await self._responder.finish(turn, copy.MODE_UNREADABLE, queued=False)
+        if kind is EventKind.UNKNOWN_COMMAND and event.command is not None:
+            return await self._responder.finish(turn, UNKNOWN_COMMAND.format(name=event.command.name))  # not stored
+        return await self._chat(turn, state)
+
+    async def _keep_unread(self, turn: Turn, event: Event, closed: ClosedByRestart) -> Reply | None:
+        """An event made inside an interval a restart closed since: kept there unread (a message is
+        not read, a command is not run, an edit is not applied). Only a command private mode itself
+        runs (/mode, /normal, /private, /forget private ...) runs now, in the mode the conversation
+        is in: it writes nothing that outlives an interval, and its answer quotes none of its words."""
+        message = turn.message
+        if event.kind is EventKind.EDIT:
+            log.info("conversation %s: an edit made before the restart was dropped", turn.conversation.id)
+            return None
+        secret = carries_secret(message.text)
+        if event.kind is EventKind.MESSAGE:
+            stored: str | None = unread_text(message)  # media: markers and caption only, nothing fetched
+            row = "chat"
+        elif event.kind is EventKind.MISTYPED:
+            stored, row = None, "command"
+        else:
+            command = event.command
+            stored = f"/{command.name} [redacted]" if (secret and command is not None) else message.text
+            row = "command"
+        return await self._recovery.keep_unread(
+            turn, closed, stored=stored, kind=row, answer_segment=event.state.segment_id, delete_inbound=secret
+        )
+
+    async def _chat(self, turn: Turn, state: ModeState) -> Reply | None:
+        conversation, message = turn.conversation, turn.message
         segment_id = state.segment_id
         # Media are read once the mode is known: their text (marker, caption, transcript) is stored
         # in this mode and segment; their bytes are never stored (core/turn/media.py).
@@ -319,6 +344,12 @@ class Companion:
         """A reply nobody waits for goes to the outbox's lanes (sent and marked there)."""
         if reply.delivery_id is not None and reply.conversation_id is not None and self.outbox is not None:
             self.outbox.hand_over(reply.conversation_id, reply.delivery_id)
+
+
+def _private_mode_runs(event: Event) -> bool:
+    """Whether private mode runs this command (see `_keep_unread`)."""
+    info, command = event.info, event.command
+    return info is not None and command is not None and not info.refused_while_private(command.args)
 
 
 def _key_of(platform: str, chat_id: str) -> LaneKey:

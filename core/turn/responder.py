@@ -157,15 +157,18 @@ class Responder:
         run: RunRecord | None = None,
         delete_inbound: bool = False,
         mirror: MirrorOf | None = None,
+        queued: bool = True,
     ) -> Reply:
         """Write the turn's outcome and, where the platform sends through the outbox, its pending
         delivery, in one transaction. With `mirror`, the same transaction writes the exchange's
-        mirror rows, handed to the outbox here."""
+        mirror rows, handed to the outbox here. `segment_id`: the interval the outcome and its
+        delivery belong to (the event's, as the gate decided it). `queued` False: no outbox row
+        (the mode could not be read, so no interval can be named); the adapter sends the text."""
         if turn.restart_notice:
             text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{text}"
         message = turn.message
         target = None
-        if self.delivers(message.platform):
+        if queued and self.delivers(message.platform):
             # In a group the reply quotes the message it answers; a deleted one cannot be quoted.
             reply_to = None if (turn.conversation.is_direct or delete_inbound) else message.message_id
             target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)

@@ -214,4 +214,7 @@ EDIT_CORRECTION = (
     "The person has just edited their last message (shown above as it reads now) after your answer "
     "to the earlier wording. Answer the edited version, briefly acknowledging the correction."
 )
+# Heads an edit made in private mode of a message outside the open interval: the new words are
+# kept in the interval as a message of their own, and the edited message keeps its words.
+EDIT_KEPT_PRIVATE_LINE = "(an edit, made in private mode, of an earlier message)"
 EDIT_NOT_KEPT = "That edit looked like it carries a passphrase or code; nothing of it was kept."

@@ -36,7 +36,8 @@ class InboundMessage:
     is_direct: bool
     message_id: str | None = None  # the platform's id: the inbox key (None: no dedupe, e.g. terminal)
     user_name: str | None = None
-    sent_at: float | None = None  # the platform's timestamp (Telegram `date`, Discord snowflake time)
+    # The platform's timestamp (Telegram `date`, Discord snowflake time); an edit's is when it was edited.
+    sent_at: float | None = None
     thread_id: str | None = None  # a forum topic or thread the reply belongs in
     media: tuple[Media, ...] = ()  # photos, voice notes, stickers ...; `text` is then their caption
     # Quotes, forwards, edits (issue 15); core/turn/quotes.py turns them into the stored text.

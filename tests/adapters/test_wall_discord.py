@@ -1,0 +1,138 @@
+"""The wall at the edges on Discord (issue 22): edits, forwards, unknown commands and pending sends
+never carry words typed in private mode past their interval. The real discord.py client and core
+against the fake Discord (REST and gateway) and model servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapters.discord import DiscordAdapter
+from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.storage.outbox import SqliteOutboxStore
+from adapters.storage.sqlite import SqliteStore
+from bot.bootstrap import build_companion
+from core.delivery.outbox import Outbox
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
+from core.turn.recovery import SENT_AT_MARGIN
+from tests.conftest import PASSPHRASE
+from tests.helpers.fake_discord import FakeDiscordServer
+from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.wall import ShiftedClock, traces
+
+FRIEND = 111
+CANARY = "wallcanary9c2d"  # one lowercase word: it can be a command's name, a search term, a caption
+
+
+@pytest.fixture
+async def discord_server() -> AsyncIterator[FakeDiscordServer]:
+    async with FakeDiscordServer() as server:
+        yield server
+
+
+@pytest.fixture
+def clock() -> ShiftedClock:
+    return ShiftedClock()
+
+
+class Gateway:
+    """A companion and its Discord adapter on the fake servers, on `clock` (real time, movable);
+    `start` again after `stop` is a restart on the same store (DMs sent meanwhile are caught up)."""
+
+    def __init__(self, discord_server, model, store, clock, passphrase_hash) -> None:
+        self.discord_server, self.model, self.store, self.clock = discord_server, model, store, clock
+        self.passphrase_hash = passphrase_hash
+        self.running: list[tuple[DiscordAdapter, Companion, OpenAICompatibleProvider]] = []
+
+    async def start(self) -> Companion:
+        provider = OpenAICompatibleProvider(self.model.base_url, max_retries=0)
+        companion = build_companion(
+            self.store,
+            provider,
+            CompanionConfig(allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=self.passphrase_hash),
+            clock=self.clock,
+            outbox=Outbox(SqliteOutboxStore(self.store.database), self.clock, base_delay=0.01, max_delay=0.01),
+        )
+        await companion.start()
+        server = self.discord_server
+        adapter = DiscordAdapter(
+            server.token,
+            companion.handle,
+            (),
+            api_base=server.api_base,
+            gateway_url=server.gateway_url,
+            guild_ready_timeout=0.05,
+            retry_delays=(0.01, 0.01),
+            outbox=companion.outbox,
+            state=self.store,
+            is_allowed=companion.is_allowed,
+        )
+        self.running.append((adapter, companion, provider))
+        await adapter.start()
+        return companion
+
+    async def stop(self) -> None:
+        while self.running:
+            adapter, companion, provider = self.running.pop()
+            await adapter.aclose()
+            await companion.drain()
+            await provider.aclose()
+
+
+@pytest.fixture
+async def gateway(
+    discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore, clock: ShiftedClock, passphrase_hash
+) -> AsyncIterator[Gateway]:
+    gateway = Gateway(discord_server, model, store, clock, passphrase_hash)
+    yield gateway
+    await gateway.stop()
+
+
+@pytest.fixture
+async def companion(gateway: Gateway) -> Companion:
+    return await gateway.start()
+
+
+async def say(server: FakeDiscordServer, text: str, **kwargs) -> int:
+    """Send `text` as the friend in their DM and wait for the one reply; returns the message id."""
+    before = len(server.sent)
+    message_id = await server.send_dm(FRIEND, text, **kwargs)
+    await server.wait_for_sent(before + 1)
+    return message_id
+
+
+# --- 1. an edit typed while private ----------------------------------------------------------------
+
+
+async def test_an_edit_typed_while_private_never_reaches_the_normal_request_row_recall_or_a_recall_answer(
+    discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore, companion: Companion
+) -> None:
+    first = await say(discord_server, "lunch on Friday with Ana")
+    await say(discord_server, f"/private {PASSPHRASE}")
+    await discord_server.edit_message(first, f"lunch on Friday with {CANARY}")
+    await say(discord_server, "/normal")  # one channel's messages run in order: the edit was handled before it
+    await say(discord_server, "who is lunch with on Friday?")
+    assert CANARY not in model.raw_requests[-1].decode()
+    assert "lunch on Friday with Ana" in model.raw_requests[-1].decode()
+    await say(discord_server, "/recall Friday")
+    assert "Ana" in discord_server.sent[-1].content and CANARY not in discord_server.sent[-1].content
+    found = await traces(store, CANARY)
+    assert found.normal_rows == [] and found.recall == []
+
+
+async def test_an_edit_made_after_a_restart_is_read_in_the_mode_of_its_own_moment(
+    gateway: Gateway, discord_server: FakeDiscordServer, store: SqliteStore
+) -> None:
+    await gateway.start()
+    first = await say(discord_server, "lunch on Friday")
+    await say(discord_server, f"/private {PASSPHRASE}")
+    await gateway.stop()
+    await gateway.start()  # the restart closes the interval; the message it edits is older still
+    await asyncio.sleep(SENT_AT_MARGIN + 0.1)
+    await discord_server.edit_message(first, "lunch on Saturday")  # made now, in normal mode
+    await say(discord_server, "/mode")
+    rows = await store._all("SELECT text FROM messages WHERE platform_message_id = ?", (str(first),))
+    assert [r[0] for r in rows] == ["lunch on Saturday"]

@@ -1,0 +1,54 @@
+"""The wall at the edges (issue 22), in the SQL itself: what the store refuses whoever calls it.
+
+Each test plants the state a careless caller could reach and shows the statement (or the schema)
+refuses it; the end-to-end tests through the platform libraries are in test_wall_telegram.py and
+test_wall_discord.py.
+"""
+
+from __future__ import annotations
+
+from adapters.storage.sqlite import SqliteStore
+from core.values.model import ConversationKey
+
+NOW = 1_800_000_000.0
+CANARY = "WALL-STORE-CANARY-41d"
+
+
+async def conversation(store: SqliteStore) -> int:
+    account = await store.ensure_account("telegram", "100", None, NOW)
+    return (await store.ensure_conversation(ConversationKey("telegram", "100"), "direct", account.person_id, NOW)).id
+
+
+async def text_of(store: SqliteStore, message_id: int) -> str:
+    return (await store._one("SELECT text FROM messages WHERE id = ?", (message_id,)))[0]
+
+
+# --- edits: a row changes only in its own mode --------------------------------------------------
+
+
+async def test_an_edit_never_changes_a_normal_row_while_an_interval_is_open(store: SqliteStore) -> None:
+    c = await conversation(store)
+    normal = await store.add_inbound(
+        c, "lunch on Friday", NOW, segment_id=None, account_id=None, platform_message_id="1"
+    )
+    assert normal is not None
+    await store.open_segment(c, NOW, None)
+    assert not await store.edit_message(normal, None, f"lunch with {CANARY}", NOW + 1)
+    assert await text_of(store, normal) == "lunch on Friday"
+    assert await store._all("SELECT rowid FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == []
+    await store.close_open_segments(c, NOW + 2, "user")
+    assert await store.edit_message(normal, None, "lunch on Saturday", NOW + 3)  # normal mode again
+    assert await text_of(store, normal) == "lunch on Saturday"
+
+
+async def test_an_edit_never_changes_a_private_row_once_its_interval_is_closed(store: SqliteStore) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, None)
+    private = await store.add_inbound(
+        c, "private words", NOW, segment_id=segment.id, account_id=None, platform_message_id="1"
+    )
+    assert private is not None
+    assert await store.edit_message(private, segment.id, "private words, edited", NOW + 1)  # its interval is open
+    await store.close_open_segments(c, NOW + 2, "user")
+    assert not await store.edit_message(private, segment.id, "typed in normal mode", NOW + 3)
+    assert await text_of(store, private) == "private words, edited"

@@ -1,0 +1,149 @@
+"""The wall at the edges on Telegram (issue 22): edits, forwards, unknown commands and pending sends
+never carry words typed in private mode past their interval. The real python-telegram-bot
+Application and core against the fake Bot API and model servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.storage.outbox import SqliteOutboxStore
+from adapters.storage.sqlite import SqliteStore
+from adapters.telegram import TelegramAdapter
+from bot.bootstrap import build_companion
+from core.delivery.outbox import Outbox
+from core.privacy.secrets import hash_passphrase
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
+from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.wall import ShiftedClock, traces
+
+USER = 111
+BOT = "companion_test_bot"
+CANARY = "wallcanary4e1b"  # one lowercase word: it can be a command's name, a search term, a caption
+
+
+@pytest.fixture(scope="module")
+def passphrase_hash() -> str:
+    return hash_passphrase("sesame")
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegramServer]:
+    async with FakeTelegramServer(username=BOT) as server:
+        yield server
+
+
+@pytest.fixture
+def clock() -> ShiftedClock:
+    return ShiftedClock()
+
+
+class Gateway:
+    """A companion and its Telegram adapter on the fake servers, on `clock` (real time, movable);
+    `start` again after `stop` is a restart on the same store."""
+
+    def __init__(self, telegram, model, store, clock, passphrase_hash) -> None:
+        self.telegram, self.model, self.store, self.clock = telegram, model, store, clock
+        self.passphrase_hash = passphrase_hash
+        self.running: list[tuple[TelegramAdapter, Companion, OpenAICompatibleProvider]] = []
+
+    async def start(self) -> Companion:
+        provider = OpenAICompatibleProvider(self.model.base_url, "sk-test", "test-model", timeout=5.0, max_retries=0)
+        outbox = Outbox(SqliteOutboxStore(self.store.database), self.clock, base_delay=0.01, max_delay=0.01)
+        companion = build_companion(
+            self.store,
+            provider,
+            CompanionConfig(allowed_accounts=frozenset({f"telegram:{USER}"}), passphrase_hash=self.passphrase_hash),
+            clock=self.clock,
+            outbox=outbox,
+        )
+        await companion.start()
+        adapter = TelegramAdapter(
+            token=self.telegram.token,
+            handler=companion.handle,
+            commands=companion.command_list(),
+            base_url=self.telegram.base_url,
+            state=self.store,
+            outbox=companion.outbox,
+            poll_timeout=2.0,
+            repoll_interval=0.05,
+        )
+        await adapter.start()
+        self.running.append((adapter, companion, provider))
+        return companion
+
+    async def stop(self) -> None:
+        while self.running:
+            adapter, companion, provider = self.running.pop()
+            await adapter.aclose()
+            await companion.drain()
+            await provider.aclose()
+
+
+@pytest.fixture
+async def gateway(
+    telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, clock: ShiftedClock, passphrase_hash: str
+) -> AsyncIterator[Gateway]:
+    gateway = Gateway(telegram, model, store, clock, passphrase_hash)
+    yield gateway
+    await gateway.stop()
+
+
+@pytest.fixture
+async def start(gateway: Gateway) -> Callable[[], Awaitable[Companion]]:
+    return gateway.start
+
+
+Start = Callable[[], Awaitable[Companion]]
+
+
+async def say(telegram: FakeTelegramServer, text: str, **kwargs) -> int:
+    """Send `text` as the user and wait for the one reply it gets; returns the user's message id."""
+    before = len(telegram.sent)
+    message_id = telegram.send_text(USER, USER, text, **kwargs)
+    await telegram.wait_for_sent(before + 1)
+    return message_id
+
+
+def last_user_text(model: FakeOpenAIServer) -> str:
+    return [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "user"][-1]
+
+
+# --- 1. an edit typed while private ----------------------------------------------------------------
+
+
+async def test_an_edit_typed_while_private_never_reaches_the_normal_request_row_recall_or_a_recall_answer(
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+) -> None:
+    await start()
+    first = await say(telegram, "lunch on Friday with Ana")
+    await say(telegram, "/private sesame")
+    telegram.edit_text(USER, first, f"lunch on Friday with {CANARY}")
+    await say(telegram, "/normal")  # one chat's updates run in order: the edit was handled before it
+    await say(telegram, "who is lunch with on Friday?")
+    assert CANARY not in model.raw_requests[-1].decode()
+    assert "lunch on Friday with Ana" in model.raw_requests[-1].decode()
+    await say(telegram, "/recall Friday")
+    assert "Ana" in telegram.sent[-1].text and CANARY not in telegram.sent[-1].text
+    found = await traces(store, CANARY)
+    assert found.normal_rows == [] and found.recall == []
+
+
+async def test_an_edit_made_after_a_restart_is_read_in_the_mode_of_its_own_moment(
+    gateway: Gateway, telegram: FakeTelegramServer, store: SqliteStore
+) -> None:
+    await gateway.start()
+    first = await say(telegram, "lunch on Friday")
+    await say(telegram, "/private sesame")
+    await gateway.stop()
+    await gateway.start()  # the restart closes the interval; the message it edits is older still
+    await asyncio.sleep(1.6)  # Telegram's dates are whole seconds: past the restart's margin
+    telegram.edit_text(USER, first, "lunch on Saturday")  # made now, in normal mode
+    await say(telegram, "/mode")
+    rows = await store._all("SELECT text FROM messages WHERE platform_message_id = ?", (str(first),))
+    assert [r[0] for r in rows] == ["lunch on Saturday"]
