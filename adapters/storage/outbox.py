@@ -152,12 +152,20 @@ class SqliteOutboxStore:
                 source = await cur.fetchone()
             if source is None:
                 return None
+            # Said in the interval open in the source now, if one is: written while private, it
+            # belongs there (the schema refuses it otherwise, 0011).
+            async with db.execute(
+                "SELECT id FROM segments WHERE conversation_id = ? AND ended_at IS NULL ORDER BY id DESC LIMIT 1",
+                (binding["conversation_id"],),
+            ) as cur:
+                open_segment = await cur.fetchone()
             return await insert_delivery(
                 db,
                 binding["conversation_id"],
                 DeliveryTarget(source["platform"], source["chat_id"]),
                 notice.format(target=f"{binding['platform']}:{binding['chat_id']}", reason=error[:64]),
                 now,
+                segment_id=open_segment["id"] if open_segment is not None else None,
             )
 
     async def prune_settled(self, before: float) -> int:

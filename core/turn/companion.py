@@ -221,6 +221,8 @@ class Companion:
 
     async def _dispatch(self, turn: Turn, event: Event) -> Reply | None:
         state, kind = event.state, event.kind
+        # Every answer below is written in the interval the event was made in (state.segment_id): the
+        # schema (0011) refuses a delivery of a conversation with an open interval that does not name it.
         if event.restarted is not None and not _private_mode_runs(event):
             return await self._keep_unread(turn, event, event.restarted)
         if kind is EventKind.EDIT:
@@ -230,14 +232,17 @@ class Companion:
         if kind is EventKind.MISTYPED:
             # Not stored, not sent to the model, not quoted: it may carry the passphrase or a code.
             return await self._responder.finish(
-                turn, MISTYPED_LOOKALIKE, delete_inbound=True, queued=not state.unreadable
+                turn, MISTYPED_LOOKALIKE, segment_id=state.segment_id, delete_inbound=True, queued=not state.unreadable
             )
         if state.unreadable:
             # It may belong to an open private interval: stored nowhere, shown to no model, and its
             # answer is no outbox row (which interval it would belong to cannot be known).
             return await self._responder.finish(turn, copy.MODE_UNREADABLE, queued=False)
         if kind is EventKind.UNKNOWN_COMMAND and event.command is not None:
-            return await self._responder.finish(turn, UNKNOWN_COMMAND.format(name=event.command.name))  # not stored
+            # Not stored; the answer names the command, words typed in this mode: it lives in its interval.
+            return await self._responder.finish(
+                turn, UNKNOWN_COMMAND.format(name=event.command.name), segment_id=state.segment_id
+            )
         return await self._chat(turn, state)
 
     async def _keep_unread(self, turn: Turn, event: Event, closed: ClosedByRestart) -> Reply | None:

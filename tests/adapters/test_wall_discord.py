@@ -11,6 +11,7 @@ import pytest
 
 from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.storage.backup import backup
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from bot.bootstrap import build_companion
@@ -21,6 +22,7 @@ from core.turn.recovery import SENT_AT_MARGIN
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.reader import files_holding
 from tests.helpers.wall import ShiftedClock, traces
 
 FRIEND = 111
@@ -136,3 +138,60 @@ async def test_an_edit_made_after_a_restart_is_read_in_the_mode_of_its_own_momen
     await say(discord_server, "/mode")
     rows = await store._all("SELECT text FROM messages WHERE platform_message_id = ?", (str(first),))
     assert [r[0] for r in rows] == ["lunch on Saturday"]
+
+
+# --- 2. an unknown command typed while private, its answer pending ---------------------------------
+
+MESSAGES = "/channels/{channel_id}/messages"
+
+
+async def discord_down(server: FakeDiscordServer) -> None:
+    """The next message send fails each of the adapter's three tries (503: discord.py itself waits
+    out a 502 for half a minute before the adapter sees it; for the outbox both are an outage)."""
+    for _ in range(3):
+        server.fail_next("POST", MESSAGES, 503)
+
+
+async def pending_for(store: SqliteStore, needle: str) -> list[tuple]:
+    rows = await store._all("SELECT segment_id, status FROM deliveries WHERE text LIKE ?", (f"%{needle}%",))
+    return [tuple(r) for r in rows]
+
+
+async def rows_appear(store: SqliteStore, sql: str, *params: object) -> None:
+    for _ in range(500):
+        if await store._all(sql, params):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no row for: {sql}")
+
+
+@pytest.mark.parametrize("ending", ["forget private", "expiry"])
+async def test_an_unknown_commands_pending_answer_typed_while_private_goes_with_its_interval(
+    discord_server: FakeDiscordServer,
+    store: SqliteStore,
+    clock: ShiftedClock,
+    companion: Companion,
+    tmp_path,
+    ending: str,
+) -> None:
+    await say(discord_server, f"/private {PASSPHRASE} 1h")
+    await discord_down(discord_server)
+    await discord_server.send_dm(FRIEND, f"/diary_{CANARY} the day was long")
+    await rows_appear(store, "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts = 1")
+    (segment,) = [r[0] for r in await store._all("SELECT id FROM segments WHERE ended_at IS NULL")]
+    assert await pending_for(store, CANARY) == [(segment, "pending")]  # the answer is the interval's own
+    assert files_holding([backup(store.path, tmp_path / "backups", retention_days=14).path], CANARY.encode()) == []
+    if ending == "forget private":
+        await discord_down(discord_server)
+        await discord_server.send_dm(FRIEND, "/forget private")
+        await rows_appear(store, "SELECT 1 FROM deliveries WHERE text LIKE 'Private mode is off%' AND attempts = 1")
+    else:
+        clock.advance(3601)
+        await companion.sweep()
+    assert not (await traces(store, CANARY)).anywhere
+    assert await store._all("SELECT id FROM deliveries WHERE segment_id IS NOT NULL") == []
+    files = [p for p in (store.path, store.path.with_name(store.path.name + "-wal")) if p.exists()]
+    assert files_holding(files, CANARY.encode()) == []
+    clock.advance(60)  # Discord is back: what is still pending goes out, and none of it is the canary
+    await companion.outbox.dispatch_due()
+    assert all(CANARY not in (m.content or "") for m in discord_server.sent)

@@ -7,6 +7,10 @@ test_wall_discord.py.
 
 from __future__ import annotations
 
+import sqlite3
+
+import pytest
+
 from adapters.storage.sqlite import SqliteStore
 from core.values.model import ConversationKey
 
@@ -52,3 +56,38 @@ async def test_an_edit_never_changes_a_private_row_once_its_interval_is_closed(s
     await store.close_open_segments(c, NOW + 2, "user")
     assert not await store.edit_message(private, segment.id, "typed in normal mode", NOW + 3)
     assert await text_of(store, private) == "private words, edited"
+
+
+# --- deliveries: everything written while private belongs to the interval ------------------------
+
+
+async def plant_delivery(store: SqliteStore, c: int, kind: str, segment: int | None) -> None:
+    await store._planted(
+        "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, nonce, text,"
+        " next_attempt_at, created_at) VALUES (?, ?, ?, 'telegram', '100', 'n', ?, 0, 0)",
+        (c, segment, kind, f"I don't know /diary_{CANARY}"),
+    )
+
+
+@pytest.mark.parametrize("kind", ["reply", "mirror", "reminder", "nudge"])
+async def test_the_schema_refuses_a_delivery_written_while_an_interval_is_open_that_does_not_name_it(
+    store: SqliteStore, kind: str
+) -> None:
+    c = await conversation(store)
+    earlier = await store.open_segment(c, NOW, None)
+    await store.close_open_segments(c, NOW + 1, "user")
+    await store.open_segment(c, NOW + 2, None)
+    for segment in (None, earlier.id):  # none, or an interval that is not the open one
+        with pytest.raises(sqlite3.IntegrityError):
+            await plant_delivery(store, c, kind, segment)
+    assert await store._all("SELECT id FROM deliveries") == []
+
+
+async def test_a_delivery_naming_the_open_interval_goes_with_it(store: SqliteStore) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, None)
+    await plant_delivery(store, c, "reply", segment.id)
+    await store.close_open_segments(c, NOW + 1, "user")
+    await plant_delivery(store, c, "reply", None)  # normal mode again: a normal delivery
+    await store.delete_segments_of(c)
+    assert [tuple(r) for r in await store._all("SELECT segment_id FROM deliveries")] == [(None,)]

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.storage.backup import backup
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from adapters.telegram import TelegramAdapter
@@ -20,6 +21,7 @@ from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.reader import files_holding
 from tests.helpers.wall import ShiftedClock, traces
 
 USER = 111
@@ -147,3 +149,39 @@ async def test_an_edit_made_after_a_restart_is_read_in_the_mode_of_its_own_momen
     await say(telegram, "/mode")
     rows = await store._all("SELECT text FROM messages WHERE platform_message_id = ?", (str(first),))
     assert [r[0] for r in rows] == ["lunch on Saturday"]
+
+
+# --- 2. an unknown command typed while private, its answer pending ---------------------------------
+
+
+@pytest.mark.parametrize("ending", ["forget private", "expiry"])
+async def test_an_unknown_commands_pending_answer_typed_while_private_goes_with_its_interval(
+    gateway: Gateway, telegram: FakeTelegramServer, store: SqliteStore, clock: ShiftedClock, tmp_path, ending: str
+) -> None:
+    companion = await gateway.start()
+    await say(telegram, "/private sesame 1h")
+    sends = len(telegram.calls_of("sendMessage"))
+    telegram.fail_next("sendMessage", 502, times=5)  # every one of the adapter's own tries
+    telegram.send_text(USER, USER, f"/diary_{CANARY} the day was long")
+    await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= sends + 5)
+    await companion.outbox.settle(10)
+    (segment,) = [r[0] for r in await store._all("SELECT id FROM segments WHERE ended_at IS NULL")]
+    pending = await store._all("SELECT segment_id, status FROM deliveries WHERE text LIKE ?", (f"%{CANARY}%",))
+    assert [tuple(r) for r in pending] == [(segment, "pending")]  # the answer is the interval's own
+    # A backup taken now holds no private row, so not this one either.
+    assert files_holding([backup(store.path, tmp_path / "backups", retention_days=14).path], CANARY.encode()) == []
+    telegram.fail_next("sendMessage", 502, times=5)  # the platform is still down
+    if ending == "forget private":
+        telegram.send_text(USER, USER, "/forget private")
+        await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= sends + 10)
+        await companion.outbox.settle(10)
+    else:
+        clock.advance(3601)
+        await companion.sweep()
+    assert not (await traces(store, CANARY)).anywhere
+    assert await store._all("SELECT id FROM deliveries WHERE segment_id IS NOT NULL") == []
+    files = [p for p in (store.path, store.path.with_name(store.path.name + "-wal")) if p.exists()]
+    assert files_holding(files, CANARY.encode()) == []
+    clock.advance(60)  # Telegram is back: what is still pending goes out, and none of it is the canary
+    await companion.outbox.dispatch_due()
+    assert all(CANARY not in m.text for m in telegram.sent)
