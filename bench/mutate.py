@@ -562,6 +562,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "segment_id=None,",
     ),
     M(
+        "outbox-due-picks-an-expired-interval",
+        PRIVACY,
+        "adapters/storage/outbox.py",
+        '            f" AND {_INTERVAL_LIVES}"\n',
+        "",
+    ),
+    M(
+        "outbox-pending-of-sends-an-expired-interval",
+        PRIVACY,
+        "adapters/storage/outbox.py",
+        'f" AND {_INTERVAL_LIVES} ORDER BY id",',
+        '" ORDER BY id",',
+    ),
+    M(
         "telegram-edit-read-at-its-message-date",
         RELIABILITY,
         "adapters/telegram/adapter.py",

@@ -136,11 +136,17 @@ class OutboxStore(Protocol):
 
     async def lane_of(self, delivery_id: int) -> tuple[str, str] | None: ...
 
-    async def pending_of(self, conversation_id: int, upto: int) -> list[OutboundDelivery]: ...
+    async def pending_of(self, conversation_id: int, upto: int, now: float) -> list[OutboundDelivery]:
+        """The pending deliveries of the lane of `upto` (its conversation, platform and chat) up to
+        it, oldest first; never one whose interval has expired by `now` or was deleted."""
+        ...
 
     async def due(
         self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
-    ) -> list[tuple[int, int]]: ...
+    ) -> list[tuple[int, int]]:
+        """(conversation, newest due delivery id) of each lane with a pending delivery due `now`;
+        never one whose interval has expired by `now` or was deleted."""
+        ...
 
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None: ...
 

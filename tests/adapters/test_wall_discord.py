@@ -195,3 +195,31 @@ async def test_an_unknown_commands_pending_answer_typed_while_private_goes_with_
     clock.advance(60)  # Discord is back: what is still pending goes out, and none of it is the canary
     await companion.outbox.dispatch_due()
     assert all(CANARY not in (m.content or "") for m in discord_server.sent)
+
+
+# --- 4. a private answer left pending past its interval's expiry -----------------------------------
+
+
+async def test_a_private_answer_left_pending_is_never_sent_after_its_interval_expired(
+    discord_server: FakeDiscordServer,
+    model: FakeOpenAIServer,
+    store: SqliteStore,
+    clock: ShiftedClock,
+    companion: Companion,
+) -> None:
+    await say(discord_server, f"/private {PASSPHRASE} 1m")
+    await discord_down(discord_server)
+    model.reply_text(f"Between us: {CANARY}.")
+    await discord_server.send_dm(FRIEND, "how am I doing, really?")
+    await rows_appear(store, "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts = 1")
+    (conversation, delivery) = tuple(
+        (await store._all("SELECT conversation_id, id FROM deliveries WHERE status = 'pending'"))[0]
+    )
+    posts = len(discord_server.requests)
+    clock.advance(61)  # the interval expired a moment ago; the minute's sweep has not run yet
+    await companion.outbox.dispatch_due()  # the scheduler's dispatch, Discord back up
+    await companion.outbox.deliver(conversation, delivery)  # and the lane sent directly
+    assert all(CANARY not in (m.content or "") for m in discord_server.sent)
+    assert [r for r in discord_server.requests[posts:] if r[:2] == ("POST", "/api/v10" + MESSAGES)] == []  # not tried
+    await companion.sweep()
+    assert not (await traces(store, CANARY)).anywhere

@@ -11,6 +11,7 @@ import sqlite3
 
 import pytest
 
+from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from core.values.model import ConversationKey
 
@@ -91,3 +92,40 @@ async def test_a_delivery_naming_the_open_interval_goes_with_it(store: SqliteSto
     await plant_delivery(store, c, "reply", None)  # normal mode again: a normal delivery
     await store.delete_segments_of(c)
     assert [tuple(r) for r in await store._all("SELECT segment_id FROM deliveries")] == [(None,)]
+
+
+# --- the outbox: nothing is sent for an interval that has ended -------------------------------------
+
+
+async def test_the_outbox_never_picks_a_delivery_whose_interval_expired_even_before_the_sweep(
+    store: SqliteStore,
+) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, NOW + 60)
+    await plant_delivery(store, c, "reply", segment.id)
+    (delivery,) = [r[0] for r in await store._all("SELECT id FROM deliveries")]
+    outbox = SqliteOutboxStore(store.database)
+    assert await outbox.due(frozenset({"telegram"}), NOW + 59) == [(c, delivery)]
+    assert [d.id for d in await outbox.pending_of(c, delivery, NOW + 59)] == [delivery]
+    # Expired, not yet deleted (the sweep runs once a minute): the queries that pick it say no.
+    assert await outbox.due(frozenset({"telegram"}), NOW + 60) == []
+    assert await outbox.pending_of(c, delivery, NOW + 60) == []
+
+
+async def test_the_outbox_never_picks_a_delivery_whose_interval_is_gone_even_with_foreign_keys_off(
+    store: SqliteStore,
+) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, None)
+    await plant_delivery(store, c, "reply", segment.id)
+    (delivery,) = [r[0] for r in await store._all("SELECT id FROM deliveries")]
+    # A row its interval's cascade never reached (a copy restored without foreign keys, a bug).
+    await store._all("PRAGMA foreign_keys = OFF")
+    try:
+        await store._planted("DELETE FROM segments WHERE id = ?", (segment.id,))
+    finally:
+        await store._all("PRAGMA foreign_keys = ON")
+    assert [tuple(r) for r in await store._all("SELECT id, status FROM deliveries")] == [(delivery, "pending")]
+    outbox = SqliteOutboxStore(store.database)
+    assert await outbox.due(frozenset({"telegram"}), NOW) == []
+    assert await outbox.pending_of(c, delivery, NOW) == []

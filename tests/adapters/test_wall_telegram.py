@@ -185,3 +185,29 @@ async def test_an_unknown_commands_pending_answer_typed_while_private_goes_with_
     clock.advance(60)  # Telegram is back: what is still pending goes out, and none of it is the canary
     await companion.outbox.dispatch_due()
     assert all(CANARY not in m.text for m in telegram.sent)
+
+
+# --- 4. a private answer left pending past its interval's expiry -----------------------------------
+
+
+async def test_a_private_answer_left_pending_is_never_sent_after_its_interval_expired(
+    gateway: Gateway, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, clock: ShiftedClock
+) -> None:
+    companion = await gateway.start()
+    await say(telegram, "/private sesame 1m")
+    sends = len(telegram.calls_of("sendMessage"))
+    telegram.fail_next("sendMessage", 502, times=5)  # every one of the adapter's own tries
+    model.reply_text(f"Between us: {CANARY}.")
+    telegram.send_text(USER, USER, "how am I doing, really?")
+    await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= sends + 5)
+    await companion.outbox.settle(10)
+    (conversation, delivery) = tuple(
+        (await store._all("SELECT conversation_id, id FROM deliveries WHERE status = 'pending'"))[0]
+    )
+    clock.advance(61)  # the interval expired a moment ago; the minute's sweep has not run yet
+    await companion.outbox.dispatch_due()  # the scheduler's dispatch, Telegram back up
+    await companion.outbox.deliver(conversation, delivery)  # and the lane sent directly
+    assert all(CANARY not in m.text for m in telegram.sent)
+    assert len(telegram.calls_of("sendMessage")) == sends + 5  # not even tried again
+    await companion.sweep()
+    assert not (await traces(store, CANARY)).anywhere
