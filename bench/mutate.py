@@ -236,9 +236,9 @@ MUTATIONS: tuple[Mutation, ...] = (
         "segment-activity-not-extended-by-a-user-message",  # issue 12 gap (one of its three writes)
         RELIABILITY,
         "adapters/storage/timeline.py",
-        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),\n"
+        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id, said),\n"
         "            )\n            if cur.rowcount == 0:\n                return None\n            if segment_id is not None:\n",
-        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),\n"
+        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id, said),\n"
         "            )\n            if cur.rowcount == 0:\n                return None\n            if False:\n",
     ),
     M(
@@ -574,6 +574,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/storage/outbox.py",
         'f" AND {_INTERVAL_LIVES} ORDER BY id",',
         '" ORDER BY id",',
+    ),
+    M(
+        "mirror-copies-the-quote-of-a-private-message",
+        PRIVACY,
+        "adapters/storage/bindings.py",
+        "'you: ' || coalesce(u.said, u.text) || char(10)",
+        "'you: ' || u.text || char(10)",
+    ),
+    M(
+        "mirror-words-not-kept-apart-from-the-quote",
+        PRIVACY,
+        "core/turn/quotes.py",
+        "    return Composed(text, words if lines else None)",
+        "    return Composed(text, None)",
     ),
     M(
         "telegram-edit-read-at-its-message-date",

@@ -226,9 +226,11 @@ class TimelineStore(Protocol):
         segment_id: int | None,
         account_id: int | None,
         platform_message_id: str | None,
+        said: str | None = None,
     ) -> int | None:
         """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
-        Returns None when it is stored already (a redelivery)."""
+        `said`: the person's own words when `text` holds more (quote and forward lines), the
+        only part of it a mirror copies. Returns None when it is stored already (a redelivery)."""
         ...
 
     async def record_reply(
@@ -578,7 +580,9 @@ class QuoteStore(Protocol):
         """The user chat message an edit names, unless it is gone or its interval expired."""
         ...
 
-    async def edit_message(self, message_id: int, segment_id: int | None, text: str, now: float) -> bool:
+    async def edit_message(
+        self, message_id: int, segment_id: int | None, text: str, now: float, *, said: str | None = None
+    ) -> bool:
         """Replace a user chat message's text in its own mode and segment (and the recall index).
         False: it is gone, or its interval expired meanwhile; nothing changed."""
         ...

@@ -14,3 +14,9 @@ WHEN EXISTS (
 BEGIN
     SELECT RAISE(ABORT, 'a delivery written while an interval is open must name that interval');
 END;
+
+-- What a mirror copies of a user's message: the words the person typed (in a group, headed with
+-- who spoke), never the lines the companion put before them (what it replies to, where it was
+-- forwarded from), since those may stand for a private interval (its placeholder). NULL: the
+-- stored text is those words already. The mirror INSERT reads this column, never `text`.
+ALTER TABLE messages ADD COLUMN said TEXT;

@@ -64,7 +64,9 @@ class QuoteQueries:
         )
         return EditableMessage(row["id"], row["segment_id"], row["turn"]) if row is not None else None
 
-    async def edit_message(self, message_id: int, segment_id: int | None, text: str, now: float) -> bool:
+    async def edit_message(
+        self, message_id: int, segment_id: int | None, text: str, now: float, *, said: str | None = None
+    ) -> bool:
         """Only `text` changes (False when it is the same: no edit, e.g. a link preview added, or
         when the edit was not made in the row's own mode): the row keeps its mode and segment (the
         statement names both as they were read), so an edit can never move a private message into
@@ -73,9 +75,10 @@ class QuoteQueries:
         other. The recall index follows by the trigger `recall_message_update` (0010), normal rows only."""
         async with self._db.tx() as db:
             cur = await db.execute(
-                "UPDATE messages AS m SET text = :t WHERE m.id = :id AND m.segment_id IS :s AND m.text IS NOT :t"
+                "UPDATE messages AS m SET text = :t, said = :said WHERE m.id = :id AND m.segment_id IS :s"
+                " AND m.text IS NOT :t"
                 f" AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}",
-                {"t": text, "id": message_id, "s": segment_id, "now": now},
+                {"t": text, "said": said, "id": message_id, "s": segment_id, "now": now},
             )
             if cur.rowcount and segment_id is not None:
                 await db.execute(

@@ -276,15 +276,16 @@ class Companion:
         media = await self.media.read(message, conversation.id) if message.media else None
         # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
         said = dataclasses.replace(message, text=media.text) if media else message
-        text = await quotes.compose(self.store, conversation, said, visible_segment=segment_id)
+        composed = await quotes.compose(self.store, conversation, said, visible_segment=segment_id)
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
             conversation.id,
-            text,
+            composed.text,
             self.clock.now(),
             segment_id=segment_id,
             account_id=turn.account.id,
             platform_message_id=message.message_id,
+            said=composed.said,
         )
         if message_id is None:
             log.info("conversation %s: message %s is stored already", conversation.id, message.message_id)

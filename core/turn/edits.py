@@ -68,11 +68,11 @@ async def answer_edit(
         if state.is_private:
             # Typed while private: private input, kept in the open interval and expiring with it.
             # The row it edits (normal, or of another interval) keeps its words.
-            text = await compose(store, conversation, message, visible_segment=state.segment_id)
+            composed = await compose(store, conversation, message, visible_segment=state.segment_id)
             await store.add_message(
                 conversation.id,
                 "user",
-                f"{copy.EDIT_KEPT_PRIVATE_LINE}\n{text}",
+                f"{copy.EDIT_KEPT_PRIVATE_LINE}\n{composed.text}",
                 now,
                 segment_id=state.segment_id,
                 account_id=turn.account.id,
@@ -83,10 +83,10 @@ async def answer_edit(
         log.info("conversation %s: an edit of a private message was dropped in normal mode", conversation.id)
         return None
     # The quote is read in the message's own mode, as when it was first stored.
-    text = await compose(store, conversation, message, visible_segment=stored.segment_id)
-    if not await store.edit_message(stored.id, stored.segment_id, text, now):
+    composed = await compose(store, conversation, message, visible_segment=stored.segment_id)
+    if not await store.edit_message(stored.id, stored.segment_id, composed.text, now, said=composed.said):
         return None
-    size = len(text)
+    size = len(composed.text)
     log.info("conversation %s: message %s edited (%d chars)", conversation.id, stored.id, size)
     if stored.turn != "done":
         return None  # its answer is still to come (a burst, a cut-off turn) and reads the new words

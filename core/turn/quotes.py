@@ -11,6 +11,8 @@ constant line without text.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from core.commands.registry import carries_secret
 from core.ports import QuoteStore
 from core.values import copy
@@ -22,9 +24,19 @@ QUOTE_MAX_CHARS = 300
 RECENT_REPLIES = 200
 
 
+@dataclass(frozen=True, slots=True)
+class Composed:
+    """A message as stored: `text` is what the model reads (the lines put before the words, then
+    the words); `said` is what a mirror may copy, the words alone (in a group, headed with who
+    spoke), or None when `text` is just that."""
+
+    text: str
+    said: str | None = None
+
+
 async def compose(
     store: QuoteStore, conversation: Conversation, message: InboundMessage, *, visible_segment: int | None
-) -> str:
+) -> Composed:
     """The text stored and shown to the model for `message`, read in the mode that lives in
     `visible_segment` (None: normal mode): who forwarded it, what it replies to, then its words;
     in a group each line is headed with the speaker's name."""
@@ -33,11 +45,11 @@ async def compose(
         lines.append(copy.FORWARD_LINE.format(name=clean_name(message.forwarded_from)))
     if message.reply_to_message_id is not None or message.quoted_text is not None:
         lines.append(await quote_line(store, conversation, message, visible_segment=visible_segment))
-    lines.append(message.text)
-    text = "\n".join(lines)
+    words = message.text
+    text = "\n".join([*lines, words])
     if not conversation.is_direct:
-        text = f"{speaker_name(message)}: {text}"
-    return text
+        text, words = f"{speaker_name(message)}: {text}", f"{speaker_name(message)}: {words}"
+    return Composed(text, words if lines else None)
 
 
 async def quote_line(

@@ -19,6 +19,7 @@ from core.delivery.outbox import Outbox
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.turn.recovery import SENT_AT_MARGIN
+from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -100,10 +101,19 @@ async def companion(gateway: Gateway) -> Companion:
 
 async def say(server: FakeDiscordServer, text: str, **kwargs) -> int:
     """Send `text` as the friend in their DM and wait for the one reply; returns the message id."""
-    before = len(server.sent)
+    before = len(dm_texts(server))
     message_id = await server.send_dm(FRIEND, text, **kwargs)
-    await server.wait_for_sent(before + 1)
+    await server.wait_until(lambda: len(dm_texts(server)) > before, what="the reply")
     return message_id
+
+
+def dm_texts(server: FakeDiscordServer) -> list[str]:
+    channel = server.dm_channel_id(FRIEND)
+    return [m.content or "" for m in server.sent if m.channel_id == channel]
+
+
+def channel_texts(server: FakeDiscordServer) -> list[str]:
+    return [m.content or "" for m in server.sent if m.channel_id == server.guild_channel_id]
 
 
 # --- 1. an edit typed while private ----------------------------------------------------------------
@@ -120,7 +130,7 @@ async def test_an_edit_typed_while_private_never_reaches_the_normal_request_row_
     assert CANARY not in model.raw_requests[-1].decode()
     assert "lunch on Friday with Ana" in model.raw_requests[-1].decode()
     await say(discord_server, "/recall Friday")
-    assert "Ana" in discord_server.sent[-1].content and CANARY not in discord_server.sent[-1].content
+    assert "Ana" in dm_texts(discord_server)[-1] and CANARY not in dm_texts(discord_server)[-1]
     found = await traces(store, CANARY)
     assert found.normal_rows == [] and found.recall == []
 
@@ -223,3 +233,32 @@ async def test_a_private_answer_left_pending_is_never_sent_after_its_interval_ex
     assert [r for r in discord_server.requests[posts:] if r[:2] == ("POST", "/api/v10" + MESSAGES)] == []  # not tried
     await companion.sweep()
     assert not (await traces(store, CANARY)).anywhere
+
+
+# --- 3. a mirror is never told a private interval existed ------------------------------------------
+
+
+async def test_a_mirror_gets_only_the_words_typed_in_normal_mode_never_a_quote_of_a_private_message(
+    discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore, companion: Companion
+) -> None:
+    await say(discord_server, f"/mirror discord:{discord_server.guild_channel_id}")
+    assert dm_texts(discord_server)[-1].startswith("Mirror 1 is on")
+    model.reply_text("Porto it is.")
+    normal_id = await say(discord_server, "let's go to Porto")
+    await say(discord_server, f"/private {PASSPHRASE}")
+    private_id = await say(discord_server, f"my secret is {CANARY}")
+    await say(discord_server, "/normal")
+    model.reply_text("I can't see that one.")
+    await say(discord_server, "what did I say here?", reply_to=private_id)
+    model.reply_text("Because of the bridges.")
+    await say(discord_server, "why Porto?", reply_to=normal_id)
+    # The model read the placeholder for the private quote; the mirror reads the words typed.
+    assert copy.QUOTE_LINE.format(text=copy.PLACEHOLDER) in model.raw_requests[-2].decode()
+    await discord_server.wait_until(lambda: len(channel_texts(discord_server)) >= 4, what="the copies")
+    assert channel_texts(discord_server) == [
+        copy.MIRROR_HELLO.format(source="discord DM"),
+        "[discord DM] you: let's go to Porto\ncompanion: Porto it is.",
+        "[discord DM] you: what did I say here?\ncompanion: I can't see that one.",
+        "[discord DM] you: why Porto?\ncompanion: Because of the bridges.",
+    ]
+    assert not (await traces(store, CANARY)).mirrors

@@ -13,7 +13,8 @@ import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from core.values.model import ConversationKey
+from core.values import copy
+from core.values.model import ConversationKey, MirrorOf
 
 NOW = 1_800_000_000.0
 CANARY = "WALL-STORE-CANARY-41d"
@@ -129,3 +130,27 @@ async def test_the_outbox_never_picks_a_delivery_whose_interval_is_gone_even_wit
     outbox = SqliteOutboxStore(store.database)
     assert await outbox.due(frozenset({"telegram"}), NOW) == []
     assert await outbox.pending_of(c, delivery, NOW) == []
+
+
+# --- mirrors: the words said, never the lines before them ------------------------------------------
+
+
+async def test_a_mirror_row_copies_the_words_the_person_said_never_the_quote_before_them(store: SqliteStore) -> None:
+    c = await conversation(store)
+    await store.add_binding(c, "discord", "5550001", NOW)
+    quoted = copy.QUOTE_LINE.format(text=copy.PLACEHOLDER)
+    user = await store.add_inbound(
+        c,
+        f"{quoted}\nwhat was that?",
+        NOW,
+        segment_id=None,
+        account_id=None,
+        platform_message_id="1",
+        said="what was that?",
+    )
+    recorded = await store.record_reply(
+        c, "No idea.", NOW, stored_text="No idea.", answers=user, mirror=MirrorOf(user, "telegram DM")
+    )
+    assert len(recorded.mirror_ids) == 1
+    rows = await store._all("SELECT text FROM deliveries WHERE kind = 'mirror'")
+    assert [r[0] for r in rows] == ["[telegram DM] you: what was that?\ncompanion: No idea."]

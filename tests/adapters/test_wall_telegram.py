@@ -19,6 +19,7 @@ from core.delivery.outbox import Outbox
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
+from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.reader import files_holding
@@ -106,9 +107,9 @@ Start = Callable[[], Awaitable[Companion]]
 
 async def say(telegram: FakeTelegramServer, text: str, **kwargs) -> int:
     """Send `text` as the user and wait for the one reply it gets; returns the user's message id."""
-    before = len(telegram.sent)
+    before = len(telegram.texts_to(USER))
     message_id = telegram.send_text(USER, USER, text, **kwargs)
-    await telegram.wait_for_sent(before + 1)
+    await telegram.wait_for(lambda: len(telegram.texts_to(USER)) > before)
     return message_id
 
 
@@ -131,7 +132,7 @@ async def test_an_edit_typed_while_private_never_reaches_the_normal_request_row_
     assert CANARY not in model.raw_requests[-1].decode()
     assert "lunch on Friday with Ana" in model.raw_requests[-1].decode()
     await say(telegram, "/recall Friday")
-    assert "Ana" in telegram.sent[-1].text and CANARY not in telegram.sent[-1].text
+    assert "Ana" in telegram.texts_to(USER)[-1] and CANARY not in telegram.texts_to(USER)[-1]
     found = await traces(store, CANARY)
     assert found.normal_rows == [] and found.recall == []
 
@@ -211,3 +212,37 @@ async def test_a_private_answer_left_pending_is_never_sent_after_its_interval_ex
     assert len(telegram.calls_of("sendMessage")) == sends + 5  # not even tried again
     await companion.sweep()
     assert not (await traces(store, CANARY)).anywhere
+
+
+# --- 3. a mirror is never told a private interval existed ------------------------------------------
+
+MIRROR_CHAT = -100777  # a Telegram group this DM is mirrored to
+
+
+async def test_a_mirror_gets_only_the_words_typed_in_normal_mode_never_a_quote_of_a_private_message(
+    gateway: Gateway, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+) -> None:
+    await gateway.start()
+    await say(telegram, f"/mirror telegram:{MIRROR_CHAT}")
+    assert telegram.texts_to(USER)[-1].startswith("Mirror 1 is on")
+    model.reply_text("Porto it is.")
+    normal_id = await say(telegram, "let's go to Porto")
+    await say(telegram, "/private sesame")
+    private_id = await say(telegram, f"my secret is {CANARY}")
+    await say(telegram, "/normal")
+    model.reply_text("I can't see that one.")
+    await say(telegram, "what did I say here?", reply_to=private_id, quote=CANARY)
+    model.reply_text("Because of the bridges.")
+    await say(telegram, "why Porto?", reply_to=normal_id)
+    # The model read the placeholder for the private quote; the mirror reads the words typed.
+    assert copy.QUOTE_LINE.format(text=copy.PLACEHOLDER) in model.raw_requests[-2].decode()
+    await telegram.wait_for(lambda: len(telegram.texts_to(MIRROR_CHAT)) >= 4)
+    assert telegram.texts_to(MIRROR_CHAT) == [
+        copy.MIRROR_HELLO.format(source="telegram DM"),
+        "[telegram DM] you: let's go to Porto\ncompanion: Porto it is.",
+        "[telegram DM] you: what did I say here?\ncompanion: I can't see that one.",
+        "[telegram DM] you: why Porto?\ncompanion: Because of the bridges.",
+    ]
+    assert not (await traces(store, CANARY)).mirrors
+    mirrored = await store._all("SELECT count(*) FROM deliveries WHERE kind = 'mirror'")
+    assert mirrored[0][0] == 3
