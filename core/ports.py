@@ -574,6 +574,18 @@ class QuoteStore(Protocol):
         """The newest `limit` chat texts of `role` that this mode may read, newest first."""
         ...
 
+    async def conversation_of_chat(self, platform: str, chat_id: str) -> int | None:
+        """The conversation of a chat, if there is one (where a forwarded message came from)."""
+        ...
+
+    async def private_interval_at(
+        self, conversation_id: int, sent_at: float, *, visible_segment: int | None, margin: float
+    ) -> bool:
+        """Whether a message sent at `sent_at` (platform time, give or take `margin` seconds) may
+        belong to a private interval of the conversation that the mode living in `visible_segment`
+        (None: normal mode) may not read. Says nothing else of the interval."""
+        ...
+
     async def editable_message(
         self, conversation_id: int, platform_message_id: str, now: float
     ) -> EditableMessage | None:

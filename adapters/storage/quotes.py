@@ -54,6 +54,26 @@ class QuoteQueries:
         )
         return [r["text"] for r in rows]
 
+    async def conversation_of_chat(self, platform: str, chat_id: str) -> int | None:
+        row = await self._db.read_one(
+            "SELECT id FROM conversations WHERE platform = ? AND chat_id = ?", (platform, chat_id)
+        )
+        return row["id"] if row is not None else None
+
+    async def private_interval_at(
+        self, conversation_id: int, sent_at: float, *, visible_segment: int | None, margin: float
+    ) -> bool:
+        """Any interval of the conversation but the visible one whose span holds `sent_at`: from
+        its start to its end, or to the restart that closed it (a message sent before that restart
+        belongs to it), or on while it is open; `margin` widens it both ways (the safe direction)."""
+        row = await self._db.read_one(
+            "SELECT EXISTS (SELECT 1 FROM segments g WHERE g.conversation_id = :c AND g.id IS NOT :s"
+            " AND g.started_at - :m <= :at"
+            " AND (g.ended_at IS NULL OR :at <= max(g.ended_at, coalesce(g.restart_at, g.ended_at)) + :m))",
+            {"c": conversation_id, "s": visible_segment, "at": sent_at, "m": margin},
+        )
+        return bool(row is not None and row[0])
+
     async def editable_message(
         self, conversation_id: int, platform_message_id: str, now: float
     ) -> EditableMessage | None:

@@ -97,6 +97,7 @@ class Companion:
         self._commands = parts.commands
         self._lanes = parts.lanes
         self._gate = parts.gate
+        self._told_forwards: set[int] = set()  # conversations told that unread forwards are not read
         self._bursts: BurstWindow[HeldTurn] = BurstWindow(config.burst_seconds, self._burst_quiet, sleep=burst_sleep)
 
     # --- lifecycle --------------------------------------------------------
@@ -290,9 +291,15 @@ class Companion:
         if message_id is None:
             log.info("conversation %s: message %s is stored already", conversation.id, message.message_id)
             return None
+        # Forwarded words normal mode may not read: the person is told once (per conversation and
+        # run) to type again what should be known. Never stored, so never mirrored.
+        told: tuple[str, ...] = ()
+        if composed.unread_forward and not state.is_private and conversation.id not in self._told_forwards:
+            self._told_forwards.add(conversation.id)
+            told = (copy.FORWARD_NOT_READ,)
         # Plain words wait for the rest of a burst; media with images or lines of their own do not
         # (the burst held before them is answered first, so its timer cannot answer it twice).
-        plain = media is None or (media.answerable and not media.images and not media.notes)
+        plain = not told and (media is None or (media.answerable and not media.images and not media.notes))
         if self._bursts.enabled and self._responder.delivers(message.platform):
             if plain:
                 self._bursts.hold(conversation.id, HeldTurn(turn, state, message_id))
@@ -306,7 +313,7 @@ class Companion:
                 segment_id=segment_id,
                 answers=message_id,
             )
-        return await self._responder.answer(turn, state, message_id, media)
+        return await self._responder.answer(turn, state, message_id, media, told=told)
 
     # --- bursts -------------------------------------------------------------
 

@@ -95,11 +95,13 @@ class Responder:
         media: ReadMedia | None = None,
         *,
         note: str | None = None,
+        told: tuple[str, ...] = (),
     ) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
         (message, run, answered turn and delivery) in one transaction. `media`: its images go
         with this request only, its notes before the answer. `note`: a constant system line after
-        the view (an edit's correction)."""
+        the view (an edit's correction). `told`: constant lines said before the answer, like the
+        media notes never stored (so never mirrored either)."""
         conversation = turn.conversation
         segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it.
@@ -130,9 +132,10 @@ class Responder:
             return await self.finish(
                 turn, with_notice(state, _failure_words(exc)), segment_id=segment_id, answers=message_id
             )
+        shown = media.noted(text) if media else text
         reply = await self.finish(
             turn,
-            with_notice(state, media.noted(text) if media else text),
+            with_notice(state, "\n\n".join((*told, shown))),
             stored_text=text,
             segment_id=segment_id,
             answers=message_id,

@@ -262,3 +262,32 @@ async def test_a_mirror_gets_only_the_words_typed_in_normal_mode_never_a_quote_o
         "[discord DM] you: why Porto?\ncompanion: Because of the bridges.",
     ]
     assert not (await traces(store, CANARY)).mirrors
+
+
+# --- 5. a forward of a private message -------------------------------------------------------------
+
+
+def last_user_text(model: FakeOpenAIServer) -> str:
+    return [m["content"] for m in model.requests[-1]["messages"] if m["role"] == "user"][-1]
+
+
+async def test_a_forward_of_a_private_message_is_the_placeholder_in_normal_mode_and_the_person_is_told_once(
+    discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore, companion: Companion
+) -> None:
+    await say(discord_server, f"/private {PASSPHRASE}")
+    private_id = await say(discord_server, f"my secret is {CANARY}")
+    await say(discord_server, "/normal")
+    await say(discord_server, "", forward_of=private_id)  # the words travel in the snapshot
+    assert CANARY not in model.raw_requests[-1].decode()
+    assert last_user_text(model) == f"{copy.FORWARD_LINE.format(name='another Discord chat')}\n{copy.PLACEHOLDER}"
+    assert dm_texts(discord_server)[-1].startswith(copy.FORWARD_NOT_READ)
+    await say(discord_server, "", forward_of=private_id)  # told once
+    assert not dm_texts(discord_server)[-1].startswith(copy.FORWARD_NOT_READ)
+    # A forward from elsewhere is read; the same private message quoted is the placeholder, as before.
+    elsewhere = await discord_server.send_guild_message(222, "the meeting moved to Friday", mention_bot=False)
+    await say(discord_server, "", forward_of=elsewhere)
+    assert last_user_text(model) == "(forwarded from #general)\nthe meeting moved to Friday"
+    await say(discord_server, "and this?", reply_to=private_id)
+    assert CANARY not in model.raw_requests[-1].decode()
+    found = await traces(store, CANARY)
+    assert found.normal_rows == [] and found.recall == []

@@ -236,13 +236,51 @@ async def test_a_mirror_gets_only_the_words_typed_in_normal_mode_never_a_quote_o
     await say(telegram, "why Porto?", reply_to=normal_id)
     # The model read the placeholder for the private quote; the mirror reads the words typed.
     assert copy.QUOTE_LINE.format(text=copy.PLACEHOLDER) in model.raw_requests[-2].decode()
-    await telegram.wait_for(lambda: len(telegram.texts_to(MIRROR_CHAT)) >= 4)
+    model.reply_text("I won't read that here.")
+    sent_at = telegram._messages[(USER, private_id)]["date"]
+    own = {"type": "user", "date": sent_at, "sender_user": {"id": USER, "is_bot": False, "first_name": "Me"}}
+    await say(telegram, f"my secret is {CANARY}", forward_origin=own)
+    assert telegram.texts_to(USER)[-1].startswith(copy.FORWARD_NOT_READ)  # told in the DM only
+    await telegram.wait_for(lambda: len(telegram.texts_to(MIRROR_CHAT)) >= 5)
     assert telegram.texts_to(MIRROR_CHAT) == [
         copy.MIRROR_HELLO.format(source="telegram DM"),
         "[telegram DM] you: let's go to Porto\ncompanion: Porto it is.",
         "[telegram DM] you: what did I say here?\ncompanion: I can't see that one.",
         "[telegram DM] you: why Porto?\ncompanion: Because of the bridges.",
+        f"[telegram DM] you: {copy.FORWARD_UNREAD_SAID}\ncompanion: I won't read that here.",
     ]
     assert not (await traces(store, CANARY)).mirrors
-    mirrored = await store._all("SELECT count(*) FROM deliveries WHERE kind = 'mirror'")
-    assert mirrored[0][0] == 3
+
+
+# --- 5. a forward of a private message -------------------------------------------------------------
+
+
+async def test_a_forward_of_a_private_message_is_the_placeholder_in_normal_mode_and_the_person_is_told_once(
+    gateway: Gateway, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+) -> None:
+    await gateway.start()
+    await say(telegram, "/private sesame")
+    private_id = await say(telegram, f"my secret is {CANARY}")
+    bot_reply = telegram.sent[-1]
+    await say(telegram, "/normal")
+    sent_at = telegram._messages[(USER, private_id)]["date"]  # what Telegram puts in forward_origin
+    own = {"type": "user", "date": sent_at, "sender_user": {"id": USER, "is_bot": False, "first_name": "Me"}}
+    await say(telegram, f"my secret is {CANARY}", forward_origin=own)
+    first = telegram.texts_to(USER)[-1]
+    assert CANARY not in model.raw_requests[-1].decode()
+    assert last_user_text(model) == f"{copy.FORWARD_LINE.format(name='Me')}\n{copy.PLACEHOLDER}"
+    assert first.startswith(copy.FORWARD_NOT_READ)
+    # The companion's own private answer, forwarded: the same, and the person is not told again.
+    bots = {"type": "user", "date": sent_at, "sender_user": {"id": telegram.bot_id, "is_bot": True, "first_name": "C"}}
+    await say(telegram, bot_reply.text, forward_origin=bots)
+    assert last_user_text(model) == f"{copy.FORWARD_LINE.format(name='C')}\n{copy.PLACEHOLDER}"
+    assert not telegram.texts_to(USER)[-1].startswith(copy.FORWARD_NOT_READ)
+    # Someone else's message sent at that moment is no private interval's: it is read.
+    others = {"type": "user", "date": sent_at, "sender_user": {"id": 5, "is_bot": False, "first_name": "Bob"}}
+    await say(telegram, "the meeting moved to Friday", forward_origin=others)
+    assert last_user_text(model) == "(forwarded from Bob)\nthe meeting moved to Friday"
+    # The same message quoted gets the placeholder, as before.
+    await say(telegram, "and this?", reply_to=private_id)
+    assert CANARY not in model.raw_requests[-1].decode()
+    found = await traces(store, CANARY)
+    assert found.normal_rows == [] and found.recall == []
