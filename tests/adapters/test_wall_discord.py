@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.reader import files_holding
-from tests.helpers.wall import ShiftedClock, traces
+from tests.helpers.wall import ShiftedClock, deliveries_after, last_delivery, traces
 
 FRIEND = 111
 CANARY = "wallcanary9c2d"  # one lowercase word: it can be a command's name, a search term, a caption
@@ -50,12 +51,14 @@ class Gateway:
         self.passphrase_hash = passphrase_hash
         self.running: list[tuple[DiscordAdapter, Companion, OpenAICompatibleProvider]] = []
 
-    async def start(self) -> Companion:
+    async def start(self, **config: Any) -> Companion:
         provider = OpenAICompatibleProvider(self.model.base_url, max_retries=0)
         companion = build_companion(
             self.store,
             provider,
-            CompanionConfig(allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=self.passphrase_hash),
+            CompanionConfig(
+                allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=self.passphrase_hash, **config
+            ),
             clock=self.clock,
             outbox=Outbox(SqliteOutboxStore(self.store.database), self.clock, base_delay=0.01, max_delay=0.01),
         )
@@ -64,7 +67,7 @@ class Gateway:
         adapter = DiscordAdapter(
             server.token,
             companion.handle,
-            (),
+            companion.command_list(),
             api_base=server.api_base,
             gateway_url=server.gateway_url,
             guild_ready_timeout=0.05,
@@ -291,3 +294,89 @@ async def test_a_forward_of_a_private_message_is_the_placeholder_in_normal_mode_
     assert CANARY not in model.raw_requests[-1].decode()
     found = await traces(store, CANARY)
     assert found.normal_rows == [] and found.recall == []
+
+
+# --- every kind of inbound event: a canary typed while private leaves no trace ---------------------
+
+KINDS = [
+    "message",
+    "edit",
+    "forward",
+    "quote",
+    "media",
+    "known command",
+    "unknown command",
+    "mistyped command",
+    "button press",
+    "caught-up message",
+    "caught-up command",
+]
+
+
+async def type_while_private(kind: str, gateway: Gateway, server: FakeDiscordServer, first: int) -> None:
+    """Do `kind` of event, carrying the canary, while the conversation is private."""
+    if kind == "message":
+        await say(server, f"note this: {CANARY}")
+    elif kind == "edit":
+        await server.edit_message(first, f"lunch on Friday with {CANARY}")
+    elif kind == "forward":
+        elsewhere = await server.send_guild_message(222, f"Bob says {CANARY}", mention_bot=False)
+        await say(server, "", forward_of=elsewhere)
+    elif kind == "quote":
+        await say(server, f"about {CANARY}", reply_to=first)
+    elif kind == "media":
+        before = len(dm_texts(server))
+        await server.send_dm_media(FRIEND, f"a photo of {CANARY}", files=[("cat.jpg", b"\xff\xd8 cat", "image/jpeg")])
+        await server.wait_until(lambda: len(dm_texts(server)) > before, what="the answer to the photo")
+    elif kind == "known command":
+        await say(server, f"/remember {CANARY}")
+    elif kind == "unknown command":
+        await say(server, f"/diary_{CANARY} today")
+    elif kind == "mistyped command":
+        await say(server, f"/privte {CANARY}")
+    elif kind == "button press":
+        await say(server, f"note this: {CANARY}")
+        await say(server, "/export")
+        asked = server.sent[-1].id
+        pressed = await server.interactions.press_button(FRIEND, asked, "companion:/export confirm")
+        await server.interactions.wait_for_responses(pressed, 3)  # acknowledged, the answer, its file
+    elif kind in ("caught-up message", "caught-up command"):
+        await gateway.stop()
+        if kind == "caught-up command":
+            server.post_dm_while_offline(FRIEND, f"/remember {CANARY}")
+        else:
+            server.post_dm_while_offline(FRIEND, f"sent while you were down: {CANARY}")
+        await gateway.start(allow_private_export=True)  # the restart closes the interval it belongs to
+        await server.wait_until(lambda: copy.RESTART_KEPT_PRIVATE in dm_texts(server), what="the kept answer")
+        await asyncio.sleep(SENT_AT_MARGIN + 0.1)  # what follows is after the restart
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_canary_typed_while_private_in_any_kind_of_event_leaves_no_trace_in_normal_mode(
+    gateway: Gateway, discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore, kind: str
+) -> None:
+    await gateway.start(allow_private_export=True)
+    await say(discord_server, f"/mirror discord:{discord_server.guild_channel_id}")
+    first = await say(discord_server, "lunch on Friday with Ana")
+    before_private = await last_delivery(store)
+    await say(discord_server, f"/private {PASSPHRASE} 1h")
+    await type_while_private(kind, gateway, discord_server, first)
+    while_private = await last_delivery(store)
+    await say(discord_server, "/normal")
+    model.reply_text("Noted.")
+    await say(discord_server, "what's new?")
+    assert dm_texts(discord_server)[-1] == "Noted."
+    # The next normal request, the normal rows, the recall index: no canary.
+    assert CANARY not in model.raw_requests[-1].decode()
+    assert "lunch on Friday with Ana" in model.raw_requests[-1].decode()
+    found = await traces(store, CANARY)
+    assert found.normal_rows == [] and found.recall == []
+    await say(discord_server, "/forget private")
+    await discord_server.wait_until(lambda: len(channel_texts(discord_server)) >= 3, what="the copies")
+    await gateway.running[-1][1].outbox.settle(10)
+    # Every mirror body, and every delivery row: none holds it, and none written while private is left.
+    assert all(CANARY not in text for text in channel_texts(discord_server))
+    assert not (await traces(store, CANARY)).anywhere
+    assert [r for r in await deliveries_after(store, before_private) if r[0] <= while_private] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.reader import files_holding
-from tests.helpers.wall import ShiftedClock, traces
+from tests.helpers.wall import ShiftedClock, deliveries_after, last_delivery, traces
 
 USER = 111
 BOT = "companion_test_bot"
@@ -55,13 +56,15 @@ class Gateway:
         self.passphrase_hash = passphrase_hash
         self.running: list[tuple[TelegramAdapter, Companion, OpenAICompatibleProvider]] = []
 
-    async def start(self) -> Companion:
+    async def start(self, **config: Any) -> Companion:
         provider = OpenAICompatibleProvider(self.model.base_url, "sk-test", "test-model", timeout=5.0, max_retries=0)
         outbox = Outbox(SqliteOutboxStore(self.store.database), self.clock, base_delay=0.01, max_delay=0.01)
         companion = build_companion(
             self.store,
             provider,
-            CompanionConfig(allowed_accounts=frozenset({f"telegram:{USER}"}), passphrase_hash=self.passphrase_hash),
+            CompanionConfig(
+                allowed_accounts=frozenset({f"telegram:{USER}"}), passphrase_hash=self.passphrase_hash, **config
+            ),
             clock=self.clock,
             outbox=outbox,
         )
@@ -284,3 +287,94 @@ async def test_a_forward_of_a_private_message_is_the_placeholder_in_normal_mode_
     assert CANARY not in model.raw_requests[-1].decode()
     found = await traces(store, CANARY)
     assert found.normal_rows == [] and found.recall == []
+
+
+# --- every kind of inbound event: a canary typed while private leaves no trace ---------------------
+
+KINDS = [
+    "message",
+    "edit",
+    "forward",
+    "quote",
+    "media",
+    "known command",
+    "unknown command",
+    "mistyped command",
+    "button press",
+    "caught-up message",
+    "caught-up command",
+]
+
+
+async def type_while_private(kind: str, gateway: Gateway, telegram: FakeTelegramServer, first: int) -> None:
+    """Do `kind` of event, carrying the canary, while the conversation is private."""
+    if kind == "message":
+        await say(telegram, f"note this: {CANARY}")
+    elif kind == "edit":
+        telegram.edit_text(USER, first, f"lunch on Friday with {CANARY}")
+    elif kind == "forward":
+        origin = {"type": "user", "date": 1, "sender_user": {"id": 5, "is_bot": False, "first_name": "Bob"}}
+        await say(telegram, f"Bob says {CANARY}", forward_origin=origin)
+    elif kind == "quote":
+        await say(telegram, f"about {CANARY}", reply_to=first, quote="lunch on Friday")
+    elif kind == "media":
+        before = len(telegram.texts_to(USER))
+        telegram.send_photo(USER, USER, b"\xff\xd8 a photo", caption=f"a photo of {CANARY}")
+        await telegram.wait_for(lambda: len(telegram.texts_to(USER)) > before)
+    elif kind == "known command":
+        await say(telegram, f"/remember {CANARY}")
+    elif kind == "unknown command":
+        await say(telegram, f"/diary_{CANARY} today")
+    elif kind == "mistyped command":
+        await say(telegram, f"/privte {CANARY}")
+    elif kind == "button press":
+        await say(telegram, f"note this: {CANARY}")
+        await say(telegram, "/export")
+        asked = telegram.sent[-1]
+        before = len(telegram.texts_to(USER))
+        telegram.press_button(USER, USER, asked.message_id, "companion:/export confirm")
+        await telegram.wait_for(lambda: len(telegram.texts_to(USER)) >= before + 2)  # the answer and its file
+    elif kind in ("caught-up message", "caught-up command"):
+        await gateway.stop()
+        if kind == "caught-up command":
+            telegram.send_text(USER, USER, f"/remember {CANARY}")
+        else:
+            telegram.send_text(USER, USER, f"sent while you were down: {CANARY}")
+        await gateway.start(allow_private_export=True)  # the restart closes the interval it belongs to
+        await telegram.wait_for(lambda: copy.RESTART_KEPT_PRIVATE in telegram.texts_to(USER))
+        await asyncio.sleep(1.6)  # Telegram's dates are whole seconds: what follows is after the restart
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_canary_typed_while_private_in_any_kind_of_event_leaves_no_trace_in_normal_mode(
+    gateway: Gateway,
+    telegram: FakeTelegramServer,
+    model: FakeOpenAIServer,
+    store: SqliteStore,
+    kind: str,
+) -> None:
+    await gateway.start(allow_private_export=True)
+    await say(telegram, f"/mirror telegram:{MIRROR_CHAT}")
+    first = await say(telegram, "lunch on Friday with Ana")
+    before_private = await last_delivery(store)
+    await say(telegram, "/private sesame 1h")
+    await type_while_private(kind, gateway, telegram, first)
+    while_private = await last_delivery(store)
+    await say(telegram, "/normal")
+    model.reply_text("Noted.")
+    await say(telegram, "what's new?")
+    assert telegram.texts_to(USER)[-1] == "Noted."
+    # The next normal request, the normal rows, the recall index: no canary.
+    assert CANARY not in model.raw_requests[-1].decode()
+    assert "lunch on Friday with Ana" in model.raw_requests[-1].decode()
+    found = await traces(store, CANARY)
+    assert found.normal_rows == [] and found.recall == []
+    await say(telegram, "/forget private")
+    await telegram.wait_for(lambda: len(telegram.texts_to(MIRROR_CHAT)) >= 3)  # hello and two exchanges
+    await gateway.running[-1][1].outbox.settle(10)
+    # Every mirror body, and every delivery row: none holds it, and none written while private is left.
+    assert all(CANARY not in text for text in telegram.texts_to(MIRROR_CHAT))
+    assert not (await traces(store, CANARY)).anywhere
+    assert [r for r in await deliveries_after(store, before_private) if r[0] <= while_private] == []
