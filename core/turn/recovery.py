@@ -1,8 +1,9 @@
 """Recovery: what a stop or a crash left, made right at the next start.
 
 Crash semantics first (seed 000): every private interval left open is closed at the end of the
-stored record, and what expired while the process was down is deleted. A message sent before this
-start into a conversation whose interval that closed belongs to the interval (stored there unread).
+stored record, and what expired while the process was down is deleted. An event made before this
+start into a conversation whose interval that closed belongs to the interval (the gate asks
+`closed_by_restart`; `keep_unread` stores it there unread, whatever its kind).
 Turns the last process was cut off in are answered once (or, when old, asked for again).
 """
 
