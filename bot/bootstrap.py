@@ -21,6 +21,7 @@ from core.proactive.service import ProactiveConfig, ProactiveService
 from core.turn.commanding import CommandRunner
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig, Parts
+from core.turn.gate import Gate
 from core.turn.lanes import Lanes
 from core.turn.link import CoreLink
 from core.turn.media import MediaReader
@@ -179,6 +180,7 @@ def build_companion(
         outbox=outbox,
         accounts_changed=people.accounts_changed,
     )
+    recovery = Recovery(store, clock, valve, responder, platforms=config.platforms)
     parts = Parts(
         store=store,
         provider=provider,
@@ -187,11 +189,12 @@ def build_companion(
         context=context,
         capture=CaptureService(store, provider, clock, config.timezone),
         people=people,
-        recovery=Recovery(store, clock, valve, responder, platforms=config.platforms),
+        recovery=recovery,
         responder=responder,
         commands=CommandRunner(services, responder),
         media=MediaReader(vision=config.vision, transcriber=transcriber),
         lanes=lanes,
+        gate=Gate(valve, recovery),
         outbox=outbox,
         # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
         proactive=(

@@ -136,11 +136,17 @@ class OutboxStore(Protocol):
 
     async def lane_of(self, delivery_id: int) -> tuple[str, str] | None: ...
 
-    async def pending_of(self, conversation_id: int, upto: int) -> list[OutboundDelivery]: ...
+    async def pending_of(self, conversation_id: int, upto: int, now: float) -> list[OutboundDelivery]:
+        """The pending deliveries of the lane of `upto` (its conversation, platform and chat) up to
+        it, oldest first; never one whose interval has expired by `now` or was deleted."""
+        ...
 
     async def due(
         self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
-    ) -> list[tuple[int, int]]: ...
+    ) -> list[tuple[int, int]]:
+        """(conversation, newest due delivery id) of each lane with a pending delivery due `now`;
+        never one whose interval has expired by `now` or was deleted."""
+        ...
 
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None: ...
 
@@ -220,9 +226,11 @@ class TimelineStore(Protocol):
         segment_id: int | None,
         account_id: int | None,
         platform_message_id: str | None,
+        said: str | None = None,
     ) -> int | None:
         """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
-        Returns None when it is stored already (a redelivery)."""
+        `said`: the person's own words when `text` holds more (quote and forward lines), the
+        only part of it a mirror copies. Returns None when it is stored already (a redelivery)."""
         ...
 
     async def record_reply(
@@ -566,13 +574,27 @@ class QuoteStore(Protocol):
         """The newest `limit` chat texts of `role` that this mode may read, newest first."""
         ...
 
+    async def conversation_of_chat(self, platform: str, chat_id: str) -> int | None:
+        """The conversation of a chat, if there is one (where a forwarded message came from)."""
+        ...
+
+    async def private_interval_at(
+        self, conversation_id: int, sent_at: float, *, visible_segment: int | None, margin: float
+    ) -> bool:
+        """Whether a message sent at `sent_at` (platform time, give or take `margin` seconds) may
+        belong to a private interval of the conversation that the mode living in `visible_segment`
+        (None: normal mode) may not read. Says nothing else of the interval."""
+        ...
+
     async def editable_message(
         self, conversation_id: int, platform_message_id: str, now: float
     ) -> EditableMessage | None:
         """The user chat message an edit names, unless it is gone or its interval expired."""
         ...
 
-    async def edit_message(self, message_id: int, segment_id: int | None, text: str, now: float) -> bool:
+    async def edit_message(
+        self, message_id: int, segment_id: int | None, text: str, now: float, *, said: str | None = None
+    ) -> bool:
         """Replace a user chat message's text in its own mode and segment (and the recall index).
         False: it is gone, or its interval expired meanwhile; nothing changed."""
         ...

@@ -372,6 +372,8 @@ class DiscordAdapter:
         if inbound is None:
             return
         inbound = dataclasses.replace(inbound, edited=edited)
+        if edited and message.edited_at is not None:  # an edit's mode is that of the moment it was made
+            inbound = dataclasses.replace(inbound, sent_at=message.edited_at.timestamp())
         task = asyncio.create_task(self._serve(message, inbound), name=f"discord-turn-{message.id}")
         self._turns.add(task)
         task.add_done_callback(self._turns.discard)

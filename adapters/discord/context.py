@@ -25,7 +25,14 @@ def reply_context(message: discord.Message, me_id: int, client: discord.Client |
         # A snapshot carries no author: the forward is named by the channel it comes from.
         channel = client.get_channel(reference.channel_id) if client is not None else None
         name = getattr(channel, "name", None)
-        return {"forwarded_from": f"#{name}" if name else "another Discord chat"}
+        return {
+            "forwarded_from": f"#{name}" if name else "another Discord chat",
+            # Where it comes from: maybe a message of the companion's own chats, a private
+            # interval's included; the core reads it as the mode may (its id, and when it was sent).
+            "forwarded_chat_id": str(reference.channel_id),
+            "forwarded_message_id": str(reference.message_id),
+            "forwarded_at": discord.utils.snowflake_time(reference.message_id).timestamp(),
+        }
     fields: dict[str, Any] = {"reply_to_message_id": str(reference.message_id)}
     resolved = reference.resolved
     if isinstance(resolved, discord.Message):

@@ -20,7 +20,8 @@ async def insert_mirrors(
 ) -> tuple[int, ...]:
     """Inside the caller's transaction (the one that stored the reply `message_id`): one pending
     mirror row per active binding of the conversation, carrying the exchange (or, for a reminder
-    or nudge, whose `mirror.user_message_id` is None, the companion's message alone). The SELECT
+    or nudge, whose `mirror.user_message_id` is None, the companion's message alone): of the
+    user's message, the words the person said, without what it quotes or forwards. The SELECT
     finds nothing when either message is private or a segment of the conversation is open, so a
     private reply creates no row at all. Returns the new rows' ids, oldest first."""
     rows = await db.execute_fetchall(  # one trip to the connection's thread, not three (fetch, close)
@@ -28,7 +29,9 @@ async def insert_mirrors(
         " next_attempt_at, created_at)"
         " SELECT b.conversation_id, a.id, b.id, 'mirror', b.platform, b.chat_id, lower(hex(randomblob(8))),"
         "  '[' || :label || '] '"
-        "  || CASE WHEN :user IS NULL THEN '' ELSE 'you: ' || u.text || char(10) END"
+        # The person's own words only (`said`), never the quote or forward lines before them: a
+        # quote of a private message is its placeholder, and a mirror learns nothing of private mode.
+        "  || CASE WHEN :user IS NULL THEN '' ELSE 'you: ' || coalesce(u.said, u.text) || char(10) END"
         "  || 'companion: ' || a.text, :now, :now"
         " FROM bindings b"
         " JOIN messages a ON a.id = :assistant AND a.conversation_id = b.conversation_id"

@@ -12,6 +12,14 @@ from core.values.model import DeliveryTarget, OutboundDelivery
 
 _COLUMNS = "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts"
 
+# Nothing is sent for an interval that has ended: a delivery that names an interval is picked only
+# while that interval lives (not expired by :now, not deleted). The minute sweep deletes expired
+# intervals; this predicate, in the query that picks what to send, covers the time until it runs.
+_INTERVAL_LIVES = (
+    "(deliveries.segment_id IS NULL OR EXISTS (SELECT 1 FROM segments g WHERE g.id = deliveries.segment_id"
+    " AND (g.expires_at IS NULL OR g.expires_at > :now)))"
+)
+
 
 async def insert_delivery(
     db: aiosqlite.Connection,
@@ -59,13 +67,15 @@ class SqliteOutboxStore:
         row = await self._db.one("SELECT platform, chat_id FROM deliveries WHERE id = ?", (delivery_id,))
         return (row["platform"], row["chat_id"]) if row is not None else None
 
-    async def pending_of(self, conversation_id: int, upto: int) -> list[OutboundDelivery]:
+    async def pending_of(self, conversation_id: int, upto: int, now: float) -> list[OutboundDelivery]:
         """Pending deliveries of one conversation up to `upto` in the lane of `upto` (the same
-        platform and chat), oldest first: they go out in order."""
+        platform and chat), oldest first: they go out in order. None of an interval that has
+        expired by `now` (or was deleted): a private answer left pending is never sent after its end."""
         rows = await self._db.all(
             f"SELECT {_COLUMNS} FROM deliveries WHERE conversation_id = :c AND status = 'pending' AND id <= :upto"
-            " AND (platform, chat_id) = (SELECT platform, chat_id FROM deliveries WHERE id = :upto) ORDER BY id",
-            {"c": conversation_id, "upto": upto},
+            " AND (platform, chat_id) = (SELECT platform, chat_id FROM deliveries WHERE id = :upto)"
+            f" AND {_INTERVAL_LIVES} ORDER BY id",
+            {"c": conversation_id, "upto": upto, "now": now},
         )
         return [_delivery(r) for r in rows]
 
@@ -74,15 +84,17 @@ class SqliteOutboxStore:
     ) -> list[tuple[int, int]]:
         """(conversation, newest due delivery id) for each lane (conversation, platform, chat) with
         a pending delivery due now on one of `platforms`; one never tried only once it is
-        `untried_after` seconds old (its adapter, or the turn's mirror task, is sending it)."""
+        `untried_after` seconds old (its adapter, or the turn's mirror task, is sending it). None of
+        an interval that has expired by `now` (or was deleted)."""
         if not platforms:
             return []
-        marks = ", ".join("?" for _ in platforms)
+        marks = {f"p{i}": platform for i, platform in enumerate(sorted(platforms))}
         rows = await self._db.all(
-            "SELECT conversation_id, max(id) FROM deliveries WHERE status = 'pending' AND next_attempt_at <= ?"
-            f" AND (attempts > 0 OR created_at <= ?) AND platform IN ({marks})"
-            " GROUP BY conversation_id, platform, chat_id ORDER BY min(id) LIMIT ?",
-            (now, now - untried_after, *sorted(platforms), limit),
+            "SELECT conversation_id, max(id) FROM deliveries WHERE status = 'pending' AND next_attempt_at <= :now"
+            f" AND (attempts > 0 OR created_at <= :untried) AND platform IN ({', '.join(':' + k for k in marks)})"
+            f" AND {_INTERVAL_LIVES}"
+            " GROUP BY conversation_id, platform, chat_id ORDER BY min(id) LIMIT :limit",
+            {"now": now, "untried": now - untried_after, "limit": limit, **marks},
         )
         return [(r[0], r[1]) for r in rows]
 
@@ -152,12 +164,20 @@ class SqliteOutboxStore:
                 source = await cur.fetchone()
             if source is None:
                 return None
+            # Said in the interval open in the source now, if one is: written while private, it
+            # belongs there (the schema refuses it otherwise, 0011).
+            async with db.execute(
+                "SELECT id FROM segments WHERE conversation_id = ? AND ended_at IS NULL ORDER BY id DESC LIMIT 1",
+                (binding["conversation_id"],),
+            ) as cur:
+                open_segment = await cur.fetchone()
             return await insert_delivery(
                 db,
                 binding["conversation_id"],
                 DeliveryTarget(source["platform"], source["chat_id"]),
                 notice.format(target=f"{binding['platform']}:{binding['chat_id']}", reason=error[:64]),
                 now,
+                segment_id=open_segment["id"] if open_segment is not None else None,
             )
 
     async def prune_settled(self, before: float) -> int:

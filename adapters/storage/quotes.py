@@ -17,6 +17,14 @@ _NOT_EXPIRED = (
     " (SELECT g.id FROM segments g WHERE g.id = m.segment_id AND (g.expires_at IS NULL OR g.expires_at > :now))))"
 )
 
+# An edit is input of the mode the conversation is in when it is made: it may change a normal row
+# only while no interval is open, and a private row only while that row's own interval is open.
+_EDITED_IN_ITS_OWN_MODE = (
+    "((m.segment_id IS NULL AND NOT EXISTS (SELECT 1 FROM segments o WHERE o.conversation_id = m.conversation_id"
+    " AND o.ended_at IS NULL)) OR (m.segment_id IS NOT NULL AND EXISTS (SELECT 1 FROM segments o"
+    " WHERE o.id = m.segment_id AND o.ended_at IS NULL)))"
+)
+
 
 class QuoteQueries:
     """Implements core.ports.QuoteStore."""
@@ -46,6 +54,26 @@ class QuoteQueries:
         )
         return [r["text"] for r in rows]
 
+    async def conversation_of_chat(self, platform: str, chat_id: str) -> int | None:
+        row = await self._db.read_one(
+            "SELECT id FROM conversations WHERE platform = ? AND chat_id = ?", (platform, chat_id)
+        )
+        return row["id"] if row is not None else None
+
+    async def private_interval_at(
+        self, conversation_id: int, sent_at: float, *, visible_segment: int | None, margin: float
+    ) -> bool:
+        """Any interval of the conversation but the visible one whose span holds `sent_at`: from
+        its start to its end, or to the restart that closed it (a message sent before that restart
+        belongs to it), or on while it is open; `margin` widens it both ways (the safe direction)."""
+        row = await self._db.read_one(
+            "SELECT EXISTS (SELECT 1 FROM segments g WHERE g.conversation_id = :c AND g.id IS NOT :s"
+            " AND g.started_at - :m <= :at"
+            " AND (g.ended_at IS NULL OR :at <= max(g.ended_at, coalesce(g.restart_at, g.ended_at)) + :m))",
+            {"c": conversation_id, "s": visible_segment, "at": sent_at, "m": margin},
+        )
+        return bool(row is not None and row[0])
+
     async def editable_message(
         self, conversation_id: int, platform_message_id: str, now: float
     ) -> EditableMessage | None:
@@ -56,15 +84,21 @@ class QuoteQueries:
         )
         return EditableMessage(row["id"], row["segment_id"], row["turn"]) if row is not None else None
 
-    async def edit_message(self, message_id: int, segment_id: int | None, text: str, now: float) -> bool:
-        """Only `text` changes (False when it is the same: no edit, e.g. a link preview added): the row keeps its mode and segment (the statement names both as
-        they were read), so an edit can never move a private message into normal mode. The
-        recall index follows by the trigger `recall_message_update` (0010), normal rows only."""
+    async def edit_message(
+        self, message_id: int, segment_id: int | None, text: str, now: float, *, said: str | None = None
+    ) -> bool:
+        """Only `text` changes (False when it is the same: no edit, e.g. a link preview added, or
+        when the edit was not made in the row's own mode): the row keeps its mode and segment (the
+        statement names both as they were read), so an edit can never move a private message into
+        normal mode; and a normal row changes only while no interval is open, a private row only
+        while its own interval is open, so words typed in one mode never land in a row of the
+        other. The recall index follows by the trigger `recall_message_update` (0010), normal rows only."""
         async with self._db.tx() as db:
             cur = await db.execute(
-                "UPDATE messages AS m SET text = :t WHERE m.id = :id AND m.segment_id IS :s AND m.text IS NOT :t"
-                f" AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED}",
-                {"t": text, "id": message_id, "s": segment_id, "now": now},
+                "UPDATE messages AS m SET text = :t, said = :said WHERE m.id = :id AND m.segment_id IS :s"
+                " AND m.text IS NOT :t"
+                f" AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}",
+                {"t": text, "said": said, "id": message_id, "s": segment_id, "now": now},
             )
             if cur.rowcount and segment_id is not None:
                 await db.execute(

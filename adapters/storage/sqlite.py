@@ -137,6 +137,8 @@ class SqliteStore:
         self.quotes = QuoteQueries(self.database)
         self.quoted_message = self.quotes.quoted_message
         self.visible_texts = self.quotes.visible_texts
+        self.conversation_of_chat = self.quotes.conversation_of_chat
+        self.private_interval_at = self.quotes.private_interval_at
         self.editable_message = self.quotes.editable_message
         self.edit_message = self.quotes.edit_message
         self.answered_since = self.quotes.answered_since

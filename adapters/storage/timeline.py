@@ -124,18 +124,21 @@ class TimelineQueries:
         segment_id: int | None,
         account_id: int | None,
         platform_message_id: str | None,
+        said: str | None = None,
     ) -> int | None:
         """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
+        `said`: the person's own words, when `text` holds more (what a mirror copies).
         Returns None when that platform message is stored already: a redelivery is a no-op."""
         mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
         capture = "pending" if mode == "normal" else "skipped"
         async with self._db.tx() as db:
             cur = await db.execute(
                 "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
-                " created_at, platform_message_id, turn) VALUES (?, ?, ?, ?, 'user', 'chat', ?, ?, ?, ?, 'open')"
+                " created_at, platform_message_id, turn, said)"
+                " VALUES (?, ?, ?, ?, 'user', 'chat', ?, ?, ?, ?, 'open', ?)"
                 " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
                 " DO NOTHING",
-                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id),
+                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id, said),
             )
             if cur.rowcount == 0:
                 return None

@@ -537,6 +537,8 @@ class TelegramAdapter:
         # Quotes, forwards and edits (issue 15): adapters/telegram/context.py reads them.
         edited = update.edited_message is not None
         inbound = dataclasses.replace(inbound, **reply_context(message, self._bot.id), edited=edited)
+        if edited and message.edit_date is not None:  # an edit's mode is that of the moment it was made
+            inbound = dataclasses.replace(inbound, sent_at=message.edit_date.timestamp())
         delivery = self._delivery
         log.info(
             "telegram: update %s, %s chat, %d chars",

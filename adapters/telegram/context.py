@@ -1,5 +1,6 @@
 """What a Telegram message says beyond its text: the message it replies to (or the part it
-quotes), and who a forwarded message comes from, as fields of the core's InboundMessage."""
+quotes), and who a forwarded message comes from (and, when it may be one of the person's own chat
+with the bot, when it was sent), as fields of the core's InboundMessage."""
 
 from __future__ import annotations
 
@@ -29,8 +30,23 @@ def reply_context(message: Message, bot_id: int) -> dict[str, Any]:
     elif message.external_reply is not None and quote is not None:
         fields["quoted_text"] = quote  # a message of another chat: never one the companion stored
     if message.forward_origin is not None:
-        fields["forwarded_from"] = forward_name(message.forward_origin)
+        origin = message.forward_origin
+        fields["forwarded_from"] = forward_name(origin)
+        sender = message.from_user.id if message.from_user is not None else None
+        if sender is not None and _may_be_from_our_chat(origin, sender, bot_id):
+            # It may be a message of the person's chat with the bot, a private interval's included.
+            # Telegram gives no id for a person's message: when it was sent is what is known.
+            fields["forwarded_chat_id"] = str(sender)  # a private chat's id is the person's
+            fields["forwarded_at"] = origin.date.timestamp()
     return fields
+
+
+def _may_be_from_our_chat(origin: MessageOrigin, sender: int, bot_id: int) -> bool:
+    """Whether a forward may come from the sender's own chat with the bot: sent by them or by the
+    bot, or by someone whose name Telegram hides (it may be them: the safe direction)."""
+    if isinstance(origin, MessageOriginHiddenUser):
+        return True
+    return isinstance(origin, MessageOriginUser) and origin.sender_user.id in (sender, bot_id)
 
 
 def forward_name(origin: MessageOrigin) -> str:

@@ -105,7 +105,8 @@ class Outbox:
         if lane is None:
             return True  # sent and pruned long ago
         async with self._locks.of((conversation_id, *lane)):
-            for delivery in await self._store.pending_of(conversation_id, delivery_id):
+            # Picked with the clock: nothing of an interval that has expired (or was forgotten) goes out.
+            for delivery in await self._store.pending_of(conversation_id, delivery_id, self._clock.now()):
                 sender = self._senders.get(delivery.target.platform)
                 if sender is None:
                     return False

@@ -11,6 +11,7 @@ from core.commands.services import CommandServices
 from core.turn.responder import Responder
 from core.values import copy
 from core.values.model import Reply, Turn
+from core.values.modes import ModeState
 
 log = logging.getLogger(__name__)
 
@@ -20,14 +21,14 @@ class CommandRunner:
         self._services = services
         self._responder = responder
 
-    async def run(self, turn: Turn, info: Command, args: str) -> Reply | None:
-        """The command's reply; None when the command is a redelivery that ran already."""
+    async def run(self, turn: Turn, info: Command, args: str, state: ModeState) -> Reply | None:
+        """The command's reply; None when the command is a redelivery that ran already. `state`: the
+        mode the command was made in, as the gate decided it."""
         services = self._services
         carries_secret = info.secret and bool(args)
         stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text
-        state = await services.valve.settle(turn.conversation)
         if state.unreadable and not info.runs_when_unreadable:
-            return await self._responder.finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret)
+            return await self._responder.finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret, queued=False)
         try:
             stored_id = await services.store.add_message(
                 turn.conversation.id,
@@ -49,7 +50,9 @@ class CommandRunner:
         else:
             reply = await info.handler(CommandCall(services, turn, info.name, args, state))
         try:
-            # An outbox row of the answer stays in the private thread when the command left it private.
+            # The answer belongs to the interval open once the command ran: the one it was made in,
+            # unless the command itself changed the mode (/private opened one, /normal or /forget
+            # private closed it).
             delivers = self._responder.delivers(turn.message.platform)
             segment = await services.store.open_segment_of(turn.conversation.id) if delivers else None
             final = await self._responder.finish(

@@ -14,15 +14,17 @@ import functools
 import logging
 import time
 
-from core.commands.registry import COMMANDS, command_info, mistyped_secret_command
+from core.commands.registry import COMMANDS, carries_secret
 from core.turn import edits, quotes
 from core.turn.bursts import BurstWindow, Held, HeldTurn
 from core.turn.config import CompanionConfig, Parts
+from core.turn.gate import Event, EventKind
+from core.turn.media import unread_text
+from core.turn.recovery import ClosedByRestart
 from core.turn.responder import LaneKey
 from core.values import copy
-from core.values.command_text import parse_command
 from core.values.model import ChatMove, InboundMessage, OpenTurn, Reply, Turn
-from core.values.modes import with_notice
+from core.values.modes import ModeState, with_notice
 from core.values.retry import Sleep
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,8 @@ class Companion:
         self._responder = parts.responder
         self._commands = parts.commands
         self._lanes = parts.lanes
+        self._gate = parts.gate
+        self._told_forwards: set[int] = set()  # conversations told that unread forwards are not read
         self._bursts: BurstWindow[HeldTurn] = BurstWindow(config.burst_seconds, self._burst_quiet, sleep=burst_sleep)
 
     # --- lifecycle --------------------------------------------------------
@@ -161,69 +165,104 @@ class Companion:
         started = time.perf_counter()
         account, conversation = await self._people.resolve(message)
         turn = Turn(message, account, conversation, restart_notice=self._recovery.restart_notice(conversation.id))
-        command = parse_command(message.text)
-        info = command_info(command.name) if command is not None else None
-        mistyped = mistyped_secret_command(message.text)
-        if not message.edited and (command is not None or mistyped):
+        # The event's kind and mode, decided once (core/turn/gate.py); nothing below asks again.
+        event = await self._gate.admit(turn)
+        if event.kind in (EventKind.COMMAND, EventKind.UNKNOWN_COMMAND, EventKind.MISTYPED):
             await self._flush_burst(conversation.id)  # a burst never spans a command
-        if message.edited:
-            reply = await edits.answer_edit(
-                turn, store=self.store, clock=self.clock, valve=self.valve, responder=self._responder
-            )
-        elif command is not None and info is not None:
-            reply = await self._commands.run(turn, info, command.args)
-        elif mistyped:
-            # Not stored, not sent to the model, not quoted: a mistyped or look-alike /private
-            # or /link (`/privte`, a Cyrillic er for the p) may carry the passphrase or a code.
-            reply = await self._responder.finish(turn, MISTYPED_LOOKALIKE, delete_inbound=True)
-        elif command is not None:
-            reply = await self._responder.finish(turn, UNKNOWN_COMMAND.format(name=command.name))  # not stored
-        else:
-            reply = await self._chat(turn)
+        reply = await self._dispatch(turn, event)
         if reply is None:
             return None
         self._recovery.noticed(conversation.id)
         log.info(
-            "conversation %s: turn of %d chars answered with %d chars in %.0f ms",
+            "conversation %s: %s of %d chars answered with %d chars in %.0f ms",
             conversation.id,
+            event.kind,
             len(message.text),
             len(reply.text),
             (time.perf_counter() - started) * 1e3,
         )
         return reply
 
-    async def _chat(self, turn: Turn) -> Reply | None:
-        conversation, message = turn.conversation, turn.message
-        if self._recovery.sent_before_start(message):
-            applies, kept = await self._recovery.keep_in_restarted_interval(turn)
-            if applies:
-                return kept
-        state = await self.valve.settle(conversation)
+    async def _dispatch(self, turn: Turn, event: Event) -> Reply | None:
+        state, kind = event.state, event.kind
+        # Every answer below is written in the interval the event was made in (state.segment_id): the
+        # schema (0011) refuses a delivery of a conversation with an open interval that does not name it.
+        if event.restarted is not None and not _private_mode_runs(event):
+            return await self._keep_unread(turn, event, event.restarted)
+        if kind is EventKind.EDIT:
+            return await edits.answer_edit(turn, state, store=self.store, clock=self.clock, responder=self._responder)
+        if kind is EventKind.COMMAND and event.info is not None and event.command is not None:
+            return await self._commands.run(turn, event.info, event.command.args, state)
+        if kind is EventKind.MISTYPED:
+            # Not stored, not sent to the model, not quoted: it may carry the passphrase or a code.
+            return await self._responder.finish(
+                turn, MISTYPED_LOOKALIKE, segment_id=state.segment_id, delete_inbound=True, queued=not state.unreadable
+            )
         if state.unreadable:
-            # It may belong to an open private interval: stored nowhere, shown to no model.
-            return await self._responder.finish(turn, copy.MODE_UNREADABLE)
+            # It may belong to an open private interval: stored nowhere, shown to no model, and its
+            # answer is no outbox row (which interval it would belong to cannot be known).
+            return await self._responder.finish(turn, copy.MODE_UNREADABLE, queued=False)
+        if kind is EventKind.UNKNOWN_COMMAND and event.command is not None:
+            # Not stored; the answer names the command, words typed in this mode: it lives in its interval.
+            return await self._responder.finish(
+                turn, UNKNOWN_COMMAND.format(name=event.command.name), segment_id=state.segment_id
+            )
+        return await self._chat(turn, state)
+
+    async def _keep_unread(self, turn: Turn, event: Event, closed: ClosedByRestart) -> Reply | None:
+        """An event made inside an interval a restart closed since: kept there unread (a message is
+        not read, a command is not run, an edit is not applied). Only a command private mode itself
+        runs (/mode, /normal, /private, /forget private ...) runs now, in the mode the conversation
+        is in: it writes nothing that outlives an interval, and its answer quotes none of its words."""
+        message = turn.message
+        if event.kind is EventKind.EDIT:
+            log.info("conversation %s: an edit made before the restart was dropped", turn.conversation.id)
+            return None
+        secret = carries_secret(message.text)
+        if event.kind is EventKind.MESSAGE:
+            stored: str | None = unread_text(message)  # media: markers and caption only, nothing fetched
+            row = "chat"
+        elif event.kind is EventKind.MISTYPED:
+            stored, row = None, "command"
+        else:
+            command = event.command
+            stored = f"/{command.name} [redacted]" if (secret and command is not None) else message.text
+            row = "command"
+        return await self._recovery.keep_unread(
+            turn, closed, stored=stored, kind=row, answer_segment=event.state.segment_id, delete_inbound=secret
+        )
+
+    async def _chat(self, turn: Turn, state: ModeState) -> Reply | None:
+        conversation, message = turn.conversation, turn.message
         segment_id = state.segment_id
         # Media are read once the mode is known: their text (marker, caption, transcript) is stored
         # in this mode and segment; their bytes are never stored (core/turn/media.py).
         media = await self.media.read(message, conversation.id) if message.media else None
         # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
         said = dataclasses.replace(message, text=media.text) if media else message
-        text = await quotes.compose(self.store, conversation, said, visible_segment=segment_id)
+        composed = await quotes.compose(self.store, conversation, said, visible_segment=segment_id)
         # Stored before the provider is called: a provider failure loses nothing.
         message_id = await self.store.add_inbound(
             conversation.id,
-            text,
+            composed.text,
             self.clock.now(),
             segment_id=segment_id,
             account_id=turn.account.id,
             platform_message_id=message.message_id,
+            said=composed.said,
         )
         if message_id is None:
             log.info("conversation %s: message %s is stored already", conversation.id, message.message_id)
             return None
+        # Forwarded words normal mode may not read: the person is told once (per conversation and
+        # run) to type again what should be known. Never stored, so never mirrored.
+        told: tuple[str, ...] = ()
+        if composed.unread_forward and not state.is_private and conversation.id not in self._told_forwards:
+            self._told_forwards.add(conversation.id)
+            told = (copy.FORWARD_NOT_READ,)
         # Plain words wait for the rest of a burst; media with images or lines of their own do not
         # (the burst held before them is answered first, so its timer cannot answer it twice).
-        plain = media is None or (media.answerable and not media.images and not media.notes)
+        plain = not told and (media is None or (media.answerable and not media.images and not media.notes))
         if self._bursts.enabled and self._responder.delivers(message.platform):
             if plain:
                 self._bursts.hold(conversation.id, HeldTurn(turn, state, message_id))
@@ -237,7 +276,7 @@ class Companion:
                 segment_id=segment_id,
                 answers=message_id,
             )
-        return await self._responder.answer(turn, state, message_id, media)
+        return await self._responder.answer(turn, state, message_id, media, told=told)
 
     # --- bursts -------------------------------------------------------------
 
@@ -281,6 +320,12 @@ class Companion:
         """A reply nobody waits for goes to the outbox's lanes (sent and marked there)."""
         if reply.delivery_id is not None and reply.conversation_id is not None and self.outbox is not None:
             self.outbox.hand_over(reply.conversation_id, reply.delivery_id)
+
+
+def _private_mode_runs(event: Event) -> bool:
+    """Whether private mode runs this command (see `_keep_unread`)."""
+    info, command = event.info, event.command
+    return info is not None and command is not None and not info.refused_while_private(command.args)
 
 
 def _key_of(platform: str, chat_id: str) -> LaneKey:

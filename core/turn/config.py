@@ -12,6 +12,7 @@ from core.ports import BaseProvider, BaseStore, Clock
 from core.privacy.valve import ModeValve
 from core.proactive.service import ProactiveConfig, ProactiveService
 from core.turn.commanding import CommandRunner
+from core.turn.gate import Gate
 from core.turn.lanes import Lanes
 from core.turn.media import MediaReader
 from core.turn.people import People
@@ -67,5 +68,6 @@ class Parts:
     commands: CommandRunner
     media: MediaReader
     lanes: Lanes[LaneKey]
+    gate: Gate
     outbox: Outbox | None = None
     proactive: ProactiveService | None = None

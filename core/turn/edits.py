@@ -1,5 +1,8 @@
-"""Edits: an edited message replaces its stored text in its own mode and segment; the newest
-message, answered moments ago, gets its edited version answered as a correction."""
+"""Edits: an edit is input of the mode it was made in (the gate decides it). Made in the mode and
+interval of the message it edits, it replaces the stored text there, and the newest message,
+answered moments ago, gets its edited version answered as a correction; made while private, of any
+other message, it is kept as a new row of the open interval; made in normal mode, of a private
+message, it is dropped."""
 
 from __future__ import annotations
 
@@ -8,13 +11,13 @@ import logging
 
 from core.commands.registry import carries_secret
 from core.ports import BaseStore, Clock
-from core.privacy.valve import ModeValve
 from core.turn.media import AUDIO_KINDS, unread_text
 from core.turn.quotes import compose
 from core.turn.responder import Responder
 from core.values import copy
 from core.values.command_text import parse_command
 from core.values.model import Reply, Turn
+from core.values.modes import ModeState
 
 log = logging.getLogger(__name__)
 
@@ -23,16 +26,26 @@ CORRECTION_WINDOW = 120.0
 
 
 async def answer_edit(
-    turn: Turn, *, store: BaseStore, clock: Clock, valve: ModeValve, responder: Responder
+    turn: Turn, state: ModeState, *, store: BaseStore, clock: Clock, responder: Responder
 ) -> Reply | None:
-    """Apply an edit (`turn.message.edited`); returns the correction's reply, or None (nothing sent)."""
+    """Apply an edit (`turn.message.edited`) made in `state` (the mode the gate decided for it);
+    returns the correction's reply, or None (nothing sent).
+
+    An edit is input of the mode it is made in, whatever it edits: a message of that same mode and
+    interval changes in place; an edit made in private mode of anything else is kept as a new row
+    of the open interval (the earlier row unchanged); an edit made in normal mode of a private
+    message is dropped. The store's UPDATE refuses the rest again in its SQL."""
     message, conversation = turn.message, turn.conversation
     platform_id = message.message_id
     if platform_id is None:
         return None
+    if state.unreadable:
+        # It may have been made in an open private interval: not used at all.
+        log.info("conversation %s: an edit was dropped (the mode could not be read)", conversation.id)
+        return None
     if carries_secret(message.text):
         # Edited into a passphrase or code: not kept, and deleted from the chat where possible.
-        return await responder.finish(turn, copy.EDIT_NOT_KEPT, delete_inbound=True)
+        return await responder.finish(turn, copy.EDIT_NOT_KEPT, segment_id=state.segment_id, delete_inbound=True)
     if parse_command(message.text) is not None:
         log.info("conversation %s: an edit into a command is not run", conversation.id)
         return None
@@ -51,17 +64,32 @@ async def answer_edit(
         # a message back, and never stores one anew (in whatever mode the chat is in now).
         log.info("conversation %s: an edit of message %s was dropped", conversation.id, platform_id)
         return None
-    # The quote is read in the message's own mode, as when it was first stored.
-    text = await compose(store, conversation, message, visible_segment=stored.segment_id)
-    if not await store.edit_message(stored.id, stored.segment_id, text, now):
+    if stored.segment_id != state.segment_id:
+        if state.is_private:
+            # Typed while private: private input, kept in the open interval and expiring with it.
+            # The row it edits (normal, or of another interval) keeps its words.
+            composed = await compose(store, conversation, message, visible_segment=state.segment_id)
+            await store.add_message(
+                conversation.id,
+                "user",
+                f"{copy.EDIT_KEPT_PRIVATE_LINE}\n{composed.text}",
+                now,
+                segment_id=state.segment_id,
+                account_id=turn.account.id,
+            )
+            log.info("conversation %s: an edit made in private mode was kept in its interval", conversation.id)
+            return None
+        # Typed in normal mode, of a private interval's message: normal mode never writes there.
+        log.info("conversation %s: an edit of a private message was dropped in normal mode", conversation.id)
         return None
-    size = len(text)
+    # The quote is read in the message's own mode, as when it was first stored.
+    composed = await compose(store, conversation, message, visible_segment=stored.segment_id)
+    if not await store.edit_message(stored.id, stored.segment_id, composed.text, now, said=composed.said):
+        return None
+    size = len(composed.text)
     log.info("conversation %s: message %s edited (%d chars)", conversation.id, stored.id, size)
     if stored.turn != "done":
         return None  # its answer is still to come (a burst, a cut-off turn) and reads the new words
     if not await store.answered_since(conversation.id, stored.id, now - CORRECTION_WINDOW):
         return None
-    state = await valve.settle(conversation)
-    if state.unreadable or state.segment_id != stored.segment_id:
-        return None  # answered only in the mode and interval the message belongs to
     return await responder.answer(turn, state, stored.id, note=copy.EDIT_CORRECTION)

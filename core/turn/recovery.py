@@ -1,8 +1,9 @@
 """Recovery: what a stop or a crash left, made right at the next start.
 
 Crash semantics first (seed 000): every private interval left open is closed at the end of the
-stored record, and what expired while the process was down is deleted. A message sent before this
-start into a conversation whose interval that closed belongs to the interval (stored there unread).
+stored record, and what expired while the process was down is deleted. An event made before this
+start into a conversation whose interval that closed belongs to the interval (the gate asks
+`closed_by_restart`; `keep_unread` stores it there unread, whatever its kind).
 Turns the last process was cut off in are answered once (or, when old, asked for again).
 """
 
@@ -13,10 +14,9 @@ import logging
 
 from core.ports import BaseStore, Clock
 from core.privacy.valve import ModeValve
-from core.turn.media import unread_text
 from core.turn.responder import Responder
 from core.values import copy
-from core.values.model import Account, InboundMessage, OpenTurn, Reply, Turn
+from core.values.model import Account, Conversation, InboundMessage, OpenTurn, Reply, Turn
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 SENT_AT_MARGIN = 0.5
 # A turn a restart cut off is answered when it is younger than this; older ones are asked again.
 ANSWER_CUT_OFF_TURNS_WITHIN = 10 * 60.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClosedByRestart:
+    """The private interval an event made before this start belongs to: `segment_id`, closed by
+    the restart, or None when that interval expired while the process was down (deleted)."""
+
+    segment_id: int | None
 
 
 class Recovery:
@@ -111,39 +119,76 @@ class Recovery:
     def sent_before_start(self, message: InboundMessage) -> bool:
         return message.sent_at is not None and message.sent_at < self.started_at + SENT_AT_MARGIN
 
-    async def keep_in_restarted_interval(self, turn: Turn) -> tuple[bool, Reply | None]:
-        """A message sent before this process started, into a conversation whose private interval
-        a restart closed after it was sent, belongs to that interval: stored there (masked,
-        expiring with it), never read. Returns whether the rule applied, and then the reply
-        (None for a redelivery)."""
-        conversation, message = turn.conversation, turn.message
-        if not conversation.is_direct or message.sent_at is None:
-            return False, None
-        turn = dataclasses.replace(turn, restart_notice=False)  # the reply says it already
+    async def closed_by_restart(self, conversation: Conversation, message: InboundMessage) -> ClosedByRestart | None:
+        """The private interval an event belongs to although it arrives only now: made before this
+        process started (a redelivery, or sent while the companion was down), into a conversation
+        whose interval a restart closed after it was made. None when the rule does not apply."""
+        if not conversation.is_direct or message.sent_at is None or not self.sent_before_start(message):
+            return None
         # The platform's clock and ours may differ a little: the margin errs toward the interval.
         segment_id = await self._store.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
         if segment_id is not None:
-            message_id = await self._store.add_inbound(
-                conversation.id,
-                unread_text(message),  # media: markers and caption only, nothing fetched
-                self._clock.now(),
-                segment_id=segment_id,
-                account_id=turn.account.id,
-                platform_message_id=message.message_id,
-            )
-            if message_id is None:
-                return True, None
-            log.info(
-                "conversation %s: a message from before the restart was kept in segment %s unread",
-                conversation.id,
-                segment_id,
-            )
-            reply = await self._responder.finish(
-                turn, copy.RESTART_KEPT_PRIVATE, segment_id=segment_id, answers=message_id
-            )
-            return True, reply
+            return ClosedByRestart(segment_id)
         if conversation.id in self._closed_at_start:
-            # Its interval expired while the process was down and is deleted: the message is not kept.
-            log.info("conversation %s: a message from an expired interval was dropped unread", conversation.id)
-            return True, await self._responder.finish(turn, copy.RESTART_KEPT_PRIVATE)
-        return False, None
+            return ClosedByRestart(None)  # its interval expired while the process was down
+        return None
+
+    async def keep_unread(
+        self,
+        turn: Turn,
+        closed: ClosedByRestart,
+        *,
+        stored: str | None,
+        kind: str = "chat",
+        answer_segment: int | None = None,
+        delete_inbound: bool = False,
+    ) -> Reply | None:
+        """Keep an event a restart's interval owns (see `closed_by_restart`): `stored` (its text, or
+        None for what is never stored) goes into that interval as a `kind` row, never read, and the
+        answer is the constant that says so. `answer_segment`: the interval open now, if one is (the
+        answer belongs to it; else to the closed one). Returns None for a redelivery."""
+        conversation, message = turn.conversation, turn.message
+        turn = dataclasses.replace(turn, restart_notice=False)  # the answer says it already
+        if closed.segment_id is None:
+            # Its interval expired while the process was down and is deleted: nothing is kept.
+            log.info("conversation %s: an event from an expired interval was dropped unread", conversation.id)
+            return await self._responder.finish(
+                turn, copy.RESTART_KEPT_PRIVATE, segment_id=answer_segment, delete_inbound=delete_inbound
+            )
+        message_id = None
+        if stored is not None:
+            if kind == "chat":
+                message_id = await self._store.add_inbound(
+                    conversation.id,
+                    stored,
+                    self._clock.now(),
+                    segment_id=closed.segment_id,
+                    account_id=turn.account.id,
+                    platform_message_id=message.message_id,
+                )
+            else:
+                message_id = await self._store.add_message(
+                    conversation.id,
+                    "user",
+                    stored,
+                    self._clock.now(),
+                    segment_id=closed.segment_id,
+                    kind=kind,
+                    account_id=turn.account.id,
+                    platform_message_id=message.message_id,
+                )
+            if message_id is None:
+                return None  # stored already: a redelivery
+        log.info(
+            "conversation %s: a %s from before the restart was kept in segment %s unread",
+            conversation.id,
+            kind,
+            closed.segment_id,
+        )
+        return await self._responder.finish(
+            turn,
+            copy.RESTART_KEPT_PRIVATE,
+            segment_id=answer_segment if answer_segment is not None else closed.segment_id,
+            answers=message_id if kind == "chat" else None,
+            delete_inbound=delete_inbound,
+        )

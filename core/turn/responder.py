@@ -95,11 +95,13 @@ class Responder:
         media: ReadMedia | None = None,
         *,
         note: str | None = None,
+        told: tuple[str, ...] = (),
     ) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
         (message, run, answered turn and delivery) in one transaction. `media`: its images go
         with this request only, its notes before the answer. `note`: a constant system line after
-        the view (an edit's correction)."""
+        the view (an edit's correction). `told`: constant lines said before the answer, like the
+        media notes never stored (so never mirrored either)."""
         conversation = turn.conversation
         segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it.
@@ -130,9 +132,10 @@ class Responder:
             return await self.finish(
                 turn, with_notice(state, _failure_words(exc)), segment_id=segment_id, answers=message_id
             )
+        shown = media.noted(text) if media else text
         reply = await self.finish(
             turn,
-            with_notice(state, media.noted(text) if media else text),
+            with_notice(state, "\n\n".join((*told, shown))),
             stored_text=text,
             segment_id=segment_id,
             answers=message_id,
@@ -157,15 +160,18 @@ class Responder:
         run: RunRecord | None = None,
         delete_inbound: bool = False,
         mirror: MirrorOf | None = None,
+        queued: bool = True,
     ) -> Reply:
         """Write the turn's outcome and, where the platform sends through the outbox, its pending
         delivery, in one transaction. With `mirror`, the same transaction writes the exchange's
-        mirror rows, handed to the outbox here."""
+        mirror rows, handed to the outbox here. `segment_id`: the interval the outcome and its
+        delivery belong to (the event's, as the gate decided it). `queued` False: no outbox row
+        (the mode could not be read, so no interval can be named); the adapter sends the text."""
         if turn.restart_notice:
             text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{text}"
         message = turn.message
         target = None
-        if self.delivers(message.platform):
+        if queued and self.delivers(message.platform):
             # In a group the reply quotes the message it answers; a deleted one cannot be quoted.
             reply_to = None if (turn.conversation.is_direct or delete_inbound) else message.message_id
             target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)

@@ -209,9 +209,22 @@ QUOTE_UNSEEN_LINE = "(replying to a message I did not see, quoted: {text})"
 # A quoted message this mode cannot vouch for (not stored, or gone with its interval): no text.
 QUOTE_WITHHELD_LINE = "(replying to an earlier message)"
 FORWARD_LINE = "(forwarded from {name})"
+# A forwarded message of the companion's own chats that this mode may not read, and cannot vouch
+# for (not kept, or gone with its interval): its words stay out (a private one is the PLACEHOLDER).
+FORWARD_WITHHELD = "[a forwarded message I do not keep; its words are not shown]"
+# What a mirror copies of a forward whose words are not read: nothing of them, nothing of why.
+FORWARD_UNREAD_SAID = "(a forwarded message)"
+# Said once (per conversation and run), in normal mode, before the answer to such a forward.
+FORWARD_NOT_READ = (
+    "I don't read forwarded messages from private mode (or ones I no longer keep) here; "
+    "type again what you want me to know."
+)
 # Appended to the request when the person edited the message just answered.
 EDIT_CORRECTION = (
     "The person has just edited their last message (shown above as it reads now) after your answer "
     "to the earlier wording. Answer the edited version, briefly acknowledging the correction."
 )
+# Heads an edit made in private mode of a message outside the open interval: the new words are
+# kept in the interval as a message of their own, and the edited message keeps its words.
+EDIT_KEPT_PRIVATE_LINE = "(an edit, made in private mode, of an earlier message)"
 EDIT_NOT_KEPT = "That edit looked like it carries a passphrase or code; nothing of it was kept."

@@ -36,7 +36,8 @@ class InboundMessage:
     is_direct: bool
     message_id: str | None = None  # the platform's id: the inbox key (None: no dedupe, e.g. terminal)
     user_name: str | None = None
-    sent_at: float | None = None  # the platform's timestamp (Telegram `date`, Discord snowflake time)
+    # The platform's timestamp (Telegram `date`, Discord snowflake time); an edit's is when it was edited.
+    sent_at: float | None = None
     thread_id: str | None = None  # a forum topic or thread the reply belongs in
     media: tuple[Media, ...] = ()  # photos, voice notes, stickers ...; `text` is then their caption
     # Quotes, forwards, edits (issue 15); core/turn/quotes.py turns them into the stored text.
@@ -44,6 +45,14 @@ class InboundMessage:
     quoted_text: str | None = None  # what the platform says that message (or the quoted part) holds
     quoted_from_companion: bool = False  # the replied-to message is one of the companion's own
     forwarded_from: str | None = None  # who a forwarded message comes from, as the platform names them
+    # Where a forward may come from among the companion's own chats (issue 22): the chat of this
+    # platform its message may have been in (Discord: its channel; Telegram: the person's DM with
+    # the bot, when the origin is the person, the bot or hidden), its id there where the platform
+    # says (Discord), and when it was first sent (Telegram's origin date, Discord's snowflake time).
+    # core/turn/quotes.py reads it as the mode may: a private interval's message is the placeholder.
+    forwarded_chat_id: str | None = None
+    forwarded_message_id: str | None = None
+    forwarded_at: float | None = None
     edited: bool = False  # a new version of the message `message_id` names
 
     @property

@@ -68,7 +68,7 @@ async def test_an_edit_after_two_minutes_or_of_an_older_message_updates_the_text
     assert await text_of(store, second) == [("second, edited late", "normal", 0)]
 
 
-async def test_an_edit_of_a_private_message_stays_private_and_out_of_recall_and_sends_nothing(
+async def test_an_edit_made_in_normal_mode_of_a_private_message_is_dropped_and_sends_nothing(
     companion, provider, store
 ):
     await tell(companion, f"/private {PASSPHRASE} 1h")
@@ -77,7 +77,9 @@ async def test_an_edit_of_a_private_message_stays_private_and_out_of_recall_and_
     calls = len(provider.requests)
     reply, _ = await tell(companion, f"private edited {CANARY}", mid=mid, edited=True)
     assert reply is None and len(provider.requests) == calls
-    assert await text_of(store, mid) == [(f"private edited {CANARY}", "private", 1)]
+    # Words typed in normal mode never go into an interval's row: the private row is unchanged.
+    assert await text_of(store, mid) == [("private first wording", "private", 1)]
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
     assert await recall(companion, store, CANARY.split("-")[0]) == []
     # Not in the index at all, not merely filtered out by recall's own predicates.
     assert await all_rows(store, "SELECT count(*) FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
@@ -120,3 +122,39 @@ async def test_an_update_that_leaves_the_words_unchanged_is_not_answered_again(c
     calls = len(provider.requests)
     reply, _ = await tell(companion, "look: https://example.org", mid=mid, edited=True)
     assert reply is None and len(provider.requests) == calls
+
+
+async def test_an_edit_typed_while_private_never_changes_the_normal_row_and_stays_in_its_interval(
+    companion, provider, store
+):
+    _, mid = await tell(companion, "lunch on Friday")
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    reply, _ = await tell(companion, f"lunch with {CANARY}", mid=mid, edited=True)
+    assert reply is None
+    # The normal row keeps its words; the edit is private input, a row of the open interval.
+    assert await text_of(store, mid) == [("lunch on Friday", "normal", 0)]
+    kept = await all_rows(
+        store, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)
+    )
+    assert kept == [("private", 1)]
+    await tell(companion, "/normal")
+    await tell(companion, "what's on for Friday?")
+    assert CANARY not in request_text(provider.last_reply_request())
+    assert "lunch on Friday" in request_text(provider.last_reply_request())
+    assert await recall(companion, store, CANARY.split("-")[0]) == []
+    assert await all_rows(store, "SELECT count(*) FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    reply, _ = await tell(companion, f"/recall {CANARY.split('-')[0]}")
+    assert reply is not None and CANARY not in reply.text
+    await tell(companion, "/forget private")
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+
+
+async def test_an_edit_typed_while_private_of_a_message_of_its_own_interval_changes_it_in_place(
+    companion, provider, store
+):
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    _, mid = await tell(companion, "private first wording")
+    await tell(companion, "something else")  # not the newest any more: no correction is answered
+    reply, _ = await tell(companion, f"private second wording {CANARY}", mid=mid, edited=True)
+    assert reply is None
+    assert await text_of(store, mid) == [(f"private second wording {CANARY}", "private", 1)]

@@ -291,6 +291,26 @@ async def test_a_refusal_for_good_on_a_mirror_disables_the_binding_with_one_noti
     assert discord.texts_to(CHANNEL)[-1].startswith("[telegram DM] you: four")
 
 
+async def test_a_mirror_refused_for_good_while_the_source_is_private_tells_it_inside_the_interval(
+    companion, store, clock, telegram, discord
+):
+    await bound(companion)
+    discord.down = True
+    await tell(companion, "one")  # its copy waits behind the outage
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    discord.down = False
+    discord.fail_with = [(True, "http 403")]  # the target refuses while the source is private
+    clock.advance(60)
+    await companion.outbox.dispatch_due()
+    notice = copy.MIRROR_DISABLED.format(target=f"discord:{CHANNEL}", reason="http 403")
+    assert telegram.texts_to(USER)[-1] == notice  # told once, in the private thread
+    (segment,) = await all_rows(store, "SELECT id FROM segments WHERE ended_at IS NULL")
+    # Written while private, the notice belongs to the interval (the schema refuses it otherwise).
+    assert await all_rows(store, "SELECT segment_id FROM deliveries WHERE kind = 'reply' ORDER BY id DESC LIMIT 1") == [
+        segment
+    ]
+
+
 async def test_delivery_and_message_in_one_transaction(companion, store, provider):
     await bound(companion)
     # A failure injected between the reply's rows and its mirror rows, inside the transaction.

@@ -142,3 +142,58 @@ async def test_a_group_quote_of_a_message_the_companion_never_saw_is_included_ma
         quoted_text="/privte hunter2",
     )
     assert all("hunter2" not in request_text(r) for r in provider.requests)
+
+
+# --- forwards of the companion's own chats (issue 22) ----------------------------------------------
+
+
+def forward_of(chat: str, *, mid: str | None = None, at: float | None = None) -> dict:
+    return {"forwarded_from": "Me", "forwarded_chat_id": chat, "forwarded_message_id": mid, "forwarded_at": at}
+
+
+async def test_a_forward_of_a_private_message_by_its_id_is_the_placeholder_in_normal_mode_and_in_a_group(
+    companion, provider, store
+):
+    await tell(companion, f"/private {PASSPHRASE}")
+    _, private_id = await tell(companion, CANARY)
+    await tell(companion, "/normal")
+    reply, _ = await tell(companion, CANARY, **forward_of(USER, mid=private_id))
+    assert CANARY not in request_text(provider.last_reply_request())
+    assert last_user(provider) == f"(forwarded from Me)\n{copy.PLACEHOLDER}"
+    assert reply is not None and reply.text.startswith(copy.FORWARD_NOT_READ)
+    # Into a group, where no interval of the DM is ever readable.
+    await tell(companion, CANARY, chat="-500", direct=False, **forward_of(USER, mid=private_id))
+    assert CANARY not in request_text(provider.last_reply_request())
+    assert await all_rows(store, "SELECT count(*) FROM messages WHERE mode = 'normal' AND text LIKE '%CANARY%'") == [
+        (0,)
+    ]
+
+
+async def test_a_forward_by_its_time_alone_inside_a_private_interval_is_the_placeholder(companion, provider, clock):
+    await tell(companion, f"/private {PASSPHRASE}")
+    said_at = clock.now() + 5
+    clock.advance(10)
+    await tell(companion, "/normal")
+    clock.advance(60)
+    await tell(companion, CANARY, **forward_of(USER, at=said_at))
+    assert last_user(provider) == f"(forwarded from Me)\n{copy.PLACEHOLDER}"
+    await tell(companion, "sent long before", **forward_of(USER, at=said_at - 3600))
+    assert last_user(provider) == "(forwarded from Me)\nsent long before"
+
+
+async def test_a_forward_of_its_own_interval_is_read_in_private_mode(companion, provider):
+    await tell(companion, f"/private {PASSPHRASE}")
+    _, private_id = await tell(companion, "said in here")
+    await tell(companion, "said in here", **forward_of(USER, mid=private_id))
+    assert last_user(provider) == "(forwarded from Me)\nsaid in here"
+
+
+async def test_a_forward_of_a_message_of_the_dm_the_companion_does_not_keep_is_withheld(companion, provider):
+    provider.script.append(Completion("The Dom Luís bridge, built in 1886."))
+    await tell(companion, "tell me about Porto")
+    # The companion's own reply is not stored under a platform id: matched by its words instead.
+    await tell(companion, "The Dom Luís bridge, built in 1886.", **forward_of(USER, mid="bot-reply-9"))
+    assert last_user(provider) == "(forwarded from Me)\nThe Dom Luís bridge, built in 1886."
+    reply, _ = await tell(companion, f"gone {CANARY}", **forward_of(USER, mid="never-kept"))
+    assert last_user(provider) == f"(forwarded from Me)\n{copy.FORWARD_WITHHELD}"
+    assert reply is not None and reply.text.startswith(copy.FORWARD_NOT_READ)

@@ -1,0 +1,183 @@
+"""The gate (issue 22): every inbound event gets its mode once, from the moment it was made, and
+everything it writes belongs to that mode's interval, whatever the event's kind.
+
+The core runs for real on a real SQLite store, with an outbox whose far end is a FakeSender (the
+same flows through python-telegram-bot and discord.py are in tests/adapters/test_wall_*.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.storage.outbox import SqliteOutboxStore
+from bot.bootstrap import build_companion
+from core.delivery.outbox import Outbox
+from core.turn.companion import Companion
+from core.turn.config import CompanionConfig
+from core.values import copy
+from core.values.model import InboundMessage, Media, Reply
+from tests.conftest import PASSPHRASE
+from tests.helpers.chat import all_rows
+from tests.helpers.fakes import FakeSender
+
+USER = "100"
+CANARY = "gatecanary5a0f"  # one lowercase word: a command's name, a search term
+
+
+@pytest.fixture
+def sender() -> FakeSender:
+    return FakeSender("telegram")
+
+
+@pytest.fixture
+def boot(store, provider, clock, passphrase_hash, sender):
+    """Start a Companion with an outbox on the shared store; calling it again is a restart."""
+
+    async def start(**config) -> Companion:
+        outbox = Outbox(SqliteOutboxStore(store.database), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
+        outbox.register(sender)
+        companion = build_companion(
+            store,
+            provider,
+            CompanionConfig(
+                passphrase_hash=passphrase_hash,
+                allowed_accounts=frozenset({f"telegram:{USER}"}),
+                platforms=frozenset({"telegram"}),
+                **config,
+            ),
+            clock=clock,
+            outbox=outbox,
+        )
+        await companion.start()
+        return companion
+
+    return start
+
+
+_ids = iter(range(1, 10**6))
+
+
+async def tell(
+    companion: Companion,
+    text: str,
+    *,
+    mid: str | None = None,
+    sent_at: float | None = None,
+    edited: bool = False,
+    media: tuple[Media, ...] = (),
+    send: bool = True,
+) -> Reply | None:
+    """What an adapter does: hand the message to the core, then send the reply's delivery."""
+    message = InboundMessage(
+        "telegram",
+        USER,
+        USER,
+        text,
+        is_direct=True,
+        message_id=mid or f"g{next(_ids)}",
+        sent_at=companion.clock.now() if sent_at is None else sent_at,
+        edited=edited,
+        media=media,
+    )
+    reply = await companion.handle(message)
+    if send and reply is not None and reply.delivery_id is not None:
+        await companion.outbox.deliver(reply.conversation_id, reply.delivery_id)
+    return reply
+
+
+async def count(store, sql: str, *params) -> int:
+    return (await all_rows(store, sql, params))[0][0]
+
+
+# --- events made inside an interval a restart closed since ----------------------------------------
+
+
+async def test_a_lasting_command_made_before_a_restart_inside_its_interval_is_kept_there_unread_and_not_run(
+    boot, store, clock
+):
+    companion = await boot()
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    made_at = clock.now()
+    clock.advance(60)
+    restarted = await boot()  # start-up closes the interval the command was typed in
+    reply = await tell(restarted, f"/remember my code word is {CANARY}", sent_at=made_at)
+    assert reply is not None and reply.text == copy.RESTART_KEPT_PRIVATE
+    assert await count(store, "SELECT count(*) FROM pad_entries WHERE text LIKE ?", f"%{CANARY}%") == 0
+    rows = await all_rows(store, "SELECT mode, kind FROM messages WHERE text LIKE ?", (f"%{CANARY}%",))
+    assert rows == [("private", "command")]
+
+
+async def test_an_unknown_command_made_before_a_restart_inside_its_interval_is_kept_there_unread(
+    boot, store, clock, sender
+):
+    companion = await boot()
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    made_at = clock.now()
+    clock.advance(60)
+    restarted = await boot()
+    reply = await tell(restarted, f"/diary_{CANARY} today was long", sent_at=made_at)
+    assert reply is not None and reply.text == copy.RESTART_KEPT_PRIVATE
+    assert all(CANARY not in text for text in sender.texts())
+    await tell(restarted, "/forget private")
+    assert await count(store, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
+
+
+async def test_an_edit_made_before_a_restart_inside_an_interval_is_dropped(boot, store, clock, provider):
+    companion = await boot()
+    await tell(companion, "lunch on Friday", mid="lunch")
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    made_at = clock.now()
+    clock.advance(60)
+    restarted = await boot()
+    reply = await tell(restarted, f"lunch with {CANARY}", mid="lunch", sent_at=made_at, edited=True)
+    assert reply is None
+    assert await count(store, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
+    assert await all_rows(store, "SELECT text FROM messages WHERE platform_message_id = 'lunch'") == [
+        ("lunch on Friday",)
+    ]
+
+
+async def test_a_command_private_mode_runs_still_runs_when_it_was_made_before_the_restart(boot, clock):
+    companion = await boot()
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    made_at = clock.now()
+    clock.advance(60)
+    restarted = await boot()
+    reply = await tell(restarted, "/mode", sent_at=made_at)
+    assert reply is not None and "You are in normal mode" in reply.text
+
+
+# --- every reply written while private belongs to the interval ------------------------------------
+
+
+async def test_every_kind_of_reply_written_while_private_belongs_to_its_interval_and_goes_with_it(
+    boot, store, provider
+):
+    companion = await boot(allow_private_export=True)
+    await tell(companion, "lunch on Friday", mid="lunch")
+    (before,) = (await all_rows(store, "SELECT coalesce(max(id), 0) FROM deliveries"))[0]
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    replies = {
+        "the model's answer": await tell(companion, f"about {CANARY}", mid="newest"),
+        "a correction": await tell(companion, f"about {CANARY}, edited", mid="newest", edited=True),
+        "a command's answer": await tell(companion, "/mode"),
+        "a refusal": await tell(companion, f"/remember {CANARY}"),
+        "an unknown command's answer": await tell(companion, f"/diary_{CANARY} today"),
+        "a mistyped command's answer": await tell(companion, f"/privte {CANARY}"),
+        "an edit's refusal": await tell(companion, f"/private {PASSPHRASE}", mid="lunch", edited=True),
+        "a media answer": await tell(companion, "", media=(Media("sticker"),)),
+        "a button's prompt": await tell(companion, "/export"),
+    }
+    provider.fail_all = True
+    replies["an apology"] = await tell(companion, f"failing {CANARY}")
+    provider.fail_all = False
+    assert replies["a button's prompt"] is not None and replies["a button's prompt"].confirm is not None
+    assert all(r is not None and r.delivery_id is not None for r in replies.values()), replies
+    (segment,) = (await all_rows(store, "SELECT id FROM segments WHERE ended_at IS NULL"))[0]
+    written = await all_rows(store, "SELECT kind, segment_id FROM deliveries WHERE id > ? ORDER BY id", (before,))
+    assert len(written) == len(replies) + 1  # and the answer to /private itself
+    assert written == [("reply", segment)] * len(written)
+    await tell(companion, "/forget private")
+    # Gone with the interval: the only delivery left since is the answer to /forget private.
+    assert await all_rows(store, "SELECT segment_id FROM deliveries WHERE id > ?", (before,)) == [(None,)]
+    assert await count(store, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
