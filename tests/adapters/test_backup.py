@@ -170,6 +170,7 @@ def test_restoring_a_backup_from_a_newer_version_is_refused(tmp_path):
     assert not (tmp_path / "live.db").exists()
 
 
+@pytest.mark.wire
 def test_backup_and_restore_commands_end_to_end(tmp_path):
     env = companion_env(tmp_path, COMPANION_PRIVATE_PASSPHRASE_HASH=hash_passphrase("pw"))
     chat = run_companion(["chat"], env, stdin=f"hello\n/private pw 1h\n{CANARY.decode()}\n")
@@ -187,6 +188,7 @@ def test_backup_and_restore_commands_end_to_end(tmp_path):
     assert after.stdout.startswith("You are in normal mode.")
 
 
+@pytest.mark.wire
 @pytest.mark.parametrize("command", ["backup", "restore"])
 async def test_a_backup_or_restore_killed_at_any_stage_leaves_no_private_byte_in_any_file(
     companion, store, tmp_path, command

@@ -8,6 +8,8 @@ from core.privacy.secrets import PassphraseHash
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, run_companion
 
+pytestmark = pytest.mark.wire
+
 
 def test_piped_chat_answers_offline_one_reply_per_line_in_order(tmp_path):
     result = run_companion(["chat"], companion_env(tmp_path), stdin="hello\nhow are you\n")

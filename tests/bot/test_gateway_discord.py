@@ -5,11 +5,15 @@ from __future__ import annotations
 import signal
 import subprocess
 
+import pytest
+
 from core.values.copy import DELETE_SECRET_NOTE, TRANSITION_FALLBACK
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, spawn_companion
+
+pytestmark = pytest.mark.wire
 
 CANARY = "canary-81c4 the thing I never told anyone"
 FRIEND = 111

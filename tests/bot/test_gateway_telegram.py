@@ -5,10 +5,14 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.telegram_gateway import USER, gateway_env, say, spawn, stop, wait_until
+
+pytestmark = pytest.mark.wire
 
 CANARY = "canary-91b7 what I only say in private"
 

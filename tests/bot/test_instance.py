@@ -130,6 +130,7 @@ def test_an_in_memory_database_takes_no_lock(tmp_path: Path) -> None:
 # --- real processes --------------------------------------------------------------------
 
 
+@pytest.mark.wire
 def test_a_second_companion_run_on_one_database_exits_2_and_every_message_is_answered_once(
     telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
 ) -> None:
@@ -170,6 +171,7 @@ def test_a_second_companion_run_on_one_database_exits_2_and_every_message_is_ans
     assert len(telegram.calls_of("getMe")) == greeted  # it never reached Telegram
 
 
+@pytest.mark.wire
 def test_a_second_companion_chat_is_refused_and_the_first_stays_private(tmp_path: Path, pass_hash: str) -> None:
     with FakeOpenAIServer.run_in_thread() as model:
         env = companion_env(
@@ -202,6 +204,7 @@ def test_a_second_companion_chat_is_refused_and_the_first_stays_private(tmp_path
     assert code == 0, stderr
 
 
+@pytest.mark.wire
 def test_companion_chat_runs_beside_the_gateway_and_leaves_its_private_segment_open(
     telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
 ) -> None:
@@ -226,6 +229,7 @@ def test_companion_chat_runs_beside_the_gateway_and_leaves_its_private_segment_o
     assert code == 0, stderr
 
 
+@pytest.mark.wire
 def test_after_sigkill_of_a_gateway_the_lock_is_free_again(
     telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, pass_hash: str
 ) -> None:
@@ -248,6 +252,7 @@ def test_after_sigkill_of_a_gateway_the_lock_is_free_again(
     assert code == 0, stderr
 
 
+@pytest.mark.wire
 def test_restore_is_refused_while_a_chat_holds_the_database(tmp_path: Path) -> None:
     env = companion_env(tmp_path)
     chat = spawn_companion(["chat"], env)

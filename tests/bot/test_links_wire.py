@@ -18,6 +18,8 @@ from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.telegram_gateway import USER, gateway_env, say, spawn, stop
 
+pytestmark = pytest.mark.wire
+
 CANARY = "canary-5be1 the one thing said only in private"
 FRIEND = 222  # the same person's Discord user id
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from core.privacy.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, run_companion
@@ -11,6 +13,7 @@ from tests.helpers.proc import companion_env, run_companion
 CANARY = "LOG-CANARY-5150"
 
 
+@pytest.mark.wire
 def test_no_private_text_reaches_the_logs_at_debug(tmp_path):
     with FakeOpenAIServer.run_in_thread() as server:
         server.responder = lambda body: f"echo {body['messages'][-1].get('content', '')[:40]}"

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, jpeg_with, leaked, ogg_with
 from tests.helpers.telegram_gateway import USER, gateway_env, spawn, stop, wait_until
+
+pytestmark = pytest.mark.wire
 
 
 def test_companion_run_reads_photos_with_vision_and_transcribes_voice_notes_without_storing_either(

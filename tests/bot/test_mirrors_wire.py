@@ -17,6 +17,8 @@ from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.telegram_gateway import gateway_env, say, spawn, stop, wait_until
 
+pytestmark = pytest.mark.wire
+
 CANARY = "canary-3f9a what I only say in private"
 
 

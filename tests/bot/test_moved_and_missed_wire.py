@@ -3,13 +3,20 @@ sent while the gateway was down are answered once after the start (issue 15, rea
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import time
+
+import pytest
 
 from tests.bot.test_gateway_discord import FRIEND, discord_env
 from tests.bot.test_gateway_discord import stop as stop_discord
 from tests.helpers.proc import spawn_companion
+from tests.helpers.running import Running
 from tests.helpers.telegram_gateway import USER, gateway_env, spawn, stop, wait_until
+from tests.helpers.wire_platforms import rows, shipped
+
+pytestmark = pytest.mark.wire
 
 OLD, NEW = -4242, -1004242
 BOT = "companion_test_bot"
@@ -51,6 +58,71 @@ def test_a_telegram_group_upgraded_to_a_supergroup_keeps_its_conversation_and_lo
     with sqlite3.connect(tmp_path / "companion.db") as db:
         assert db.execute("SELECT chat_id FROM conversations WHERE kind = 'group'").fetchall() == [(str(NEW),)]
         assert db.execute("SELECT count(*) FROM deliveries WHERE status <> 'sent'").fetchall() == [(0,)]
+
+
+def answer(body: dict) -> str:
+    return f"answer to {user_texts(body)[-1]}"
+
+
+@pytest.mark.parametrize("service_messages", [True, False], ids=["service-messages-first", "send-meets-ChatMigrated"])
+@pytest.mark.parametrize("during", ["burst", "model"], ids=["while-its-burst-is-held", "while-the-model-answers"])
+def test_a_group_upgraded_in_the_middle_of_a_turn_gets_its_reply_in_the_supergroup_and_nothing_freezes(
+    tmp_path, telegram_servers, during: str, service_messages: bool
+) -> None:
+    """The report: "a reply to a group that was just upgraded: the log says 'following it', then
+    nothing; every later message of that chat waits until restart". `service_messages` False: the
+    reply's send meets ChatMigrated before any service message re-keyed the chat (the path of the
+    report); True: the service messages re-key it first, as they usually do."""
+    telegram, model = telegram_servers
+    model.responder = answer
+    # companion_env shortens the burst window for other wire tests; the upgrade lands in it here.
+    env = gateway_env(
+        tmp_path, telegram, model, COMPANION_BURST_SECONDS=shipped("burst_seconds"), COMPANION_HTTP_PORT="0"
+    )
+    db = tmp_path / "companion.db"
+
+    def mention(text: str) -> str:
+        return f"@{BOT} {text}"
+
+    with Running(env) as gateway:
+        gateway.wait_running()
+        telegram.send_text(OLD, USER, mention("the plan is a picnic"), chat_type="group")
+        gateway.wait_for(lambda: len(telegram.texts_to(OLD)) == 1, "the first reply")
+
+        if during == "model":
+            model.reply_delay(2.0)
+        telegram.send_text(OLD, USER, mention("saturday?"), chat_type="group")
+        if during == "burst":
+            gateway.wait_for(lambda: rows(db, "SELECT count(*) FROM messages WHERE turn = 'open'") == [(1,)], "held")
+            assert len(model.requests) == 1, "the burst window passed before the upgrade: this case proves nothing"
+        else:
+            gateway.wait_for(lambda: len(model.requests) == 2, "the model asked")
+        telegram.migrate_chat(OLD, NEW, service_messages=service_messages)
+        gateway.wait_for(lambda: len(telegram.texts_to(NEW)) == 1, "the reply, in the supergroup")
+
+        for number, text in enumerate(["what should I bring?", "and drinks?"], start=2):
+            telegram.send_text(NEW, USER, mention(text), chat_type="supergroup")
+            gateway.wait_for(lambda number=number: len(telegram.texts_to(NEW)) == number, f"reply {number}")
+        code, stderr = gateway.end(signal.SIGTERM)
+    assert code == 0, stderr
+
+    assert telegram.texts_to(OLD) == ["answer to User111: the plan is a picnic"]
+    if not service_messages:  # the reply was refused at the old id first, and followed the move
+        assert [int(call["chat_id"]) for call in telegram.calls_of("sendMessage")][:3] == [OLD, OLD, NEW]
+    assert telegram.texts_to(NEW) == [
+        "answer to User111: saturday?",
+        "answer to User111: what should I bring?",
+        "answer to User111: and drinks?",
+    ]
+    assert user_texts(model.requests[-1])[-4:] == [  # one conversation across the move
+        "User111: the plan is a picnic",
+        "User111: saturday?",
+        "User111: what should I bring?",
+        "User111: and drinks?",
+    ]
+    assert rows(db, "SELECT chat_id FROM conversations") == [(str(NEW),)]
+    assert rows(db, "SELECT status, count(*) FROM deliveries GROUP BY status") == [("sent", 4)]
+    assert rows(db, "SELECT count(*) FROM messages WHERE turn = 'open'") == [(0,)]
 
 
 def test_a_discord_dm_sent_while_the_gateway_was_down_is_answered_once_after_the_start(

@@ -13,6 +13,8 @@ from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, run_companion, spawn_companion
 
+pytestmark = pytest.mark.wire
+
 PASS = "wire-sesame"
 CANARY = "CANARY-7f3a9e21-private"
 

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.bot import test_links_wire as links_wire
 from tests.bot.test_gateway_discord import FRIEND, discord_env, stop
 from tests.bot.test_links_wire import FRIEND as LINKED_FRIEND
@@ -22,6 +24,8 @@ from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.proc import spawn_companion
 from tests.helpers.telegram_gateway import USER, gateway_env, say, spawn, wait_until
+
+pytestmark = pytest.mark.wire
 
 FAST = {
     "COMPANION_PROACTIVE_TICK_SECONDS": "1",

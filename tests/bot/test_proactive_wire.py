@@ -10,9 +10,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.telegram_gateway import USER, gateway_env, polling, say, spawn, stop, wait_until
+
+pytestmark = pytest.mark.wire
 
 CANARY = "canary-proactive-9d1f said only in private"
 # Bursts off: a 1.5 s burst window shifted each command's moment onto a triage tick, where a

@@ -5,7 +5,11 @@ from __future__ import annotations
 import sqlite3
 import time
 
+import pytest
+
 from tests.helpers.proc import companion_env, run_companion
+
+pytestmark = pytest.mark.wire
 
 
 def test_the_report_shows_deliveries_by_kind_and_state_and_the_oldest_pending_age_without_text(tmp_path):

@@ -12,6 +12,8 @@ import pytest
 from tests.bot.test_gateway_discord import FRIEND, discord_env, stop
 from tests.helpers.proc import spawn_companion
 
+pytestmark = pytest.mark.wire
+
 
 def test_a_discord_turn_in_flight_at_sigterm_is_answered_once_after_the_restart(
     tmp_path, discord_servers, passphrase_hash

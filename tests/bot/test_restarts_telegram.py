@@ -14,6 +14,8 @@ from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.telegram_gateway import USER, gateway_env, say, spawn, stop, wait_until
 
+pytestmark = pytest.mark.wire
+
 CANARY = "canary-7c2e said only in private"
 
 

@@ -79,6 +79,7 @@ def test_a_bad_value_names_the_variable_and_what_is_wrong(monkeypatch, name, val
     assert line.startswith(f"{name}: ") and words in line and "\n" not in line
 
 
+@pytest.mark.wire
 def test_a_bad_value_stops_start_up_with_exit_code_2_and_no_traceback(tmp_path):
     env = companion_env(tmp_path, COMPANION_HTTP_PORT="eighty")
     result = run_companion(["chat"], env, stdin="hello\n")
@@ -166,6 +167,7 @@ def test_an_llm_api_key_with_whitespace_inside_is_one_line_that_does_not_quote_i
     assert "CANARY" not in line and "second-line" not in line
 
 
+@pytest.mark.wire
 def test_a_malformed_token_with_a_custom_base_url_exits_2_in_one_line_before_any_network_call(tmp_path):
     # The base URLs point at a closed port: a network call would fail differently (and slowly).
     env = companion_env(

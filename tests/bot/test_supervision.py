@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sqlite3
-import subprocess
-import threading
 
 import pytest
 
@@ -18,66 +15,10 @@ from core.turn.link import CoreLink
 from tests.bot.test_gateway_discord import discord_env
 from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
-from tests.helpers.proc import spawn_companion
+from tests.helpers.running import Running
 
 
-class Running:
-    """`companion run` in a subprocess whose stderr is read as it comes (a thread), so a test can
-    wait for the log line that says the gateway is up, and then for the process to end by itself."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.proc = spawn_companion(["run"], env)
-        self._lines: list[str] = []
-        self._seen = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stderr:
-            with self._seen:
-                self._lines.append(line.rstrip("\n"))
-                self._seen.notify_all()
-        with self._seen:
-            self._lines.append("")  # end of stream
-            self._seen.notify_all()
-
-    def wait_running(self, timeout: float = 30) -> None:
-        """Until the gateway logs "gateway running" (INFO): every adapter started, the watches set."""
-        with self._seen:
-            self._seen.wait_for(lambda: any(line.endswith(RUNNING) for line in self._lines), timeout)
-        if not any(line.endswith(RUNNING) for line in self._lines):
-            raise AssertionError("the gateway did not start:\n" + "\n".join(self._lines[-30:]))
-
-    def exited(self, timeout: float = 30) -> tuple[int, str, list[str]]:
-        """Wait for it to end by itself: the exit code, stderr, and its `companion:` lines."""
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"still running after {timeout} s:\n" + "\n".join(self._lines[-30:])) from None
-        self._reader.join(10)
-        err = "\n".join(self._lines)
-        return self.proc.returncode, err, [line for line in self._lines if line.startswith("companion:")]
-
-    def __enter__(self) -> Running:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        """SIGTERM if still running (killed after 30 s), then every pipe closed."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join(10)
-        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            pipe.close()
-
-
-RUNNING = "bot.gateway: gateway running"
-
-
+@pytest.mark.wire
 def test_a_discord_token_rejected_while_running_stops_the_gateway_with_exit_2_and_one_line(
     tmp_path, discord_servers, passphrase_hash
 ):
@@ -95,6 +36,7 @@ def test_a_discord_token_rejected_while_running_stops_the_gateway_with_exit_2_an
     assert discord_server.resumes  # it was discord.py's reconnect that the gateway refused
 
 
+@pytest.mark.wire
 def test_a_discord_gateway_down_past_the_outage_limit_exits_1_with_one_line(tmp_path, discord_servers, passphrase_hash):
     discord_server, model = discord_servers
     env = discord_env(tmp_path, discord_server, model, passphrase_hash, COMPANION_DISCORD_OUTAGE_SECONDS="3")
@@ -111,6 +53,7 @@ def test_a_discord_gateway_down_past_the_outage_limit_exits_1_with_one_line(tmp_
     assert "Traceback" not in err and discord_server.token not in err
 
 
+@pytest.mark.wire
 def test_a_scheduled_job_failing_run_after_run_stops_the_gateway_with_exit_1_and_one_line(
     tmp_path, discord_servers, passphrase_hash
 ):

@@ -6,9 +6,10 @@ messages: login (`/users/@me`, `/oauth2/applications/@me`), `/gateway/bot`,
 HELLO / IDENTIFY / READY / GUILD_CREATE / heartbeat ACK / RESUME, MESSAGE_CREATE
 dispatches, sending, typing and deleting messages. It checks what the real one
 checks where a test depends on it: the token (401 on REST, close 4004 on the
-gateway), privileged intents (close 4014), `enforce_nonce` (a repeated nonce
-returns the first message instead of a second one), deleting in a DM (403), and
-which mentions a sent message would ping under its `allowed_mentions`.
+gateway), privileged intents (close 4014), `enforce_nonce` (a nonce the same author
+used within the last few minutes returns that message instead of a second one; a
+nonce is at most 25 characters), deleting in a DM (403), and which mentions a sent
+message would ping under its `allowed_mentions`.
 
 REST answers carry `Content-Type: application/json` exactly: discord.py parses
 nothing else as JSON. Gateway payloads go out as zlib-stream binary frames when the
@@ -41,6 +42,12 @@ T = TypeVar("T")
 
 API_PREFIX = "/api/v10"
 DISCORD_EPOCH_MS = 1_420_070_400_000
+# "If true and nonce is present, it will be checked for uniqueness in the past few minutes. If another
+# message was created by the same author with the same nonce, that message will be returned and no new
+# message will be created" (Create Message, `enforce_nonce`). Discord names no number: the fake keeps
+# two minutes, the short end of "a few", so it never forgives a repeat that Discord would double.
+NONCE_WINDOW_SECONDS = 120.0
+MAX_NONCE_CHARS = 25  # "nonce: integer or string ... (up to 25 characters)"
 
 # Gateway intents (https://discord.com/developers/docs/events/gateway#gateway-intents).
 GUILD_MEMBERS = 1 << 1
@@ -146,6 +153,17 @@ class FakeDiscordServer(LoopbackServer):
         self.refused = 0
         # Message POSTs wait (unanswered, nothing stored) while this is set: sends stay in flight.
         self.hold_messages = False
+        self.held_messages = 0  # message POSTs that waited so
+        self.holding = 0  # message POSTs waiting on either hold now
+        # Message POSTs are taken (stored, dispatched) and then wait, unanswered, while this is set:
+        # a send the platform has but whose answer has not reached the bot (held in `held_answers`).
+        self.hold_answers = False
+        self.held_answers = 0
+        # Every message POST that got past the holds and its channel check: (channel id, nonce), in
+        # order, whether a message was created or its nonce returned an earlier one.
+        self.message_posts: list[tuple[int, str | None]] = []
+        self.nonce_window = NONCE_WINDOW_SECONDS
+        self.clock: Callable[[], float] = time.monotonic  # the nonce window's clock
         self.bodies: list[bytes] = []  # every REST request body received, in order
         self.frames: list[str] = []  # every gateway frame the client sent
         self._snowflakes = itertools.count(1)
@@ -186,7 +204,7 @@ class FakeDiscordServer(LoopbackServer):
         self.sessions: list[_Session] = []  # the open ones
         self.sessions_opened = 0
         self._faults: dict[tuple[str, str], collections.deque[RestFault]] = collections.defaultdict(collections.deque)
-        self._nonces: dict[tuple[int, str], int] = {}
+        self._nonces: dict[tuple[str, str], tuple[int, float]] = {}  # (author, nonce) -> (message, when)
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.port = 0
@@ -250,11 +268,15 @@ class FakeDiscordServer(LoopbackServer):
 
     # --- scripting ---------------------------------------------------------------
 
-    def fail_next(self, method: str, route: str, fault: RestFault | int) -> None:
-        """Fail the next request to `route` (as written here: "/channels/{channel_id}/messages")."""
+    def fail_next(self, method: str, route: str, fault: RestFault | int, *, times: int = 1) -> None:
+        """Fail the next `times` requests to `route` (as written here: "/channels/{channel_id}/messages")."""
         if isinstance(fault, int):
             fault = RestFault(status=fault)
-        self._faults[(method.upper(), API_PREFIX + route)].append(fault)
+        self._faults[(method.upper(), API_PREFIX + route)].extend([fault] * times)
+
+    def forget_faults(self, method: str, route: str) -> None:
+        """Drop the failures still scripted for `route` (the platform works again)."""
+        self._faults.pop((method.upper(), API_PREFIX + route), None)
 
     async def close_gateway(self, code: int) -> None:
         """Close every gateway connection with `code` (4000 lets the client resume, 4014 does not)."""
@@ -650,9 +672,9 @@ class FakeDiscordServer(LoopbackServer):
         return web.Response(status=204)
 
     async def _create_message(self, request: web.Request) -> web.StreamResponse:
-        # The flag is set from the test's thread; an asyncio.Event would belong to this server's loop.
-        while self.hold_messages:  # noqa: ASYNC110 - polled across threads, see above
-            await asyncio.sleep(0.05)  # cancelled when the client hangs up (handler_cancellation)
+        if self.hold_messages:
+            self.held_messages += 1
+        await self._while(lambda: self.hold_messages)
         channel_id = int(request.match_info["channel_id"])
         if channel_id not in self.channels:
             return _json({"message": "Unknown Channel", "code": 10003}, status=404)
@@ -675,9 +697,15 @@ class FakeDiscordServer(LoopbackServer):
             return invalid_form({"components": problems})
         nonce = body.get("nonce")
         nonce = None if nonce is None else str(nonce)
-        if nonce is not None and body.get("enforce_nonce") and (channel_id, nonce) in self._nonces:
-            # Discord answers a repeated nonce with the message it already created.
-            return _json(self.messages[self._nonces[(channel_id, nonce)]])
+        self.message_posts.append((channel_id, nonce))
+        if nonce is not None and len(nonce) > MAX_NONCE_CHARS:
+            return invalid_form({"nonce": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH"}]}})
+        author = str(self.bot_id)
+        if nonce is not None and body.get("enforce_nonce"):
+            earlier = self._nonces.get((author, nonce))
+            if earlier is not None and self.clock() - earlier[1] <= self.nonce_window and earlier[0] in self.messages:
+                # Discord answers a repeated nonce with the message it already created.
+                return _json(self.messages[earlier[0]])
         reference = body.get("message_reference")
         referenced = None
         if reference:
@@ -698,7 +726,7 @@ class FakeDiscordServer(LoopbackServer):
         ]
         self.messages[int(message["id"])] = message
         if nonce is not None:
-            self._nonces[(channel_id, nonce)] = int(message["id"])
+            self._nonces[(author, nonce)] = (int(message["id"]), self.clock())
         allowed = body.get("allowed_mentions")
         self.sent.append(
             SentMessage(
@@ -716,12 +744,28 @@ class FakeDiscordServer(LoopbackServer):
         self.events.append(("message", channel_id))
         if self.echo_own_messages:
             await self._broadcast("MESSAGE_CREATE", message)
+        if self.hold_answers:
+            self.held_answers += 1
+        await self._while(lambda: self.hold_answers)
         fault = request.get(_FAULT)
         if fault is not None and fault.store_then_disconnect:
             assert request.transport is not None
             request.transport.close()
             raise asyncio.CancelledError  # nothing may be written after the hang-up
         return _json(message)
+
+    async def _while(self, held: Callable[[], bool]) -> None:
+        """Wait while `held()`. The flags are set from the test's thread (an asyncio.Event would belong
+        to this server's loop), so they are polled; the wait is cancelled when the client hangs up
+        (handler_cancellation)."""
+        if not held():
+            return
+        self.holding += 1
+        try:
+            while held():  # noqa: ASYNC110 - polled across threads, see above
+                await asyncio.sleep(0.05)
+        finally:
+            self.holding -= 1
 
     # --- the gateway -------------------------------------------------------------
 

@@ -102,6 +102,12 @@ class FakeTelegramServer(LoopbackServer):
         # A supergroup numbers its messages itself, from 1; a basic group shares the bot's numbering.
         self._chat_message_ids: dict[int, itertools.count[int]] = {}
         self.migrated: dict[int, int] = {}  # basic group id -> the supergroup it was upgraded to
+        # sendMessage waits, unanswered and with nothing stored, while `hold_sends` is set (a send in
+        # flight); with `hold_answers` it is taken (in `sent`) and then waits unanswered (a send
+        # Telegram has but whose answer has not reached the bot). Both are set from the test's thread.
+        self.hold_sends = False
+        self.hold_answers = False
+        self.holding = 0  # sendMessage requests waiting on either hold now
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -181,6 +187,10 @@ class FakeTelegramServer(LoopbackServer):
         """Cut short the next answer of `method` that has a result (not an empty list): its last
         bytes are missing, as from a connection a proxy dropped, so it is not JSON."""
         self._in_loop(lambda: self._cut.update([method]))
+
+    def forget_failures(self, method: str) -> None:
+        """Drop the failures still scripted for `method` (the platform works again)."""
+        self._in_loop(lambda: self._failures.pop(method, None))
 
     def redeliver(self) -> None:
         """Make every update delivered so far pending again, as when the bot stopped before confirming them."""
@@ -313,6 +323,8 @@ class FakeTelegramServer(LoopbackServer):
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return _error(Failure(404, "Not Found: method not found"))
+        if method == "sendMessage":
+            await self._while(lambda: self.hold_sends)
         try:
             result = handler(params)
             if asyncio.iscoroutine(result):
@@ -320,6 +332,8 @@ class FakeTelegramServer(LoopbackServer):
         except BadRequest as exc:
             return _error(Failure(400, f"Bad Request: {exc}"))
         self._notify()
+        if method == "sendMessage":
+            await self._while(lambda: self.hold_answers)
         if isinstance(result, web.Response):  # the method refused the call
             return result
         if isinstance(result, Failure):
@@ -642,6 +656,20 @@ class FakeTelegramServer(LoopbackServer):
             edited["caption_entities"] = entities
         self._messages[(chat_id, message_id)] = edited
         self._enqueue("edited_message", edited)
+
+    async def _while(self, held: Callable[[], bool]) -> None:
+        """Wait while `held()`: a flag set from the test's thread (an asyncio.Event would belong to
+        this loop), so it is polled; the wait ends with the request when the client hangs up."""
+        if not held():
+            return
+        self.holding += 1
+        self._notify()
+        try:
+            while held():  # noqa: ASYNC110 - polled across threads, see above
+                await asyncio.sleep(0.05)
+        finally:
+            self.holding -= 1
+            self._notify()
 
     def _bot_user(self) -> dict[str, Any]:
         return {"id": self.bot_id, "is_bot": True, "first_name": "Companion", "username": self.username}
