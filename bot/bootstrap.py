@@ -13,7 +13,7 @@ from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.memory.operations import default_tools
 from core.memory.tools import ToolRegistry
-from core.ports import BaseProvider, BaseStore, Clock, SystemClock, Transcriber
+from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics, SystemClock, Transcriber
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners
@@ -22,7 +22,7 @@ from core.turn.commanding import CommandRunner
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig, Parts
 from core.turn.lanes import Lanes
-from core.turn.link import CoreLink
+from core.turn.link import CoreLink, counted
 from core.turn.media import MediaReader
 from core.turn.people import People
 from core.turn.recovery import Recovery
@@ -94,9 +94,12 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
 
 
 @asynccontextmanager
-async def open_companion(settings: Settings, platforms: frozenset[str]) -> AsyncIterator[Companion]:
+async def open_companion(
+    settings: Settings, platforms: frozenset[str], *, metrics: Metrics = NO_METRICS
+) -> AsyncIterator[Companion]:
     """Store, provider and core, started in order and closed in reverse, also on failure.
-    `platforms`: what this process serves (its crash recovery touches only those)."""
+    `platforms`: what this process serves (its crash recovery touches only those); `metrics`: the
+    operator's counters."""
     from adapters.storage.sqlite import SqliteStore
 
     async with AsyncExitStack() as stack:
@@ -115,12 +118,18 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
                 base_delay=settings.outbox_retry_seconds,
                 max_delay=settings.outbox_max_retry_seconds,
                 platforms=platforms - {"terminal"},
+                metrics=metrics,
             )
         transcriber = build_transcriber(settings)
         if transcriber is not None:
             stack.push_async_callback(transcriber.aclose)
         companion = build_companion(
-            store, provider, companion_config(settings, platforms), outbox=outbox, transcriber=transcriber
+            store,
+            provider,
+            companion_config(settings, platforms),
+            outbox=outbox,
+            transcriber=transcriber,
+            metrics=metrics,
         )
         await companion.start()
         yield companion
@@ -136,6 +145,7 @@ def build_companion(
     outbox: Outbox | None = None,
     transcriber: Transcriber | None = None,
     burst_sleep: Sleep = asyncio.sleep,
+    metrics: Metrics = NO_METRICS,
 ) -> Companion:
     """Every part of the companion, built once and handed to what needs it: the only place that
     wires the core together (the gateway, `companion chat`, the tests and the benches all use it)."""
@@ -162,6 +172,7 @@ def build_companion(
         platforms=config.platforms,
         timezone=config.timezone,
         max_tool_rounds=config.max_tool_rounds,
+        metrics=metrics,
     )
     people = People(store, clock, allowed_accounts=config.allowed_accounts, owner_accounts=config.owner_accounts)
     services = CommandServices(
@@ -195,16 +206,19 @@ def build_companion(
         outbox=outbox,
         # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
         proactive=(
-            ProactiveService(store, provider, clock, outbox, context, config.proactive) if outbox is not None else None
+            ProactiveService(store, provider, clock, outbox, context, config.proactive, metrics=metrics)
+            if outbox is not None
+            else None
         ),
     )
     return Companion(parts, config, burst_sleep=burst_sleep)
 
 
-def core_link(companion: Companion) -> CoreLink:
-    """What every chat adapter gets from `companion` (the gateway, the tests and the benches all use it)."""
+def core_link(companion: Companion, metrics: Metrics = NO_METRICS) -> CoreLink:
+    """What every chat adapter gets from `companion` (the gateway, the tests and the benches all use it);
+    every inbound event it hands over is counted in `metrics`, whatever its mode."""
     return CoreLink(
-        handle=companion.handle,
+        handle=counted(companion.handle, metrics),
         commands=tuple(companion.command_list()),
         is_allowed=companion.is_allowed,
         chat_moved=companion.chat_moved,
