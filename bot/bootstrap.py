@@ -57,7 +57,10 @@ def build_transcriber(settings: Settings) -> Transcriber | None:
     return OpenAICompatibleTranscriber(settings.stt_base_url, key, settings.stt_model, timeout=settings.llm_timeout)
 
 
-def companion_config(settings: Settings, platforms: frozenset[str] | None = None) -> CompanionConfig:
+def companion_config(
+    settings: Settings, platforms: frozenset[str] | None = None, *, web: bool = False
+) -> CompanionConfig:
+    """`web`: the HTTP service runs in this process, so its signed-in user is the owner."""
     persona = Persona(private_additions=settings.private_persona_text())
     if normal := settings.persona_text():
         persona = Persona(normal, persona.private_additions)
@@ -68,6 +71,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         private_idle_seconds=settings.private_idle_minutes * 60 if settings.private_idle_minutes else None,
         allowed_accounts=settings.allowed_accounts,
         owner_accounts=settings.owner_accounts,
+        web_owner=web,
         timezone=settings.timezone,
         budget=ContextBudget(total_tokens=settings.context_tokens),
         allow_private_export=settings.allow_private_export,
@@ -95,11 +99,11 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
 
 @asynccontextmanager
 async def open_companion(
-    settings: Settings, platforms: frozenset[str], *, metrics: Metrics = NO_METRICS
+    settings: Settings, platforms: frozenset[str], *, metrics: Metrics = NO_METRICS, web: bool = False
 ) -> AsyncIterator[Companion]:
     """Store, provider and core, started in order and closed in reverse, also on failure.
     `platforms`: what this process serves (its crash recovery touches only those); `metrics`: the
-    operator's counters."""
+    operator's counters; `web`: the HTTP service runs beside it (its user is the owner)."""
     from adapters.storage.sqlite import SqliteStore
 
     async with AsyncExitStack() as stack:
@@ -126,7 +130,7 @@ async def open_companion(
         companion = build_companion(
             store,
             provider,
-            companion_config(settings, platforms),
+            companion_config(settings, platforms, web=web),
             outbox=outbox,
             transcriber=transcriber,
             metrics=metrics,
@@ -174,7 +178,13 @@ def build_companion(
         max_tool_rounds=config.max_tool_rounds,
         metrics=metrics,
     )
-    people = People(store, clock, allowed_accounts=config.allowed_accounts, owner_accounts=config.owner_accounts)
+    people = People(
+        store,
+        clock,
+        allowed_accounts=config.allowed_accounts,
+        owner_accounts=config.owner_accounts,
+        web_owner=config.web_owner,
+    )
     services = CommandServices(
         store,
         clock,
