@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING
 
 from bot.settings import Settings
 from core.commands.services import CommandServices, CommandSettings
@@ -28,6 +29,10 @@ from core.turn.people import People
 from core.turn.recovery import Recovery
 from core.turn.responder import Responder
 from core.values.retry import Sleep
+
+if TYPE_CHECKING:
+    from adapters.web.metrics import PrometheusMetrics
+    from adapters.web.service import WebService
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -234,4 +239,48 @@ def core_link(companion: Companion, metrics: Metrics = NO_METRICS) -> CoreLink:
         chat_moved=companion.chat_moved,
         outbox=companion.outbox,
         state=companion.store,
+    )
+
+
+def build_metrics(settings: Settings) -> PrometheusMetrics | None:
+    """The operator's counters, served at GET /metrics: only with the HTTP service on."""
+    if settings.http_port is None:
+        return None
+    from adapters.web.metrics import PrometheusMetrics
+
+    return PrometheusMetrics()
+
+
+def build_web_service(
+    settings: Settings,
+    companion: Companion,
+    checks: Sequence[tuple[str, Callable[[], str | None]]],
+    metrics: PrometheusMetrics | None,
+) -> WebService:
+    """The HTTP service of `companion run` on the companion's database: sign-in, the operator
+    endpoints (`checks`: each configured adapter's `ready()`) and the signed-in landing page."""
+    from adapters.storage.sqlite import SqliteStore
+    from adapters.storage.web import WebQueries
+    from adapters.web.auth import WebAuth
+    from adapters.web.hosts import AllowedHosts
+    from adapters.web.operators import DatabaseProbe, Operators
+    from adapters.web.pages import install_landing
+    from adapters.web.service import WebService
+
+    store = companion.store
+    if not isinstance(store, SqliteStore) or settings.http_port is None:
+        raise TypeError("the HTTP service needs the SQLite store and COMPANION_HTTP_PORT")
+    queries = WebQueries(store.database)
+    allowed = (
+        AllowedHosts.parse(settings.http_allowed_host_set)
+        if settings.http_allowed_host_set
+        else AllowedHosts.default(settings.http_host)
+    )
+    operators = Operators(DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics)
+    return WebService(
+        settings.http_host,
+        settings.http_port,
+        allowed,
+        WebAuth(queries, SystemClock()),
+        routes=[operators.install, install_landing],
     )

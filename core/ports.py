@@ -100,6 +100,11 @@ class BaseChatAdapter(Protocol):
         then stops the process so that a supervisor starts a fresh one."""
         ...
 
+    def ready(self) -> str | None:
+        """For GET /readyz: None while connected and taking messages; else a few words saying
+        what is not (never an id, a token or anything a message said)."""
+        ...
+
 
 class BaseSender(Protocol):
     """The sending half of a chat adapter, used by the outbox (core.delivery.outbox.Outbox)."""

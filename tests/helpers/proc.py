@@ -17,6 +17,8 @@ def companion_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     # Bursts stay on but short: each message waits this long for company before its turn (the
     # default 1.5 s would add that to every exchange of every wire test). Tests of bursts set their own.
     env["COMPANION_BURST_SECONDS"] = "0.2"
+    # The HTTP service is off unless a test turns it on (on a free port: tests and worktrees run side by side).
+    env["COMPANION_HTTP_PORT"] = "off"
     env.update(extra)
     return env
 
