@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from aiohttp import web
 
 from adapters.web.auth import SESSION_COOKIE
 from adapters.web.hosts import AllowedHosts
@@ -87,6 +88,18 @@ async def test_no_cors_header_is_ever_sent(store):
         for answer in (preflight, same_origin, await web.client.get("/readyz"), await web.client.get("/metrics")):
             assert not [name for name in answer.headers if name.lower().startswith("access-control-")]
         assert preflight.status_code in (403, 405)
+
+
+async def test_a_cors_header_a_handler_sets_is_never_sent(store):
+    async def generous(request: web.Request) -> web.Response:
+        return web.Response(text="ok", headers={"Access-Control-Allow-Origin": "*"})
+
+    def install(app: web.Application) -> None:
+        app.router.add_get("/generous", generous)
+
+    async with served(store, FakeClock(), routes=[install]) as web_:
+        answer = await web_.client.get("/generous")
+    assert answer.status_code == 200 and "access-control-allow-origin" not in answer.headers
 
 
 async def test_every_answer_keeps_to_its_origin_and_names_no_library(store):

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import httpx
+from aiohttp import web
 
 from adapters.storage.sqlite import SqliteStore
 from adapters.storage.web import WebQueries
@@ -52,6 +53,7 @@ async def served(
     checks: Sequence[tuple[str, Callable[[], str | None]]] = (),
     probe: DatabaseProbe | None = None,
     metrics: PrometheusMetrics | None = None,
+    routes: Sequence[Callable[[web.Application], None]] = (),
 ) -> AsyncIterator[Served]:
     """A WebService wired as bot/bootstrap.py wires it, listening on a free loopback port."""
     queries = WebQueries(store.database)
@@ -63,7 +65,7 @@ async def served(
         0,
         allowed or AllowedHosts.default("127.0.0.1"),
         WebAuth(queries, clock, SignInAttempts()),
-        routes=[operators.install, install_landing],
+        routes=[operators.install, install_landing, *routes],
     )
     await service.start()
     try:
