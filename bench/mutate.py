@@ -711,6 +711,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            self._failure = None",
     ),
     M(
+        "livez-ignores-a-stuck-core-loop",
+        RELIABILITY,
+        "adapters/web/service.py",
+        '        return f"the event loop has not answered for {waited:.0f} s" if waited > self._live_limit else None',
+        "        return None",
+    ),
+    M(
         "web-owner-not-linked",
         RELIABILITY,
         "core/turn/people.py",

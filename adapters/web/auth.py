@@ -27,6 +27,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from adapters.web.bridge import BRIDGE
 from core.ports import Clock
 from core.privacy.lockout import ATTEMPTS, DURATION, WINDOW, locked_until
 from core.values.durations import describe_seconds
@@ -149,7 +150,9 @@ class WebAuth:
         token = request.cookies.get(SESSION_COOKIE)
         session = None
         if token and len(token) <= MAX_CODE_CHARS:
-            stored = await self._store.session(secret_hash(token, "session"), self._clock.now())
+            stored = await request.app[BRIDGE].call(
+                self._store.session, secret_hash(token, "session"), self._clock.now()
+            )
             if stored is not None:
                 session = Session(stored.id, csrf_token(token))
         request[SESSION_KEY] = session
@@ -215,8 +218,12 @@ class WebAuth:
         token = new_secret()
         stored = None
         if code is not None:
-            stored = await self._store.exchange_login_code(
-                secret_hash(code, "login"), secret_hash(token, "session"), now, now + SESSION_SECONDS
+            stored = await request.app[BRIDGE].call(
+                self._store.exchange_login_code,
+                secret_hash(code, "login"),
+                secret_hash(token, "session"),
+                now,
+                now + SESSION_SECONDS,
             )
         if stored is None:
             self._attempts.failed(address, now)
@@ -243,7 +250,7 @@ class WebAuth:
     async def _logout(self, request: web.Request) -> web.StreamResponse:
         session = await self.session_of(request)
         if session is not None:
-            await self._store.end_session(session.id)
+            await request.app[BRIDGE].call(self._store.end_session, session.id)
             log.info("signed out: session %s", session.id)
         response = web.Response(status=303, headers={"Location": "/login"})
         response.del_cookie(SESSION_COOKIE, path="/")

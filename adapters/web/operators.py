@@ -1,10 +1,11 @@
 """GET /livez, /readyz and /metrics: for supervisors and Prometheus, with no sign-in and nothing personal.
 
-/livez answers while the process and its event loop do. /readyz answers 200 when the database
-takes writes and every configured adapter is connected, else 503 naming each failing part; it
-reads the last database probe (one small write every few seconds, in the background) instead of
-writing itself, so it answers at once however busy the writer is. /metrics is the Prometheus
-text format of `PrometheusMetrics`.
+They answer on the service's own loop (adapters/web/service.py). /livez answers 200 while the
+process and the core's event loop answer (its heartbeat came within 30 s). /readyz answers 200
+when the database takes writes and every configured adapter is connected, else 503 naming each
+failing part; it reads the last database probe (one small write every few seconds, made on the
+core's loop) instead of writing itself, so it answers at once however busy the core is. /metrics
+is the Prometheus text format of `PrometheusMetrics`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from aiohttp import web
 
+from adapters.web.bridge import BRIDGE, CoreBridge
 from adapters.web.metrics import CONTENT_TYPE, PrometheusMetrics
 from adapters.web.service import SERVICE
 from core.ports import NO_METRICS, Metrics
@@ -32,7 +34,8 @@ class DatabaseProbe:
     """Writes the probe row every `every` seconds and remembers how the last write went.
 
     Args:
-        write: one write transaction (adapters/storage/web.py `probe_write`), given the time.
+        write: one write transaction (adapters/storage/web.py `probe_write`), given the time; run
+            on the core's loop through the bridge, so its time includes the wait for that loop.
         metrics: the write's duration goes to `database_write("probe", ...)`.
         monotonic, wall: clocks (tests move them).
     """
@@ -56,12 +59,16 @@ class DatabaseProbe:
         self._failure: str | None = "not probed yet"
         self._since: float | None = None  # when the write in progress began
 
-    async def probe(self) -> None:
-        """One write; its outcome is what `problem` reports until the next."""
+    async def probe(self, bridge: CoreBridge | None = None) -> None:
+        """One write (on the core's loop, through `bridge`); its outcome is what `problem` reports
+        until the next."""
         started = self._monotonic()
         self._since = started
         try:
-            await self._write(self._wall())
+            if bridge is None:
+                await self._write(self._wall())
+            else:
+                await bridge.call(self._write, self._wall())
         except Exception as exc:  # noqa: BLE001 - any failure means not writable; the type names it
             self._failure = f"not writable ({type(exc).__name__})"
             log.warning("readiness: the database probe write failed (%s)", type(exc).__name__)
@@ -79,11 +86,11 @@ class DatabaseProbe:
                 return f"a write has waited {waited:.0f} s"
         return self._failure
 
-    async def run(self) -> None:
+    async def run(self, bridge: CoreBridge | None = None) -> None:
         """Probe for ever, every `every` seconds (cancelled by the service's cleanup)."""
         while True:
             await asyncio.sleep(self._every)
-            await self.probe()
+            await self.probe(bridge)
 
 
 class Operators:
@@ -103,8 +110,8 @@ class Operators:
 
     async def _probing(self, app: web.Application) -> AsyncIterator[None]:
         """The first probe before the service answers, then one every few seconds until it closes."""
-        await self._probe.probe()
-        task = asyncio.create_task(self._probe.run(), name="readiness-probe")
+        await self._probe.probe(app[BRIDGE])
+        task = asyncio.create_task(self._probe.run(app[BRIDGE]), name="readiness-probe")
         yield
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -121,13 +128,16 @@ class Operators:
         return {name: problem or "ok" for name, problem in parts.items()}
 
     async def _livez(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response({"status": "alive"}, headers={"Cache-Control": "no-store"})
+        stuck = request.app[SERVICE].alive()
+        if stuck is not None:
+            return web.json_response({"status": "not alive", "loop": stuck}, status=503)
+        return web.json_response({"status": "alive"})
 
     async def _readyz(self, request: web.Request) -> web.StreamResponse:
         parts = self.readiness(request.app[SERVICE].ready)
         failing = sorted(name for name, state in parts.items() if state != "ok")
         body = {"status": "ready" if not failing else "not ready", "failing": failing, "parts": parts}
-        return web.json_response(body, status=503 if failing else 200, headers={"Cache-Control": "no-store"})
+        return web.json_response(body, status=503 if failing else 200)
 
     async def _render_metrics(self, request: web.Request) -> web.StreamResponse:
         if self._metrics is None:

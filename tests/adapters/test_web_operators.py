@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
+import threading
+import time
+
+import httpx
 
 from adapters.web.operators import PROBE_LIMIT, DatabaseProbe
 from core.turn.link import CoreLink
@@ -144,3 +149,25 @@ async def test_readyz_says_the_service_is_stopping_once_the_stop_began(store):
         answer = await web.client.get("/readyz")
         assert answer.status_code == 503 and answer.json()["failing"] == ["http"]
         assert (await web.client.get("/livez")).status_code == 200  # alive while it stops
+
+
+async def test_readyz_answers_while_the_core_loop_is_stuck_and_livez_says_it_stopped_answering(store):
+    async with served(store, FakeClock(), live_limit=0.3) as web:
+        url = web.service.url
+        answered = threading.Event()
+
+        def probe_meanwhile() -> tuple[httpx.Response, httpx.Response]:
+            time.sleep(0.6)  # the core's loop has been stuck this long
+            answers = httpx.get(f"{url}/livez", timeout=5), httpx.get(f"{url}/readyz", timeout=5)
+            answered.set()
+            return answers
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answers = pool.submit(probe_meanwhile)
+            # The core's loop (this test's) is stuck until both answers came: had they needed it, they never would.
+            assert answered.wait(timeout=20)
+            live, ready = answers.result()
+        assert live.status_code == 503 and live.json()["loop"].startswith("the event loop has not answered for")
+        assert ready.status_code == 200
+        await eventually(lambda: web.service.alive() is None, "the heartbeat to come back")
+        assert (await web.client.get("/livez")).status_code == 200

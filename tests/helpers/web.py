@@ -54,6 +54,7 @@ async def served(
     probe: DatabaseProbe | None = None,
     metrics: PrometheusMetrics | None = None,
     routes: Sequence[Callable[[web.Application], None]] = (),
+    live_limit: float = 30.0,
 ) -> AsyncIterator[Served]:
     """A WebService wired as bot/bootstrap.py wires it, listening on a free loopback port."""
     queries = WebQueries(store.database)
@@ -66,6 +67,7 @@ async def served(
         allowed or AllowedHosts.default("127.0.0.1"),
         WebAuth(queries, clock, SignInAttempts()),
         routes=[operators.install, install_landing, *routes],
+        live_limit=live_limit,
     )
     await service.start()
     try:
