@@ -19,4 +19,8 @@ RUN pip install .
 
 USER companion
 VOLUME ["/data"]
+# The HTTP service listens on 127.0.0.1:8765 inside the container (COMPANION_HTTP_*; docs/operations.md).
+EXPOSE 8765
+# GET /livez with the standard library (no curl in the image); healthy when COMPANION_HTTP_PORT=off.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=30s --retries=3 CMD ["python", "-m", "bot.healthcheck"]
 CMD ["companion", "run"]

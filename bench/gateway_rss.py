@@ -1,6 +1,7 @@
 """5. Idle gateway memory: `companion run` with Telegram configured against a minimal fake Bot API
-on 127.0.0.1; VmRSS after a few idle seconds, against an idle interpreter in the same run; and
-what the gateway imports, with the peak RSS each heavy package costs on its own."""
+on 127.0.0.1; VmRSS after a few idle seconds, against an idle interpreter in the same run; the
+same gateway with its HTTP service off (the service may add at most 8 MB); and what the gateway
+imports, with the peak RSS each heavy package costs on its own."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from bench._proc import console_script, import_report, parse_importtime, run_chi
 from tests.helpers.serving import LoopbackServer
 
 BUDGET_MB = 50.0  # decimal megabytes, as the budget is written (the house budget)
+HTTP_BUDGET_MB = 8.0  # what the HTTP service (aiohttp's server, prometheus-client) may add (issue 23)
 TOKEN = "123456:BENCH-fake-token"
 NOT_CONFIGURED = ("discord",)  # only Telegram is configured here
 _OK_TRUE = {"ok": True, "result": True}
@@ -191,9 +193,14 @@ async def _measure(idle_seconds: float, quick: bool) -> dict:
                 COMPANION_TELEGRAM_BASE_URL=api.base_url,
                 COMPANION_DB_PATH=str(Path(tmp) / "companion.db"),
                 COMPANION_ALLOWED_USERS="telegram:1",
+                COMPANION_HTTP_PORT=str(_free_port()),  # the default: the HTTP service on
             )
             run = await _run_gateway([script, "run"], env, Path(tmp), idle_seconds)
             calls = dict(api.calls)
+            # The same gateway without the HTTP service, the baseline of what the service adds.
+            off = await _run_gateway([script, "run"], {**env, "COMPANION_HTTP_PORT": "off"}, Path(tmp), idle_seconds)
+            # With Discord configured too, aiohttp is loaded (by discord.py) whether the service runs or not.
+            with_discord = await _with_discord(script, env, Path(tmp), idle_seconds)
             imports: dict = {}
             if not run["exited_early"]:
                 traced = await _run_gateway(
@@ -216,6 +223,8 @@ async def _measure(idle_seconds: float, quick: bool) -> dict:
     baseline = _idle_interpreter_rss()
     rss = run["status"]["VmRSS"]
     connected = calls.get("getMe", 0) > 0 and calls.get("getUpdates", 0) > 0
+    off_rss = off["status"].get("VmRSS") if not off["exited_early"] else None
+    adds = None if off_rss is None else round((rss - off_rss) / 1e6, 1)
     return {
         "status": "measured",
         "idle_seconds": idle_seconds,
@@ -232,8 +241,48 @@ async def _measure(idle_seconds: float, quick: bool) -> dict:
         "shutdown_s": round(run["shutdown_s"], 2),
         "stderr_tail": stderr[-400:] if run["rc"] not in (0, -15) else "",
         "imports": imports,
+        "http_service": {
+            "on_rss_mb": round(rss / 1e6, 1),
+            "off_rss_mb": None if off_rss is None else round(off_rss / 1e6, 1),
+            "adds_mb": adds,
+            "budget_mb": HTTP_BUDGET_MB,
+            "ok": adds is not None and adds <= HTTP_BUDGET_MB,
+            "with_discord": with_discord,
+        },
         "ok": rss / 1e6 < BUDGET_MB and connected,
     }
+
+
+async def _with_discord(script: str, env: dict[str, str], cwd: Path, idle_seconds: float) -> dict:
+    """VmRSS of the gateway with Telegram and Discord (the tests' fake Discord server), service on and off."""
+    from tests.helpers.fake_discord import FakeDiscordServer
+
+    async with FakeDiscordServer() as discord_server:
+        both = {
+            **env,
+            "COMPANION_DISCORD_TOKEN": discord_server.token,
+            "COMPANION_DISCORD_API_BASE": discord_server.api_base,
+            "COMPANION_DISCORD_GATEWAY_URL": discord_server.gateway_url,
+            "COMPANION_ALLOWED_USERS": "telegram:1,discord:1",
+        }
+        on = await _run_gateway([script, "run"], both, cwd, idle_seconds)
+        off = await _run_gateway([script, "run"], {**both, "COMPANION_HTTP_PORT": "off"}, cwd, idle_seconds)
+    if not on["status"] or not off["status"]:
+        return {"status": "failed", "stderr_tail": (on["stderr"] or off["stderr"])[-400:]}
+    on_rss, off_rss = on["status"]["VmRSS"], off["status"]["VmRSS"]
+    return {
+        "on_rss_mb": round(on_rss / 1e6, 1),
+        "off_rss_mb": round(off_rss / 1e6, 1),
+        "adds_mb": round((on_rss - off_rss) / 1e6, 1),
+    }
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run(quick: bool = False) -> dict:

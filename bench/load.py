@@ -2,7 +2,9 @@
 (half each) write at the same moment, round after round; every reply must arrive exactly once
 and in order per conversation, and the gateway's memory after the last round must stay within
 5 MB of its memory after the first (no growth per turn). A last phase sends a few messages per
-conversation without waiting for the replies (queued behind each other), to check the order."""
+conversation without waiting for the replies (queued behind each other), to check the order.
+Throughout, a separate process asks the gateway's GET /readyz every 50 ms: while the conversations
+are being answered, each answer must come in under 50 ms (issue 23)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,33 @@ from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 
 BUDGET_MB = 5.0  # decimal megabytes, as the budget is written
+READYZ_BUDGET_MS = 50.0
+READYZ_EVERY = 0.05
+READYZ_IDLE_SECONDS = 5.0
+# The prober: its own process (its timings owe nothing to this bench's busy event loop), one
+# keep-alive connection, GET /readyz every READYZ_EVERY seconds until its stdin closes; prints
+# [wall time, milliseconds, status] of each.
+_PROBER = r"""
+import http.client, json, select, sys, time
+port, every = int(sys.argv[1]), float(sys.argv[2])
+connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+samples = []
+print("probing", flush=True)
+while not (select.select([sys.stdin], [], [], 0)[0] and not sys.stdin.readline()):
+    at, started = time.time(), time.perf_counter()
+    try:
+        connection.request("GET", "/readyz", headers={"Host": "localhost"})
+        response = connection.getresponse()
+        response.read()
+        status = response.status
+    except OSError as exc:
+        status = type(exc).__name__
+        connection.close()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    samples.append([at, (time.perf_counter() - started) * 1e3, status])
+    time.sleep(every)
+print(json.dumps(samples), flush=True)
+"""
 TELEGRAM_TOKEN = "123456:BENCH-load"
 TELEGRAM_FIRST = 1_000_001  # private chats: chat id = user id
 DISCORD_FIRST = 2_000_001
@@ -93,6 +122,56 @@ class _Load:
         return by_tag
 
 
+class _ReadyzProber:
+    """GET /readyz from a process of its own, for as long as it runs."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _PROBER,
+            str(self.port),
+            str(READYZ_EVERY),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        await asyncio.wait_for(self.proc.stdout.readline(), 30)
+
+    async def stop(self) -> list[list]:
+        """[wall time, ms, status] of every probe."""
+        if self.proc is None or self.proc.stdin is None:
+            return []
+        self.proc.stdin.close()
+        out, _ = await asyncio.wait_for(self.proc.communicate(), 30)
+        return json.loads(out.decode() or "[]")
+
+
+def _readyz(samples: list[list], windows: list[tuple[float, float]]) -> dict:
+    """The probes answered while conversations were being answered (inside a round or the queued
+    phase), and whether each came in under READYZ_BUDGET_MS with 200."""
+    during = [(ms, status) for at, ms, status in samples if any(start <= at <= end for start, end in windows)]
+    times = [ms for ms, _ in during]
+    statuses: dict[str, int] = {}
+    for _, status in during:
+        statuses[str(status)] = statuses.get(str(status), 0) + 1
+    slow = sum(ms >= READYZ_BUDGET_MS for ms in times)
+    return {
+        "probes": len(during),
+        "median_ms": round(median(times), 2) if times else None,
+        "p99_ms": round(percentile(times, 99), 2) if times else None,
+        "max_ms": round(max(times), 2) if times else None,
+        "over_budget": slow,
+        "statuses": statuses,
+        "budget_ms": READYZ_BUDGET_MS,
+        "ok": bool(times) and slow == 0 and statuses == {"200": len(during)},
+    }
+
+
 def _check(received: dict[str, list[str]], expected_numbers: list[int]) -> dict:
     """Exactly once and in order: each conversation's replies echo exactly its numbers, ascending."""
     missing = duplicated = out_of_order = unexpected = unreadable = 0
@@ -136,6 +215,9 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
     ):
         model.responder = _echo
         load = _Load(telegram, discord_server, conversations)
+        port = _free_port()
+        prober = _ReadyzProber(port)
+        windows: list[tuple[float, float]] = []  # (start, end) wall times while answering
         with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
             child = gateway(
                 Path(tmp),
@@ -146,6 +228,7 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
                 COMPANION_DISCORD_GATEWAY_URL=discord_server.gateway_url,
                 COMPANION_LLM_BASE_URL=model.base_url,
                 COMPANION_ALLOWED_USERS=load.allowed_users,
+                COMPANION_HTTP_PORT=str(port),
                 # INFO only to see "gateway running": until then the start-up work (answering
                 # turns the last process left open) runs beside the first turns.
                 COMPANION_LOG_LEVEL="INFO",
@@ -154,15 +237,21 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
             try:
                 await child.start()
                 await child.wait_until(lambda: "gateway running" in child.stderr_text(), 60, "the start-up")
+                await prober.start()
+                # The baseline: the same probes while the gateway idles, on the machine as it is now.
+                idle_from = time.time()
+                idle = [(idle_from, idle_from + READYZ_IDLE_SECONDS)]
+                await asyncio.sleep(READYZ_IDLE_SECONDS)
                 # Rounds: every conversation sends its next message at the same moment; the round
                 # ends when every reply of it arrived. Memory is read after each round.
                 for number in range(1, rounds + 1):
-                    t0 = time.perf_counter()
+                    t0, started = time.perf_counter(), time.time()
                     await load.send(range(number, number + 1))
                     await child.wait_until(
                         lambda: load.replies() >= load.sent_count, 180, f"the replies of round {number}"
                     )
                     wall = time.perf_counter() - t0
+                    windows.append((started, time.time()))
                     await asyncio.sleep(0.3)  # the marks after the last send; then memory is read
                     per_round.append(
                         {
@@ -174,14 +263,16 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
                         }
                     )
                 # Queued: each conversation sends `burst` messages without waiting for a reply.
-                t0 = time.perf_counter()
+                t0, started = time.perf_counter(), time.time()
                 await load.send(range(rounds + 1, rounds + 1 + burst))
                 await child.wait_until(lambda: load.replies() >= load.sent_count, 180, "the queued replies")
                 burst_wall = time.perf_counter() - t0
+                windows.append((started, time.time()))
                 await asyncio.sleep(1.0)  # a late duplicate (the outbox dispatcher) would arrive now
                 rss_end = child.vm_rss()
                 received = load.received()
             finally:
+                probes = await prober.stop()
                 code = await child.stop()
                 log_lines = child.stderr_text().splitlines()
                 getupdates, parsed = len(telegram.calls_of("getUpdates")), telegram.updates_returned
@@ -213,6 +304,8 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
         "turn_ms_in_core": {"median": median(turn_ms), "p90": percentile(turn_ms, 90), "max": max(turn_ms, default=0)},
         "telegram_getupdates_per_turn": round(getupdates / telegram_turns, 2),
         "telegram_updates_parsed_per_turn": round(parsed / telegram_turns, 1),
+        "readyz_under_load": _readyz(probes, windows),
+        "readyz_idle": _readyz(probes, idle),
         "exit_code": code,
         "log_warnings": [line[:160] for line in log_lines if " WARNING " in line or " ERROR " in line][:5],
         "tracebacks": sum("Traceback" in line for line in log_lines),
@@ -228,8 +321,16 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
     )
     result["delivered_ok"] = delivered_ok
     result["memory_ok"] = growth <= BUDGET_MB
-    result["ok"] = delivered_ok and result["memory_ok"]
+    result["ok"] = delivered_ok and result["memory_ok"] and result["readyz_under_load"]["ok"]
     return result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run(quick: bool = False) -> dict:

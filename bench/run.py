@@ -176,6 +176,17 @@ def table(results: dict) -> list[str]:
             f"< {g['budget_mb']:g} MB",
             _status(g["ok"]),
         )
+        h = g.get("http_service")
+        if h and h["adds_mb"] is not None:
+            add(
+                5,
+                "… the HTTP service's share (the same gateway with `COMPANION_HTTP_PORT=off`)",
+                f"+{h['adds_mb']:.1f} MB",
+                f"off: {h['off_rss_mb']:.1f} MB",
+                "",
+                f"≤ +{h['budget_mb']:g} MB",
+                _status(h["ok"]),
+            )
     if not failed(6, "Telegram round trip", "roundtrip"):
         r = results["roundtrip"]
         add(
@@ -227,6 +238,17 @@ def table(results: dict) -> list[str]:
             f"≤ +{d['budget_mb']:g} MB",
             _status(d["memory_ok"]),
         )
+        z, idle = d.get("readyz_under_load"), d.get("readyz_idle") or {}
+        if z and z["probes"]:
+            add(
+                7,
+                f"… GET /readyz from another process every 50 ms meanwhile: {z['probes']} probes",
+                f"max {z['max_ms']:.1f} ms (p99 {z['p99_ms']:.1f}, median {z['median_ms']:.1f})",
+                f"idle gateway: max {idle.get('max_ms')} ms (p99 {idle.get('p99_ms')})",
+                "",
+                f"< {z['budget_ms']:g} ms",
+                _status(z["ok"], f"{z['over_budget']} SLOW"),
+            )
     if not failed(8, "Mirrors", "mirror"):
         m = results["mirror"]
         add(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING
 
 from bot.settings import Settings
 from core.commands.services import CommandServices, CommandSettings
@@ -13,7 +14,7 @@ from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.memory.operations import default_tools
 from core.memory.tools import ToolRegistry
-from core.ports import BaseProvider, BaseStore, Clock, SystemClock, Transcriber
+from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics, SystemClock, Transcriber
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners
@@ -23,12 +24,16 @@ from core.turn.companion import Companion
 from core.turn.config import CompanionConfig, Parts
 from core.turn.gate import Gate
 from core.turn.lanes import Lanes
-from core.turn.link import CoreLink
+from core.turn.link import CoreLink, counted
 from core.turn.media import MediaReader
 from core.turn.people import People
 from core.turn.recovery import Recovery
 from core.turn.responder import Responder
 from core.values.retry import Sleep
+
+if TYPE_CHECKING:
+    from adapters.web.metrics import PrometheusMetrics
+    from adapters.web.service import WebService
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -58,7 +63,10 @@ def build_transcriber(settings: Settings) -> Transcriber | None:
     return OpenAICompatibleTranscriber(settings.stt_base_url, key, settings.stt_model, timeout=settings.llm_timeout)
 
 
-def companion_config(settings: Settings, platforms: frozenset[str] | None = None) -> CompanionConfig:
+def companion_config(
+    settings: Settings, platforms: frozenset[str] | None = None, *, web: bool = False
+) -> CompanionConfig:
+    """`web`: the HTTP service runs in this process, so its signed-in user is the owner."""
     persona = Persona(private_additions=settings.private_persona_text())
     if normal := settings.persona_text():
         persona = Persona(normal, persona.private_additions)
@@ -69,6 +77,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         private_idle_seconds=settings.private_idle_minutes * 60 if settings.private_idle_minutes else None,
         allowed_accounts=settings.allowed_accounts,
         owner_accounts=settings.owner_accounts,
+        web_owner=web,
         timezone=settings.timezone,
         budget=ContextBudget(total_tokens=settings.context_tokens),
         allow_private_export=settings.allow_private_export,
@@ -95,9 +104,12 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
 
 
 @asynccontextmanager
-async def open_companion(settings: Settings, platforms: frozenset[str]) -> AsyncIterator[Companion]:
+async def open_companion(
+    settings: Settings, platforms: frozenset[str], *, metrics: Metrics = NO_METRICS, web: bool = False
+) -> AsyncIterator[Companion]:
     """Store, provider and core, started in order and closed in reverse, also on failure.
-    `platforms`: what this process serves (its crash recovery touches only those)."""
+    `platforms`: what this process serves (its crash recovery touches only those); `metrics`: the
+    operator's counters; `web`: the HTTP service runs beside it (its user is the owner)."""
     from adapters.storage.sqlite import SqliteStore
 
     async with AsyncExitStack() as stack:
@@ -116,12 +128,18 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
                 base_delay=settings.outbox_retry_seconds,
                 max_delay=settings.outbox_max_retry_seconds,
                 platforms=platforms - {"terminal"},
+                metrics=metrics,
             )
         transcriber = build_transcriber(settings)
         if transcriber is not None:
             stack.push_async_callback(transcriber.aclose)
         companion = build_companion(
-            store, provider, companion_config(settings, platforms), outbox=outbox, transcriber=transcriber
+            store,
+            provider,
+            companion_config(settings, platforms, web=web),
+            outbox=outbox,
+            transcriber=transcriber,
+            metrics=metrics,
         )
         await companion.start()
         yield companion
@@ -137,6 +155,7 @@ def build_companion(
     outbox: Outbox | None = None,
     transcriber: Transcriber | None = None,
     burst_sleep: Sleep = asyncio.sleep,
+    metrics: Metrics = NO_METRICS,
 ) -> Companion:
     """Every part of the companion, built once and handed to what needs it: the only place that
     wires the core together (the gateway, `companion chat`, the tests and the benches all use it)."""
@@ -163,8 +182,15 @@ def build_companion(
         platforms=config.platforms,
         timezone=config.timezone,
         max_tool_rounds=config.max_tool_rounds,
+        metrics=metrics,
     )
-    people = People(store, clock, allowed_accounts=config.allowed_accounts, owner_accounts=config.owner_accounts)
+    people = People(
+        store,
+        clock,
+        allowed_accounts=config.allowed_accounts,
+        owner_accounts=config.owner_accounts,
+        web_owner=config.web_owner,
+    )
     services = CommandServices(
         store,
         clock,
@@ -198,19 +224,66 @@ def build_companion(
         outbox=outbox,
         # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
         proactive=(
-            ProactiveService(store, provider, clock, outbox, context, config.proactive) if outbox is not None else None
+            ProactiveService(store, provider, clock, outbox, context, config.proactive, metrics=metrics)
+            if outbox is not None
+            else None
         ),
     )
     return Companion(parts, config, burst_sleep=burst_sleep)
 
 
-def core_link(companion: Companion) -> CoreLink:
-    """What every chat adapter gets from `companion` (the gateway, the tests and the benches all use it)."""
+def core_link(companion: Companion, metrics: Metrics = NO_METRICS) -> CoreLink:
+    """What every chat adapter gets from `companion` (the gateway, the tests and the benches all use it);
+    every inbound event it hands over is counted in `metrics`, whatever its mode."""
     return CoreLink(
-        handle=companion.handle,
+        handle=counted(companion.handle, metrics),
         commands=tuple(companion.command_list()),
         is_allowed=companion.is_allowed,
         chat_moved=companion.chat_moved,
         outbox=companion.outbox,
         state=companion.store,
+    )
+
+
+def build_metrics(settings: Settings) -> PrometheusMetrics | None:
+    """The operator's counters, served at GET /metrics: only with the HTTP service on."""
+    if settings.http_port is None:
+        return None
+    from adapters.web.metrics import PrometheusMetrics
+
+    return PrometheusMetrics()
+
+
+def build_web_service(
+    settings: Settings,
+    companion: Companion,
+    checks: Sequence[tuple[str, Callable[[], str | None]]],
+    metrics: PrometheusMetrics | None,
+) -> WebService:
+    """The HTTP service of `companion run` on the companion's database: sign-in, the operator
+    endpoints (`checks`: each configured adapter's `ready()`) and the signed-in landing page."""
+    from adapters.storage.sqlite import SqliteStore
+    from adapters.storage.web import WebQueries
+    from adapters.web.auth import WebAuth
+    from adapters.web.hosts import AllowedHosts
+    from adapters.web.operators import DatabaseProbe, Operators
+    from adapters.web.pages import install_landing
+    from adapters.web.service import WebService
+
+    store = companion.store
+    if not isinstance(store, SqliteStore) or settings.http_port is None:
+        raise TypeError("the HTTP service needs the SQLite store and COMPANION_HTTP_PORT")
+    queries = WebQueries(store.database)
+    allowed = (
+        AllowedHosts.parse(settings.http_allowed_host_set)
+        if settings.http_allowed_host_set
+        else AllowedHosts.default(settings.http_host)
+    )
+    operators = Operators(DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics)
+    return WebService(
+        settings.http_host,
+        settings.http_port,
+        allowed,
+        WebAuth(queries, SystemClock()),
+        routes=[operators.install, install_landing],
     )

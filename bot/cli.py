@@ -1,9 +1,10 @@
-"""`companion`: chat, run, passphrase."""
+"""`companion`: chat, run, web-login, passphrase, backup, restore, report."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 from pathlib import Path
 
@@ -22,6 +23,12 @@ def _parser() -> argparse.ArgumentParser:
     restore = sub.add_parser("restore", help="replace the database with a backup (stop the gateway first)")
     restore.add_argument("path")
     sub.add_parser("report", help="print the structural report of normal turns (counts, errors, latencies; no text)")
+    web_login = sub.add_parser(
+        "web-login", help="print a one-time sign-in link for the web (valid 10 minutes, works once)"
+    )
+    web_login.add_argument(
+        "--url", help="the address browsers use, when it is not the one listened on (https://companion.example.com)"
+    )
     sub.add_parser(
         "passphrase", help="read a passphrase on stdin and print the hash for COMPANION_PRIVATE_PASSPHRASE_HASH"
     )
@@ -50,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_chat(settings))
         if args.command == "report":
             return asyncio.run(_report(settings))
+        if args.command == "web-login":
+            return asyncio.run(_web_login(settings, args.url))
         if args.command in ("backup", "restore"):
             return _backup_or_restore(settings, args.command, args.path)
         from bot.gateway import run_gateway
@@ -158,6 +167,39 @@ async def _report(settings) -> int:
         rows.update(await SqliteOutboxStore(store.database).report(time.time()))
         rows.update(await store.proactive.report())
         print(render_report(rows))
+    return 0
+
+
+async def _web_login(settings, url: str | None) -> int:
+    """Store a new sign-in code's hash and print the link that carries the code. Takes no instance
+    lock: it works beside a running `companion run` (one short write)."""
+    import time
+
+    from adapters.storage.sqlite import SqliteStore
+    from adapters.storage.web import WebQueries
+    from adapters.web.auth import CODE_SECONDS, issue_login_code
+    from adapters.web.hosts import AllowedHosts, is_wildcard
+    from bot.settings import ConfigError
+
+    if settings.http_port is None:
+        raise ConfigError("COMPANION_HTTP_PORT: the web service is off; set a port (the default is 8765) to sign in")
+    if url is not None:
+        if not re.fullmatch(r"https?://[^\s/?#]+/?", url):
+            raise ConfigError("companion web-login --url: give the address alone, like https://companion.example.com")
+        base = url.rstrip("/")
+    else:
+        host = settings.http_host
+        if is_wildcard(host):  # listening everywhere: a name it answers to
+            host = AllowedHosts.parse(settings.http_allowed_host_set).first
+        base = f"http://{f'[{host}]' if ':' in host else host}:{settings.http_port}"
+    async with SqliteStore(settings.db_path) as store:
+        code = await issue_login_code(WebQueries(store.database), time.time())
+    # The code goes after `#`: a browser never sends the fragment, so no server log, proxy or Referer sees it.
+    print(f"{base}/login#{code}")
+    print(
+        f"Open it within {int(CODE_SECONDS // 60)} minutes, in the browser to sign in; it works once.",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -11,13 +11,14 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from bot.bootstrap import core_link, open_companion
+from bot.bootstrap import build_metrics, build_web_service, core_link, open_companion
 from bot.instance import RUN, InstanceLock
 from bot.scheduler import Job, SchedulerService
 from bot.settings import Settings
-from core.ports import BaseChatAdapter
+from core.ports import NO_METRICS, BaseChatAdapter, Metrics
 
 if TYPE_CHECKING:
+    from adapters.web.service import WebService
     from core.turn.companion import Companion
 
 log = logging.getLogger(__name__)
@@ -26,20 +27,24 @@ EXIT_LOST = 1
 EXIT_REFUSED = 2  # the CLI's exit code for configuration errors
 
 NOTHING_CONFIGURED = (
-    "companion: no chat platform is configured. Set COMPANION_TELEGRAM_TOKEN (Telegram) or "
-    "COMPANION_DISCORD_TOKEN (Discord), and COMPANION_ALLOWED_USERS (for example telegram:123456) "
-    "for who may talk with it; or use `companion chat` to talk in this terminal."
+    "companion: no chat platform is configured and the web service is off (COMPANION_HTTP_PORT). Set "
+    "COMPANION_TELEGRAM_TOKEN (Telegram) or COMPANION_DISCORD_TOKEN (Discord), and COMPANION_ALLOWED_USERS "
+    "(for example telegram:123456) for who may talk with it; or use `companion chat` to talk in this terminal."
 )
+WEB_ALONE = "no chat platform is configured: serving the web chat alone at %s (sign in with `companion web-login`)"
 
 
 def build_adapters(
-    settings: Settings, companion: Companion, on_fatal: Callable[[str], None] | None = None
+    settings: Settings,
+    companion: Companion,
+    on_fatal: Callable[[str], None] | None = None,
+    metrics: Metrics = NO_METRICS,
 ) -> list[BaseChatAdapter]:
     """Each platform library is imported only when its adapter is configured; every adapter takes
     the same CoreLink. `on_fatal(line)`: the platform refused the configuration while running (a
     revoked token); the gateway stops."""
     adapters: list[BaseChatAdapter] = []
-    link = core_link(companion)
+    link = core_link(companion, metrics)
     # By the time an adapter closes, the core's stop has finished or cut off every turn; what the
     # adapter still waits for then (a reply's last steps) is bounded by the same grace.
     if settings.telegram_token:
@@ -89,13 +94,17 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     """Run until the stop signal, or until an adapter's `wait_lost()` or the scheduler's
     `wait_failed()` ends, whichever comes first; everything is closed in reverse order.
 
+    With COMPANION_HTTP_PORT on, the HTTP service (sign-in, probes, metrics, the web chat) listens
+    before the adapters start and closes after them; with no platform configured it serves alone.
+
     Returns:
         The exit code: 0 stopped by a signal; 2 a platform refused the configuration while
         running (a token rejected: fixed by a person, as at start-up); 1 a platform connection
         lost for good or the schedule failed, for the supervisor (Docker, systemd) to start the
         process again. The 1 and 2 cases print one line on stderr.
     """
-    if not (settings.telegram_token or settings.discord_token):
+    web = settings.http_port is not None
+    if not (settings.telegram_token or settings.discord_token or web):
         print(NOTHING_CONFIGURED, file=sys.stderr)
         return EXIT_REFUSED
     stop = stop or asyncio.Event()
@@ -111,7 +120,9 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token))
             if token
         )
-        companion = await stack.enter_async_context(open_companion(settings, platforms))
+        metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
+        counters: Metrics = metrics or NO_METRICS
+        companion = await stack.enter_async_context(open_companion(settings, platforms, metrics=counters, web=web))
         scheduler = SchedulerService(scheduled_jobs(settings, companion), stop_grace=settings.stop_grace)
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)  # a start that fails half-way still stops it
@@ -121,7 +132,15 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             fatal.append(line)
             stop.set()
 
-        adapters = build_adapters(settings, companion, on_fatal)
+        adapters = build_adapters(settings, companion, on_fatal, counters)
+        service = None
+        if web:
+            service = build_web_service(settings, companion, [(a.name, a.ready) for a in adapters], metrics)
+            # Listening before the adapters start (probes answer during a slow start), closed after them.
+            await service.start()
+            stack.push_async_callback(service.aclose)
+            if not adapters:
+                log.warning(WEB_ALONE, service.url)
         # Closed together, last; safe to call even if a start never finished.
         stack.push_async_callback(_close_all, adapters)
         tasks: list[asyncio.Task[Any]] = []
@@ -129,7 +148,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         for adapter in adapters:
             if not await _unless_stopped(adapter.start(), stop):
                 log.info("stopped while adapter %s was starting", adapter.name)
-                await _stop(settings, adapters, scheduler, companion)
+                await _stop(settings, adapters, scheduler, companion, service)
                 return 0
             log.info("adapter %s started", adapter.name)
         # Watched from here on: a connection lost while the rest starts is seen as soon as this waits.
@@ -143,7 +162,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         log.info("gateway running")
         lost = await _first_loss(watches, stop)
         log.info("stopping")
-        await _stop(settings, adapters, scheduler, companion)
+        await _stop(settings, adapters, scheduler, companion, service)
     if fatal:  # before `lost`: a refused token also ends the connection
         print(f"companion: {fatal[0]}", file=sys.stderr)
         return EXIT_REFUSED
@@ -154,12 +173,19 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
 
 
 async def _stop(
-    settings: Settings, adapters: list[BaseChatAdapter], scheduler: SchedulerService, companion: Companion
+    settings: Settings,
+    adapters: list[BaseChatAdapter],
+    scheduler: SchedulerService,
+    companion: Companion,
+    service: WebService | None = None,
 ) -> None:
     """One stop, the same for every platform, in the order things depend on each other: intake
-    stops (no update fetched, no event taken, no scheduled run begun); the turns in flight and the
-    scheduled run going finish within COMPANION_STOP_GRACE, with a bounded flush of the deliveries
-    they wrote; then the connections close. What is cut off is answered or sent at the next start."""
+    stops (no update fetched, no event taken, no scheduled run begun, no state-changing request
+    taken); the turns in flight and the scheduled run going finish within COMPANION_STOP_GRACE,
+    with a bounded flush of the deliveries they wrote; then the connections close, the HTTP
+    service's last. What is cut off is answered or sent at the next start."""
+    if service is not None:
+        await service.stop_intake()
     for adapter in adapters:
         try:
             await adapter.stop_intake()
@@ -168,6 +194,8 @@ async def _stop(
     log.info("intake stopped; %d conversations still answering", companion.answering)
     await asyncio.gather(scheduler.aclose(), companion.stop(settings.stop_grace))
     await _close_all(adapters)
+    if service is not None:
+        await service.aclose()
 
 
 async def _scheduler_failure(scheduler: SchedulerService) -> str:

@@ -9,6 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from adapters.web.hosts import is_host_name, is_loopback, split_host_port
+
 _ACCOUNT = re.compile(r"^(telegram|discord|web):[A-Za-z0-9_.-]{1,64}$")
 # What each platform's ids look like: a Telegram user id is a positive integer, a Discord id a
 # snowflake of 17 to 20 digits. Checked where the platform is the real one (see `_platform_shapes`).
@@ -50,7 +52,11 @@ class Settings(BaseSettings):
     log_level: str = "WARNING"
     timezone: str = "UTC"
     quiet_hours: str | None = "22:00-08:00"
-    http_port: int = Field(8765, ge=0, le=65535)
+    # The HTTP service of `companion run` (web chat, sign-in, probes, metrics): where it listens
+    # (None: off), and the Host names it answers to (unset: the bound host and localhost).
+    http_host: str = "127.0.0.1"
+    http_port: int | None = 8765
+    http_allowed_hosts: str = ""
 
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
@@ -141,6 +147,51 @@ class Settings(BaseSettings):
         if not _QUIET.match(value.strip()):
             raise ValueError("must look like 22:00-08:00 (24-hour HH:MM-HH:MM), or 'off'")
         return value.strip()
+
+    @field_validator("http_port", mode="before")
+    @classmethod
+    def _http_port(cls, value: object) -> object:
+        """0 or `off` turns the service off (None); otherwise a port to listen on."""
+        if value is None:
+            return None
+        text = str(value).strip().lower()
+        if text in {"0", "off", "none", "false"}:
+            return None
+        if not text.isdigit() or not 1 <= int(text) <= 65535:
+            raise ValueError("must be a port number from 1 to 65535, or 0 or off to turn the service off")
+        return int(text)
+
+    @field_validator("http_host")
+    @classmethod
+    def _http_host(cls, value: str) -> str:
+        value = value.strip()
+        if not is_host_name(value):
+            raise ValueError(
+                f"'{value}' is not an IP address or host name to listen on (for example 127.0.0.1, or 0.0.0.0 for all)"
+            )
+        return value
+
+    @field_validator("http_allowed_hosts")
+    @classmethod
+    def _http_allowed_hosts(cls, value: str) -> str:
+        for item in filter(None, (part.strip() for part in value.split(","))):
+            name, port = split_host_port(item)
+            if name is None or not is_host_name(name) or (port is not None and not 1 <= port <= 65535):
+                raise ValueError(
+                    f"'{item}' is not a host name or address, with an optional :port "
+                    "(for example companion.example.com,localhost)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _http_exposed(self) -> Settings:
+        """Beyond loopback, the Host names must be said: a DNS-rebinding page would otherwise reach it."""
+        if self.http_port is not None and not self.http_allowed_host_set and not is_loopback(self.http_host):
+            raise ValueError(
+                f"COMPANION_HTTP_ALLOWED_HOSTS: must be set when COMPANION_HTTP_HOST ({self.http_host}) is not a "
+                "loopback address: the host names the web service answers to, such as companion.example.com"
+            )
+        return self
 
     @field_validator("llm_base_url", "telegram_base_url", "discord_api_base", "discord_gateway_url")
     @classmethod
@@ -270,6 +321,11 @@ class Settings(BaseSettings):
     @property
     def owner_accounts(self) -> frozenset[str]:
         return frozenset(filter(None, (part.strip() for part in self.owner.split(","))))
+
+    @property
+    def http_allowed_host_set(self) -> frozenset[str]:
+        """COMPANION_HTTP_ALLOWED_HOSTS as written (lower case), each `name` or `name:port`."""
+        return frozenset(filter(None, (part.strip().lower() for part in self.http_allowed_hosts.split(","))))
 
     def persona_text(self) -> str | None:
         if self.persona_file is not None:

@@ -114,6 +114,7 @@ class DiscordAdapter:
         self._outage_limit = outage_limit
         self._outage: asyncio.TimerHandle | None = None
         self._lost: asyncio.Future[str] | None = None
+        self._down = False  # between a disconnect and the next READY or RESUMED
         # DMs sent while the gateway was down (adapters/discord/catchup.py): live DMs wait for them.
         self._cursors = DmCursors(link.state)
         self._is_allowed = link.is_allowed
@@ -343,14 +344,27 @@ class DiscordAdapter:
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(line)
 
+    def ready(self) -> str | None:
+        """core.ports.BaseChatAdapter: ready while the gateway session is up (READY or RESUMED came
+        after the last disconnect) and messages are taken."""
+        if self._client is None or self._closing:
+            return "not connected"
+        if self._lost is not None and self._lost.done():
+            return "gateway connection lost"
+        if self._down:
+            return "gateway disconnected; reconnecting"
+        return None
+
     def _disconnected(self) -> None:
         """discord.py lost the gateway and is reconnecting: start timing the outage."""
+        self._down = True
         if self._closing or not self._outage_limit or self._outage is not None:
             return
         self._outage = asyncio.get_running_loop().call_later(self._outage_limit, self._outage_passed)
 
     def _reconnected(self) -> None:
         """READY or RESUMED arrived (or the adapter is closing): the outage, if any, is over."""
+        self._down = False
         outage, self._outage = self._outage, None
         if outage is not None:
             outage.cancel()

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 BACKUP_PREFIX = "companion-backup-"
 _PRIVATE_TABLES = ("segments", "crossings")
+# Credentials of the web sign-in (hashes): a restored backup must not sign anyone in again.
+_CREDENTIAL_TABLES = ("web_sessions", "web_login_codes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,7 @@ def _drop_private_rows(db: sqlite3.Connection, now: float | None = None) -> None
     if db.execute("PRAGMA foreign_keys").fetchone()[0] != 1:
         raise StoreError("SQLite refused PRAGMA foreign_keys=ON; cannot drop private rows by cascade")
     db.execute("BEGIN IMMEDIATE")
-    for table in _PRIVATE_TABLES:
+    for table in _PRIVATE_TABLES + _CREDENTIAL_TABLES:
         if _has_table(db, table):
             db.execute(f"DELETE FROM {table}")
     if now is not None and _has_table(db, "artifacts"):

@@ -10,7 +10,10 @@ import aiosqlite
 from adapters.storage.database import Database, inserted_id
 from core.values.model import DeliveryTarget, OutboundDelivery
 
-_COLUMNS = "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts"
+_COLUMNS = (
+    "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts,"
+    " segment_id IS NOT NULL AS in_segment"
+)
 
 # Nothing is sent for an interval that has ended: a delivery that names an interval is picked only
 # while that interval lives (not expired by :now, not deleted). The minute sweep deletes expired
@@ -212,4 +215,5 @@ def _delivery(row: aiosqlite.Row) -> OutboundDelivery:
         text=row["text"] or "",
         parts_sent=row["parts_sent"],
         attempts=row["attempts"],
+        in_segment=bool(row["in_segment"]),
     )

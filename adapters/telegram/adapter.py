@@ -77,6 +77,8 @@ class TelegramAdapter:
             is renewed.
         read_timeout, max_attempts, backoff, sleep: the requests' read timeout and the retries
             of a send (`Delivery`).
+        stale_after, monotonic: `ready()` says not ready once no long poll completed for this
+            many seconds (by this clock).
     """
 
     name = "telegram"
@@ -97,7 +99,12 @@ class TelegramAdapter:
         max_attempts: int = 5,
         backoff: float = 0.5,
         sleep: Sleep = asyncio.sleep,
+        stale_after: float = 120.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._stale_after = stale_after
+        self._monotonic = monotonic
+        self._polled_at = 0.0  # when a getUpdates last completed (or polling began)
         self._token = token
         self._handler = link.handle
         self._commands = [(name.lower(), description) for name, description in link.commands]
@@ -178,6 +185,7 @@ class TelegramAdapter:
             raise
         if self._outbox is not None:
             self._outbox.register(self)
+        self._polled_at = self._monotonic()
         self._poll_task = asyncio.create_task(self._poll(), name="telegram-polling")
         log.info("telegram: polling as bot %s", self._bot.id)
 
@@ -225,6 +233,16 @@ class TelegramAdapter:
         failure = None if poll.cancelled() else poll.exception()
         reason = f" ({type(failure).__name__})" if failure is not None else ""
         return f"telegram: polling for updates ended{reason}"
+
+    def ready(self) -> str | None:
+        """core.ports.BaseChatAdapter: not ready before start, while stopping, and once no long poll
+        (getUpdates) completed for `stale_after` seconds."""
+        if self._poll_task is None or self._closing:
+            return "not polling"
+        waited = self._monotonic() - self._polled_at
+        if waited > self._stale_after:
+            return f"no long poll completed for {waited:.0f} s"
+        return None
 
     async def send(
         self, chat_id: int | str, text: str, *, reply_to: int | None = None, thread_id: int | None = None
@@ -426,6 +444,7 @@ class TelegramAdapter:
                 log.log(level, "telegram: getUpdates failed (%s), attempt %d", type(exc).__name__, failures)
                 await self._sleep(min(self._backoff * 2 ** min(failures, 7), 60.0))
                 continue
+            self._polled_at = self._monotonic()
             if conflicts >= 3:
                 log.info("telegram: polling again after %d 409 Conflicts", conflicts)
             failures = conflicts = 0

@@ -18,7 +18,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from core.ports import BaseSender, Clock, OutboxStore
+from core.ports import NO_METRICS, BaseSender, Clock, Metrics, OutboxStore
 from core.values import copy
 from core.values.errors import DeliveryFailed
 from core.values.locks import KeyedLocks
@@ -46,7 +46,9 @@ class Outbox:
         max_delay: float = 300.0,
         rand: Callable[[], float] = random.random,
         platforms: frozenset[str] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self._metrics = metrics
         self._store = store
         # The platforms configured in this process: what may be delivered to, whether or not its
         # sender is registered at this instant (None: the registered ones).
@@ -193,6 +195,7 @@ class Outbox:
         except Exception as exc:  # noqa: BLE001 - an unknown failure is retried, never lost
             return await self._failed(delivery, type(exc).__name__, False, delivery.parts_sent)
         await self._store.mark_sent(delivery.id, parts, self._clock.now())
+        self._count(delivery, "sent")
         log.info(
             "delivery %s (%s, conversation %s) sent in %d parts after %d retries",
             delivery.id,
@@ -207,6 +210,7 @@ class Outbox:
         """Record a failure. A permanent one settles the delivery and lets the next go, except on a
         mirror: that ends the lane (its binding is disabled, its other copies settled)."""
         now = self._clock.now()
+        self._count(delivery, "failed" if permanent else "retried", kind)
         if permanent and delivery.kind == "mirror":
             # The target refused for good (blocked, chat not found): the binding is disabled rather
             # than retried forever, and the source is told once.
@@ -235,6 +239,14 @@ class Outbox:
             delay,
         )
         return False
+
+    def _count(self, delivery: OutboundDelivery, state: str, reason: str | None = None) -> None:
+        """The operator's counters; a reply inside a private thread is counted nowhere."""
+        if delivery.in_segment:
+            return
+        self._metrics.delivery_settled(delivery.kind, state)
+        if reason is not None:
+            self._metrics.send_error(reason)
 
     def backoff(self, attempt: int) -> float:
         """Exponential, capped, with jitter: between half and all of base * 2^(attempt-1)."""

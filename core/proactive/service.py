@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
 from core.memory.context import ContextAssembler
-from core.ports import BaseProvider, BaseStore, Clock
+from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics
 from core.proactive.manners import Manners, local, local_day, why_not, zone_of
 from core.values import copy
 from core.values.model import ChatMessage, CompletionRequest, ProactiveCandidate, ProactiveDecision
@@ -72,7 +72,9 @@ class ProactiveService:
         outbox: Outbox,
         context: ContextAssembler,
         config: ProactiveConfig | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self._metrics = metrics
         self._store = store
         self._provider = provider
         self._clock = clock
@@ -136,6 +138,7 @@ class ProactiveService:
             decision = self._decision(candidate, "missed", "missed", day, now)
             if await self._store.settle_without_message(candidate, decision):
                 result.missed += 1
+                self._counted(decision)
             return
         text = copy.REMINDER.format(text=candidate.text)
         reason = "due"
@@ -151,14 +154,17 @@ class ProactiveService:
         sent_today = await self._store.nudges_sent_on(candidate.prefs.person_id, day)
         reason = why_not(now, candidate.prefs, manners, sent_today)
         if reason is not None:
-            if await self._store.record_decision(self._decision(candidate, "skipped", reason, day, now)):
+            skipped = self._decision(candidate, "skipped", reason, day, now)
+            if await self._store.record_decision(skipped):
                 result.skipped += 1
+                self._counted(skipped)
             return False
         text = await self._write(candidate)
         if text is None:
             decision = self._decision(candidate, "silent", "model", day, self._clock.now())
             if await self._store.settle_without_message(candidate, decision):
                 result.silent += 1
+                self._counted(decision)
             return True
         await self._send(candidate, text, self._decision(candidate, "sent", "due", day, self._clock.now()), result)
         return True
@@ -185,10 +191,16 @@ class ProactiveService:
         if sent is None:
             return  # claimed already, or the person is in private mode now: nothing was written
         result.sent += 1
+        self._counted(decision)
         log.info("proactive %s %s sent as delivery %d", candidate.kind, candidate.subject, sent.delivery_id)
         await self._outbox.deliver(candidate.conversation.id, sent.delivery_id)
         if sent.mirror_ids:
             await self._outbox.deliver_all(candidate.conversation.id, sent.mirror_ids)
+
+    def _counted(self, decision: ProactiveDecision) -> None:
+        """The operator's counter of decisions: by kind and outcome, never a 'private' one (those
+        are recorded in `tick` only, where nothing counts them)."""
+        self._metrics.nudge_decision(decision.kind, decision.outcome)
 
     def _decision(
         self, candidate: ProactiveCandidate, outcome: str, reason: str, day: str, now: float

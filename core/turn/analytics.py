@@ -1,26 +1,30 @@
 """Structural analytics of normal turns: runs and events with ids, kinds, timings, sizes; never text.
 
 A private turn gets no RunRecorder at all: there is no analytics context for it, so
-no code path can write an event row for it.
+no code path can write an event row for it, nor count it in the operator's metrics
+(the recorder is the only way a turn reaches `Metrics`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from core.ports import Clock
+from core.ports import NO_METRICS, Clock, Metrics
 from core.values.model import Event, RunRecord
 
 
 class RunRecorder:
     """Collects a normal turn's events in memory; the store writes them with the run in the
-    same transaction as the turn's reply (one commit, not one per event)."""
+    same transaction as the turn's reply (one commit, not one per event). What the operator's
+    metrics count of a turn (its outcome, its model requests and their tokens, its reply's write)
+    goes through here too."""
 
-    def __init__(self, clock: Clock, conversation_id: int) -> None:
+    def __init__(self, clock: Clock, conversation_id: int, metrics: Metrics = NO_METRICS) -> None:
         self._clock = clock
         self._conversation_id = conversation_id
         self._started_at = clock.now()
         self._events: list[Event] = []
+        self.metrics = metrics
 
     def event(
         self,
@@ -34,8 +38,24 @@ class RunRecorder:
     ) -> None:
         self._events.append((kind, name, status, duration_ms, size_in, size_out, self._clock.now()))
 
+    def model_request(
+        self,
+        name: str,
+        status: str,
+        seconds: float,
+        *,
+        size_in: int | None = None,
+        size_out: int | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> None:
+        """One model request of the turn: an event, and the metrics' latency and tokens."""
+        self.event("provider_call", name, status, duration_ms=seconds * 1e3, size_in=size_in, size_out=size_out)
+        self.metrics.model_request(status, seconds, prompt_tokens, completion_tokens)
+
     def finish(self, status: str) -> RunRecord:
         self.event("terminal", "turn", status)
+        self.metrics.turn_finished(status)
         return RunRecord(self._conversation_id, self._started_at, self._clock.now(), status, tuple(self._events))
 
 

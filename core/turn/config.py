@@ -29,6 +29,8 @@ class CompanionConfig:
     allowed_accounts: frozenset[str] = frozenset()  # "platform:user_id"
     # COMPANION_OWNER: accounts that are one person with the terminal's owner from start-up.
     owner_accounts: frozenset[str] = frozenset()  # "platform:user_id"
+    # The HTTP service is on: its signed-in user (web:owner) is the owner, linked at start-up.
+    web_owner: bool = False
     timezone: str = "UTC"
     budget: ContextBudget = field(default_factory=ContextBudget)
     max_tool_rounds: int = 4

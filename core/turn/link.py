@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from core.delivery.outbox import Outbox
-from core.ports import AdapterStateStore, MessageHandler
-from core.values.model import InboundMessage
+from core.ports import AdapterStateStore, MessageHandler, Metrics
+from core.values.model import InboundMessage, Reply
 
 # (platform, old chat id, new chat id): a platform moved a chat (a Telegram group upgraded to a
 # supergroup); the conversation follows (Companion.chat_moved).
@@ -36,3 +36,14 @@ class CoreLink:
     chat_moved: ChatMoved | None = None
     outbox: Outbox | None = None
     state: AdapterStateStore | None = None
+
+
+def counted(handle: MessageHandler, metrics: Metrics) -> MessageHandler:
+    """`handle`, counting every inbound event at intake, before anything knows its mode (so the
+    count moves alike for every mode)."""
+
+    async def handle_counted(message: InboundMessage) -> Reply | None:
+        metrics.update_received(message.platform)
+        return await handle(message)
+
+    return handle_counted

@@ -14,6 +14,7 @@ log = logging.getLogger(__name__)
 
 OWNER_PLATFORMS = frozenset({"terminal"})  # the person at the terminal is the owner
 TERMINAL_OWNER = "owner"  # the terminal's one account (adapters/terminal.py)
+WEB_OWNER = "web:owner"  # the web's one account: whoever signed in with `companion web-login`
 RESOLVED_MAX = 4096
 
 
@@ -29,11 +30,13 @@ class People:
         *,
         allowed_accounts: frozenset[str] = frozenset(),  # "platform:user_id"
         owner_accounts: frozenset[str] = frozenset(),
+        web_owner: bool = False,
     ) -> None:
         self._store = store
         self._clock = clock
         self._allowed = allowed_accounts
-        self._owner = owner_accounts
+        # With the HTTP service on, the signed-in web user is the owner too, linked like COMPANION_OWNER.
+        self._owner = owner_accounts | {WEB_OWNER} if web_owner else owner_accounts
         self._refused: set[str] = set()
         self._resolved: dict[tuple[str, str, str], tuple[Account, Conversation]] = {}
 
@@ -89,8 +92,9 @@ class People:
         return moved
 
     async def link_owner(self) -> None:
-        """COMPANION_OWNER: the listed accounts and the terminal are one person, the owner. Refused
-        (and said in the log) while a conversation of theirs is private; the next start tries again."""
+        """COMPANION_OWNER (and the web's account, with the HTTP service on): the listed accounts and
+        the terminal are one person, the owner. Refused (and said in the log) while a conversation
+        of theirs is private; the next start tries again."""
         if not self._owner:
             return
         now = self._clock.now()

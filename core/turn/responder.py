@@ -16,7 +16,7 @@ from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
 from core.memory.context import ContextAssembler
 from core.memory.tools import ToolContext, ToolRegistry, run_tool_call
-from core.ports import BaseProvider, BaseStore, Clock
+from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics
 from core.privacy.valve import ModeValve
 from core.proactive.manners import timezone_of
 from core.turn.analytics import RunRecorder
@@ -66,7 +66,9 @@ class Responder:
         platforms: frozenset[str] | None = None,
         timezone: str = "UTC",
         max_tool_rounds: int = 4,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self._metrics = metrics
         self._store = store
         self._provider = provider
         self._clock = clock
@@ -104,8 +106,9 @@ class Responder:
         media notes never stored (so never mirrored either)."""
         conversation = turn.conversation
         segment_id = state.segment_id
-        # A private run has no analytics context at all: nothing below can write an event for it.
-        recorder = None if state.is_private else RunRecorder(self._clock, conversation.id)
+        # A private run has no analytics context at all: nothing below can write an event for it,
+        # nor count it in the operator's metrics (they are reached through the recorder only).
+        recorder = None if state.is_private else RunRecorder(self._clock, conversation.id, self._metrics)
         context = await self._context.assemble(conversation, state)
         images = media.images if media else ()
         tail = [ChatMessage("system", note)] if note else []
@@ -177,6 +180,7 @@ class Responder:
             target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)
         if stored_text is None and answers is None and target is None and run is None:
             return Reply(text, delete_inbound=delete_inbound)
+        started = time.perf_counter()
         recorded = await self._store.record_reply(
             turn.conversation.id,
             text,
@@ -188,6 +192,8 @@ class Responder:
             target=target,
             mirror=mirror,
         )
+        if run is not None:  # a normal turn's reply (a run exists for no other): timed for the operator
+            self._metrics.database_write("reply", time.perf_counter() - started)
         if recorded.mirror_ids and self._outbox is not None:
             # Each copy in its own lane: a slow or failing target never delays the reply.
             self._outbox.hand_over(turn.conversation.id, *recorded.mirror_ids)
@@ -257,19 +263,18 @@ class Responder:
             completion = await self._provider.complete(request)
         except ProviderError:
             if recorder:
-                recorder.event(
-                    "provider_call", self._provider.name, "error", duration_ms=(time.perf_counter() - started) * 1e3
-                )
+                recorder.model_request(self._provider.name, "error", time.perf_counter() - started)
             raise
         if recorder:
-            recorder.event(
-                # "cut_off": the model stopped at max_tokens; `companion report` counts them.
-                "provider_call",
+            recorder.model_request(
                 self._provider.name,
+                # "cut_off": the model stopped at max_tokens; `companion report` counts them.
                 "cut_off" if completion.truncated else "ok",
-                duration_ms=(time.perf_counter() - started) * 1e3,
+                time.perf_counter() - started,
                 size_in=sum(len(m.content or "") for m in request.messages),
                 size_out=len(completion.text),
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
             )
         # What the server counted teaches the context budget how many tokens a byte costs.
         self._context.ratio.observe(_prompt_bytes(request), completion.prompt_tokens)

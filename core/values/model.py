@@ -149,6 +149,8 @@ class OutboundDelivery:
     text: str
     parts_sent: int
     attempts: int
+    # A reply inside a private thread (its row names the segment): the operator's metrics count it nowhere.
+    in_segment: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,3 +220,20 @@ async def test_a_backup_or_restore_killed_at_any_stage_leaves_no_private_byte_in
             assert sorted(p.name for p in folder.iterdir()) == ["companion.db"], f"after {stage}"
         assert files_holding(list(folder.iterdir()), CANARY) == []
     assert "_write_file" in left_partial, "no kill left a partial file; the test proves nothing"
+
+
+async def test_a_backup_and_a_restore_hold_no_web_session_or_sign_in_code(store, tmp_path):
+    from adapters.storage.web import WebQueries
+
+    web = WebQueries(store.database)
+    await web.save_login_code("a" * 64, time.time(), time.time() + 600)
+    await web.exchange_login_code("a" * 64, "b" * 64, time.time(), time.time() + 3600)
+    await web.save_login_code("c" * 64, time.time(), time.time() + 600)
+    result = backup(store.path, tmp_path / "backups", retention_days=14)
+    with sqlite3.connect(result.path) as db:
+        assert db.execute("SELECT count(*) FROM web_sessions").fetchone() == (0,)
+        assert db.execute("SELECT count(*) FROM web_login_codes").fetchone() == (0,)
+    await store.aclose()
+    restore(result.path, store.path)
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT count(*) FROM web_sessions").fetchone() == (0,)

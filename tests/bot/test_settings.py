@@ -43,8 +43,11 @@ def test_dotenv_file_is_read(tmp_path):
 @pytest.mark.parametrize(
     ("name", "value", "words"),
     [
-        ("COMPANION_HTTP_PORT", "eighty", "integer"),
-        ("COMPANION_HTTP_PORT", "70000", "less than or equal"),
+        ("COMPANION_HTTP_PORT", "eighty", "a port number from 1 to 65535, or 0 or off"),
+        ("COMPANION_HTTP_PORT", "70000", "a port number from 1 to 65535, or 0 or off"),
+        ("COMPANION_HTTP_HOST", "my host", "not an IP address or host name"),
+        ("COMPANION_HTTP_ALLOWED_HOSTS", "companion.example.com,http://x", "not a host name"),
+        ("COMPANION_HTTP_ALLOWED_HOSTS", "localhost:99999", "not a host name"),
         ("COMPANION_TIMEZONE", "Mars/Olympus", "not a known IANA timezone"),
         ("COMPANION_QUIET_HOURS", "late", "22:00-08:00"),
         ("COMPANION_ALLOWED_USERS", "telegram:1,bob", "'bob' is not platform:user_id"),
@@ -185,3 +188,33 @@ def test_a_malformed_token_with_a_custom_base_url_exits_2_in_one_line_before_any
         and "Traceback" not in result.stderr
     )
     assert "not a token" not in result.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "off", "OFF"])
+def test_the_http_service_is_turned_off_by_port_0_or_off(monkeypatch, value):
+    monkeypatch.setenv("COMPANION_HTTP_PORT", value)
+    assert load_settings().http_port is None
+
+
+def test_the_http_service_listens_on_loopback_port_8765_by_default():
+    settings = load_settings()
+    assert (settings.http_host, settings.http_port, settings.http_allowed_host_set) == ("127.0.0.1", 8765, frozenset())
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "companion.example.com"])  # noqa: S104 - under test
+def test_listening_beyond_loopback_needs_the_allowed_hosts(monkeypatch, host):
+    monkeypatch.setenv("COMPANION_HTTP_HOST", host)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert str(info.value).startswith("COMPANION_HTTP_ALLOWED_HOSTS: must be set when COMPANION_HTTP_HOST")
+    monkeypatch.setenv("COMPANION_HTTP_ALLOWED_HOSTS", "companion.example.com, localhost")
+    assert load_settings().http_allowed_host_set == {"companion.example.com", "localhost"}
+    monkeypatch.setenv("COMPANION_HTTP_ALLOWED_HOSTS", "")
+    monkeypatch.setenv("COMPANION_HTTP_PORT", "off")
+    assert load_settings().http_port is None  # nothing listens: nothing to allow
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_a_loopback_address_needs_no_allowed_hosts(monkeypatch, host):
+    monkeypatch.setenv("COMPANION_HTTP_HOST", host)
+    assert load_settings().http_host == host

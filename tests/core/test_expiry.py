@@ -33,6 +33,9 @@ NEVER_PRIVATE = {
         " in private mode and their write passes the guard"
     ),
     "recall_fts": "private rows are never indexed (trigger WHEN clauses) nor matched (SQL predicates)",
+    "web_login_codes": "hashes of one-time sign-in codes, no text",
+    "web_sessions": "hashes of session cookies, no text",
+    "health_probe": "the readiness probe's one row: a time",
 }
 
 

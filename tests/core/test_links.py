@@ -305,6 +305,20 @@ async def test_owner_setting_makes_the_terminal_and_listed_accounts_one_person(m
     assert "my cat is Miso" in request_text(provider.last_reply_request())
 
 
+async def test_with_the_http_service_the_web_user_is_the_owner_linked_to_the_owners_accounts(make, store):
+    companion = await make(owner_accounts=frozenset({f"telegram:{TG}"}), web_owner=True)
+    owner = await person_of(store, "terminal", "owner")
+    assert await person_of(store, "web", "owner") == owner == await person_of(store, "telegram", TG)
+    assert companion.is_allowed(InboundMessage("web", "browser", "owner", "hello", is_direct=True))
+    assert not companion.is_allowed(InboundMessage("web", "browser", "someone", "hello", is_direct=True))
+
+
+async def test_without_the_http_service_the_web_account_is_neither_made_nor_allowed(make, store):
+    companion = await make()
+    assert await store._one("SELECT id FROM accounts WHERE platform = 'web'") is None
+    assert not companion.is_allowed(InboundMessage("web", "browser", "owner", "hello", is_direct=True))
+
+
 async def test_mistyped_link_with_a_code_is_not_kept(make, store, provider):
     companion = await make()
     reply = await tell(companion, "discord", DC, "/lnik 12345678")

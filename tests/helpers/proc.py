@@ -21,6 +21,8 @@ def companion_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     # suite as a person would run the gateway (`pytest -m wire`; see docs).
     if os.environ.get(SHIPPED_DEFAULTS) != "1":
         env["COMPANION_BURST_SECONDS"] = "0.2"
+    # The HTTP service is off unless a test turns it on (on a free port: tests and worktrees run side by side).
+    env["COMPANION_HTTP_PORT"] = "off"
     env.update(extra)
     return env
 
