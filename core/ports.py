@@ -53,6 +53,18 @@ class BaseProvider(Protocol):
         """
         ...
 
+    async def request_body(self, request: CompletionRequest) -> bytes | None:
+        """What `complete(request)` would send for it now, built by the same code and sending nothing
+        (the `/context` page shows it: what normal mode sees).
+
+        Returns:
+            The exact bytes of the request body `complete` would send now (each retry sends the
+            same), given what the provider has learnt of its server so far (tools or images it
+            refused are left out); None when nothing would leave the process (the offline
+            responder reads the request in memory).
+        """
+        ...
+
     async def aclose(self) -> None:
         """Release connections; safe to call twice."""
         ...
