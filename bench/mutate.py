@@ -146,6 +146,51 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if kept and used + cost > budget_tokens:",
         "if used + cost > budget_tokens:",
     ),
+    # --- the web chat (adapters/web/chat.py, core/turn/transcript.py, issue 23) ---------------------
+    M(
+        "web-history-mode-read-past-the-valve",  # an interval idle past its time would still be shown
+        PRIVACY,
+        "core/turn/transcript.py",
+        "        state = await self._valve.settle(conversation)\n",
+        "        segment = await self._store.open_segment_of(conversation.id)\n"
+        '        modes = __import__("core.values.modes", fromlist=["x"])\n'
+        "        state = modes.PrivateState(segment) if segment else modes.NORMAL\n",
+    ),
+    M(
+        "web-page-keeps-the-passphrase",
+        PRIVACY,
+        "adapters/web/chat.py",
+        "hide = carries_secret(inbound.text) or (reply is not None and reply.delete_inbound)",
+        "hide = False",
+    ),
+    M(
+        "web-page-shows-a-message-twice",
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "if item.conversation_id == self.transcript.conversation_id and item.message_id in self._shown:",
+        "if False:",
+    ),
+    M(
+        "web-page-queue-unbounded",
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "        if self._queue.qsize() >= self._size:",
+        "        if False:",
+    ),
+    M(
+        "web-account-not-the-owners",
+        RELIABILITY,
+        "bot/bootstrap.py",
+        '        return config.owner_accounts | {f"{WEB_PLATFORM}:{WEB_OWNER}"}',
+        "        return config.owner_accounts",
+    ),
+    M(
+        "web-any-chat-is-the-owners",
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "        if chat_id != CHAT_ID:\n            raise DeliveryFailed",
+        "        if False:\n            raise DeliveryFailed",
+    ),
     # --- the core's other walls -----------------------------------------------------------
     M(
         "tools-lasting-tools-offered-in-private",

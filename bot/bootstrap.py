@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING
 
 from bot.settings import Settings
 from core.commands.services import CommandServices, CommandSettings
@@ -24,10 +25,14 @@ from core.turn.config import CompanionConfig, Parts
 from core.turn.lanes import Lanes
 from core.turn.link import CoreLink
 from core.turn.media import MediaReader
-from core.turn.people import People
+from core.turn.people import WEB_OWNER, WEB_PLATFORM, People
 from core.turn.recovery import Recovery
 from core.turn.responder import Responder
+from core.turn.transcript import Transcripts
 from core.values.retry import Sleep
+
+if TYPE_CHECKING:
+    from adapters.web.chat import WebChat
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -163,7 +168,7 @@ def build_companion(
         timezone=config.timezone,
         max_tool_rounds=config.max_tool_rounds,
     )
-    people = People(store, clock, allowed_accounts=config.allowed_accounts, owner_accounts=config.owner_accounts)
+    people = People(store, clock, allowed_accounts=config.allowed_accounts, owner_accounts=owner_accounts(config))
     services = CommandServices(
         store,
         clock,
@@ -199,6 +204,27 @@ def build_companion(
         ),
     )
     return Companion(parts, config, burst_sleep=burst_sleep)
+
+
+def owner_accounts(config: CompanionConfig) -> frozenset[str]:
+    """COMPANION_OWNER's accounts, and the web chat's where this process serves it: its user is the
+    signed-in owner, linked to the terminal's owner at start like COMPANION_OWNER's accounts."""
+    if config.platforms is not None and WEB_PLATFORM in config.platforms:
+        return config.owner_accounts | {f"{WEB_PLATFORM}:{WEB_OWNER}"}
+    return config.owner_accounts
+
+
+def transcripts(companion: Companion) -> Transcripts:
+    """Chat histories as each conversation's current mode reads them (the web chat's)."""
+    parts = companion.parts
+    return Transcripts(parts.store, parts.valve, parts.lanes)
+
+
+def web_chat(companion: Companion, *, stop_grace: float = 25.0) -> WebChat:
+    """The web chat's core-facing adapter; the HTTP service's routes call it."""
+    from adapters.web.chat import WebChat
+
+    return WebChat(core_link(companion), transcripts(companion).read, stop_grace=stop_grace)
 
 
 def core_link(companion: Companion) -> CoreLink:

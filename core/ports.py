@@ -206,6 +206,10 @@ class TimelineStore(Protocol):
         self, key: ConversationKey, kind: str, person_id: int | None, now: float
     ) -> Conversation: ...
 
+    async def conversation_at(self, key: ConversationKey) -> Conversation | None:
+        """The conversation of one chat, if it began; None otherwise (nothing is created)."""
+        ...
+
     async def add_message(
         self,
         conversation_id: int,

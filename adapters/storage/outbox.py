@@ -10,7 +10,9 @@ import aiosqlite
 from adapters.storage.database import Database, inserted_id
 from core.values.model import DeliveryTarget, OutboundDelivery
 
-_COLUMNS = "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts"
+_COLUMNS = (
+    "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts, message_id"
+)
 
 
 async def insert_delivery(
@@ -192,4 +194,5 @@ def _delivery(row: aiosqlite.Row) -> OutboundDelivery:
         text=row["text"] or "",
         parts_sent=row["parts_sent"],
         attempts=row["attempts"],
+        message_id=row["message_id"],
     )

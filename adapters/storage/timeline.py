@@ -72,6 +72,18 @@ class TimelineQueries:
             row = present(await self._db.one(select, (key.platform, key.chat_id)))
         return Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
 
+    async def conversation_at(self, key: ConversationKey) -> Conversation | None:
+        """The conversation of one chat, if it began; None otherwise (nothing is created)."""
+        row = await self._db.read_one(
+            "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?",
+            (key.platform, key.chat_id),
+        )
+        return (
+            None
+            if row is None
+            else Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
+        )
+
     # --- the timeline -------------------------------------------------------
 
     async def add_message(

@@ -140,6 +140,8 @@ class OutboundDelivery:
     text: str
     parts_sent: int
     attempts: int
+    # The stored message it carries (in `conversation_id`); None for what is not stored (a command's answer).
+    message_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
