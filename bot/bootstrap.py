@@ -26,6 +26,7 @@ from core.turn.lanes import Lanes
 from core.turn.link import CoreLink
 from core.turn.media import MediaReader
 from core.turn.people import WEB_OWNER, WEB_PLATFORM, People
+from core.turn.preview import NormalPreview
 from core.turn.recovery import Recovery
 from core.turn.responder import Responder
 from core.turn.transcript import Transcripts
@@ -212,6 +213,12 @@ def owner_accounts(config: CompanionConfig) -> frozenset[str]:
     if config.platforms is not None and WEB_PLATFORM in config.platforms:
         return config.owner_accounts | {f"{WEB_PLATFORM}:{WEB_OWNER}"}
     return config.owner_accounts
+
+
+def normal_preview(companion: Companion) -> NormalPreview:
+    """What normal mode sees (`/context`), built from the companion's own parts."""
+    parts = companion.parts
+    return NormalPreview(parts.store, parts.provider, parts.responder, parts.lanes, parts.people)
 
 
 def transcripts(companion: Companion) -> Transcripts:

@@ -210,6 +210,10 @@ class TimelineStore(Protocol):
         """The conversation of one chat, if it began; None otherwise (nothing is created)."""
         ...
 
+    async def conversations_of(self, person_id: int) -> list[Conversation]:
+        """The person's direct conversations on every platform (linked accounts included), oldest first."""
+        ...
+
     async def add_message(
         self,
         conversation_id: int,

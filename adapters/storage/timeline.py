@@ -84,6 +84,15 @@ class TimelineQueries:
             else Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
         )
 
+    async def conversations_of(self, person_id: int) -> list[Conversation]:
+        """The person's direct conversations on every platform, oldest first (a group has no person)."""
+        rows = await self._db.read(
+            "SELECT id, platform, chat_id, kind, person_id FROM conversations"
+            " WHERE person_id = ? AND kind = 'direct' ORDER BY id",
+            (person_id,),
+        )
+        return [Conversation(r["id"], r["platform"], r["chat_id"], r["kind"], r["person_id"]) for r in rows]
+
     # --- the timeline -------------------------------------------------------
 
     async def add_message(
