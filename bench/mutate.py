@@ -220,7 +220,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "web-account-not-the-owners",
         RELIABILITY,
         "bot/bootstrap.py",
-        '        return config.owner_accounts | {f"{WEB_PLATFORM}:{WEB_OWNER}"}',
+        "        return config.owner_accounts | {WEB_ACCOUNT}",
         "        return config.owner_accounts",
     ),
     M(

@@ -25,7 +25,7 @@ from core.turn.config import CompanionConfig, Parts
 from core.turn.lanes import Lanes
 from core.turn.link import CoreLink
 from core.turn.media import MediaReader
-from core.turn.people import WEB_OWNER, WEB_PLATFORM, People
+from core.turn.people import People
 from core.turn.preview import NormalPreview
 from core.turn.recovery import Recovery
 from core.turn.responder import Responder
@@ -207,11 +207,15 @@ def build_companion(
     return Companion(parts, config, burst_sleep=burst_sleep)
 
 
+# The web chat's one account (adapters/web/chat.py: PLATFORM, USER): the signed-in owner.
+WEB_ACCOUNT = "web:owner"
+
+
 def owner_accounts(config: CompanionConfig) -> frozenset[str]:
     """COMPANION_OWNER's accounts, and the web chat's where this process serves it: its user is the
     signed-in owner, linked to the terminal's owner at start like COMPANION_OWNER's accounts."""
-    if config.platforms is not None and WEB_PLATFORM in config.platforms:
-        return config.owner_accounts | {f"{WEB_PLATFORM}:{WEB_OWNER}"}
+    if config.platforms is not None and "web" in config.platforms:
+        return config.owner_accounts | {WEB_ACCOUNT}
     return config.owner_accounts
 
 

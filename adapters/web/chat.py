@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from adapters.buttons import PendingButtons
 from core.commands.registry import carries_secret
 from core.turn.link import CoreLink
-from core.turn.people import WEB_OWNER, WEB_PLATFORM
 from core.turn.transcript import Transcript
 from core.values.copy import HANDLER_FAILED
 from core.values.errors import DeliveryFailed
@@ -55,8 +54,11 @@ from core.values.model import (
 
 log = logging.getLogger(__name__)
 
-PLATFORM = WEB_PLATFORM
-CHAT_ID = WEB_OWNER  # the one conversation: the owner's
+PLATFORM = "web"
+# One account, the signed-in owner's (bot/bootstrap.py makes it one of the owner's accounts, as
+# COMPANION_OWNER's), and one direct conversation, theirs.
+USER = "owner"
+CHAT_ID = "owner"
 KEY = ConversationKey(PLATFORM, CHAT_ID)
 PAGE_QUEUE = 100  # events a page may fall behind by before it is closed (its browser reconnects)
 MAX_PAGES = 16  # open pages (tabs) at once
@@ -256,7 +258,7 @@ class WebChat:
         if not self._taking:
             raise WebChatStopped("the web chat is not taking messages now")
         inbound = InboundMessage(
-            PLATFORM, CHAT_ID, WEB_OWNER, text, is_direct=True, message_id=message_id or uuid.uuid4().hex
+            PLATFORM, CHAT_ID, USER, text, is_direct=True, message_id=message_id or uuid.uuid4().hex
         )
         # A task of its own, so that a stop can let it finish after the page stopped waiting.
         task = asyncio.get_running_loop().create_task(self._turn(inbound))

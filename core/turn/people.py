@@ -14,10 +14,6 @@ log = logging.getLogger(__name__)
 
 OWNER_PLATFORMS = frozenset({"terminal"})  # the person at the terminal is the owner
 TERMINAL_OWNER = "owner"  # the terminal's one account (adapters/terminal.py)
-# The web chat (adapters/web/chat.py): one direct conversation of its one account, the signed-in
-# owner's; where the web is served, bot/bootstrap.py makes that account one of the owner's.
-WEB_PLATFORM = "web"
-WEB_OWNER = "owner"
 RESOLVED_MAX = 4096
 
 

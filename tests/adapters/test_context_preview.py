@@ -20,7 +20,7 @@ from core.values import copy
 from core.values.model import ConversationKey, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_openai import completion_json
-from tests.helpers.web import web_side
+from tests.helpers.web_chat import web_side
 
 CANARY = "PREVIEW-PRIVATE-CANARY"
 NEXT = "What should we cook tonight?"

@@ -11,15 +11,15 @@ import logging
 
 import pytest
 
-from adapters.web.chat import TooManyPages, WebChat, WebChatStopped
-from bot.bootstrap import core_link, transcripts
+from adapters.web.chat import PLATFORM, USER, TooManyPages, WebChat, WebChatStopped
+from bot.bootstrap import WEB_ACCOUNT, core_link, transcripts
 from core.values import copy
 from core.values.errors import DeliveryFailed
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
 from tests.helpers.logs import logging_policy
-from tests.helpers.web import next_event, web_side
+from tests.helpers.web_chat import next_event, web_side
 
 CANARY = "WEB-PRIVATE-CANARY"
 
@@ -153,6 +153,7 @@ async def test_the_web_account_is_the_owners_and_no_one_else_may_write_there(sto
         accounts = {(a.platform, a.platform_user_id) for a in await store.accounts_of(owner.person_id)}
         stranger = await web.companion.handle(InboundMessage("web", "owner", "someone", "hi", is_direct=True))
 
+    assert f"{PLATFORM}:{USER}" == WEB_ACCOUNT
     assert accounts == {("terminal", "owner"), ("web", "owner"), ("telegram", "111")}
     assert stranger is not None and stranger.text == copy.NOT_ALLOWED
 
