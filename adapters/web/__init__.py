@@ -1,0 +1,1 @@
+"""The HTTP service of `companion run`: sign-in, sessions, operator endpoints (aiohttp, imported where used)."""
