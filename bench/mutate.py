@@ -146,6 +146,90 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if kept and used + cost > budget_tokens:",
         "if used + cost > budget_tokens:",
     ),
+    # --- what normal mode sees (core/turn/preview.py, issue 23) ------------------------------------
+    M(
+        "preview-in-private-modes-view",
+        PRIVACY,
+        "core/turn/preview.py",
+        "prepared = await self._responder.prepare(conversation, NORMAL, upcoming=upcoming)",
+        "prepared = await self._responder.prepare(conversation, "
+        '__import__("core.values.modes", fromlist=["x"]).PrivateState(segment) if segment else NORMAL, '
+        "upcoming=upcoming)",
+    ),
+    M(
+        "preview-outside-the-lane",  # a fold queued before the preview would be missed
+        RELIABILITY,
+        "core/turn/preview.py",
+        "return await self._lanes.run(key, lambda: self._build(conversation, upcoming))",
+        "return await self._build(conversation, upcoming)",
+    ),
+    M(
+        "preview-next-message-added-after-the-fit",  # the window would not make room for it
+        RELIABILITY,
+        "core/memory/context.py",
+        "        if upcoming is not None:\n"
+        '            fetched.append(TimelineItem(UPCOMING_POSITION, "user", upcoming))\n'
+        "        ratio = self.ratio.value  # read once, after the reads: the budget and the window use the same\n"
+        "        remaining = self._budget.total_tokens // shrink - estimate_tokens(system, ratio)\n"
+        "        window = _fit(fetched, remaining, ratio)\n",
+        "        ratio = self.ratio.value\n"
+        "        remaining = self._budget.total_tokens // shrink - estimate_tokens(system, ratio)\n"
+        "        window = _fit(fetched, remaining, ratio)\n"
+        "        if upcoming is not None:\n"
+        '            window.append(TimelineItem(UPCOMING_POSITION, "user", upcoming))\n',
+    ),
+    M(
+        "preview-fetch-limit-ignores-the-next-message",
+        RELIABILITY,
+        "core/memory/context.py",
+        "limit = self._budget.max_items if upcoming is None else self._budget.max_items - 1",
+        "limit = self._budget.max_items",
+    ),
+    # --- the web chat (adapters/web/chat.py, core/turn/transcript.py, issue 23) ---------------------
+    M(
+        "web-history-mode-read-past-the-valve",  # an interval idle past its time would still be shown
+        PRIVACY,
+        "core/turn/transcript.py",
+        "        state = await self._valve.settle(conversation)\n",
+        "        segment = await self._store.open_segment_of(conversation.id)\n"
+        '        modes = __import__("core.values.modes", fromlist=["x"])\n'
+        "        state = modes.PrivateState(segment) if segment else modes.NORMAL\n",
+    ),
+    M(
+        "web-page-keeps-the-passphrase",
+        PRIVACY,
+        "adapters/web/chat.py",
+        "hide = carries_secret(inbound.text) or (reply is not None and reply.delete_inbound)",
+        "hide = False",
+    ),
+    M(
+        "web-page-shows-a-message-twice",
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "if item.conversation_id == self.transcript.conversation_id and item.message_id in self._shown:",
+        "if False:",
+    ),
+    M(
+        "web-page-queue-unbounded",
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "        if self._queue.qsize() >= self._size:",
+        "        if False:",
+    ),
+    M(
+        "web-account-not-the-owners",
+        RELIABILITY,
+        "bot/bootstrap.py",
+        '        web_owner=config.web_owner or (config.platforms is not None and "web" in config.platforms),',
+        "        web_owner=config.web_owner,",
+    ),
+    M(
+        "web-any-chat-is-the-owners",
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "        if chat_id != CHAT_ID:\n            raise DeliveryFailed",
+        "        if False:\n            raise DeliveryFailed",
+    ),
     # --- the core's other walls -----------------------------------------------------------
     M(
         "tools-lasting-tools-offered-in-private",

@@ -27,11 +27,14 @@ from core.turn.lanes import Lanes
 from core.turn.link import CoreLink, counted
 from core.turn.media import MediaReader
 from core.turn.people import People
+from core.turn.preview import NormalPreview
 from core.turn.recovery import Recovery
 from core.turn.responder import Responder
+from core.turn.transcript import Transcripts
 from core.values.retry import Sleep
 
 if TYPE_CHECKING:
+    from adapters.web.chat import WebChat
     from adapters.web.metrics import PrometheusMetrics
     from adapters.web.service import WebService
 
@@ -189,7 +192,8 @@ def build_companion(
         clock,
         allowed_accounts=config.allowed_accounts,
         owner_accounts=config.owner_accounts,
-        web_owner=config.web_owner,
+        # The web chat's user is the signed-in owner: with the HTTP service on, or the web served here.
+        web_owner=config.web_owner or (config.platforms is not None and "web" in config.platforms),
     )
     services = CommandServices(
         store,
@@ -230,6 +234,25 @@ def build_companion(
         ),
     )
     return Companion(parts, config, burst_sleep=burst_sleep)
+
+
+def normal_preview(companion: Companion) -> NormalPreview:
+    """What normal mode sees (`/context`), built from the companion's own parts."""
+    parts = companion.parts
+    return NormalPreview(parts.store, parts.provider, parts.responder, parts.lanes, parts.people)
+
+
+def transcripts(companion: Companion) -> Transcripts:
+    """Chat histories as each conversation's current mode reads them (the web chat's)."""
+    parts = companion.parts
+    return Transcripts(parts.store, parts.valve, parts.lanes)
+
+
+def web_chat(companion: Companion, *, stop_grace: float = 25.0) -> WebChat:
+    """The web chat's core-facing adapter; the HTTP service's routes call it."""
+    from adapters.web.chat import WebChat
+
+    return WebChat(core_link(companion), transcripts(companion).read, stop_grace=stop_grace)
 
 
 def core_link(companion: Companion, metrics: Metrics = NO_METRICS) -> CoreLink:

@@ -53,6 +53,18 @@ class BaseProvider(Protocol):
         """
         ...
 
+    async def request_body(self, request: CompletionRequest) -> bytes | None:
+        """What `complete(request)` would send for it now, built by the same code and sending nothing
+        (the `/context` page shows it: what normal mode sees).
+
+        Returns:
+            The exact bytes of the request body `complete` would send now (each retry sends the
+            same), given what the provider has learnt of its server so far (tools or images it
+            refused are left out); None when nothing would leave the process (the offline
+            responder reads the request in memory).
+        """
+        ...
+
     async def aclose(self) -> None:
         """Release connections; safe to call twice."""
         ...
@@ -272,6 +284,14 @@ class TimelineStore(Protocol):
     async def ensure_conversation(
         self, key: ConversationKey, kind: str, person_id: int | None, now: float
     ) -> Conversation: ...
+
+    async def conversation_at(self, key: ConversationKey) -> Conversation | None:
+        """The conversation of one chat, if it began; None otherwise (nothing is created)."""
+        ...
+
+    async def conversations_of(self, person_id: int) -> list[Conversation]:
+        """The person's direct conversations on every platform (linked accounts included), oldest first."""
+        ...
 
     async def add_message(
         self,

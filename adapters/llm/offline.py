@@ -45,6 +45,10 @@ class OfflineProvider:
             return Completion(_capture(request))
         return Completion(_digest(request))
 
+    async def request_body(self, request: CompletionRequest) -> None:
+        """core.ports.BaseProvider: nothing is sent anywhere; the request is read in memory here."""
+        return
+
     async def aclose(self) -> None:
         return None
 

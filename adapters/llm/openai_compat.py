@@ -170,8 +170,7 @@ class OpenAICompatibleProvider:
         Raises:
             core.values.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
-        # Images (a vision model's input) within the size limits; none once the server refused them.
-        request = await fitted(request) if self._images_accepted else without_images(request)
+        request = await self._prepared(request)
         body = self._body(request)
         try:
             response, attempts, request = await self._post_images(body, request)
@@ -220,14 +219,22 @@ class OpenAICompatibleProvider:
             truncated=truncated,
         )
 
+    async def request_body(self, request: CompletionRequest) -> bytes:
+        """core.ports.BaseProvider: the exact body `complete(request)` would POST now, built by the
+        same two steps (`_prepared`, `_body`); nothing is sent. A refusal the server answers with
+        later (tool_choice, image input) makes `complete` send once more without them."""
+        return self._body(await self._prepared(request))
+
+    async def _prepared(self, request: CompletionRequest) -> CompletionRequest:
+        # Images (a vision model's input) within the size limits; none once the server refused them.
+        return await fitted(request) if self._images_accepted else without_images(request)
+
     def _body(self, request: CompletionRequest) -> bytes:
         if request.tools and not self._tools_accepted:
             request = dataclasses.replace(request, tools=())
-        body = json.dumps(
+        return json.dumps(
             _payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False
         ).encode()
-        self.last_request_bytes = len(body)
-        return body
 
     async def _post_images(
         self, body: bytes, request: CompletionRequest
@@ -267,6 +274,7 @@ class OpenAICompatibleProvider:
         """POST `body`, retrying what is worth retrying before one deadline for the whole call;
         return the 2xx response and the attempts used."""
         client = self._http()
+        self.last_request_bytes = len(body)
         tried = 0
         started = 0.0
 

@@ -12,7 +12,7 @@ from core.values.model import DeliveryTarget, OutboundDelivery
 
 _COLUMNS = (
     "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts,"
-    " segment_id IS NOT NULL AS in_segment"
+    " message_id, segment_id IS NOT NULL AS in_segment"
 )
 
 # Nothing is sent for an interval that has ended: a delivery that names an interval is picked only
@@ -216,4 +216,5 @@ def _delivery(row: aiosqlite.Row) -> OutboundDelivery:
         parts_sent=row["parts_sent"],
         attempts=row["attempts"],
         in_segment=bool(row["in_segment"]),
+        message_id=row["message_id"],
     )

@@ -47,6 +47,8 @@ class SqliteStore:
         # core.ports.TimelineStore
         self.ensure_account = self.timeline.ensure_account
         self.ensure_conversation = self.timeline.ensure_conversation
+        self.conversation_at = self.timeline.conversation_at
+        self.conversations_of = self.timeline.conversations_of
         self.add_message = self.timeline.add_message
         self.add_inbound = self.timeline.add_inbound
         self.record_reply = self.timeline.record_reply

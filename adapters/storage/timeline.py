@@ -72,6 +72,27 @@ class TimelineQueries:
             row = present(await self._db.one(select, (key.platform, key.chat_id)))
         return Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
 
+    async def conversation_at(self, key: ConversationKey) -> Conversation | None:
+        """The conversation of one chat, if it began; None otherwise (nothing is created)."""
+        row = await self._db.read_one(
+            "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?",
+            (key.platform, key.chat_id),
+        )
+        return (
+            None
+            if row is None
+            else Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
+        )
+
+    async def conversations_of(self, person_id: int) -> list[Conversation]:
+        """The person's direct conversations on every platform, oldest first (a group has no person)."""
+        rows = await self._db.read(
+            "SELECT id, platform, chat_id, kind, person_id FROM conversations"
+            " WHERE person_id = ? AND kind = 'direct' ORDER BY id",
+            (person_id,),
+        )
+        return [Conversation(r["id"], r["platform"], r["chat_id"], r["kind"], r["person_id"]) for r in rows]
+
     # --- the timeline -------------------------------------------------------
 
     async def add_message(

@@ -31,6 +31,8 @@ from core.values.names import speaker
 log = logging.getLogger(__name__)
 
 EMPTY_SUMMARY = Summary("", 0)
+# Where a message not stored yet stands in a view: after every stored item (SQLite's largest id).
+UPCOMING_POSITION = 2**63 - 1
 
 
 # Tokens per UTF-8 byte before the server has told us better: English runs near 0.25, but
@@ -79,6 +81,7 @@ class AssembledContext:
     window: tuple[TimelineItem, ...]
     summary: Summary
     needs_fold: bool
+    tokens_per_byte: float = INITIAL_TOKENS_PER_BYTE  # the ratio the window was fitted with
 
 
 class ContextAssembler:
@@ -97,17 +100,23 @@ class ContextAssembler:
         # A new private summary starts where the normal one stands (normal content only).
         return own if own is not None else normal
 
-    async def assemble(self, conversation: Conversation, state: ModeState, *, shrink: int = 1) -> AssembledContext:
+    async def assemble(
+        self, conversation: Conversation, state: ModeState, *, shrink: int = 1, upcoming: str | None = None
+    ) -> AssembledContext:
         """The request's messages for this mode; `shrink` divides the budget (a retry after the
-        server found the request too long)."""
+        server found the request too long). `upcoming`: a user message not stored yet, standing where
+        the next stored message will (the newest), so that the window is fitted as it will be once
+        that message is stored (the `/context` preview; a turn stores its message first)."""
         visible = state.segment_id
         summary = await self.summary_for(conversation, state)
         system = await self._system_text(conversation, state, summary)
-        remaining = self._budget.total_tokens // shrink - estimate_tokens(system, self.ratio.value)
-        fetched = await self._store.view(
-            conversation.id, visible_segment=visible, after=summary.watermark, limit=self._budget.max_items
-        )
-        window = _fit(fetched, remaining, self.ratio.value)
+        limit = self._budget.max_items if upcoming is None else self._budget.max_items - 1
+        fetched = await self._store.view(conversation.id, visible_segment=visible, after=summary.watermark, limit=limit)
+        if upcoming is not None:
+            fetched.append(TimelineItem(UPCOMING_POSITION, "user", upcoming))
+        ratio = self.ratio.value  # read once, after the reads: the budget and the window use the same
+        remaining = self._budget.total_tokens // shrink - estimate_tokens(system, ratio)
+        window = _fit(fetched, remaining, ratio)
         needs_fold = False
         if window:
             needs_fold = await self._store.has_items_before(
@@ -119,7 +128,7 @@ class ContextAssembler:
             )
         messages = [ChatMessage("system", system)]
         messages += [_as_chat(item) for item in window]
-        return AssembledContext(tuple(messages), tuple(window), summary, needs_fold)
+        return AssembledContext(tuple(messages), tuple(window), summary, needs_fold, ratio)
 
     async def _system_text(self, conversation: Conversation, state: ModeState, summary: Summary) -> str:
         parts = [self._persona.normal]

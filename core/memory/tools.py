@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -72,7 +72,7 @@ class ToolRegistry:
         return list(self._tools.values())
 
 
-async def run_tool_call(offered: list[Tool], call: ToolCall, context: ToolContext) -> str:
+async def run_tool_call(offered: Sequence[Tool], call: ToolCall, context: ToolContext) -> str:
     """Run one call the model made, among the tools it was offered only. Never raises:
     the result (or the error, in words) goes back to the model."""
     tool = next((t for t in offered if t.name == call.name), None)

@@ -91,6 +91,11 @@ class People:
         )
         return moved
 
+    async def owner(self) -> Account:
+        """The owner's account at the terminal: its person holds the owner's accounts linked by
+        COMPANION_OWNER (and the web chat's, where it is served)."""
+        return await self._store.ensure_account("terminal", TERMINAL_OWNER, None, self._clock.now())
+
     async def link_owner(self) -> None:
         """COMPANION_OWNER (and the web's account, with the HTTP service on): the listed accounts and
         the terminal are one person, the owner. Refused (and said in the log) while a conversation

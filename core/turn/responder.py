@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
-from core.memory.context import ContextAssembler
-from core.memory.tools import ToolContext, ToolRegistry, run_tool_call
+from core.memory.context import AssembledContext, ContextAssembler
+from core.memory.tools import Tool, ToolContext, ToolRegistry, run_tool_call
 from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics
 from core.privacy.valve import ModeValve
 from core.proactive.manners import timezone_of
@@ -35,6 +36,7 @@ from core.values.model import (
     CompletionRequest,
     Conversation,
     DeliveryTarget,
+    ImageInput,
     MirrorOf,
     Reply,
     RunRecord,
@@ -46,6 +48,16 @@ log = logging.getLogger(__name__)
 
 LaneKey = tuple[str, str]
 TERMINAL_PLATFORMS = frozenset({"terminal"})  # prints its replies: nothing to deliver later
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A turn's first model request and what it was built from: the mode's context, and the tools
+    chosen for the mode before the call."""
+
+    context: AssembledContext
+    offered: tuple[Tool, ...]
+    request: CompletionRequest
 
 
 class Responder:
@@ -109,23 +121,18 @@ class Responder:
         # A private run has no analytics context at all: nothing below can write an event for it,
         # nor count it in the operator's metrics (they are reached through the recorder only).
         recorder = None if state.is_private else RunRecorder(self._clock, conversation.id, self._metrics)
-        context = await self._context.assemble(conversation, state)
         images = media.images if media else ()
-        tail = [ChatMessage("system", note)] if note else []
+        prepared = await self.prepare(conversation, state, images=images, note=note)
         try:
             try:
-                text = await self._complete_with_tools(
-                    conversation, state, with_images([*context.messages, *tail], images), recorder
-                )
+                text = await self._complete_with_tools(conversation, state, prepared, recorder)
             except ProviderRequestTooLong:
                 # The server counts more than the estimate: once more, with half the window.
                 log.info(
                     "conversation %s: request too long for the model; retrying with half the window", conversation.id
                 )
-                context = await self._context.assemble(conversation, state, shrink=2)
-                text = await self._complete_with_tools(
-                    conversation, state, with_images([*context.messages, *tail], images), recorder
-                )
+                prepared = await self.prepare(conversation, state, shrink=2, images=images, note=note)
+                text = await self._complete_with_tools(conversation, state, prepared, recorder)
         except ProviderError as exc:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
             if recorder:
@@ -147,10 +154,31 @@ class Responder:
             # copy from a private one (no check up here that a later caller could forget).
             mirror=MirrorOf(message_id, source_label(conversation)),
         )
-        if context.needs_fold:
+        if prepared.context.needs_fold:
             # A later event of the same lane: the fold runs in the mode it was planned for, or not at all.
             self._lanes.submit((conversation.platform, conversation.chat_id), lambda: self._fold(conversation, state))
         return reply
+
+    async def prepare(
+        self,
+        conversation: Conversation,
+        state: ModeState,
+        *,
+        shrink: int = 1,
+        images: tuple[ImageInput, ...] = (),
+        note: str | None = None,
+        upcoming: str | None = None,
+    ) -> PreparedRequest:
+        """The first request of a turn in `state`'s mode: the mode's context (core/memory/context.py,
+        `shrink` dividing its budget), `note` as a constant system line after it, `images` on the
+        newest user message, and the tools chosen for the mode before the call. `answer` sends it;
+        the `/context` preview (core/turn/preview.py) shows it, `upcoming` standing for the message
+        not typed yet (see `ContextAssembler.assemble`)."""
+        context = await self._context.assemble(conversation, state, shrink=shrink, upcoming=upcoming)
+        tail = [ChatMessage("system", note)] if note else []
+        offered = tuple(self._tools.tools_for(conversation, state))
+        messages = with_images([*context.messages, *tail], images)
+        return PreparedRequest(context, offered, _round_request(messages, offered, last=self._max_tool_rounds == 0))
 
     async def finish(
         self,
@@ -208,16 +236,17 @@ class Responder:
         self,
         conversation: Conversation,
         state: ModeState,
-        messages: list[ChatMessage],
+        prepared: PreparedRequest,
         recorder: RunRecorder | None,
     ) -> str:
-        offered = self._tools.tools_for(conversation, state)
-        specs = tuple(t.spec for t in offered)
+        offered = prepared.offered
+        messages = list(prepared.request.messages)
+        request = prepared.request
         segment_id = state.segment_id
         for round_ in range(self._max_tool_rounds + 1):
             last = round_ == self._max_tool_rounds
-            # Out of rounds: one last answer, with no tools to call.
-            request = CompletionRequest(tuple(messages), () if last else specs)
+            if round_:
+                request = _round_request(messages, offered, last=last)
             completion = await self._call(request, recorder)
             if not completion.tool_calls or last:
                 text = completion.text.strip() or "…"
@@ -277,7 +306,7 @@ class Responder:
                 completion_tokens=completion.completion_tokens,
             )
         # What the server counted teaches the context budget how many tokens a byte costs.
-        self._context.ratio.observe(_prompt_bytes(request), completion.prompt_tokens)
+        self._context.ratio.observe(prompt_bytes(request), completion.prompt_tokens)
         return completion
 
     async def _fold(self, conversation: Conversation, state: ModeState) -> None:
@@ -291,6 +320,12 @@ class Responder:
             log.warning("summary fold for conversation %s failed (%s)", conversation.id, type(exc).__name__)
 
 
+def _round_request(messages: list[ChatMessage], offered: tuple[Tool, ...], *, last: bool) -> CompletionRequest:
+    """One round's request: the messages so far and the tools offered, except in the last round
+    (out of rounds: one last answer, with no tools to call)."""
+    return CompletionRequest(tuple(messages), () if last else tuple(t.spec for t in offered))
+
+
 def _failure_words(exc: ProviderError) -> str:
     if isinstance(exc, ProviderRejected) and exc.status in (401, 403):
         return copy.PROVIDER_KEY_REFUSED
@@ -301,7 +336,7 @@ def _failure_words(exc: ProviderError) -> str:
     return copy.PROVIDER_SERVER_FAILED
 
 
-def _prompt_bytes(request: CompletionRequest) -> int:
+def prompt_bytes(request: CompletionRequest) -> int:
     """The UTF-8 size of what a request asks the model to read (messages and tool specs)."""
     size = sum(len((m.content or "").encode("utf-8", "replace")) for m in request.messages)
     size += sum(len(c.arguments.encode("utf-8", "replace")) for m in request.messages for c in m.tool_calls)

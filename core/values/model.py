@@ -151,6 +151,8 @@ class OutboundDelivery:
     attempts: int
     # A reply inside a private thread (its row names the segment): the operator's metrics count it nowhere.
     in_segment: bool = False
+    # The stored message it carries (in `conversation_id`); None for what is not stored (a command's answer).
+    message_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

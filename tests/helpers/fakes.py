@@ -50,6 +50,9 @@ class FakeProvider:
             return Completion("SUMMARY:\nfolded\nFACTS:\n- none")
         return Completion(f"reply {len(self.requests)}")
 
+    async def request_body(self, request: CompletionRequest) -> None:
+        return None  # nothing is sent anywhere: the requests are recorded in memory
+
     async def aclose(self) -> None:
         return None
 

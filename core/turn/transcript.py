@@ -1,0 +1,56 @@
+"""A chat's history for a platform that keeps none of its own (the web chat): the conversation's
+newest items as its current mode reads them.
+
+It is the view the model is given, read through the same SQL: in normal mode every private
+interval is one placeholder and none of its rows is read; in private mode the open interval is
+readable too, other intervals stay placeholders. The mode is decided by the valve, in the
+conversation's lane, as for a turn; a mode that cannot be read gives normal mode's view.
+Commands and their answers are not in it (they are not chat messages of the view).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.ports import BaseStore
+from core.privacy.valve import ModeValve
+from core.turn.lanes import Lanes
+from core.turn.responder import LaneKey
+from core.values.model import Conversation, ConversationKey, Mode, TimelineItem
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """A conversation's newest items, oldest first, as `mode` reads them (a placeholder per masked
+    interval); `conversation_id` is None when the chat never began."""
+
+    conversation_id: int | None
+    mode: Mode
+    items: tuple[TimelineItem, ...]
+
+    @property
+    def message_ids(self) -> frozenset[int]:
+        """The stored messages it shows (placeholders are not messages)."""
+        return frozenset(item.position for item in self.items if not item.is_placeholder)
+
+
+class Transcripts:
+    """Reads transcripts; bot/bootstrap.py builds it from the companion's parts."""
+
+    def __init__(self, store: BaseStore, valve: ModeValve, lanes: Lanes[LaneKey]) -> None:
+        self._store = store
+        self._valve = valve
+        self._lanes = lanes
+
+    async def read(self, key: ConversationKey, limit: int) -> Transcript:
+        """The newest `limit` items of the chat `key`, in its lane (after what is queued there)."""
+        conversation = await self._store.conversation_at(key)
+        if conversation is None:
+            return Transcript(None, Mode.NORMAL, ())
+        return await self._lanes.run((key.platform, key.chat_id), lambda: self._read(conversation, limit))
+
+    async def _read(self, conversation: Conversation, limit: int) -> Transcript:
+        state = await self._valve.settle(conversation)
+        # The mode's own view: private rows only of the interval private mode lives in now.
+        items = await self._store.view(conversation.id, visible_segment=state.segment_id, after=0, limit=limit)
+        return Transcript(conversation.id, state.mode, tuple(items))
