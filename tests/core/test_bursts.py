@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 
 import pytest
 
-from adapters.storage.outbox import SqliteOutboxStore
-from bot.bootstrap import build_companion
-from core.delivery.outbox import Outbox
 from core.turn.companion import Companion
-from core.turn.config import CompanionConfig
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
+from tests.helpers.boot import boot_companion
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender
 from tests.helpers.waiting import wait_for
@@ -56,22 +54,16 @@ async def boot(store, provider, clock, passphrase_hash, sender, window):
     made: list[Companion] = []
 
     async def start(burst_seconds: float = 1.5) -> Companion:
-        outbox = Outbox(SqliteOutboxStore(store.database), clock)
-        outbox.register(sender)
-        companion = build_companion(
+        companion = await boot_companion(
             store,
             provider,
-            CompanionConfig(
-                passphrase_hash=passphrase_hash,
-                allowed_accounts=frozenset({f"telegram:{USER}"}),
-                platforms=frozenset({"telegram"}),
-                burst_seconds=burst_seconds,
-            ),
-            clock=clock,
-            outbox=outbox,
-            burst_sleep=window,
+            clock,
+            passphrase_hash,
+            [sender],
+            outbox_options={"rand": random.random},
+            build_options={"burst_sleep": window},
+            burst_seconds=burst_seconds,
         )
-        await companion.start()
         made.append(companion)
         return companion
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.storage.outbox import SqliteOutboxStore
-from bot.bootstrap import build_companion, core_link
-from core.delivery.outbox import Outbox
+from bot.bootstrap import core_link
 from core.turn.companion import Companion
-from core.turn.config import CompanionConfig
 from core.values.model import InboundMessage, Reply
 from tests.conftest import PASSPHRASE
+from tests.helpers.boot import boot_companion
 from tests.helpers.fakes import FakeSender
 
 USER = "100"
@@ -53,22 +51,15 @@ def sender() -> FakeSender:
 
 @pytest.fixture
 async def companion(store, provider, clock, passphrase_hash, sender, metrics) -> Companion:
-    outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0, metrics=metrics)
-    outbox.register(sender)
-    companion = build_companion(
+    return await boot_companion(
         store,
         provider,
-        CompanionConfig(
-            passphrase_hash=passphrase_hash,
-            allowed_accounts=frozenset({f"telegram:{USER}"}),
-            platforms=frozenset({"telegram"}),
-        ),
-        clock=clock,
-        outbox=outbox,
-        metrics=metrics,
+        clock,
+        passphrase_hash,
+        [sender],
+        outbox_options={"metrics": metrics},
+        build_options={"metrics": metrics},
     )
-    await companion.start()
-    return companion
 
 
 _ids = iter(range(1, 10**6))

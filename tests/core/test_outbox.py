@@ -12,14 +12,13 @@ import sqlite3
 import pytest
 
 from adapters.storage.outbox import SqliteOutboxStore
-from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.turn.companion import Companion
-from core.turn.config import CompanionConfig
 from core.turn.recovery import ANSWER_CUT_OFF_TURNS_WITHIN
 from core.values import copy
 from core.values.model import InboundMessage, Reply
 from tests.conftest import PASSPHRASE
+from tests.helpers.boot import boot_companion
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender, request_text
 from tests.helpers.waiting import wait_for
@@ -38,21 +37,9 @@ def boot(store, provider, clock, passphrase_hash, sender):
     """Start a Companion with an outbox on the shared store; calling it again is a restart."""
 
     async def start() -> Companion:
-        outbox = Outbox(SqliteOutboxStore(store.database), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
-        outbox.register(sender)
-        companion = build_companion(
-            store,
-            provider,
-            CompanionConfig(
-                passphrase_hash=passphrase_hash,
-                allowed_accounts=frozenset({f"telegram:{USER}"}),
-                platforms=frozenset({"telegram"}),
-            ),
-            clock=clock,
-            outbox=outbox,
+        return await boot_companion(
+            store, provider, clock, passphrase_hash, [sender], outbox_options={"base_delay": 2.0, "max_delay": 60.0}
         )
-        await companion.start()
-        return companion
 
     return start
 

@@ -9,12 +9,9 @@ import itertools
 
 import pytest
 
-from adapters.storage.outbox import SqliteOutboxStore
-from bot.bootstrap import build_companion
-from core.delivery.outbox import Outbox
 from core.turn.companion import Companion
-from core.turn.config import CompanionConfig
 from core.values.model import InboundMessage, Reply
+from tests.helpers.boot import boot_companion
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender
 from tests.helpers.waiting import wait_for
@@ -48,23 +45,15 @@ def telegram() -> FakeSender:
 @pytest.fixture
 def boot(store, provider, clock, passphrase_hash, telegram):
     async def start(*senders: FakeSender, burst_seconds: float = 0.0) -> Companion:
-        outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0)
-        for sender in senders or (telegram,):
-            outbox.register(sender)
-        companion = build_companion(
+        return await boot_companion(
             store,
             provider,
-            CompanionConfig(
-                passphrase_hash=passphrase_hash,
-                allowed_accounts=frozenset({f"telegram:{USER}"}),
-                platforms=frozenset({"telegram", "discord"}),
-                burst_seconds=burst_seconds,
-            ),
-            clock=clock,
-            outbox=outbox,
+            clock,
+            passphrase_hash,
+            senders or (telegram,),
+            platforms=("telegram", "discord"),
+            burst_seconds=burst_seconds,
         )
-        await companion.start()
-        return companion
 
     return start
 
