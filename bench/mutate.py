@@ -374,8 +374,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "telegram-confirmed-at-dispatch",  # issue 12 gap: confirmed before it was handled
         RELIABILITY,
         "adapters/telegram/adapter.py",
-        "        self._ledger.begin(update.update_id)",
-        "        self._ledger.finish(update.update_id)",
+        "        self._ledger.begin(update.update_id)\n        chat = update.effective_chat",
+        "        self._ledger.finish(update.update_id)\n        chat = update.effective_chat",
     ),
     M(
         "telegram-stored-before-handled",  # issue 12 gap: stored before it was handled
