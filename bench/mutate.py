@@ -547,6 +547,56 @@ MUTATIONS: tuple[Mutation, ...] = (
         " AND m.text IS NOT :t",
         "",
     ),
+    # --- the model's answers and tool support (issue 25) -----------------------------------------------
+    M(
+        "answer-tool-syntax-shown-as-reply",
+        RELIABILITY,
+        "core/turn/responder.py",
+        "                if only_tool_call(text, self._tools.names):",
+        "                if False:",
+    ),
+    M(
+        "answer-tool-syntax-asked-again-with-tools",
+        RELIABILITY,
+        "core/turn/responder.py",
+        "            bare = rounds >= self._max_tool_rounds or asked_without_tools",
+        "            bare = rounds >= self._max_tool_rounds",
+    ),
+    M(
+        "answer-tool-syntax-recognised-anywhere",  # "only a tool call": a reply that mentions one is sent
+        RELIABILITY,
+        "core/memory/tool_syntax.py",
+        "            return False\n        found, rest = True, after.strip()",
+        "            return found\n        found, rest = True, after.strip()",
+    ),
+    M(
+        "tools-refusal-forgotten-after-the-turn",
+        RELIABILITY,
+        "core/memory/tools.py",
+        "        self._enabled = False\n",
+        "        pass\n",
+    ),
+    M(
+        "tools-offered-although-off",
+        RELIABILITY,
+        "core/turn/responder.py",
+        "self._tools.tools_for(conversation, state) if self._tool_support.enabled else []",
+        "self._tools.tools_for(conversation, state)",
+    ),
+    M(
+        "help-silent-when-tools-are-off",
+        RELIABILITY,
+        "core/commands/registry.py",
+        "    if not services.tools.enabled:",
+        "    if False:",
+    ),
+    M(
+        "provider-tools-refusal-unclassified",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "            if request.tools and code in _TOOLS_REFUSED_STATUSES and _TOOLS_REFUSED.search(error_text):",
+        "            if False:",
+    ),
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -12,7 +13,7 @@ from core.delivery.outbox import Outbox
 from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.memory.operations import default_tools
-from core.memory.tools import ToolRegistry
+from core.memory.tools import ToolRegistry, ToolSupport
 from core.ports import BaseProvider, BaseStore, Clock, SystemClock, Transcriber
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
@@ -28,6 +29,8 @@ from core.turn.people import People
 from core.turn.recovery import Recovery
 from core.turn.responder import Responder
 from core.values.retry import Sleep
+
+log = logging.getLogger(__name__)
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -72,6 +75,7 @@ def companion_config(settings: Settings, platforms: frozenset[str] | None = None
         budget=ContextBudget(total_tokens=settings.context_tokens),
         allow_private_export=settings.allow_private_export,
         vision=settings.llm_vision,
+        tools=settings.llm_tools,
         transition=settings.transition,
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
@@ -105,6 +109,11 @@ async def open_companion(settings: Settings, platforms: frozenset[str]) -> Async
         stack.push_async_callback(store.aclose)
         provider = build_provider(settings)
         stack.push_async_callback(provider.aclose)
+        if settings.llm_base_url and not settings.llm_tools:
+            log.warning(
+                "COMPANION_LLM_TOOLS=false: the model is offered no tools; memory works through "
+                "/remember, /recall and /forget"
+            )
         outbox = None
         if platforms - {"terminal"}:  # the terminal prints its replies; nothing to deliver later
             from adapters.storage.outbox import SqliteOutboxStore
@@ -150,6 +159,8 @@ def build_companion(
     )
     context = ContextAssembler(store, config.persona, config.budget, clock)
     lanes: Lanes[tuple[str, str]] = Lanes()
+    # One answer to "does the model server take tools?", shared by the responder and /help.
+    tool_support = ToolSupport(enabled=config.tools)
     responder = Responder(
         store,
         provider,
@@ -162,6 +173,7 @@ def build_companion(
         platforms=config.platforms,
         timezone=config.timezone,
         max_tool_rounds=config.max_tool_rounds,
+        tool_support=tool_support,
     )
     people = People(store, clock, allowed_accounts=config.allowed_accounts, owner_accounts=config.owner_accounts)
     services = CommandServices(
@@ -178,6 +190,7 @@ def build_companion(
         ),
         outbox=outbox,
         accounts_changed=people.accounts_changed,
+        tools=tool_support,
     )
     parts = Parts(
         store=store,

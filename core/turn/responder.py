@@ -15,7 +15,8 @@ import time
 from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
 from core.memory.context import ContextAssembler
-from core.memory.tools import ToolContext, ToolRegistry, run_tool_call
+from core.memory.tool_syntax import only_tool_call
+from core.memory.tools import ToolContext, ToolRegistry, ToolSupport, run_tool_call
 from core.ports import BaseProvider, BaseStore, Clock
 from core.privacy.valve import ModeValve
 from core.proactive.manners import timezone_of
@@ -24,9 +25,11 @@ from core.turn.lanes import Lanes
 from core.turn.media import ReadMedia, with_images
 from core.values import copy
 from core.values.errors import (
+    ModelAnswerUnusable,
     ProviderError,
     ProviderRejected,
     ProviderRequestTooLong,
+    ProviderToolsUnsupported,
     ProviderUnavailable,
 )
 from core.values.model import (
@@ -66,6 +69,7 @@ class Responder:
         platforms: frozenset[str] | None = None,
         timezone: str = "UTC",
         max_tool_rounds: int = 4,
+        tool_support: ToolSupport | None = None,
     ) -> None:
         self._store = store
         self._provider = provider
@@ -78,6 +82,7 @@ class Responder:
         self._platforms = platforms
         self._timezone = timezone
         self._max_tool_rounds = max_tool_rounds
+        self._tool_support = tool_support or ToolSupport()
 
     def delivers(self, platform: str) -> bool:
         """Whether a reply on `platform` is an outbox row. It depends on the platforms configured in
@@ -199,18 +204,40 @@ class Responder:
         messages: list[ChatMessage],
         recorder: RunRecorder | None,
     ) -> str:
-        offered = self._tools.tools_for(conversation, state)
-        specs = tuple(t.spec for t in offered)
+        # None at all while the server takes no tools (by setting, or since it refused them).
+        offered = self._tools.tools_for(conversation, state) if self._tool_support.enabled else []
         segment_id = state.segment_id
-        for round_ in range(self._max_tool_rounds + 1):
-            last = round_ == self._max_tool_rounds
-            # Out of rounds: one last answer, with no tools to call.
-            request = CompletionRequest(tuple(messages), () if last else specs)
-            completion = await self._call(request, recorder)
-            if not completion.tool_calls or last:
-                text = completion.text.strip() or "…"
+        rounds = 0
+        asked_without_tools = False
+        while True:
+            # Out of rounds, or asked again after tool syntax as text: one last answer, with no tools.
+            bare = rounds >= self._max_tool_rounds or asked_without_tools
+            request = CompletionRequest(tuple(messages), () if bare else tuple(t.spec for t in offered))
+            try:
+                completion = await self._call(request, recorder)
+            except ProviderToolsUnsupported:
+                if not request.tools:
+                    raise
+                # Failing every turn would cut the person off from the model: no tools from now on.
+                self._tool_support.refused()
+                offered = []
+                continue
+            if not completion.tool_calls or not request.tools:
+                text = completion.text.strip()
+                if only_tool_call(text, self._tools.names):
+                    # A call the server left unparsed is no reply: asked once more, without tools.
+                    if asked_without_tools:
+                        raise ModelAnswerUnusable("the model answered only with unparsed tool syntax, twice")
+                    log.info(
+                        "conversation %s: the answer was unparsed tool syntax; asking again without tools",
+                        conversation.id,
+                    )
+                    asked_without_tools = True
+                    continue
+                text = text or "…"
                 # A reply stopped at its token limit says so, rather than reading as complete.
                 return text + copy.CUT_OFF_MARKER if completion.truncated else text
+            rounds += 1
             messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
             timezone = await timezone_of(self._store, conversation.person_id, self._timezone)
             tool_context = ToolContext(conversation, state, self._clock.now(), timezone, self._store)
@@ -237,7 +264,6 @@ class Responder:
                         size_out=len(result.encode()),
                     )
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
-        raise AssertionError("unreachable")
 
     async def _save_run(self, run: RunRecord) -> None:
         try:
@@ -287,6 +313,8 @@ def _failure_words(exc: ProviderError) -> str:
         return copy.PROVIDER_TOO_LONG
     if isinstance(exc, ProviderUnavailable):
         return copy.PROVIDER_FAILED  # not reached, or no answer in time
+    if isinstance(exc, ModelAnswerUnusable):
+        return copy.MODEL_ANSWER_UNUSABLE
     return copy.PROVIDER_SERVER_FAILED
 
 
