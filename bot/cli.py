@@ -1,4 +1,4 @@
-"""`companion`: chat, run, passphrase."""
+"""`companion`: chat, run, doctor, passphrase, backup, restore, report."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument("path")
     sub.add_parser("report", help="print the structural report of normal turns (counts, errors, latencies; no text)")
     sub.add_parser(
+        "doctor", help="check the model server, tokens and database that are configured, and say what to change"
+    )
+    sub.add_parser(
         "passphrase", help="read a passphrase on stdin and print the hash for COMPANION_PRIVATE_PASSPHRASE_HASH"
     )
     return parser
@@ -40,9 +43,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
     except ConfigError as exc:
+        if args.command == "doctor":  # the doctor's answer to a bad setting is a line of its report
+            print(
+                f"companion doctor\n\nsettings\n  FAIL  {exc}\n\n1 problem: correct it, then run `companion doctor` again."
+            )
+            return 1
         print(f"companion: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     configure_logging(settings.log_level)
+    if args.command == "doctor":
+        return asyncio.run(_doctor(settings))
     try:
         # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
         _check_db_path(settings.db_path, must_be_sqlite=args.command != "restore")
@@ -159,6 +169,15 @@ async def _report(settings) -> int:
         rows.update(await store.proactive.report())
         print(render_report(rows))
     return 0
+
+
+async def _doctor(settings) -> int:
+    from bot.doctor import diagnose
+
+    # No lock and no store: the doctor reads the database read-only beside a running gateway.
+    report = await diagnose(settings, check_path=_check_db_path)
+    print(report.render())
+    return 1 if report.problems else 0
 
 
 def _passphrase() -> int:
