@@ -16,8 +16,13 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bot.settings import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from adapters.llm.probe import ModelServerProbe
+    from adapters.probes import Finding
 
 OK, FAIL, INFO = "OK", "FAIL", "--"
 WITHHELD = "[withheld]"
@@ -98,7 +103,7 @@ async def _model_section(settings: Settings) -> Section:
     return section
 
 
-async def _model_lines(settings: Settings, probe, section: Section) -> None:
+async def _model_lines(settings: Settings, probe: ModelServerProbe, section: Section) -> None:
     listed = await probe.models()
     found = listed.finding
     if found.kind == "unreachable":
@@ -157,7 +162,7 @@ async def _model_lines(settings: Settings, probe, section: Section) -> None:
     )
 
 
-async def _tool_line(settings: Settings, probe, section: Section) -> None:
+async def _tool_line(settings: Settings, probe: ModelServerProbe, section: Section) -> None:
     tools = await probe.tool_round_trip()
     if not settings.llm_tools:
         if tools.ok:
@@ -183,13 +188,13 @@ async def _tool_line(settings: Settings, probe, section: Section) -> None:
     section.add(FAIL, f"tool calls: {tools.seen}: {fix}; {NO_TOOLS_MEMORY}")
 
 
-def _context_line(settings: Settings, window, section: Section) -> None:
+def _context_line(settings: Settings, window: Finding, section: Section) -> None:
     need = settings.context_tokens + settings.llm_max_tokens
     sum_words = (
         f"COMPANION_CONTEXT_TOKENS={settings.context_tokens} + "
         f"COMPANION_LLM_MAX_TOKENS={settings.llm_max_tokens} = {need}"
     )
-    if not window.ok:
+    if not window.ok or window.value is None:
         section.add(INFO, f"context window: {window.seen}; it must hold {sum_words} tokens")
         return
     size = window.value
@@ -330,11 +335,14 @@ def _database_section(settings: Settings, check_path: Callable[..., None]) -> Se
 
 
 def _size(size: int) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    return f"{size} bytes"
+    if size < 1024:
+        return f"{size} bytes"
+    amount = size / 1024
+    for unit in ("KB", "MB"):
+        if amount < 1024:
+            return f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} GB"
 
 
 # --- settings that disagree ---------------------------------------------------------------------------
