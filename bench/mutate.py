@@ -552,8 +552,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "answer-tool-syntax-shown-as-reply",
         RELIABILITY,
         "core/turn/responder.py",
-        "                if only_tool_call(text, self._tools.names):",
-        "                if False:",
+        "                if only_tool_call(text, self._tools.names) or",
+        "                if False or",
+    ),
+    M(
+        "answer-silence-with-tools-shown-as-reply",  # llama-cpp-python's chatml-function-calling ends a message empty
+        RELIABILITY,
+        "core/turn/responder.py",
+        " or (not text and request.tools):",
+        " or False:",
     ),
     M(
         "answer-tool-syntax-asked-again-with-tools",
@@ -613,6 +620,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/llm/probe.py",
         "force_tool=PROBE_TOOL.name",
         "force_tool=None",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-words-with-tools-unchecked",
+        RELIABILITY,
+        "adapters/llm/probe.py",
+        "        if not text or only_tool_call(text, {PROBE_TOOL.name}):",
+        "        if False:",
         also=("tests/bot/test_doctor.py",),
     ),
     M(

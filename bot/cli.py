@@ -50,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"companion: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    configure_logging(settings.log_level)
     if args.command == "doctor":
+        # Its report says what a warning would (a refused image, a retry); DEBUG and INFO still log.
+        configure_logging(settings.log_level if settings.log_level in ("DEBUG", "INFO") else "ERROR")
         return asyncio.run(_doctor(settings))
+    configure_logging(settings.log_level)
     try:
         # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
         _check_db_path(settings.db_path, must_be_sqlite=args.command != "restore")

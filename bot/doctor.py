@@ -176,6 +176,18 @@ async def _tool_line(settings: Settings, probe: ModelServerProbe, section: Secti
         return
     if tools.ok:
         section.add(OK, f"tool calls: a forced call of a probe tool and its result went round ({tools.seconds:.1f} s)")
+        words = await probe.words_with_tools()
+        if words.kind == "no-words":
+            section.add(
+                FAIL,
+                f"words with tools offered: {words.seen}, so every turn is asked twice: set "
+                f"COMPANION_LLM_TOOLS=false ({NO_TOOLS_MEMORY}), or a server that parses this model's "
+                "tool calls (llama.cpp's llama-server with --jinja)",
+            )
+        elif words.ok:
+            section.add(OK if words.kind == "ok" else INFO, f"words with tools offered: {words.seen}")
+        else:
+            section.add(FAIL, f"words with tools offered: {words.seen}")
         return
     fixes = {
         "tools-refused": "use a model with tool support (vLLM: --enable-auto-tool-choice --tool-call-parser; "

@@ -224,8 +224,10 @@ class Responder:
                 continue
             if not completion.tool_calls or not request.tools:
                 text = completion.text.strip()
-                if only_tool_call(text, self._tools.names):
-                    # A call the server left unparsed is no reply: asked once more, without tools.
+                if only_tool_call(text, self._tools.names) or (not text and request.tools):
+                    # A call the server left unparsed is no reply, nor is silence while tools were offered
+                    # (llama-cpp-python's chatml-function-calling ends a "message:" there): asked once
+                    # more, without tools.
                     if asked_without_tools:
                         raise ModelAnswerUnusable("the model answered only with unparsed tool syntax, twice")
                     log.info(

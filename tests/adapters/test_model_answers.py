@@ -82,6 +82,16 @@ async def test_tool_syntax_again_without_tools_gives_an_honest_line_and_stores_n
     assert "I like green tea" in await stored_texts(store)  # the person's message is kept
 
 
+async def test_an_empty_answer_while_tools_were_offered_is_asked_again_without_tools(server, linked) -> None:
+    server.reply_text("")
+    server.reply_text("Hello! I am your companion.")
+
+    reply = await say(linked, "hello")
+
+    assert reply.text == "Hello! I am your companion."
+    assert [bool(r.get("tools")) for r in server.requests] == [True, False]
+
+
 async def test_tool_syntax_after_a_real_tool_round_is_asked_again_without_tools(server, linked) -> None:
     server.reply_tool_call("current_time", "{}", call_id="call_t")
     server.reply_text('<tool_call>\n{"name": "current_time", "arguments": {}}\n</tool_call>')

@@ -148,6 +148,7 @@ async def test_a_working_setup_has_no_problem_and_says_what_each_part_can_do(
     text = report.render()
     assert "reachable; it serves tiny" in text
     assert "tool calls: a forced call of a probe tool and its result went round" in text
+    assert "words with tools offered: answered in words" in text
     assert "context window: 8192 tokens" in text and "streaming: the server streams" in text
     assert "@companion_test_bot answers getMe" in text and "the Message Content intent is on" in text
     assert "Everything configured works." in text
@@ -217,6 +218,25 @@ async def test_a_model_that_answers_in_words_when_told_to_call_a_tool_cannot_cal
     report = await doctor(model_settings(tmp_path, model))
 
     assert failing(report, "although the tool call was required", "COMPANION_LLM_TOOLS=false")
+
+
+@pytest.mark.parametrize("answer", ["", "functions.doctor_probe:"])
+async def test_a_server_that_never_answers_in_words_with_tools_offered_is_told_to_turn_them_off(
+    tmp_path, model, answer
+) -> None:
+    # llama-cpp-python's chatml-function-calling: with tools and tool_choice "auto", its "message:"
+    # branch may only continue with a function name or the end, so no answer is ever words.
+    def like_llama_cpp_python(body):
+        return (
+            _calls_a_forced_tool(body) if isinstance(body.get("tool_choice"), dict) or not body.get("tools") else answer
+        )
+
+    model.responder = like_llama_cpp_python
+
+    report = await doctor(model_settings(tmp_path, model))
+
+    assert failing(report, "words with tools offered", "asked twice", "COMPANION_LLM_TOOLS=false")
+    assert any(t.startswith("tool calls: a forced call") for t in lines(report, OK))
 
 
 async def test_with_tools_off_the_doctor_says_when_the_server_could_call_them(tmp_path, model) -> None:
