@@ -185,7 +185,7 @@ async def _tool_line(settings: Settings, probe: ModelServerProbe, section: Secti
                 "tool calls (llama.cpp's llama-server with --jinja)",
             )
         elif words.ok:
-            section.add(OK if words.kind == "ok" else INFO, f"words with tools offered: {words.seen}")
+            section.add(OK, f"words with tools offered: {words.seen}")
         else:
             section.add(FAIL, f"words with tools offered: {words.seen}")
         return

@@ -184,25 +184,32 @@ class ModelServerProbe:
         )
 
     async def words_with_tools(self) -> Finding:
-        """A question for words while a tool is offered (tool_choice "auto"), as in every turn: some
-        server and model pairs never answer in words then (llama-cpp-python's chatml-function-calling
-        ends every "message:" with a function name or nothing), so each turn must be asked again."""
-        request = CompletionRequest(
-            (_SYSTEM, ChatMessage("user", "Say hello in one short sentence.")),
-            tools=(PROBE_TOOL,),
-            purpose="probe",
-            max_tokens=32,
+        """A question for words while a tool is offered (tool_choice "auto"), as in every turn, with a
+        call's result sent back as the companion would, for three answers at most. Some server and
+        model pairs never answer in words then (llama-cpp-python's chatml-function-calling ends every
+        "message:" with a function name or nothing), so each turn must be asked again without tools."""
+        messages = [_SYSTEM, ChatMessage("user", "Say hello in one short sentence.")]
+        for _ in range(3):
+            request = CompletionRequest(tuple(messages), tools=(PROBE_TOOL,), purpose="probe", max_tokens=32)
+            try:
+                completion = await self.provider.complete(request)
+            except ProviderError as exc:
+                return _failure(exc)
+            if completion.tool_calls:
+                call = completion.tool_calls[0]
+                messages += [
+                    ChatMessage("assistant", completion.text or None, (call,)),
+                    ChatMessage("tool", "pong", tool_call_id=call.id),
+                ]
+                continue
+            text = completion.text.strip()
+            if not text or only_tool_call(text, {PROBE_TOOL.name}):
+                return Finding(False, "no-words", "with a tool offered, the answer was tool syntax or empty, not words")
+            called = len(messages) > 2
+            return Finding(True, "ok", "answered in words" + (" after calling the tool unasked" if called else ""))
+        return Finding(
+            False, "no-words", "with a tool offered, the model kept calling it instead of answering in words"
         )
-        try:
-            completion = await self.provider.complete(request)
-        except ProviderError as exc:
-            return _failure(exc)
-        text = completion.text.strip()
-        if completion.tool_calls:
-            return Finding(True, "tool-unasked", "the model called the tool although words were asked for")
-        if not text or only_tool_call(text, {PROBE_TOOL.name}):
-            return Finding(False, "no-words", "with a tool offered, the answer was tool syntax or empty, not words")
-        return Finding(True, "ok", "answered in words")
 
     async def image_input(self) -> Finding:
         """One request with a small image (COMPANION_LLM_VISION)."""

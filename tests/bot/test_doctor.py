@@ -220,16 +220,18 @@ async def test_a_model_that_answers_in_words_when_told_to_call_a_tool_cannot_cal
     assert failing(report, "although the tool call was required", "COMPANION_LLM_TOOLS=false")
 
 
-@pytest.mark.parametrize("answer", ["", "functions.doctor_probe:"])
+@pytest.mark.parametrize("answer", ["", "functions.doctor_probe:", "a call each time"])
 async def test_a_server_that_never_answers_in_words_with_tools_offered_is_told_to_turn_them_off(
     tmp_path, model, answer
 ) -> None:
     # llama-cpp-python's chatml-function-calling: with tools and tool_choice "auto", its "message:"
     # branch may only continue with a function name or the end, so no answer is ever words.
     def like_llama_cpp_python(body):
-        return (
-            _calls_a_forced_tool(body) if isinstance(body.get("tool_choice"), dict) or not body.get("tools") else answer
-        )
+        if isinstance(body.get("tool_choice"), dict) or not body.get("tools"):
+            return _calls_a_forced_tool(body)
+        if answer == "a call each time":
+            return _calls_a_forced_tool({"tool_choice": {"function": {"name": "doctor_probe"}}})
+        return answer
 
     model.responder = like_llama_cpp_python
 
