@@ -165,14 +165,15 @@ async def _model_lines(settings: Settings, probe: ModelServerProbe, section: Sec
 async def _tool_line(settings: Settings, probe: ModelServerProbe, section: Section) -> None:
     tools = await probe.tool_round_trip()
     if not settings.llm_tools:
-        if tools.ok:
+        words = await probe.words_with_tools() if tools.ok else tools
+        if words.ok:
             section.add(
                 INFO,
-                "tool calls: off (COMPANION_LLM_TOOLS=false), but this server can call them: "
-                "COMPANION_LLM_TOOLS=true lets the model remember by itself",
+                "tool calls: off (COMPANION_LLM_TOOLS=false), but this server and model can call them and "
+                "still answer in words: COMPANION_LLM_TOOLS=true lets the model remember by itself",
             )
         else:
-            section.add(INFO, f"tool calls: off (COMPANION_LLM_TOOLS=false), and rightly so: {tools.seen}")
+            section.add(INFO, f"tool calls: off (COMPANION_LLM_TOOLS=false), and rightly so: {words.seen}")
         return
     if tools.ok:
         section.add(OK, f"tool calls: a forced call of a probe tool and its result went round ({tools.seconds:.1f} s)")

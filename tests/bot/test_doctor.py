@@ -248,6 +248,17 @@ async def test_with_tools_off_the_doctor_says_when_the_server_could_call_them(tm
     assert any("COMPANION_LLM_TOOLS=true lets the model remember by itself" in text for text in lines(report, INFO))
 
 
+async def test_with_tools_off_for_a_server_that_never_answers_in_words_the_doctor_agrees(tmp_path, model) -> None:
+    model.responder = lambda body: (
+        _calls_a_forced_tool(body) if not body.get("tools") or body.get("tool_choice") != "auto" else ""
+    )
+
+    report = await doctor(model_settings(tmp_path, model, llm_tools=False))
+
+    assert report.problems == 0
+    assert any("off (COMPANION_LLM_TOOLS=false), and rightly so" in text for text in lines(report, INFO))
+
+
 async def test_image_input_refused_says_to_turn_vision_off(tmp_path, model) -> None:
     model.accept_images = False
 
