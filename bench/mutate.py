@@ -597,6 +597,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if not services.tools.enabled:",
         "    if False:",
     ),
+    M(
+        "tool-schema-says-no-length",  # a grammar-bound model then writes what the handler refuses
+        RELIABILITY,
+        "core/memory/operations.py",
+        '    return {"type": "string", "maxLength": limit}',
+        '    return {"type": "string"}',
+    ),
     # --- companion doctor (issue 25): it never writes, never prints a secret, and probes for real -------
     M(
         "doctor-leaves-wal-files-behind",
