@@ -411,13 +411,21 @@ class Run:
         return PASS, "words without tools; /help says so; /remember's memory is in the next request"
 
     async def cut_off(self) -> tuple[str, str]:
-        reply, index = await self.say("Count from one to one hundred in words, one number after another.")
-        last = self.tap.since(index)[-1]
-        if last.finish_reason != "length":
-            return MODEL, f"the model stopped by itself ({last.finish_reason}) within COMPANION_LLM_MAX_TOKENS=16"
-        if not reply.endswith(copy.CUT_OFF_MARKER):
-            return FAIL, "a reply cut at max_tokens was not marked"
-        return PASS, "finish_reason length; the reply ends with the cut-off marker"
+        # A small model may stop by itself within 16 tokens: a few asks for something long.
+        asks = (
+            "Tell me a long story about the sea, at least ten sentences.",
+            "Count from one to one hundred in words, one number after another.",
+            "Name twenty animals and say one thing about each.",
+        )
+        for ask in asks:
+            reply, index = await self.say(ask)
+            last = self.tap.since(index)[-1]
+            if last.finish_reason != "length":
+                continue
+            if not reply.endswith(copy.CUT_OFF_MARKER):
+                return FAIL, "a reply cut at max_tokens was not marked"
+            return PASS, "finish_reason length; the reply ends with the cut-off marker"
+        return MODEL, f"the model stopped by itself within COMPANION_LLM_MAX_TOKENS=16, {len(asks)} times"
 
     async def overflow(self) -> tuple[str, str]:
         words = ["harbour", "lantern", "gull", "tide", "anchor", "rope", "sail", "compass", "driftwood", "shell"]
