@@ -319,6 +319,18 @@ class Run:
         if not reply.strip() or reply in FAILURE_LINES or only_tool_call(reply, {"remember"}):
             return FAIL, "no answer in words after the tool ran"
         if len(self.rows("SELECT id FROM pad_entries")) <= before:
+            call_id = forced.response["choices"][0]["message"]["tool_calls"][0]["id"]  # type: ignore[index]
+            result = next(
+                (
+                    m.get("content") or ""
+                    for e in exchanges
+                    for m in e.request.get("messages") or ()
+                    if m.get("role") == "tool" and m.get("tool_call_id") == call_id
+                ),
+                "",
+            )
+            if result.startswith("error"):
+                return MODEL, f"the loop ran, but the model's arguments were refused ({result[:60]}) and that went back"
             return FAIL, "the memory was not kept"
         return await self._memory_in_next_request("remember ran, its result went back, the answer was sent")
 
