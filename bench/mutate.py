@@ -949,6 +949,119 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        self._owner = owner_accounts | {WEB_OWNER} if web_owner else owner_accounts",
         "        self._owner = owner_accounts",
     ),
+    # --- the model's answers and tool support (issue 25) -----------------------------------------------
+    M(
+        "answer-tool-syntax-shown-as-reply",
+        RELIABILITY,
+        "core/turn/responder.py",
+        "                if only_tool_call(text, self._tools.names) or",
+        "                if False or",
+    ),
+    M(
+        "answer-silence-with-tools-shown-as-reply",  # llama-cpp-python's chatml-function-calling ends a message empty
+        RELIABILITY,
+        "core/turn/responder.py",
+        " or (not text and request.tools):",
+        " or False:",
+    ),
+    M(
+        "answer-tool-syntax-asked-again-with-tools",
+        RELIABILITY,
+        "core/turn/responder.py",
+        "                    asked_without_tools = True\n                    request = _round_request(messages, offered, last=True)",
+        "                    asked_without_tools = True\n                    request = _round_request(messages, offered, last=False)",
+    ),
+    M(
+        "answer-tool-syntax-recognised-anywhere",  # "only a tool call": a reply that mentions one is sent
+        RELIABILITY,
+        "core/memory/tool_syntax.py",
+        "            return False\n        found, rest = True, after.strip()",
+        "            return found\n        found, rest = True, after.strip()",
+    ),
+    M(
+        "tools-refusal-forgotten-after-the-turn",
+        RELIABILITY,
+        "core/memory/tools.py",
+        "        self._enabled = False\n",
+        "        pass\n",
+    ),
+    M(
+        "tools-offered-although-off",
+        RELIABILITY,
+        "core/turn/responder.py",
+        "tuple(self._tools.tools_for(conversation, state)) if self._tool_support.enabled else ()",
+        "tuple(self._tools.tools_for(conversation, state))",
+    ),
+    M(
+        "help-silent-when-tools-are-off",
+        RELIABILITY,
+        "core/commands/registry.py",
+        "    if not services.tools.enabled:",
+        "    if False:",
+    ),
+    M(
+        "tool-schema-says-no-length",  # a grammar-bound model then writes what the handler refuses
+        RELIABILITY,
+        "core/memory/operations.py",
+        '    return {"type": "string", "maxLength": limit}',
+        '    return {"type": "string"}',
+    ),
+    # --- companion doctor (issue 25): it never writes, never prints a secret, and probes for real -------
+    M(
+        "doctor-leaves-wal-files-behind",
+        RELIABILITY,
+        "adapters/storage/inspection.py",
+        '    mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"',
+        '    mode = "mode=ro"',
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-prints-a-secret-a-server-echoed",
+        RELIABILITY,
+        "bot/doctor.py",
+        "            text = text.replace(secret, WITHHELD)",
+        "            pass",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-tool-probe-not-forced",
+        RELIABILITY,
+        "adapters/llm/probe.py",
+        "force_tool=PROBE_TOOL.name",
+        "force_tool=None",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-words-with-tools-unchecked",
+        RELIABILITY,
+        "adapters/llm/probe.py",
+        "        if not text or only_tool_call(text, {PROBE_TOOL.name}):",
+        "        if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-context-window-unchecked",
+        RELIABILITY,
+        "bot/doctor.py",
+        "    if size < need:",
+        "    if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-intent-unchecked",
+        RELIABILITY,
+        "adapters/probes.py",
+        "    if flags & (GATEWAY_MESSAGE_CONTENT | GATEWAY_MESSAGE_CONTENT_LIMITED):",
+        "    if True:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "provider-tools-refusal-unclassified",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "            if request.tools and code in _TOOLS_REFUSED_STATUSES and _TOOLS_REFUSED.search(error_text):",
+        "            if False:",
+    ),
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
@@ -13,7 +14,7 @@ from core.delivery.outbox import Outbox
 from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.memory.operations import default_tools
-from core.memory.tools import ToolRegistry
+from core.memory.tools import ToolRegistry, ToolSupport
 from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics, SystemClock, Transcriber
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from adapters.web.chat import WebChat
     from adapters.web.metrics import PrometheusMetrics
     from adapters.web.service import WebService
+
+log = logging.getLogger(__name__)
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -85,6 +88,7 @@ def companion_config(
         budget=ContextBudget(total_tokens=settings.context_tokens),
         allow_private_export=settings.allow_private_export,
         vision=settings.llm_vision,
+        tools=settings.llm_tools,
         transition=settings.transition,
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
@@ -121,6 +125,11 @@ async def open_companion(
         stack.push_async_callback(store.aclose)
         provider = build_provider(settings)
         stack.push_async_callback(provider.aclose)
+        if settings.llm_base_url and not settings.llm_tools:
+            log.warning(
+                "COMPANION_LLM_TOOLS=false: the model is offered no tools; memory works through "
+                "/remember, /recall and /forget"
+            )
         outbox = None
         if platforms - {"terminal"}:  # the terminal prints its replies; nothing to deliver later
             from adapters.storage.outbox import SqliteOutboxStore
@@ -173,6 +182,8 @@ def build_companion(
     )
     context = ContextAssembler(store, config.persona, config.budget, clock)
     lanes: Lanes[tuple[str, str]] = Lanes()
+    # One answer to "does the model server take tools?", shared by the responder and /help.
+    tool_support = ToolSupport(enabled=config.tools)
     responder = Responder(
         store,
         provider,
@@ -186,6 +197,7 @@ def build_companion(
         timezone=config.timezone,
         max_tool_rounds=config.max_tool_rounds,
         metrics=metrics,
+        tool_support=tool_support,
     )
     people = People(
         store,
@@ -209,6 +221,7 @@ def build_companion(
         ),
         outbox=outbox,
         accounts_changed=people.accounts_changed,
+        tools=tool_support,
     )
     recovery = Recovery(store, clock, valve, responder, platforms=config.platforms)
     parts = Parts(

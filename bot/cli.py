@@ -1,4 +1,4 @@
-"""`companion`: chat, run, web-login, passphrase, backup, restore, report."""
+"""`companion`: chat, run, doctor, web-login, passphrase, backup, restore, report."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
         "--url", help="the address browsers use, when it is not the one listened on (https://companion.example.com)"
     )
     sub.add_parser(
+        "doctor", help="check the model server, tokens and database that are configured, and say what to change"
+    )
+    sub.add_parser(
         "passphrase", help="read a passphrase on stdin and print the hash for COMPANION_PRIVATE_PASSPHRASE_HASH"
     )
     return parser
@@ -47,8 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
     except ConfigError as exc:
+        if args.command == "doctor":  # the doctor's answer to a bad setting is a line of its report
+            print(
+                f"companion doctor\n\nsettings\n  FAIL  {exc}\n\n1 problem: correct it, then run `companion doctor` again."
+            )
+            return 1
         print(f"companion: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if args.command == "doctor":
+        # Its report says what a warning would (a refused image, a retry); DEBUG and INFO still log.
+        configure_logging(settings.log_level if settings.log_level in ("DEBUG", "INFO") else "ERROR")
+        return asyncio.run(_doctor(settings))
     configure_logging(settings.log_level)
     try:
         # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
@@ -201,6 +213,15 @@ async def _web_login(settings, url: str | None) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+async def _doctor(settings) -> int:
+    from bot.doctor import diagnose
+
+    # No lock and no store: the doctor reads the database read-only beside a running gateway.
+    report = await diagnose(settings, check_path=_check_db_path)
+    print(report.render())
+    return 1 if report.problems else 0
 
 
 def _passphrase() -> int:

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     # Media: images go to the model as image input (a vision model); voice notes and audio are
     # transcribed by an OpenAI-compatible /audio/transcriptions server when its URL is set.
     llm_vision: bool = False
+    # Offer the model tools (memory, goals, follow-ups). false: a model server that cannot call them
+    # (`companion doctor` says so); memory then works through /remember, /recall and /forget.
+    llm_tools: bool = True
     stt_base_url: str | None = None
     stt_model: str = "whisper-1"
     stt_api_key: SecretStr | None = None

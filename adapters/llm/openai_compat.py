@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import email.utils
 import json
 import logging
@@ -22,6 +21,7 @@ from core.values.errors import (
     ProviderRejected,
     ProviderRequestTooLong,
     ProviderServerError,
+    ProviderToolsUnsupported,
     ProviderUnavailable,
 )
 from core.values.model import ChatMessage, Completion, CompletionRequest, ToolCall, ToolSpec
@@ -49,9 +49,17 @@ _TOO_LONG = re.compile(
 _INVALID = re.compile(
     r"invalid|type.must.be|type_error|must be a|expected|missing|required|unsupported|parse", re.IGNORECASE
 )
-# vLLM started without --enable-auto-tool-choice and --tool-call-parser refuses, with a 400, every
-# request that offers tools with tool_choice "auto" (classification only, like the two above).
-_TOOL_CHOICE_REFUSED = re.compile(r"tool.choice.{0,40}(enable-auto-tool-choice|tool-call-parser)", re.IGNORECASE)
+# A server refusing a request because it offers tools (classification only, like the two above):
+# vLLM started without --enable-auto-tool-choice and --tool-call-parser (400), Ollama with a model
+# whose template has no tools ("... does not support tools", 400), llama.cpp's server started
+# without --jinja ("tools param requires --jinja flag", 500), OpenRouter with no tool-capable
+# endpoint for the model ("No endpoints found that support tool use", 404).
+_TOOLS_REFUSED = re.compile(
+    r"tool.choice.{0,40}(enable-auto-tool-choice|tool-call-parser)|does not support tools"
+    r"|tools.{0,20}requires? --jinja|support tool use",
+    re.IGNORECASE,
+)
+_TOOLS_REFUSED_STATUSES = frozenset({400, 404, 500})
 # The finish reasons the OpenAI API documents; any other value is logged as "other", never as sent.
 _FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -152,10 +160,13 @@ class OpenAICompatibleProvider:
         self._client: httpx.AsyncClient | None = None
         self._closed = False
         self._sleep = asyncio.sleep
-        # False once the server refused tool_choice "auto" (see _TOOL_CHOICE_REFUSED): tools are left out.
-        self._tools_accepted = True
         # False once the server refused image input (COMPANION_LLM_VISION set for a text-only model).
         self._images_accepted = True
+
+    @property
+    def images_accepted(self) -> bool:
+        """False once the server refused image input (`companion doctor` reads it after its probe)."""
+        return self._images_accepted
 
     async def aclose(self) -> None:
         """Close the HTTP client; safe to call twice."""
@@ -172,18 +183,7 @@ class OpenAICompatibleProvider:
         """
         request = await self._prepared(request)
         body = self._body(request)
-        try:
-            response, attempts, request = await self._post_images(body, request)
-        except ProviderRejected as exc:
-            if not (request.tools and self._tools_accepted and _refuses_tool_choice(exc)):
-                raise
-            # Failing every turn would cut the companion off from its model: it answers without tools.
-            log.warning(
-                "the model server refuses tool_choice 'auto' (vLLM needs --enable-auto-tool-choice and "
-                "--tool-call-parser); answering without tools from now on"
-            )
-            self._tools_accepted = False
-            response, attempts = await self._post(self._body(request), request)
+        response, attempts, request = await self._post_images(body, request)
         try:
             parsed = _parse_completion(response.content)
         except ValidationError as exc:
@@ -230,8 +230,6 @@ class OpenAICompatibleProvider:
         return await fitted(request) if self._images_accepted else without_images(request)
 
     def _body(self, request: CompletionRequest) -> bytes:
-        if request.tools and not self._tools_accepted:
-            request = dataclasses.replace(request, tools=())
         return json.dumps(
             _payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False
         ).encode()
@@ -345,6 +343,11 @@ class OpenAICompatibleProvider:
             if code in (401, 403):
                 raise ProviderRejected(f"{where} refused the API key with {status}{said}", status=code) from exc
             error_text = _error_text(response)
+            if request.tools and code in _TOOLS_REFUSED_STATUSES and _TOOLS_REFUSED.search(error_text):
+                # The core decides what follows (no tools from now on); the request itself was fine.
+                raise ProviderToolsUnsupported(
+                    f"{where} refused a request offering tools with {status}{said}", status=code
+                ) from exc
             if code == 413 or (code in (400, 500) and _TOO_LONG.search(error_text)):
                 raise ProviderRequestTooLong(
                     f"{where} refused the request as too long for the model with {status}{said}", status=code
@@ -386,6 +389,8 @@ def _payload(model: str, request: CompletionRequest, default_max_tokens: int) ->
         payload["tools"] = [_tool(t) for t in request.tools]
         # Without it llama.cpp's server (and others) leave the tools out of the prompt.
         payload["tool_choice"] = "auto"
+        if request.force_tool is not None:
+            payload["tool_choice"] = {"type": "function", "function": {"name": request.force_tool}}
     if request.temperature is not None:
         payload["temperature"] = request.temperature
     # Always sent: without a cap a small model can run to the end of its context.
@@ -418,16 +423,6 @@ def _tool(tool: ToolSpec) -> dict[str, Any]:
         "type": "function",
         "function": {"name": tool.name, "description": tool.description, "parameters": tool.parameters},
     }
-
-
-def _refuses_tool_choice(exc: ProviderRejected) -> bool:
-    """Whether a rejection is a server refusing tool_choice "auto" (vLLM without tool parsing)."""
-    cause = exc.__cause__
-    return (
-        exc.status == 400
-        and isinstance(cause, httpx.HTTPStatusError)
-        and bool(_TOOL_CHOICE_REFUSED.search(_error_text(cause.response)))
-    )
 
 
 def _parse_completion(content: bytes) -> _ChatCompletion:

@@ -23,6 +23,8 @@ async def _help(call: CommandCall) -> Reply:
     lines += [f"{c.usage} - {c.description}" for c in COMMANDS]
     lines += ["", copy.NORMAL_MODE_MEANS, copy.PRIVATE_MODE_MEANS]
     lines.append(copy.TRANSITION_GENERATED_NOTE if services.transition.generated else copy.TRANSITION_CONSTANT_NOTE)
+    if not services.tools.enabled:
+        lines.append(copy.TOOLS_OFF_NOTE)
     if not services.valve.available:
         lines.append(f"Private mode is unavailable here: {services.valve.unavailable_reason}.")
     return Reply("\n".join(lines))

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.delivery.outbox import Outbox
+from core.memory.tools import ToolSupport
 from core.ports import BaseStore, Clock
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
@@ -40,6 +41,8 @@ class CommandServices:
     outbox: Outbox | None = None  # None: nothing delivers here (the terminal), so no binding either
     # Linking or unlinking moved an account to another person: resolve every chat afresh.
     accounts_changed: Callable[[], None] = _nothing
+    # Whether the model server takes tools; without them memory works through the commands only.
+    tools: ToolSupport = field(default_factory=ToolSupport)
 
     async def timezone_of(self, conversation: Conversation) -> str:
         return await timezone_of(self.store, conversation.person_id, self.settings.timezone)

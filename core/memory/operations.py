@@ -193,28 +193,40 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required}
 
 
-_S = {"type": "string"}
 _I = {"type": "integer"}
+# What the handlers above accept, said in the schema too: a server that constrains a model's call to
+# the schema (llama.cpp's grammars) then writes only what a handler takes, and a small model cannot
+# write a memory for minutes. The pattern is the plainest part of what parse_when reads.
+_WHEN = {
+    "type": "string",
+    "maxLength": 40,
+    "pattern": "^([0-9]{1,6}[smhd]|[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9]{1,2}:[0-9]{2})?|[0-9]{1,2}:[0-9]{2})$",
+}
+
+
+def _string(limit: int) -> dict[str, Any]:
+    return {"type": "string", "maxLength": limit}
+
 
 MEMORY_TOOLS = (
     Tool(
         "remember",
         "Store a lasting fact about the person.",
-        _schema({"text": _S}, ["text"]),
+        _schema({"text": _string(MAX_ENTRY)}, ["text"]),
         frozenset({"memory-write"}),
         remember,
     ),
     Tool(
         "recall",
         "Search earlier conversations, notes and memory.",
-        _schema({"query": _S}, ["query"]),
+        _schema({"query": _string(200)}, ["query"]),
         frozenset({"memory-read"}),
         recall,
     ),
     Tool(
         "forget",
         "Remove a memory by id or matching text.",
-        _schema({"entry_id": _I, "text": _S}, []),
+        _schema({"entry_id": _I, "text": _string(200)}, []),
         frozenset({"memory-write"}),
         forget,
     ),
@@ -222,7 +234,7 @@ MEMORY_TOOLS = (
     Tool(
         "set_goal",
         "Set a goal; due like 3d or 2026-12-24.",
-        _schema({"title": _S, "due": _S}, ["title"]),
+        _schema({"title": _string(200), "due": _WHEN}, ["title"]),
         frozenset({"goal"}),
         set_goal,
     ),
@@ -230,7 +242,7 @@ MEMORY_TOOLS = (
         "update_goal",
         "Change a goal's status (active/done/dropped) or title.",
         _schema(
-            {"goal_id": _I, "status": {"type": "string", "enum": ["active", "done", "dropped"]}, "title": _S},
+            {"goal_id": _I, "status": {"type": "string", "enum": ["active", "done", "dropped"]}, "title": _string(200)},
             ["goal_id"],
         ),
         frozenset({"goal"}),
@@ -239,14 +251,14 @@ MEMORY_TOOLS = (
     Tool(
         "schedule_followup",
         "Remind the person later; when like 30m, 2h, 3d, 7:00 or 2026-12-24 18:00 (their time zone).",
-        _schema({"text": _S, "when": _S}, ["text", "when"]),
+        _schema({"text": _string(300), "when": _WHEN}, ["text", "when"]),
         frozenset({"follow-up"}),
         schedule_followup,
     ),
     Tool(
         "watch_event",
         "Remember to ask about an upcoming event.",
-        _schema({"description": _S, "when": _S}, ["description"]),
+        _schema({"description": _string(300), "when": _WHEN}, ["description"]),
         frozenset({"follow-up"}),
         watch_event,
     ),

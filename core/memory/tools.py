@@ -54,6 +54,30 @@ class Tool:
         return ToolSpec(self.name, self.description, self.parameters)
 
 
+class ToolSupport:
+    """Whether the model server takes tools at all, for this process: off from the start with
+    COMPANION_LLM_TOOLS=false (what `companion doctor` advises for a model that cannot call them),
+    or from the server's first refusal of a request offering tools. Off, every turn runs without
+    tools and memory works through the commands (/help says so)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self._enabled = enabled
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    def refused(self) -> None:
+        """The server refused tools: none are offered from now on; one warning, the first time."""
+        if not self._enabled:
+            return
+        self._enabled = False
+        log.warning(
+            "the model server refuses requests that offer tools; answering without tools from now on "
+            "(memory works through /remember, /recall and /forget; `companion doctor` says more)"
+        )
+
+
 class ToolRegistry:
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
@@ -64,6 +88,11 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name} registered twice")
         self._tools[tool.name] = tool
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every registered tool's name, offered in this turn or not."""
+        return frozenset(self._tools)
 
     def tools_for(self, conversation: Conversation, state: ModeState) -> list[Tool]:
         """The tool set of one turn, decided from the mode before any request is built."""

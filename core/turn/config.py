@@ -34,6 +34,8 @@ class CompanionConfig:
     timezone: str = "UTC"
     budget: ContextBudget = field(default_factory=ContextBudget)
     max_tool_rounds: int = 4
+    # COMPANION_LLM_TOOLS: false for a model server that cannot call tools (`companion doctor` says which).
+    tools: bool = True
     allow_private_export: bool = False
     # COMPANION_LLM_VISION: images go to the model as image input (core/turn/media.py).
     vision: bool = False

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
 from core.memory.context import AssembledContext, ContextAssembler
-from core.memory.tools import Tool, ToolContext, ToolRegistry, run_tool_call
+from core.memory.tool_syntax import only_tool_call
+from core.memory.tools import Tool, ToolContext, ToolRegistry, ToolSupport, run_tool_call
 from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics
 from core.privacy.valve import ModeValve
 from core.proactive.manners import timezone_of
@@ -25,9 +26,11 @@ from core.turn.lanes import Lanes
 from core.turn.media import ReadMedia, with_images
 from core.values import copy
 from core.values.errors import (
+    ModelAnswerUnusable,
     ProviderError,
     ProviderRejected,
     ProviderRequestTooLong,
+    ProviderToolsUnsupported,
     ProviderUnavailable,
 )
 from core.values.model import (
@@ -79,6 +82,7 @@ class Responder:
         timezone: str = "UTC",
         max_tool_rounds: int = 4,
         metrics: Metrics = NO_METRICS,
+        tool_support: ToolSupport | None = None,
     ) -> None:
         self._metrics = metrics
         self._store = store
@@ -92,6 +96,7 @@ class Responder:
         self._platforms = platforms
         self._timezone = timezone
         self._max_tool_rounds = max_tool_rounds
+        self._tool_support = tool_support or ToolSupport()
 
     def delivers(self, platform: str) -> bool:
         """Whether a reply on `platform` is an outbox row. It depends on the platforms configured in
@@ -176,7 +181,8 @@ class Responder:
         not typed yet (see `ContextAssembler.assemble`)."""
         context = await self._context.assemble(conversation, state, shrink=shrink, upcoming=upcoming)
         tail = [ChatMessage("system", note)] if note else []
-        offered = tuple(self._tools.tools_for(conversation, state))
+        # None at all while the server takes no tools (by setting, or since it refused them).
+        offered = tuple(self._tools.tools_for(conversation, state)) if self._tool_support.enabled else ()
         messages = with_images([*context.messages, *tail], images)
         return PreparedRequest(context, offered, _round_request(messages, offered, last=self._max_tool_rounds == 0))
 
@@ -243,15 +249,38 @@ class Responder:
         messages = list(prepared.request.messages)
         request = prepared.request
         segment_id = state.segment_id
-        for round_ in range(self._max_tool_rounds + 1):
-            last = round_ == self._max_tool_rounds
-            if round_:
-                request = _round_request(messages, offered, last=last)
-            completion = await self._call(request, recorder)
-            if not completion.tool_calls or last:
-                text = completion.text.strip() or "…"
+        rounds = 0
+        asked_without_tools = False
+        while True:
+            try:
+                completion = await self._call(request, recorder)
+            except ProviderToolsUnsupported:
+                if not request.tools:
+                    raise
+                # Failing every turn would cut the person off from the model: no tools from now on.
+                self._tool_support.refused()
+                offered = ()
+                request = _round_request(messages, offered, last=True)
+                continue
+            if not completion.tool_calls or not request.tools:
+                text = completion.text.strip()
+                if only_tool_call(text, self._tools.names) or (not text and request.tools):
+                    # A call the server left unparsed is no reply, nor is silence while tools were offered
+                    # (llama-cpp-python's chatml-function-calling ends a "message:" there): asked once
+                    # more, without tools.
+                    if asked_without_tools:
+                        raise ModelAnswerUnusable("the model answered only with unparsed tool syntax, twice")
+                    log.info(
+                        "conversation %s: the answer was unparsed tool syntax; asking again without tools",
+                        conversation.id,
+                    )
+                    asked_without_tools = True
+                    request = _round_request(messages, offered, last=True)
+                    continue
+                text = text or "…"
                 # A reply stopped at its token limit says so, rather than reading as complete.
                 return text + copy.CUT_OFF_MARKER if completion.truncated else text
+            rounds += 1
             messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
             timezone = await timezone_of(self._store, conversation.person_id, self._timezone)
             tool_context = ToolContext(conversation, state, self._clock.now(), timezone, self._store)
@@ -278,7 +307,8 @@ class Responder:
                         size_out=len(result.encode()),
                     )
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
-        raise AssertionError("unreachable")
+            # Out of rounds: one last answer, with no tools to call.
+            request = _round_request(messages, offered, last=rounds >= self._max_tool_rounds)
 
     async def _save_run(self, run: RunRecord) -> None:
         try:
@@ -333,6 +363,8 @@ def _failure_words(exc: ProviderError) -> str:
         return copy.PROVIDER_TOO_LONG
     if isinstance(exc, ProviderUnavailable):
         return copy.PROVIDER_FAILED  # not reached, or no answer in time
+    if isinstance(exc, ModelAnswerUnusable):
+        return copy.MODEL_ANSWER_UNUSABLE
     return copy.PROVIDER_SERVER_FAILED
 
 

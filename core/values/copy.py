@@ -68,6 +68,17 @@ PROVIDER_TOO_LONG = (
 PROVIDER_SERVER_FAILED = (
     "Sorry, my language model's server failed to answer just now. Your message is saved; please try again in a moment."
 )
+# The model answered only with tool syntax its server did not parse, also when asked again without tools.
+MODEL_ANSWER_UNUSABLE = (
+    "Sorry, my language model answered with a garbled tool call instead of words, so I have no answer "
+    "this time. Your message is saved; please try again, perhaps in other words."
+)
+
+# Said by /help while the model server takes no tools (COMPANION_LLM_TOOLS=false, or it refused them).
+TOOLS_OFF_NOTE = (
+    "My model cannot use tools here, so I keep only what you ask me to: memory, goals and "
+    "reminders work through /remember, /recall, /forget, /goal and /followup."
+)
 
 # Appended to a reply the model stopped early because it reached its token limit.
 CUT_OFF_MARKER = " (cut off)"

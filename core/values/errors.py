@@ -7,8 +7,10 @@ CompanionError
 │   ├── ProviderRateLimited  429 after retries (or a Retry-After past the call's deadline)
 │   ├── ProviderRejected     4xx other than 408/429, or a 500 saying the request is invalid;
 │   │   │                    `status` tells a refused API key (401/403) from the rest
-│   │   └── ProviderRequestTooLong  the request does not fit the model's context
-│   └── ProviderBadResponse  the reply was not the JSON we expect
+│   │   ├── ProviderRequestTooLong  the request does not fit the model's context
+│   │   └── ProviderToolsUnsupported  the server refuses a request that offers tools
+│   ├── ProviderBadResponse  the reply was not the JSON we expect
+│   └── ModelAnswerUnusable  the model answered, but only with tool syntax its server left unparsed
 ├── DeliveryFailed           a platform did not take an outbound message (permanent or not)
 ├── MediaUnavailable         an inbound photo or voice note could not be fetched (or is too large)
 ├── TranscriptionFailed      the speech-to-text server did not give a transcript
@@ -60,8 +62,18 @@ class ProviderRequestTooLong(ProviderRejected):
     """The request does not fit the model's context (413, or a 400/500 saying so)."""
 
 
+class ProviderToolsUnsupported(ProviderRejected):
+    """The server refused a request because it offered tools (a model without tool support, or
+    a server started without tool parsing); the same request without tools may be answered."""
+
+
 class ProviderBadResponse(ProviderError):
     """The provider answered, but not with a completion we can read."""
+
+
+class ModelAnswerUnusable(ProviderError):
+    """The model's final answer was only a tool call its server did not parse, also when asked
+    again without tools: there is no reply to show (tool syntax never is one)."""
 
 
 class DeliveryFailed(CompanionError):

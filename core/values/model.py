@@ -229,6 +229,8 @@ class CompletionRequest:
     purpose: str = "reply"
     temperature: float | None = None
     max_tokens: int | None = None
+    # The name of one of `tools` the model must call (tool_choice forced); None: the model chooses.
+    force_tool: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -597,7 +597,8 @@ class FakeDiscordServer(LoopbackServer):
                 "verify_key": "0" * 64,
                 "owner": self._user_of(self.owner_id),
                 "team": None,
-                "flags": 1 << 19,
+                # GATEWAY_MESSAGE_CONTENT_LIMITED while the portal's Message Content toggle is on.
+                "flags": (1 << 19) if self.privileged_intents & MESSAGE_CONTENT else 0,
                 "rpc_origins": [],
             }
         )

@@ -1,0 +1,409 @@
+"""`companion doctor`: probes what is configured and says, in one screen, what works and what to change.
+
+The probes live with their adapters (adapters/llm/probe.py, adapters/probes.py,
+adapters/storage/inspection.py) and report findings; this module knows the settings, so it turns
+each finding into a line: OK, or the problem and the exact setting or command that fixes it. A
+line marked -- is not configured or only worth knowing; it does not count as a problem.
+
+It never prints a token, an API key, the passphrase hash, a message, a memory or anything a model
+wrote (the probes keep none of it, and `render` withholds any configured secret all the same), and
+it never writes: the database is opened read-only and no lock is taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bot.settings import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from adapters.llm.probe import ModelServerProbe
+    from adapters.probes import Finding
+
+OK, FAIL, INFO = "OK", "FAIL", "--"
+WITHHELD = "[withheld]"
+NO_TOOLS_MEMORY = "memory then works through /remember, /recall and /forget"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Line:
+    status: str  # OK, FAIL or INFO
+    text: str
+
+
+@dataclasses.dataclass
+class Section:
+    title: str
+    lines: list[Line] = dataclasses.field(default_factory=list)
+
+    def add(self, status: str, text: str) -> None:
+        self.lines.append(Line(status, text))
+
+
+@dataclasses.dataclass
+class Report:
+    sections: list[Section]
+    secrets: tuple[str, ...] = ()
+
+    @property
+    def problems(self) -> int:
+        return sum(1 for section in self.sections for line in section.lines if line.status == FAIL)
+
+    def render(self) -> str:
+        out = ["companion doctor"]
+        for section in self.sections:
+            out.append("")
+            out.append(section.title)
+            out += [f"  {line.status:<5} {line.text}" for line in section.lines]
+        out.append("")
+        if self.problems:
+            s = "s" if self.problems != 1 else ""
+            out.append(
+                f"{self.problems} problem{s}: change what the FAIL line{s} say{'' if s else 's'}, then run `companion doctor` again."
+            )
+        else:
+            out.append("Everything configured works.")
+        text = "\n".join(out)
+        for secret in self.secrets:
+            text = text.replace(secret, WITHHELD)
+        return text
+
+
+async def diagnose(settings: Settings, *, check_path: Callable[..., None]) -> Report:
+    """Every probe that applies to `settings`, concurrently; `check_path` is the CLI's own check of
+    COMPANION_DB_PATH (it raises ConfigError with one line and creates nothing)."""
+    sections = await asyncio.gather(
+        _model_section(settings), _speech_section(settings), _telegram_section(settings), _discord_section(settings)
+    )
+    report = [s for s in sections if s is not None]
+    report.append(_database_section(settings, check_path))
+    report.append(_settings_section(settings))
+    return Report(report, _secrets(settings))
+
+
+# --- the model server ------------------------------------------------------------------------------
+
+
+async def _model_section(settings: Settings) -> Section:
+    if not settings.llm_base_url:
+        section = Section("model: the embedded offline responder (COMPANION_LLM_BASE_URL is not set)")
+        section.add(INFO, "no model server to check; set COMPANION_LLM_BASE_URL to use one (README: A real model)")
+        return section
+    from adapters.llm.probe import ModelServerProbe
+
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    probe = ModelServerProbe(settings.llm_base_url, key, settings.llm_model, timeout=settings.llm_timeout)
+    section = Section(f"model server {probe.where}, COMPANION_LLM_MODEL={settings.llm_model}")
+    async with probe:
+        await _model_lines(settings, probe, section)
+    return section
+
+
+async def _model_lines(settings: Settings, probe: ModelServerProbe, section: Section) -> None:
+    listed = await probe.models()
+    found = listed.finding
+    if found.kind == "unreachable":
+        section.add(FAIL, f"{found.seen}: start the server, or correct COMPANION_LLM_BASE_URL")
+        return
+    if found.kind == "key-refused":
+        section.add(FAIL, f"{found.seen} to the API key: set COMPANION_LLM_API_KEY to a key the server accepts")
+        return
+    chat = await probe.chat()
+    model = settings.llm_model
+    served = _served(model, listed.ids)
+    choices = ", ".join(listed.ids[:5]) + (", ..." if len(listed.ids) > 5 else "")
+    if not found.ok:
+        section.add(INFO, f"{found.seen}; the chat below shows whether the model name works")
+    elif served:
+        section.add(OK, f"reachable; it serves {model}")
+    elif chat.ok:
+        section.add(
+            INFO,
+            f"reachable; it lists {choices or 'no model'}, not {model}, but answered anyway "
+            f"(it serves what it has loaded); to be exact: COMPANION_LLM_MODEL={listed.ids[0] if listed.ids else model}",
+        )
+    if not chat.ok:
+        if chat.kind == "model-missing" or (found.ok and not served):
+            where = f"set COMPANION_LLM_MODEL to one of: {choices}" if choices else "set COMPANION_LLM_MODEL"
+            section.add(FAIL, f"chat completion: {chat.seen}: {where} (Ollama: `ollama pull {model}`)")
+        elif chat.kind == "key-refused":
+            section.add(FAIL, f"chat completion: {chat.seen}: set COMPANION_LLM_API_KEY to a key the server accepts")
+        elif chat.kind == "unreachable":
+            section.add(
+                FAIL,
+                f"chat completion: {chat.seen}: raise COMPANION_LLM_TIMEOUT "
+                f"(now {settings.llm_timeout:g} s), or use a smaller model",
+            )
+        else:
+            section.add(FAIL, f"chat completion: {chat.seen}: the server's own log says why")
+        return
+    section.add(OK, f"chat completion: answered in {chat.seconds:.1f} s")
+    await _tool_line(settings, probe, section)
+    if settings.llm_vision:
+        image = await probe.image_input()
+        if image.ok:
+            section.add(OK, "image input: the model took a probe image")
+        else:
+            section.add(
+                FAIL,
+                f"image input: {image.seen}: set COMPANION_LLM_VISION=false, or use a model that "
+                "reads images (llama.cpp: --mmproj)",
+            )
+    else:
+        section.add(INFO, "image input: off (COMPANION_LLM_VISION=false)")
+    _context_line(settings, await probe.context_window(listed), section)
+    stream = await probe.streaming()
+    section.add(
+        OK if stream.ok else INFO, "streaming: the server streams" if stream.ok else f"streaming: {stream.seen}"
+    )
+
+
+async def _tool_line(settings: Settings, probe: ModelServerProbe, section: Section) -> None:
+    tools = await probe.tool_round_trip()
+    if not settings.llm_tools:
+        words = await probe.words_with_tools() if tools.ok else tools
+        if words.ok:
+            section.add(
+                INFO,
+                "tool calls: off (COMPANION_LLM_TOOLS=false), but this server and model can call them and "
+                "still answer in words: COMPANION_LLM_TOOLS=true lets the model remember by itself",
+            )
+        else:
+            section.add(INFO, f"tool calls: off (COMPANION_LLM_TOOLS=false), and rightly so: {words.seen}")
+        return
+    if tools.ok:
+        section.add(OK, f"tool calls: a forced call of a probe tool and its result went round ({tools.seconds:.1f} s)")
+        words = await probe.words_with_tools()
+        if words.kind == "no-words":
+            section.add(
+                FAIL,
+                f"words with tools offered: {words.seen}, so every turn is asked twice: set "
+                f"COMPANION_LLM_TOOLS=false ({NO_TOOLS_MEMORY}), or a server that parses this model's "
+                "tool calls (llama.cpp's llama-server with --jinja)",
+            )
+        elif words.ok:
+            section.add(OK, f"words with tools offered: {words.seen}")
+        else:
+            section.add(FAIL, f"words with tools offered: {words.seen}")
+        return
+    fixes = {
+        "tools-refused": "use a model with tool support (vLLM: --enable-auto-tool-choice --tool-call-parser; "
+        "llama.cpp: --jinja), or set COMPANION_LLM_TOOLS=false",
+        "tool-unparsed": "the server does not parse this model's tool syntax (llama.cpp: --jinja; llama-cpp-python: "
+        "--chat_format chatml-function-calling), or set COMPANION_LLM_TOOLS=false",
+        "tool-ignored": "this model does not call tools here: set COMPANION_LLM_TOOLS=false, or use a model that does",
+    }
+    fix = fixes.get(tools.kind, "set COMPANION_LLM_TOOLS=false, or the server's own log says why")
+    section.add(FAIL, f"tool calls: {tools.seen}: {fix}; {NO_TOOLS_MEMORY}")
+
+
+def _context_line(settings: Settings, window: Finding, section: Section) -> None:
+    need = settings.context_tokens + settings.llm_max_tokens
+    sum_words = (
+        f"COMPANION_CONTEXT_TOKENS={settings.context_tokens} + "
+        f"COMPANION_LLM_MAX_TOKENS={settings.llm_max_tokens} = {need}"
+    )
+    if not window.ok or window.value is None:
+        section.add(INFO, f"context window: {window.seen}; it must hold {sum_words} tokens")
+        return
+    size = window.value
+    if window.kind == "ollama-model-max":
+        section.add(
+            INFO,
+            f"context window: the model takes up to {size} tokens, but Ollama runs it with its own "
+            f"num_ctx (OLLAMA_CONTEXT_LENGTH) unless set: make that at least {need}",
+        )
+        return
+    if size < need:
+        fits = size - settings.llm_max_tokens
+        fix = (
+            f"set COMPANION_CONTEXT_TOKENS={fits}"
+            if fits >= 256
+            else f"set COMPANION_LLM_MAX_TOKENS={max(16, size // 4)} and COMPANION_CONTEXT_TOKENS={size - max(16, size // 4)}"
+        )
+        section.add(
+            FAIL,
+            f"context window: {size} tokens ({window.seen}) cannot hold {sum_words}: {fix}, "
+            "or start the server with a larger context (llama.cpp: -c; Ollama: num_ctx)",
+        )
+        return
+    more = f"; up to COMPANION_CONTEXT_TOKENS={size - settings.llm_max_tokens} would fit" if size >= 2 * need else ""
+    section.add(OK, f"context window: {size} tokens ({window.seen}) holds {sum_words}{more}")
+
+
+def _served(model: str, ids: tuple[str, ...]) -> bool:
+    # Ollama lists `llama3.1:latest` for a model asked for as `llama3.1`.
+    return model in ids or f"{model}:latest" in ids
+
+
+# --- speech to text and the platforms --------------------------------------------------------------
+
+
+async def _speech_section(settings: Settings) -> Section | None:
+    if not settings.stt_base_url:
+        return None
+    from adapters.llm.probe import transcription
+
+    key = settings.stt_api_key.get_secret_value() if settings.stt_api_key else None
+    found = await transcription(settings.stt_base_url, key, settings.stt_model, seconds=settings.llm_timeout)
+    section = Section(f"speech to text, COMPANION_STT_MODEL={settings.stt_model}")
+    if found.ok:
+        section.add(OK, "a probe of half a second of silence was transcribed")
+    else:
+        section.add(FAIL, f"{found.seen}: check COMPANION_STT_BASE_URL, COMPANION_STT_MODEL and COMPANION_STT_API_KEY")
+    return section
+
+
+async def _telegram_section(settings: Settings) -> Section | None:
+    if settings.telegram_token is None:
+        return None
+    from adapters.probes import telegram_get_me
+
+    found = await telegram_get_me(settings.telegram_token.get_secret_value(), settings.telegram_base_url)
+    section = Section("telegram")
+    if found.ok:
+        section.add(OK, f"token: {found.seen}")
+    elif found.kind == "token-refused":
+        section.add(
+            FAIL,
+            f"token: {found.seen}: copy it again from @BotFather (/mybots, API Token) into COMPANION_TELEGRAM_TOKEN",
+        )
+    else:
+        section.add(FAIL, f"token: {found.seen}: check the network, or COMPANION_TELEGRAM_BASE_URL")
+    return section
+
+
+async def _discord_section(settings: Settings) -> Section | None:
+    if settings.discord_token is None:
+        return None
+    from adapters.probes import discord_me
+
+    token, intent = await discord_me(settings.discord_token.get_secret_value(), settings.discord_api_base)
+    section = Section("discord")
+    if token.ok:
+        section.add(OK, f"token: {token.seen}")
+    elif token.kind == "token-refused":
+        section.add(
+            FAIL, f"token: {token.seen}: reset it (Developer Portal, Bot, Reset Token) into COMPANION_DISCORD_TOKEN"
+        )
+    else:
+        section.add(FAIL, f"token: {token.seen}: check the network, or COMPANION_DISCORD_API_BASE")
+    if intent is not None:
+        if intent.ok:
+            section.add(OK, f"intents: {intent.seen}")
+        elif intent.kind == "intent-off":
+            section.add(
+                FAIL,
+                f"intents: {intent.seen}: turn on Message Content Intent (Developer Portal, Bot, "
+                "Privileged Gateway Intents)",
+            )
+        else:
+            section.add(INFO, f"intents: {intent.seen}; `companion run` says so if the intent is off")
+    return section
+
+
+# --- the database ---------------------------------------------------------------------------------
+
+
+def _database_section(settings: Settings, check_path: Callable[..., None]) -> Section:
+    from adapters.storage.inspection import inspect_database
+
+    path = settings.db_path
+    section = Section(f"database {path}")
+    try:
+        check_path(path, must_be_sqlite=True)
+    except ConfigError as exc:
+        section.add(FAIL, str(exc))
+        return section
+    facts = inspect_database(Path(path))
+    if not facts.exists:
+        section.add(OK, "not created yet; `companion run` or `companion chat` creates it (its folder is writable)")
+        return section
+    if facts.problem:
+        section.add(FAIL, f"COMPANION_DB_PATH: {path} {facts.problem}; name another file, or restore a backup")
+        return section
+    if facts.unknown:
+        section.add(
+            FAIL,
+            f"written by a newer companion (migration {facts.unknown[-1]}): upgrade companion, or "
+            "`companion restore` a backup made by this version",
+        )
+        return section
+    migrations = (
+        f"{len(facts.pending)} migration{'s' if len(facts.pending) != 1 else ''} to apply at the next start"
+        if facts.pending
+        else f"{facts.applied} migrations current"
+    )
+    intervals = facts.open_private_intervals
+    section.add(
+        OK,
+        f"writable, {migrations}, {_size(facts.size_bytes)}, "
+        f"{intervals} private interval{'s' if intervals != 1 else ''} open",
+    )
+    return section
+
+
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    amount = size / 1024
+    for unit in ("KB", "MB"):
+        if amount < 1024:
+            return f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{amount:.1f} GB"
+
+
+# --- settings that disagree ---------------------------------------------------------------------------
+
+
+def _settings_section(settings: Settings) -> Section:
+    section = Section("settings")
+    tokens = {"telegram": settings.telegram_token is not None, "discord": settings.discord_token is not None}
+    accounts = settings.allowed_accounts | settings.owner_accounts
+    for platform, configured in tokens.items():
+        listed = any(a.startswith(f"{platform}:") for a in accounts)
+        variable = f"COMPANION_{platform.upper()}_TOKEN"
+        if configured and not listed:
+            section.add(
+                FAIL,
+                f"nobody may talk with the {platform.capitalize()} bot: add {platform}:YOUR_ID to "
+                "COMPANION_ALLOWED_USERS (the log names each refused id)",
+            )
+        elif listed and not configured:
+            section.add(INFO, f"COMPANION_ALLOWED_USERS names {platform} accounts, but {variable} is not set")
+    unused = [
+        ("COMPANION_TELEGRAM_BASE_URL", settings.telegram_base_url, "COMPANION_TELEGRAM_TOKEN", tokens["telegram"]),
+        ("COMPANION_DISCORD_API_BASE", settings.discord_api_base, "COMPANION_DISCORD_TOKEN", tokens["discord"]),
+        ("COMPANION_LLM_API_KEY", settings.llm_api_key, "COMPANION_LLM_BASE_URL", bool(settings.llm_base_url)),
+        ("COMPANION_STT_API_KEY", settings.stt_api_key, "COMPANION_STT_BASE_URL", bool(settings.stt_base_url)),
+    ]
+    for name, value, needs, present in unused:
+        if value is not None and not present:
+            section.add(INFO, f"{name} is set but unused without {needs}")
+    if settings.llm_vision and not settings.llm_base_url:
+        section.add(
+            FAIL,
+            "COMPANION_LLM_VISION=true, but the offline responder reads no images: set "
+            "COMPANION_LLM_BASE_URL to a vision model's server, or COMPANION_LLM_VISION=false",
+        )
+    if not settings.private_passphrase_hash:
+        section.add(
+            INFO,
+            "private mode is unavailable: `companion passphrase` prints the hash for COMPANION_PRIVATE_PASSPHRASE_HASH",
+        )
+    if not section.lines:
+        section.add(OK, "no settings disagree")
+    return section
+
+
+def _secrets(settings: Settings) -> tuple[str, ...]:
+    values = [settings.telegram_token, settings.discord_token, settings.llm_api_key, settings.stt_api_key]
+    found = [v.get_secret_value() for v in values if v is not None]
+    if settings.private_passphrase_hash:
+        found.append(settings.private_passphrase_hash)
+    return tuple(sorted((s for s in found if len(s) >= 4), key=len, reverse=True))
