@@ -255,7 +255,7 @@ async def test_once_the_server_refused_tools_the_preview_shows_the_request_witho
 
         assert server.raw_requests[sent] == preview.body
         assert "tools" not in json.loads(preview.body)
-        assert preview.request.tools  # offered by the core; the provider leaves them out
+        assert preview.request.tools == ()  # the core offers none once the server refused them
 
 
 async def test_a_preview_taken_in_private_mode_differs_from_the_one_after_normal_only_by_the_transition_line(
