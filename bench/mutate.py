@@ -230,6 +230,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if chat_id != CHAT_ID:\n            raise DeliveryFailed",
         "        if False:\n            raise DeliveryFailed",
     ),
+    # --- the web chat's pages (adapters/web/*_page.py, core/turn/controls.py, issue 23) -----------------
+    M(
+        "web-note-forgotten-while-private",
+        PRIVACY,
+        "adapters/storage/memory.py",
+        '        async with lasting_tx(self._db, origin, "change to memory") as db:\n'
+        '            cur = await db.execute("DELETE FROM notes',
+        '        async with self._db.tx() as db:\n            cur = await db.execute("DELETE FROM notes',
+    ),
     # --- the core's other walls -----------------------------------------------------------
     M(
         "tools-lasting-tools-offered-in-private",
