@@ -316,6 +316,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if item is not _END and self._queue.qsize() >= self._size:",
         "        if False:",
     ),
+    M(
+        "web-page-forms-send-a-null-origin",  # every form of the pages would be refused by the Origin check
+        RELIABILITY,
+        "adapters/web/layout.py",
+        'headers={"Referrer-Policy": "same-origin"}',
+        "headers={}",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
     # --- the core's other walls -----------------------------------------------------------
     M(
         "tools-lasting-tools-offered-in-private",
