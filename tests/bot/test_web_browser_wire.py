@@ -39,6 +39,19 @@ pytestmark = pytest.mark.wire
 PASSPHRASE = "lantern-BROWSER-PASSPHRASE-7"
 CANARY = "BROWSER-PRIVATE-CANARY"
 REBIND = "rebind.example"  # the browser resolves it to 127.0.0.1, as DNS rebinding would
+HELLO = "Hello from the browser!"
+WALK = "I am planning a walk along the river on Sunday."
+SECRET = f"Only private mode may read this: {CANARY}"
+# What the fake model answers (the screenshots show these); anything else: "Noted."
+REPLIES = {
+    HELLO: "Hello! Good to see you here.",
+    WALK: "That sounds lovely. Shall I ask you on Monday how it went?",
+    SECRET: "I'm listening. Nothing of this will be kept.",
+}
+
+
+def _answer(body: dict[str, Any]) -> str:
+    return REPLIES.get(body["messages"][-1].get("content") or "", "Noted.")
 WAIT_MS = 20_000
 
 
@@ -82,7 +95,10 @@ class Gateway:
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
 
-    def screenshot(self, page: Any, name: str) -> None:
+    def screenshot(self, page: Any, name: str, focus: Any = None) -> None:
+        """The page's viewport (scrolled to `focus`, a locator, when given)."""
+        if focus is not None:
+            focus.evaluate("element => element.scrollIntoView({block: 'center'})")
         path = self.shots / name
         page.screenshot(path=str(path), full_page=False)
         if target := os.environ.get("COMPANION_SCREENSHOTS"):
@@ -96,6 +112,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     folder = tmp_path_factory.mktemp("web-browser")
     port = free_port()
     with FakeOpenAIServer.run_in_thread() as model:
+        model.responder = _answer
         env = companion_env(
             folder,
             COMPANION_HTTP_PORT=str(port),
@@ -234,12 +251,12 @@ def test_a_sign_in_link_signs_in_once_and_a_reused_or_expired_link_is_refused(ga
 def test_a_normal_exchange_is_answered_in_the_page_without_a_reload(gateway, chat):
     chat.goto(gateway.base + "/")
     chat.evaluate("window.stillThisPage = true")
-    answer = say(chat, "Hello from the browser!")
-    assert answer.startswith("fake reply")
+    answer = say(chat, HELLO)
+    assert answer == REPLIES[HELLO]
     assert chat.evaluate("window.stillThisPage === true")  # drawn by the event stream, not a reload
-    assert chat.locator("#messages li.user").last.inner_text() == "Hello from the browser!"
+    assert chat.locator("#messages li.user").last.inner_text() == HELLO
     assert chat.locator("#private-banner").count() == 0
-    say(chat, "I am planning a walk along the river on Sunday.")
+    say(chat, WALK)
     gateway.screenshot(chat, "chat-normal.png")
 
 
@@ -256,8 +273,8 @@ def test_private_mode_has_its_banner_and_the_passphrase_is_in_no_html_url_databa
     assert colours[0] != colours[1] and colours[1] != "rgb(246, 247, 249)"  # not normal mode's page
     pages.append(chat.content())
 
-    answer = say(chat, f"Only private mode may read this: {CANARY}")
-    assert answer.startswith("fake reply")
+    answer = say(chat, SECRET)
+    assert answer == REPLIES[SECRET]
     assert CANARY in chat.content()  # the live private chat shows it, while it is open
     gateway.screenshot(chat, "chat-private.png")
 
@@ -301,7 +318,9 @@ def test_context_shows_an_interval_as_one_placeholder_without_its_canary_and_is_
     messages = json.loads(body)["messages"]
     assert sum(1 for m in messages if m["content"] == copy.PLACEHOLDER) == 1
     assert messages[-1]["content"] == upcoming
-    gateway.screenshot(chat, "context.png")
+    gateway.screenshot(
+        chat, "context.png", chat.locator("section.request[data-platform=web] li", has_text="earlier private").first
+    )
 
     chat.goto(gateway.base + "/")
     sent = len(gateway.model.raw_requests)
