@@ -52,6 +52,8 @@ REPLIES = {
 
 def _answer(body: dict[str, Any]) -> str:
     return REPLIES.get(body["messages"][-1].get("content") or "", "Noted.")
+
+
 WAIT_MS = 20_000
 
 
