@@ -223,7 +223,7 @@ def build_companion(
         accounts_changed=people.accounts_changed,
         tools=tool_support,
     )
-    recovery = Recovery(store, clock, valve, responder, platforms=config.platforms)
+    recovery = Recovery(store, clock, valve, responder, platforms=config.platforms, outbox=outbox)
     parts = Parts(
         store=store,
         provider=provider,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from core.ports import PartialSink
 from core.values.copy import PLACEHOLDER
 from core.values.errors import ProviderUnavailable
-from core.values.model import Completion, CompletionRequest
+from core.values.model import Completion, CompletionRequest, Partial
 
 
 class FakeClock:
@@ -21,18 +22,44 @@ class FakeClock:
 
 
 class FakeProvider:
-    """Records every request; answers from a script, else a deterministic line."""
+    """Records every request; answers from a script, else a deterministic line. With `streams`, a
+    request given a `partial` sink gets its answer's text in `stream_steps` growing pieces first
+    (a tool call's start as `calling`), `stream_pause` seconds apart, each awaited as a server's
+    chunk would be; `partials` records every piece handed to a sink."""
 
     name = "fake"
 
     def __init__(self) -> None:
+        self.streams = False
+        self.stream_steps = 4
+        self.stream_pause = 0.0
+        self.partials: list[Partial] = []
         self.requests: list[CompletionRequest] = []
         self.script: list[Completion | Exception] = []
         self.fail_all = False
         self.delay = 0.0
         self.gate: asyncio.Event | None = None  # when given, each request waits until it is set (10 s at most)
 
-    async def complete(self, request: CompletionRequest) -> Completion:
+    async def complete(self, request: CompletionRequest, *, partial: PartialSink | None = None) -> Completion:
+        completion = await self._answer(request)
+        if partial is not None and self.streams:
+            await self._stream(completion, partial)
+        return completion
+
+    async def _stream(self, completion: Completion, partial: PartialSink) -> None:
+        text = completion.text
+        for step in range(1, self.stream_steps + 1):
+            piece = Partial(text[: len(text) * step // self.stream_steps])
+            self.partials.append(piece)
+            await partial(piece)
+            if self.stream_pause:
+                await asyncio.sleep(self.stream_pause)
+        if completion.tool_calls:
+            piece = Partial(text, calling=True)
+            self.partials.append(piece)
+            await partial(piece)
+
+    async def _answer(self, request: CompletionRequest) -> Completion:
         self.requests.append(request)
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -50,7 +77,7 @@ class FakeProvider:
             return Completion("SUMMARY:\nfolded\nFACTS:\n- none")
         return Completion(f"reply {len(self.requests)}")
 
-    async def request_body(self, request: CompletionRequest) -> None:
+    async def request_body(self, request: CompletionRequest, *, streamed: bool = False) -> None:
         return None  # nothing is sent anywhere: the requests are recorded in memory
 
     async def aclose(self) -> None:
