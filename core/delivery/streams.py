@@ -54,16 +54,20 @@ class ReplyStream:
     def __init__(self, reply: StreamedReply) -> None:
         self.reply = reply
         self._text = ""
+        self._settled = False
         self._version = 0
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
 
     # --- the turn's side ------------------------------------------------------------------
 
-    def publish(self, text: str) -> None:
-        """The newest text of the reply (the one before it is dropped if it was not shown yet)."""
-        if text != self._text and not self._closed.is_set():
+    def publish(self, text: str, *, settled: bool = False) -> None:
+        """The newest text of the reply (the one before it is dropped if it was not shown yet).
+        `settled`: its end is ours (a constant line), not a model's that may still grow, so it is
+        shown whole."""
+        if (text, settled) != (self._text, self._settled) and not self._closed.is_set():
             self._text = text
+            self._settled = settled
             self._version += 1
             self._changed.set()
 
@@ -77,6 +81,10 @@ class ReplyStream:
     @property
     def text(self) -> str:
         return self._text
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
 
     @property
     def version(self) -> int:
@@ -148,7 +156,7 @@ class StreamShow:
             version = stream.version
             began = self._monotonic()
             try:
-                await self._show(stream.reply, self._streamer.pieces(stream.text))
+                await self._show(stream.reply, self._streamer.pieces(stream.text, final=stream.settled))
             except DeliveryThrottled as exc:
                 # The platform said how long to wait: waited here (this lane holds nothing of the
                 # turn's), and the rest of this reply edits more slowly.

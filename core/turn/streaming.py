@@ -45,6 +45,7 @@ class StreamedAnswer:
         self._stream: ReplyStream | None = None
         self._text = ""
         self._closed = False
+        self._calling = False  # a tool call began: the constant line shows until the next round's words do
 
     @property
     def delivery_id(self) -> int | None:
@@ -58,12 +59,16 @@ class StreamedAnswer:
         if partial.calling:
             if self._stream is not None:
                 words = f"{self._text.rstrip()}\n\n" if self._text.strip() else ""
-                self._stream.publish(f"{self._lead}{words}{copy.STREAM_WORKING}")
+                self._stream.publish(f"{self._lead}{words}{copy.STREAM_WORKING}", settled=True)
+                self._calling = True
             return
-        self._text = partial.text.lstrip()
+        text = partial.text.lstrip()
+        if (self._stream is None or self._calling) and (
+            len(text.strip()) < USEFUL_CHARS or may_be_tool_call(text, self._tool_names)
+        ):
+            return  # not worth showing yet (nor worth replacing the constant line with)
+        self._text, self._calling = text, False
         if self._stream is None:
-            if len(self._text.strip()) < USEFUL_CHARS or may_be_tool_call(self._text, self._tool_names):
-                return
             self._stream = await self._outbox.open_stream(self._conversation_id, self._target, self._segment_id)
             if self._closed:  # closed while its row was written
                 self._stream.close()

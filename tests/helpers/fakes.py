@@ -149,3 +149,51 @@ class FakeSender:
 
     def texts_to(self, chat_id: str) -> list[str]:
         return [part for chat, part, _ in self.sent if chat == chat_id]
+
+
+class FakeStreamer(FakeSender):
+    """A platform that also shows replies while written (core.ports.BaseStreamer): `posts_shown`
+    and `edits` record every post and edit of a streamed reply as (message id, text); the final
+    send of a streamed delivery edits its messages (recorded in `edits`, then in `sent`)."""
+
+    def __init__(self, name: str = "telegram", limit: int = 4096) -> None:
+        super().__init__(name, limit)
+        self.posts_shown: list[tuple[str, str]] = []
+        self.edits: list[tuple[str, str]] = []
+        self.messages: dict[str, str] = {}  # what each message shows now
+        self.throttle: list[float] = []  # retry_after of the next edits, one each
+        self._ids = 0
+
+    def pieces(self, text: str, *, final: bool = False) -> list[str]:
+        from adapters.pieces import stream_pieces
+
+        return stream_pieces(text, self.limit, final=final)
+
+    async def post(self, reply, text: str, index: int) -> str:
+        self._ids += 1
+        message_id = f"s{self._ids}"
+        self.posts_shown.append((message_id, text))
+        self.messages[message_id] = text
+        return message_id
+
+    async def edit(self, reply, message_id: str, text: str) -> None:
+        from core.values.errors import DeliveryThrottled
+
+        if self.throttle:
+            raise DeliveryThrottled(self.throttle.pop(0))
+        self.edits.append((message_id, text))
+        self.messages[message_id] = text
+
+    async def send_delivery(self, delivery) -> int:
+        if not delivery.streamed:
+            return await super().send_delivery(delivery)
+        pieces = self.pieces(delivery.text, final=True)
+        for index, piece in enumerate(pieces):
+            if index < len(delivery.streamed):
+                await self.edit(None, delivery.streamed[index], piece)
+            else:
+                self.messages[await self.post(None, piece, index)] = piece
+            self.sent.append((delivery.target.chat_id, piece, None))
+        for message_id in delivery.streamed[len(pieces) :]:
+            self.messages.pop(message_id, None)  # deleted
+        return len(pieces)
