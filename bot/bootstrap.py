@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from bot.settings import Settings
 from core.commands.services import CommandServices, CommandSettings
 from core.delivery.outbox import Outbox
+from core.delivery.streams import StreamPacing
 from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.memory.operations import default_tools
@@ -143,6 +144,7 @@ async def open_companion(
                 max_delay=settings.outbox_max_retry_seconds,
                 platforms=platforms - {"terminal"},
                 metrics=metrics,
+                pacing=stream_pacing(settings.stream_edit_seconds),
             )
         transcriber = build_transcriber(settings)
         if transcriber is not None:
@@ -225,7 +227,7 @@ def build_companion(
         accounts_changed=people.accounts_changed,
         tools=tool_support,
     )
-    recovery = Recovery(store, clock, valve, responder, platforms=config.platforms)
+    recovery = Recovery(store, clock, valve, responder, platforms=config.platforms, outbox=outbox)
     parts = Parts(
         store=store,
         provider=provider,
@@ -352,3 +354,8 @@ def build_web_service(
         WebAuth(queries, SystemClock()),
         routes=[operators.install, install_site(web_core(companion, chat)) if chat is not None else install_landing],
     )
+
+
+def stream_pacing(edit_seconds: float | None) -> StreamPacing | None:
+    """How replies are shown while written (COMPANION_STREAM_EDIT_SECONDS; None: sent whole)."""
+    return None if edit_seconds is None else StreamPacing(edit_seconds=edit_seconds)

@@ -122,6 +122,9 @@ class Settings(BaseSettings):
     # A stop (SIGTERM) lets the turns in flight finish this long, then flushes pending deliveries
     # briefly, then closes connections: under Kubernetes' 30 s default grace (docs/operations.md).
     stop_grace: float = Field(25.0, ge=0, le=600)
+    # Replies are shown while the model writes them, one edit at most this often (issue 24);
+    # 0 or `off`: each reply is sent whole once written.
+    stream_edit_seconds: float | None = Field(1.0, ge=0.2, le=60)
 
     @field_validator("log_level")
     @classmethod
@@ -163,6 +166,22 @@ class Settings(BaseSettings):
         if not text.isdigit() or not 1 <= int(text) <= 65535:
             raise ValueError("must be a port number from 1 to 65535, or 0 or off to turn the service off")
         return int(text)
+
+    @field_validator("stream_edit_seconds", mode="before")
+    @classmethod
+    def _stream_edit_seconds(cls, value: object) -> object:
+        """0 or `off` turns streaming off (None); otherwise seconds between edits (0.2 to 60)."""
+        if value is None:
+            return None
+        text = str(value).strip().lower()
+        if text in {"0", "off", "none", "false"}:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(
+                "must be seconds between edits (for example 1.0), or 0 or off to send replies whole"
+            ) from None
 
     @field_validator("http_host")
     @classmethod

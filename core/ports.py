@@ -24,6 +24,7 @@ from core.values.model import (
     OpenTurn,
     OutboundDelivery,
     PadEntry,
+    Partial,
     PendingCapture,
     PendingLinkCode,
     ProactiveCandidate,
@@ -36,9 +37,14 @@ from core.values.model import (
     Reply,
     RunRecord,
     Segment,
+    StreamedReply,
     Summary,
     TimelineItem,
 )
+
+# Where a streamed completion goes while the model writes it (core/turn/streaming.py): awaited with
+# each new state of the answer. It never waits on a platform.
+PartialSink = Callable[[Partial], Awaitable[None]]
 
 
 class BaseProvider(Protocol):
@@ -46,17 +52,21 @@ class BaseProvider(Protocol):
 
     name: str
 
-    async def complete(self, request: CompletionRequest) -> Completion:
+    async def complete(self, request: CompletionRequest, *, partial: PartialSink | None = None) -> Completion:
         """Return one completion for `request`.
 
+        Args:
+            partial: where the answer goes while the model writes it (its text so far, and whether
+                a tool call began), when the server streams; a provider that cannot stream never
+                calls it. The returned completion is the whole answer either way.
         Raises:
             core.values.errors.ProviderError: any failure, already translated by the adapter.
         """
         ...
 
-    async def request_body(self, request: CompletionRequest) -> bytes | None:
-        """What `complete(request)` would send for it now, built by the same code and sending nothing
-        (the `/context` page shows it: what normal mode sees).
+    async def request_body(self, request: CompletionRequest, *, streamed: bool = False) -> bytes | None:
+        """What `complete(request)` (with a `partial` sink when `streamed`) would send for it now,
+        built by the same code and sending nothing (the `/context` page shows it: what normal mode sees).
 
         Returns:
             The exact bytes of the request body `complete` would send now (each retry sends the
@@ -147,6 +157,40 @@ class BaseSender(Protocol):
         ...
 
 
+class BaseStreamer(Protocol):
+    """The streaming half of a chat adapter: shows a reply while the model writes it
+    (core.delivery.streams.StreamShow calls it from the outbox's lane, never from a conversation's).
+    The reply's final text is its delivery, sent by `BaseSender.send_delivery`."""
+
+    name: str
+
+    def pieces(self, text: str, *, final: bool = False) -> list[str]:
+        """`text` as the messages it shows in, each within the platform's limit, cut only where the
+        final reply is cut too (between grapheme clusters, outside code fences); while not `final`,
+        what may still change (an unfinished grapheme cluster at the end) is held back."""
+        ...
+
+    async def post(self, reply: StreamedReply, text: str, index: int) -> str:
+        """Send `text` as the `index`-th message of a streamed reply (plain, unformatted); the
+        first one ends the typing indicator of its chat.
+
+        Returns:
+            The platform's id of the message.
+        Raises:
+            core.values.errors.DeliveryThrottled: the platform asked to wait `retry_after` seconds.
+            core.values.errors.DeliveryFailed: anything else (the stream stops; the final send copes).
+        """
+        ...
+
+    async def edit(self, reply: StreamedReply, message_id: str, text: str) -> None:
+        """Replace the text of a message of a streamed reply; "not modified" is success.
+
+        Raises:
+            core.values.errors.DeliveryThrottled, core.values.errors.DeliveryFailed: as `post`.
+        """
+        ...
+
+
 class OutboxStore(Protocol):
     """Delivery rows: read what is pending, mark what happened. Rows are written by the
     timeline's `record_reply`, in the transaction of what they carry. A lane is one
@@ -182,6 +226,33 @@ class OutboxStore(Protocol):
         ...
 
     async def prune_settled(self, before: float) -> int: ...
+
+    async def open_stream(
+        self, conversation_id: int, target: DeliveryTarget, now: float, *, segment_id: int | None
+    ) -> StreamedReply:
+        """Write the delivery row of a reply about to be shown while the model writes it: status
+        'streaming', no text (partial text is stored nowhere), in the interval `segment_id`."""
+        ...
+
+    async def may_stream(self, delivery_id: int) -> bool:
+        """Whether a streaming row may be shown now: it is still streaming (its reply is not written
+        yet) and no earlier delivery of its lane is pending (its messages would come first)."""
+        ...
+
+    async def record_streamed(self, delivery_id: int, message_ids: tuple[str, ...]) -> None:
+        """Remember the platform ids of the messages a reply streamed into (durable: after a crash,
+        the reply's final send edits them)."""
+        ...
+
+    async def left_stream(self, conversation_id: int, before: float) -> int | None:
+        """The streaming row a process that stopped before `before` left in the conversation."""
+        ...
+
+    async def cut_off_streams(self, before: float, text: str, now: float) -> list[tuple[int, int]]:
+        """Settle the streaming rows left before `before` that no answer took over: those that
+        showed a message become pending deliveries of `text` (their messages are edited into it);
+        the others are deleted. Returns (conversation, delivery) of the pending ones."""
+        ...
 
 
 # What an adapter calls with each inbound message (Companion.handle).
@@ -339,10 +410,12 @@ class TimelineStore(Protocol):
         answers: int | None = None,
         target: DeliveryTarget | None = None,
         mirror: MirrorOf | None = None,
+        stream: int | None = None,
     ) -> RecordedReply:
         """One transaction: the assistant message, the run, the answered turns, the delivery and,
         with `mirror`, one mirror row per active binding, selected by SQL that excludes private
-        messages and conversations with an open segment."""
+        messages and conversations with an open segment. With `stream` (a streaming row of the
+        conversation in the same interval) that row becomes the delivery instead of a new one."""
         ...
 
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]: ...

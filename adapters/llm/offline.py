@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from core.ports import PartialSink
 from core.values import copy
 from core.values.model import Completion, CompletionRequest
 
@@ -31,7 +32,8 @@ class OfflineProvider:
     def __init__(self) -> None:
         self._transitions = 0
 
-    async def complete(self, request: CompletionRequest) -> Completion:
+    async def complete(self, request: CompletionRequest, *, partial: PartialSink | None = None) -> Completion:
+        """core.ports.BaseProvider: answered at once, whole (`partial` is never called)."""
         if request.purpose == "transition":
             # Variable wording without a model: the phrasings rotate; the intent never changes.
             line = _TRANSITIONS[self._transitions % len(_TRANSITIONS)]
@@ -45,7 +47,7 @@ class OfflineProvider:
             return Completion(_capture(request))
         return Completion(_digest(request))
 
-    async def request_body(self, request: CompletionRequest) -> None:
+    async def request_body(self, request: CompletionRequest, *, streamed: bool = False) -> None:
         """core.ports.BaseProvider: nothing is sent anywhere; the request is read in memory here."""
         return
 

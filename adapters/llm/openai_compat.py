@@ -14,7 +14,9 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.llm.images import data_url, fitted, refuses_images, without_images
+from adapters.llm.streaming import StreamFailed, arguments_text, read_stream
 from adapters.tls import shared_ssl_context
+from core.ports import PartialSink
 from core.values.errors import (
     ProviderBadResponse,
     ProviderRateLimited,
@@ -118,6 +120,13 @@ class OpenAICompatibleProvider:
     call; every failure leaves as a `core.values.errors.ProviderError`. `max_tokens` is sent
     with every request (the request's own cap, else this default). Neither logs nor
     error messages ever contain request or reply text.
+
+    Given a `partial` sink, a request is streamed (`stream: true`, server-sent events,
+    adapters/llm/streaming.py): the deadline then bounds the wait for the answer to begin, and
+    each later wait between events is bounded by `timeout` too, so a slow model's long answer is
+    not cut off while it keeps coming. A server that answers a streamed request in one piece,
+    or fails it with a 4xx that the same request without streaming does not meet, is used
+    without streaming for the rest of the run, after one warning.
     """
 
     name = "openai-compatible"
@@ -162,6 +171,8 @@ class OpenAICompatibleProvider:
         self._sleep = asyncio.sleep
         # False once the server refused image input (COMPANION_LLM_VISION set for a text-only model).
         self._images_accepted = True
+        # False once the server showed it does not stream: no request asks it to, for the rest of the run.
+        self._streams = True
 
     @property
     def images_accepted(self) -> bool:
@@ -175,64 +186,124 @@ class OpenAICompatibleProvider:
         if client is not None:
             await client.aclose()
 
-    async def complete(self, request: CompletionRequest) -> Completion:
-        """Return one completion for `request`.
+    @property
+    def streams(self) -> bool:
+        """False once the server showed it does not stream (`companion doctor` may read it)."""
+        return self._streams
+
+    async def complete(self, request: CompletionRequest, *, partial: PartialSink | None = None) -> Completion:
+        """Return one completion for `request`; with `partial`, streamed (see the class).
 
         Raises:
             core.values.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
         request = await self._prepared(request)
+        refused: int | None = None
+        if partial is not None and self._streams:
+            streamed, refused = await self._complete_streamed(request, partial)
+            if streamed is not None:
+                return streamed
+        completion = await self._complete_whole(request)
+        if refused is not None:
+            # The same request was answered without streaming: streaming was what it refused.
+            self._stop_streaming(f"it failed a streamed request with {refused}")
+        return completion
+
+    async def _complete_whole(self, request: CompletionRequest) -> Completion:
         body = self._body(request)
         response, attempts, request = await self._post_images(body, request)
+        return self._whole(response.content, attempts, request)
+
+    async def _complete_streamed(
+        self, request: CompletionRequest, partial: PartialSink
+    ) -> tuple[Completion | None, int | None]:
+        """Stream `request`. Returns the completion; or (None, status) when the server failed the
+        streamed request with a 4xx that may be about streaming (the caller sends it without);
+        or (None, None) when the request itself was refused for something the call without
+        streaming handles (image input), so that is not held against streaming."""
+        body = self._body(request, streamed=True)
         try:
-            parsed = _parse_completion(response.content)
+            response, attempts = await self._post(body, request, stream=True)
+        except ProviderRejected as exc:
+            if refuses_images(exc):
+                return None, None
+            if isinstance(exc, ProviderRequestTooLong | ProviderToolsUnsupported) or exc.status in (401, 403):
+                raise
+            return None, exc.status
+        try:
+            if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                content = await response.aread()
+                self._stop_streaming("it answered a streamed request in one piece")
+                return self._whole(content, attempts, request), None
+            try:
+                assembly = await read_stream(response.aiter_lines(), partial)
+            except StreamFailed as exc:
+                raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc}") from exc
+            except (httpx.HTTPError, TimeoutError) as exc:
+                if isinstance(exc, httpx.TimeoutException | TimeoutError):
+                    raise ProviderUnavailable(
+                        f"{self._where} stopped sending its answer for {self._timeout:g} s ({type(exc).__name__})"
+                    ) from exc
+                raise ProviderUnavailable(
+                    f"{self._where} broke off its answer ({type(exc).__name__}: {_one_line(str(exc)) or 'no detail'})"
+                ) from exc
+        finally:
+            await response.aclose()
+        log.debug("streamed completion (%s): %d chunks", request.purpose, assembly.chunks)
+        return _logged(request, assembly.finish_reason, assembly.completion()), None
+
+    def _whole(self, content: bytes, attempts: int, request: CompletionRequest) -> Completion:
+        """A chat completion in one piece (also one that a server that does not stream answered a streamed request with)."""
+        try:
+            parsed = _parse_completion(content)
         except ValidationError as exc:
             self._raise_translated(exc, attempts=attempts, request=request)
         choice = parsed.choices[0]
+        usage = parsed.usage or _Usage()
         tool_calls = tuple(
             ToolCall(
                 id=call.id or f"call_{index}",
                 name=call.function.name,
-                arguments=_arguments_text(call.function.arguments),
+                arguments=arguments_text(call.function.arguments),
             )
             for index, call in enumerate(choice.message.tool_calls or ())
         )
-        usage = parsed.usage or _Usage()
-        # Counts and our own words only: the completion id, tool-call ids and model name are the
-        # server's strings (of a private turn too: the provider does not know the mode).
-        log.debug(
-            "completion (%s): finish_reason=%s, %d tool calls, prompt_tokens=%s completion_tokens=%s",
-            request.purpose,
-            _finish_reason_shown(choice.finish_reason),
-            len(tool_calls),
-            usage.prompt_tokens,
-            usage.completion_tokens,
-        )
-        truncated = choice.finish_reason == "length"
-        if truncated:
-            log.info("a completion (%s) was cut off at its token limit", request.purpose)
-        return Completion(
-            text=choice.message.content or "",
-            tool_calls=tool_calls,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            truncated=truncated,
+        return _logged(
+            request,
+            choice.finish_reason,
+            Completion(
+                text=choice.message.content or "",
+                tool_calls=tool_calls,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                truncated=choice.finish_reason == "length",
+            ),
         )
 
-    async def request_body(self, request: CompletionRequest) -> bytes:
-        """core.ports.BaseProvider: the exact body `complete(request)` would POST now, built by the
-        same two steps (`_prepared`, `_body`); nothing is sent. A refusal the server answers with
-        later (tool_choice, image input) makes `complete` send once more without them."""
-        return self._body(await self._prepared(request))
+    def _stop_streaming(self, why: str) -> None:
+        """No request asks this server to stream any more, for the rest of the run; said once."""
+        if self._streams:
+            self._streams = False
+            log.warning("the model server does not stream (%s); replies are sent whole from now on", why)
+
+    async def request_body(self, request: CompletionRequest, *, streamed: bool = False) -> bytes:
+        """core.ports.BaseProvider: the exact body `complete(request)` would POST now (streamed, when
+        given a sink and the server still streams), built by the same two steps (`_prepared`,
+        `_body`); nothing is sent. A refusal the server answers with later (tool_choice, image
+        input, streaming) makes `complete` send once more without them."""
+        return self._body(await self._prepared(request), streamed=streamed and self._streams)
 
     async def _prepared(self, request: CompletionRequest) -> CompletionRequest:
         # Images (a vision model's input) within the size limits; none once the server refused them.
         return await fitted(request) if self._images_accepted else without_images(request)
 
-    def _body(self, request: CompletionRequest) -> bytes:
-        return json.dumps(
-            _payload(self.model, request, self._max_tokens), separators=(",", ":"), ensure_ascii=False
-        ).encode()
+    def _body(self, request: CompletionRequest, *, streamed: bool = False) -> bytes:
+        payload = _payload(self.model, request, self._max_tokens)
+        if streamed:
+            payload["stream"] = True
+            # OpenAI, Ollama and vLLM send usage (what the context budget learns from) only when asked.
+            payload["stream_options"] = {"include_usage": True}
+        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
 
     async def _post_images(
         self, body: bytes, request: CompletionRequest
@@ -268,9 +339,12 @@ class OpenAICompatibleProvider:
             )
         return self._client
 
-    async def _post(self, body: bytes, request: CompletionRequest) -> tuple[httpx.Response, int]:
+    async def _post(
+        self, body: bytes, request: CompletionRequest, *, stream: bool = False
+    ) -> tuple[httpx.Response, int]:
         """POST `body`, retrying what is worth retrying before one deadline for the whole call;
-        return the 2xx response and the attempts used."""
+        return the 2xx response and the attempts used. With `stream`, the response's body is not
+        read yet (the caller reads it, then closes the response); a failed one is read and closed."""
         client = self._http()
         self.last_request_bytes = len(body)
         tried = 0
@@ -287,15 +361,25 @@ class OpenAICompatibleProvider:
                 attempt.of,
                 len(body),
             )
-            # httpx's timeout is per read; asyncio's bounds the attempt as a whole.
+            # httpx's timeout is per read; asyncio's bounds the attempt as a whole (a stream's
+            # attempt only until its status and headers: its events are each bounded by the read timeout).
             async with asyncio.timeout(remaining):
-                response = await client.post(self._url, content=body, timeout=remaining)
+                if not stream:
+                    response = await client.post(self._url, content=body, timeout=remaining)
+                else:
+                    sent = client.build_request("POST", self._url, content=body, timeout=self._timeout)
+                    response = await client.send(sent, stream=True)
+                    if response.is_error:
+                        try:
+                            await response.aread()  # the error's body, for its classification
+                        finally:
+                            await response.aclose()
             log.debug(
-                "model server answered %d on attempt %d/%d: %d bytes in %.0f ms",
+                "model server answered %d on attempt %d/%d: %s in %.0f ms",
                 response.status_code,
                 attempt.number,
                 attempt.of,
-                len(response.content),
+                f"{len(response.content)} bytes" if response.is_closed else "a stream",
                 (time.perf_counter() - started) * 1000,
             )
             response.raise_for_status()  # a status that says "try again" is retried as a failure
@@ -460,11 +544,20 @@ def _finish_reason_shown(reason: str | None) -> str:
     return reason if reason in _FINISH_REASONS else "other"
 
 
-def _arguments_text(arguments: str | dict[str, Any]) -> str:
-    # Some servers (older Ollama) send the arguments as an object, not JSON text.
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+def _logged(request: CompletionRequest, finish_reason: str | None, completion: Completion) -> Completion:
+    # Counts and our own words only: the completion id, tool-call ids and model name are the
+    # server's strings (of a private turn too: the provider does not know the mode).
+    log.debug(
+        "completion (%s): finish_reason=%s, %d tool calls, prompt_tokens=%s completion_tokens=%s",
+        request.purpose,
+        _finish_reason_shown(finish_reason),
+        len(completion.tool_calls),
+        completion.prompt_tokens,
+        completion.completion_tokens,
+    )
+    if completion.truncated:
+        log.info("a completion (%s) was cut off at its token limit", request.purpose)
+    return completion
 
 
 def _worth_retrying(exc: Exception) -> bool:

@@ -8,11 +8,11 @@ from typing import Any
 import aiosqlite
 
 from adapters.storage.database import Database, inserted_id
-from core.values.model import DeliveryTarget, OutboundDelivery
+from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
 
 _COLUMNS = (
     "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts,"
-    " message_id, segment_id IS NOT NULL AS in_segment"
+    " message_id, segment_id IS NOT NULL AS in_segment, streamed_ids"
 )
 
 # Nothing is sent for an interval that has ended: a delivery that names an interval is picked only
@@ -186,8 +186,73 @@ class SqliteOutboxStore:
     async def prune_settled(self, before: float) -> int:
         """Forget settled rows (they hold no text) once they are old."""
         async with self._db.tx() as db:
-            cur = await db.execute("DELETE FROM deliveries WHERE status <> 'pending' AND settled_at < ?", (before,))
+            cur = await db.execute(
+                "DELETE FROM deliveries WHERE status IN ('sent', 'failed') AND settled_at < ?", (before,)
+            )
             return cur.rowcount
+
+    # --- streamed replies ------------------------------------------------------------------
+
+    async def open_stream(
+        self, conversation_id: int, target: DeliveryTarget, now: float, *, segment_id: int | None
+    ) -> StreamedReply:
+        """The row of a reply shown while the model writes it: 'streaming', without text (no partial
+        answer is stored), in the interval of its turn (the trigger of 0011 refuses another)."""
+        nonce = secrets.token_hex(8)
+        async with self._db.tx() as db:
+            cur = await db.execute(
+                "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, reply_to, thread_id,"
+                " nonce, status, next_attempt_at, created_at) VALUES (?, ?, 'reply', ?, ?, ?, ?, ?, 'streaming', ?, ?)",
+                (
+                    conversation_id,
+                    segment_id,
+                    target.platform,
+                    target.chat_id,
+                    target.reply_to,
+                    target.thread_id,
+                    nonce,
+                    now,
+                    now,
+                ),
+            )
+            return StreamedReply(inserted_id(cur), conversation_id, target, nonce)
+
+    async def may_stream(self, delivery_id: int) -> bool:
+        row = await self._db.one(
+            "SELECT 1 FROM deliveries d WHERE d.id = ? AND d.status = 'streaming' AND NOT EXISTS ("
+            " SELECT 1 FROM deliveries e WHERE e.conversation_id = d.conversation_id AND e.status = 'pending'"
+            " AND e.platform = d.platform AND e.chat_id = d.chat_id AND e.id < d.id)",
+            (delivery_id,),
+        )
+        return row is not None
+
+    async def record_streamed(self, delivery_id: int, message_ids: tuple[str, ...]) -> None:
+        # Fsynced: after a power cut as after a crash, the final send must find the messages to edit.
+        async with self._db.tx() as db:
+            await db.execute(
+                "UPDATE deliveries SET streamed_ids = ? WHERE id = ? AND status IN ('streaming', 'pending')",
+                (" ".join(message_ids), delivery_id),
+            )
+
+    async def left_stream(self, conversation_id: int, before: float) -> int | None:
+        row = await self._db.one(
+            "SELECT max(id) FROM deliveries WHERE conversation_id = ? AND status = 'streaming' AND created_at < ?",
+            (conversation_id, before),
+        )
+        return row[0] if row is not None else None
+
+    async def cut_off_streams(self, before: float, text: str, now: float) -> list[tuple[int, int]]:
+        async with self._db.tx() as db:
+            await db.execute(
+                "DELETE FROM deliveries WHERE status = 'streaming' AND created_at < ? AND streamed_ids IS NULL",
+                (before,),
+            )
+            async with db.execute(
+                "UPDATE deliveries SET status = 'pending', text = ?, next_attempt_at = ?"
+                " WHERE status = 'streaming' AND created_at < ? RETURNING conversation_id, id",
+                (text, now, before),
+            ) as cur:
+                return [(r[0], r[1]) for r in await cur.fetchall()]
 
     async def report(self, now: float) -> dict[str, Any]:
         """For `companion report`: deliveries by kind and state, the oldest pending one's age, and
@@ -196,11 +261,15 @@ class SqliteOutboxStore:
             "SELECT kind, status, count(*) FROM deliveries GROUP BY kind, status ORDER BY kind, status"
         )
         oldest = await self._db.one("SELECT min(created_at) FROM deliveries WHERE status = 'pending'")
+        streamed = await self._db.one(
+            "SELECT count(*) FROM deliveries WHERE kind = 'reply' AND status = 'sent' AND streamed_ids IS NOT NULL"
+        )
         bindings = await self._db.all("SELECT state, count(*) FROM bindings GROUP BY state ORDER BY state")
         oldest_at = oldest[0] if oldest is not None else None
         return {
             "deliveries": [(r[0], r[1], r[2]) for r in by_kind],
             "oldest_pending_age": None if oldest_at is None else max(0.0, now - oldest_at),
+            "streamed": streamed[0] if streamed is not None else 0,
             "bindings": [(r[0], r[1]) for r in bindings],
         }
 
@@ -217,4 +286,5 @@ def _delivery(row: aiosqlite.Row) -> OutboundDelivery:
         attempts=row["attempts"],
         in_segment=bool(row["in_segment"]),
         message_id=row["message_id"],
+        streamed=tuple((row["streamed_ids"] or "").split()),
     )

@@ -181,11 +181,14 @@ class TimelineQueries:
         answers: int | None = None,
         target: DeliveryTarget | None = None,
         mirror: MirrorOf | None = None,
+        stream: int | None = None,
     ) -> RecordedReply:
         """Write the outcome of a turn in one transaction: the assistant message (`stored_text`,
         if any), the analytics run, the answered turns (every open turn of the conversation up
         to `answers`), the pending delivery of `send_text` to `target`, and with `mirror` the
-        mirror rows of the exchange (none for a private message or conversation, by the SQL)."""
+        mirror rows of the exchange (none for a private message or conversation, by the SQL).
+        With `stream`, the streaming row of this reply (of this conversation and interval) is
+        that delivery: it gets the text and becomes pending, so its send edits what it showed."""
         if run is not None and segment_id is not None:
             raise ValueError("a private turn has no analytics run")
         async with self._db.tx() as db:
@@ -217,7 +220,14 @@ class TimelineQueries:
                     (conversation_id, answers),
                 )
             delivery_id = None
-            if target is not None:
+            if target is not None and stream is not None:
+                cur = await db.execute(
+                    "UPDATE deliveries SET text = ?, message_id = ?, status = 'pending', next_attempt_at = ?"
+                    " WHERE id = ? AND conversation_id = ? AND status = 'streaming' AND segment_id IS ?",
+                    (send_text, message_id, now, stream, conversation_id, segment_id),
+                )
+                delivery_id = stream if cur.rowcount == 1 else None
+            if target is not None and delivery_id is None:
                 delivery_id = await insert_delivery(
                     db, conversation_id, target, send_text, now, message_id=message_id, segment_id=segment_id
                 )

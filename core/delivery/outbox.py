@@ -8,6 +8,11 @@ holds back the replies. `deliver` sends a lane right after the turn; `dispatch_d
 of any length and across restarts, and never runs the model again. Only a permanent
 refusal (blocked, chat not found) ends a delivery unsent, recorded by kind; on a mirror it
 also disables the binding and tells the source conversation once.
+
+A reply shown while the model writes it (core/delivery/streams.py) is shown in the same lane:
+`open_stream` writes its row (status 'streaming') and shows it there until the turn closes the
+stream; the reply's delivery, written later with the final text, then goes out in that lane as
+the final edit of the messages shown.
 """
 
 from __future__ import annotations
@@ -16,20 +21,24 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable
 
-from core.ports import NO_METRICS, BaseSender, Clock, Metrics, OutboxStore
+from core.delivery.streams import ReplyStream, StreamPacing, StreamShow
+from core.ports import NO_METRICS, BaseSender, BaseStreamer, Clock, Metrics, OutboxStore
 from core.values import copy
 from core.values.errors import DeliveryFailed
 from core.values.locks import KeyedLocks
-from core.values.model import OutboundDelivery
-from core.values.retry import backoff_delay
+from core.values.model import DeliveryTarget, OutboundDelivery
+from core.values.retry import Sleep, backoff_delay
 
 log = logging.getLogger(__name__)
 
 # A new delivery is sent by its adapter right after the turn; the dispatcher leaves it alone this
 # long, so under load it does not queue behind the adapters for rows they are sending anyway.
 UNTRIED_GRACE = 10.0
+# Replies are shown while written as shipped (COMPANION_STREAM_EDIT_SECONDS=1.0).
+SHIPPED_PACING = StreamPacing()
 
 
 class Outbox:
@@ -47,8 +56,17 @@ class Outbox:
         rand: Callable[[], float] = random.random,
         platforms: frozenset[str] | None = None,
         metrics: Metrics = NO_METRICS,
+        pacing: StreamPacing | None = SHIPPED_PACING,
+        sleep: Sleep = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._metrics = metrics
+        # Replies shown while written (None: COMPANION_STREAM_EDIT_SECONDS=off), and the streaming
+        # half of each platform that has one.
+        self._pacing = pacing
+        self._streamers: dict[str, BaseStreamer] = {}
+        self._sleep = sleep
+        self._monotonic = monotonic
         self._store = store
         # The platforms configured in this process: what may be delivered to, whether or not its
         # sender is registered at this instant (None: the registered ones).
@@ -73,6 +91,18 @@ class Outbox:
 
     def serves(self, platform: str) -> bool:
         return platform in self._senders
+
+    def register_streamer(self, streamer: BaseStreamer) -> None:
+        self._streamers[streamer.name] = streamer
+
+    def unregister_streamer(self, streamer: BaseStreamer) -> None:
+        if self._streamers.get(streamer.name) is streamer:
+            del self._streamers[streamer.name]
+
+    def streams(self, platform: str) -> bool:
+        """Whether a reply on `platform` is shown while the model writes it: streaming is on and the
+        platform's streaming half is registered now (a reply otherwise simply goes out whole)."""
+        return self._pacing is not None and platform in self._streamers
 
     @property
     def platforms(self) -> frozenset[str]:
@@ -183,6 +213,55 @@ class Outbox:
             if await self.deliver(conversation_id, newest):
                 flushed += 1
         return flushed
+
+    # --- replies shown while written ----------------------------------------------------------
+
+    async def open_stream(self, conversation_id: int, target: DeliveryTarget, segment_id: int | None) -> ReplyStream:
+        """Write the row of a reply about to be shown while written (no text: `record_reply` gives it
+        the final text later) and show it in its lane, in the background. The caller (a turn) only
+        publishes to the stream and closes it; it never waits on the platform."""
+        reply = await self._store.open_stream(conversation_id, target, self._clock.now(), segment_id=segment_id)
+        stream = ReplyStream(reply)
+        task = asyncio.get_running_loop().create_task(self._show(stream))
+        self._handed.add(task)
+        task.add_done_callback(self._sent)
+        return stream
+
+    async def _show(self, stream: ReplyStream) -> None:
+        pacing = self._pacing
+        if pacing is None or not await stream.pause(pacing.first_seconds, self._sleep):
+            return  # written before its first text was due: it goes out whole, as any reply
+        reply = stream.reply
+        target = reply.target
+        streamer = self._streamers.get(target.platform)
+        if streamer is None:
+            return
+        async with self._locks.of((reply.conversation_id, target.platform, target.chat_id)):
+            # An earlier delivery of this lane still pending goes first: this reply then goes whole.
+            if stream.closed or not await self._store.may_stream(reply.delivery_id):
+                return
+            show = StreamShow(streamer, self._store, pacing, sleep=self._sleep, monotonic=self._monotonic)
+            await show.run(stream)
+            log.info(
+                "delivery %s (conversation %s) shown while written: %d messages, %d requests",
+                reply.delivery_id,
+                reply.conversation_id,
+                len(show.ids),
+                show.requests,
+            )
+
+    async def left_stream(self, conversation_id: int, before: float) -> int | None:
+        """The streaming row a process stopped before `before` left in the conversation: the answer
+        of its cut-off turn takes it over (its send edits the messages the stream showed)."""
+        return await self._store.left_stream(conversation_id, before)
+
+    async def cut_off_streams(self, before: float) -> int:
+        """Streaming rows left before `before` that no answer took over: each message they showed is
+        edited into `copy.STREAM_CUT_OFF` (the partial words do not stay); sent in their lanes."""
+        pending = await self._store.cut_off_streams(before, copy.STREAM_CUT_OFF, self._clock.now())
+        for conversation_id, delivery_id in pending:
+            self.hand_over(conversation_id, delivery_id)
+        return len(pending)
 
     async def prune(self, keep_seconds: float = 7 * 86400.0) -> int:
         return await self._store.prune_settled(self._clock.now() - keep_seconds)

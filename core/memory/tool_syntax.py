@@ -127,3 +127,62 @@ def _is_pythonic_call(text: str, names: frozenset[str]) -> bool:
     inner = text[1:-1].strip() if text.startswith("[") and text.endswith("]") else text
     match = re.fullmatch(r"([A-Za-z_]\w*)\((.*)\)", inner, re.DOTALL)
     return bool(match) and match is not None and match.group(1) in names
+
+
+# How the delimited shapes above begin: a text so far that is one of these, or the start of one,
+# may still become a tool call.
+_OPENINGS = (
+    "<tool_call>",
+    "<function=",
+    "<|python_tag|>",
+    "[TOOL_CALLS]",
+    "<\uff5ctool\u2581calls\u2581begin\uff5c>",
+    "<|start|>assistant",
+    "<|channel|>commentary",
+    "functions.",
+)
+_FENCE_OPENING = re.compile(r"```([^\n]*)(\n?)(\s*)(\S?)")
+_CALL_FENCES = frozenset({"tool_code", "tool_call", "tool_calls", "function_call"})
+
+
+def may_be_tool_call(text: str, tool_names: Iterable[str] = ()) -> bool:
+    """Whether `text`, the beginning of an answer still being written, may yet turn out to be only
+    a tool call (`only_tool_call` of the whole): while it may, none of it is shown. An answer in
+    words is told apart within its first few characters."""
+    rest = _TEMPLATE_TOKENS.sub("", text).lstrip()
+    if not rest:
+        return True
+    for opening in _OPENINGS:
+        if rest.startswith(opening) or opening.startswith(rest):
+            return True
+    first = rest[0]
+    if first == "{":
+        return True  # a JSON call object, to its end
+    if first == "[":
+        inner = rest[1:].lstrip()
+        return not inner or inner[0] == "{" or _may_name_a_call(inner, tool_names)
+    if first == "`":
+        fence = _FENCE_OPENING.match(rest)
+        if fence is None:
+            return "```".startswith(rest)
+        language, newline, _space, content = fence.groups()
+        if not newline:
+            return True  # the fence's language is not complete yet
+        language = language.strip()
+        if language in _CALL_FENCES:
+            return True
+        return language in ("", "json") and (not content or content in "{[")
+    return _may_name_a_call(rest, tool_names)
+
+
+def _may_name_a_call(text: str, tool_names: Iterable[str]) -> bool:
+    """Whether `text` is, or may become, `name(` of one of the tools (a Python-style call)."""
+    head = re.match(r"[A-Za-z_][\w]*\(?", text)
+    if head is None or (head.end() < len(text) and not head.group().endswith("(")):
+        return False
+    word = head.group()
+    for name in tool_names:
+        call = f"{name}("
+        if call.startswith(word) or word.startswith(call):
+            return True
+    return False

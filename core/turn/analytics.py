@@ -93,6 +93,8 @@ def _outbox_lines(rows: dict[str, Any]) -> list[str]:
     """Deliveries by kind and state, the oldest pending one's age, bindings by state."""
     lines = ["deliveries by kind and state:" if rows["deliveries"] else "deliveries: none"]
     lines += [f"  {kind} {status}: {count}" for kind, status, count in rows["deliveries"]]
+    if rows.get("streamed"):  # counted among the replies sent above, once each
+        lines.append(f"  of the replies sent, shown while written (streamed): {rows['streamed']}")
     age = rows["oldest_pending_age"]
     lines.append("oldest pending delivery: none" if age is None else f"oldest pending delivery: {age:.0f} s old")
     bindings = ", ".join(f"{count} {state}" for state, count in rows["bindings"]) or "none"

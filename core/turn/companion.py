@@ -81,8 +81,13 @@ class Companion:
                 await self.answer_cut_off(open_turn)
             except Exception as exc:  # noqa: BLE001 - one conversation must not stop the others
                 log.warning("answering a cut-off turn failed (%s)", type(exc).__name__)
-        if turns:
-            log.info("start-up: %d turns cut off by the last stop were answered", len(turns))
+        marked = await self._recovery.cut_off_streams()  # replies shown in part that no answer took over
+        if turns or marked:
+            log.info(
+                "start-up: %d turns cut off by the last stop were answered, %d partly shown replies marked cut off",
+                len(turns),
+                marked,
+            )
             if self.outbox is not None:
                 await self.outbox.settle(self.config.stop_grace)  # their answers sent (or pending, retried)
         return len(turns)

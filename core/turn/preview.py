@@ -112,7 +112,9 @@ class NormalPreview:
         # Normal mode's view whatever the conversation's mode is now: the NORMAL state, never the
         # valve's nor the open segment's (no private pad, no private summary, the interval masked).
         prepared = await self._responder.prepare(conversation, NORMAL, upcoming=upcoming)
-        body = await self._provider.request_body(prepared.request)
+        # Streamed where its replies are shown while written: the body then asks the server to stream.
+        streamed = self._responder.streams(conversation.platform)
+        body = await self._provider.request_body(prepared.request, streamed=streamed)
         log.info(
             "conversation %s: normal-mode request previewed (%d messages, %s bytes)",
             conversation.id,

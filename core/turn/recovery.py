@@ -4,7 +4,9 @@ Crash semantics first (seed 000): every private interval left open is closed at 
 stored record, and what expired while the process was down is deleted. An event made before this
 start into a conversation whose interval that closed belongs to the interval (the gate asks
 `closed_by_restart`; `keep_unread` stores it there unread, whatever its kind).
-Turns the last process was cut off in are answered once (or, when old, asked for again).
+Turns the last process was cut off in are answered once (or, when old, asked for again); a reply
+that was being shown while written when the process stopped is taken over by that answer (its
+send edits the messages shown), and what no answer takes over is marked cut off.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+from core.delivery.outbox import Outbox
 from core.ports import BaseStore, Clock
 from core.privacy.valve import ModeValve
 from core.turn.responder import Responder
@@ -45,7 +48,9 @@ class Recovery:
         responder: Responder,
         *,
         platforms: frozenset[str] | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
+        self._outbox = outbox
         self._store = store
         self._clock = clock
         self._valve = valve
@@ -110,11 +115,26 @@ class Recovery:
         )
         account = Account(open_turn.account_id or 0, conversation.person_id or 0, conversation.platform, "")
         turn = Turn(message, account, conversation)
+        # Its answer was being shown while written when the last process stopped: the answer now is
+        # that reply (sent as the final edit of the messages shown), not a second one beside them.
+        left = await self._outbox.left_stream(conversation.id, self.started_at) if self._outbox else None
         if self._clock.now() - open_turn.created_at < ANSWER_CUT_OFF_TURNS_WITHIN:
-            return await self._responder.answer(turn, state, open_turn.message_id)
+            return await self._responder.answer(turn, state, open_turn.message_id, resume=left)
         return await self._responder.finish(
-            turn, copy.MISSED_IN_RESTART, stored_text=copy.MISSED_IN_RESTART, answers=open_turn.message_id
+            turn,
+            copy.MISSED_IN_RESTART,
+            stored_text=copy.MISSED_IN_RESTART,
+            answers=open_turn.message_id,
+            stream=left,
         )
+
+    async def cut_off_streams(self) -> int:
+        """After the cut-off turns were answered: every reply the last process was showing while
+        written that no answer took over gets its messages edited into a constant "cut off" line
+        (a private interval's too, while it lives: the line holds nothing of it). Returns how many."""
+        if self._outbox is None:
+            return 0
+        return await self._outbox.cut_off_streams(self.started_at)
 
     def sent_before_start(self, message: InboundMessage) -> bool:
         return message.sent_at is not None and message.sent_at < self.started_at + SENT_AT_MARGIN

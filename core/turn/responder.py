@@ -5,10 +5,15 @@ call), and `finish` writes the reply, its run, the answered turns, its delivery 
 rows in one transaction. It never sends: the reply's delivery is handed to the outbox by whoever
 waits for it (the adapter) or by the lane that answered without a waiter; mirror rows are handed to
 the outbox here. Both leave through the outbox's own per-target lanes.
+
+Where the platform shows replies while they are written, the answer streams (core/turn/streaming.py):
+its delivery row is written at the first useful text, shown by the outbox's lane while the model
+goes on, and `finish` gives that same row the final text, so its send is the final edit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -18,12 +23,13 @@ from core.delivery.outbox import Outbox
 from core.memory.context import AssembledContext, ContextAssembler
 from core.memory.tool_syntax import only_tool_call
 from core.memory.tools import Tool, ToolContext, ToolRegistry, ToolSupport, run_tool_call
-from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics
+from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics, PartialSink
 from core.privacy.valve import ModeValve
 from core.proactive.manners import timezone_of
 from core.turn.analytics import RunRecorder
 from core.turn.lanes import Lanes
 from core.turn.media import ReadMedia, with_images
+from core.turn.streaming import StreamedAnswer, lead_of
 from core.values import copy
 from core.values.errors import (
     ModelAnswerUnusable,
@@ -106,6 +112,11 @@ class Responder:
             return False
         return self._platforms is None or platform in self._platforms
 
+    def streams(self, platform: str) -> bool:
+        """Whether a reply on `platform` is shown while the model writes it (the outbox's lane shows
+        it): a platform that delivers through the outbox, with streaming on and its streamer there."""
+        return self.delivers(platform) and self._outbox is not None and self._outbox.streams(platform)
+
     async def answer(
         self,
         turn: Turn,
@@ -115,29 +126,44 @@ class Responder:
         *,
         note: str | None = None,
         told: tuple[str, ...] = (),
+        resume: int | None = None,
     ) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
         (message, run, answered turn and delivery) in one transaction. `media`: its images go
         with this request only, its notes before the answer. `note`: a constant system line after
         the view (an edit's correction). `told`: constant lines said before the answer, like the
-        media notes never stored (so never mirrored either)."""
+        media notes never stored (so never mirrored either). `resume`: the streaming row a stopped
+        process left for this turn: the reply becomes it (its send edits the messages shown then)
+        and is not shown while written again."""
         conversation = turn.conversation
         segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it,
         # nor count it in the operator's metrics (they are reached through the recorder only).
         recorder = None if state.is_private else RunRecorder(self._clock, conversation.id, self._metrics)
         images = media.images if media else ()
+        streamed = None
+        if resume is None and self.streams(turn.message.platform) and self._outbox is not None:
+            restarted = copy.RESTART_ENDED_PRIVATE if turn.restart_notice else ""
+            notes = media.notes if media else ()
+            streamed = StreamedAnswer(
+                self._outbox,
+                conversation.id,
+                self._target(turn),
+                segment_id,
+                lead=lead_of((restarted, state.notice or "", *told, *notes)),
+                tool_names=frozenset(self._tools.names),
+            )
         prepared = await self.prepare(conversation, state, images=images, note=note)
         try:
             try:
-                text = await self._complete_with_tools(conversation, state, prepared, recorder)
+                text = await self._complete_with_tools(conversation, state, prepared, recorder, streamed)
             except ProviderRequestTooLong:
                 # The server counts more than the estimate: once more, with half the window.
                 log.info(
                     "conversation %s: request too long for the model; retrying with half the window", conversation.id
                 )
                 prepared = await self.prepare(conversation, state, shrink=2, images=images, note=note)
-                text = await self._complete_with_tools(conversation, state, prepared, recorder)
+                text = await self._complete_with_tools(conversation, state, prepared, recorder, streamed)
         except ProviderError as exc:
             log.warning("conversation %s: provider failed (%s)", conversation.id, type(exc).__name__)
             if recorder:
@@ -145,8 +171,18 @@ class Responder:
                 await self._save_run(recorder.finish("error"))
             # Say what went wrong in words the person can act on; the message is kept in every case.
             return await self.finish(
-                turn, with_notice(state, _failure_words(exc)), segment_id=segment_id, answers=message_id
+                turn,
+                with_notice(state, _failure_words(exc)),
+                segment_id=segment_id,
+                answers=message_id,
+                stream=_closed(streamed) or resume,
             )
+        except (Exception, asyncio.CancelledError):
+            # Cut off (a stop) or failed: its row stays 'streaming'; the next start answers the turn
+            # into the messages shown, or marks them cut off.
+            if streamed is not None:
+                streamed.close()
+            raise
         shown = media.noted(text) if media else text
         reply = await self.finish(
             turn,
@@ -158,6 +194,7 @@ class Responder:
             # Asked for every answered exchange: the store's SQL alone decides there is nothing to
             # copy from a private one (no check up here that a later caller could forget).
             mirror=MirrorOf(message_id, source_label(conversation)),
+            stream=_closed(streamed) or resume,
         )
         if prepared.context.needs_fold:
             # A later event of the same lane: the fold runs in the mode it was planned for, or not at all.
@@ -198,20 +235,20 @@ class Responder:
         delete_inbound: bool = False,
         mirror: MirrorOf | None = None,
         queued: bool = True,
+        stream: int | None = None,
     ) -> Reply:
         """Write the turn's outcome and, where the platform sends through the outbox, its pending
         delivery, in one transaction. With `mirror`, the same transaction writes the exchange's
         mirror rows, handed to the outbox here. `segment_id`: the interval the outcome and its
         delivery belong to (the event's, as the gate decided it). `queued` False: no outbox row
-        (the mode could not be read, so no interval can be named); the adapter sends the text."""
+        (the mode could not be read, so no interval can be named); the adapter sends the text.
+        `stream`: the reply's streaming row, which becomes its delivery (the final edit)."""
         if turn.restart_notice:
             text = f"{copy.RESTART_ENDED_PRIVATE}\n\n{text}"
         message = turn.message
-        target = None
-        if queued and self.delivers(message.platform):
-            # In a group the reply quotes the message it answers; a deleted one cannot be quoted.
-            reply_to = None if (turn.conversation.is_direct or delete_inbound) else message.message_id
-            target = DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)
+        target = (
+            self._target(turn, delete_inbound=delete_inbound) if queued and self.delivers(message.platform) else None
+        )
         if stored_text is None and answers is None and target is None and run is None:
             return Reply(text, delete_inbound=delete_inbound)
         started = time.perf_counter()
@@ -225,6 +262,7 @@ class Responder:
             answers=answers,
             target=target,
             mirror=mirror,
+            stream=stream,
         )
         if run is not None:  # a normal turn's reply (a run exists for no other): timed for the operator
             self._metrics.database_write("reply", time.perf_counter() - started)
@@ -238,12 +276,19 @@ class Responder:
             conversation_id=turn.conversation.id,
         )
 
+    def _target(self, turn: Turn, *, delete_inbound: bool = False) -> DeliveryTarget:
+        message = turn.message
+        # In a group the reply quotes the message it answers; a deleted one cannot be quoted.
+        reply_to = None if (turn.conversation.is_direct or delete_inbound) else message.message_id
+        return DeliveryTarget(message.platform, message.chat_id, reply_to, message.thread_id)
+
     async def _complete_with_tools(
         self,
         conversation: Conversation,
         state: ModeState,
         prepared: PreparedRequest,
         recorder: RunRecorder | None,
+        streamed: StreamedAnswer | None = None,
     ) -> str:
         offered = prepared.offered
         messages = list(prepared.request.messages)
@@ -253,7 +298,7 @@ class Responder:
         asked_without_tools = False
         while True:
             try:
-                completion = await self._call(request, recorder)
+                completion = await self._call(request, recorder, streamed.offer if streamed else None)
             except ProviderToolsUnsupported:
                 if not request.tools:
                     raise
@@ -316,10 +361,15 @@ class Responder:
         except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
             log.warning("analytics run could not be written (%s)", type(exc).__name__)
 
-    async def _call(self, request: CompletionRequest, recorder: RunRecorder | None) -> Completion:
+    async def _call(
+        self, request: CompletionRequest, recorder: RunRecorder | None, partial: PartialSink | None = None
+    ) -> Completion:
         started = time.perf_counter()
         try:
-            completion = await self._provider.complete(request)
+            if partial is None:
+                completion = await self._provider.complete(request)
+            else:
+                completion = await self._provider.complete(request, partial=partial)
         except ProviderError:
             if recorder:
                 recorder.model_request(self._provider.name, "error", time.perf_counter() - started)
@@ -348,6 +398,14 @@ class Responder:
             await self._context.fold(conversation, current, self._provider)
         except Exception as exc:  # noqa: BLE001 - e.g. the segment expired meanwhile; retried next turn
             log.warning("summary fold for conversation %s failed (%s)", conversation.id, type(exc).__name__)
+
+
+def _closed(streamed: StreamedAnswer | None) -> int | None:
+    """Close the stream (nothing more is shown) and return its delivery row, if it opened one."""
+    if streamed is None:
+        return None
+    streamed.close()
+    return streamed.delivery_id
 
 
 def _round_request(messages: list[ChatMessage], offered: tuple[Tool, ...], *, last: bool) -> CompletionRequest:

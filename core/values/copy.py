@@ -83,6 +83,13 @@ TOOLS_OFF_NOTE = (
 # Appended to a reply the model stopped early because it reached its token limit.
 CUT_OFF_MARKER = " (cut off)"
 
+# Shown under a reply being written while the model uses a tool (never the tool or its arguments).
+STREAM_WORKING = "(one moment…)"
+
+# What a message of a reply cut off mid-stream by a restart (or a crash) becomes when no answer
+# took it over: the partial words are replaced, not kept.
+STREAM_CUT_OFF = "(This answer was cut off by a restart.)"
+
 RESTART_ENDED_PRIVATE = "I restarted, so private mode ended. You are in normal mode now."
 
 # A message sent before a restart ended private mode, arriving only now (a redelivery, or

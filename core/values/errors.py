@@ -12,6 +12,7 @@ CompanionError
 │   ├── ProviderBadResponse  the reply was not the JSON we expect
 │   └── ModelAnswerUnusable  the model answered, but only with tool syntax its server left unparsed
 ├── DeliveryFailed           a platform did not take an outbound message (permanent or not)
+│   └── DeliveryThrottled    the platform asked to wait (`retry_after` seconds) before the next edit
 ├── MediaUnavailable         an inbound photo or voice note could not be fetched (or is too large)
 ├── TranscriptionFailed      the speech-to-text server did not give a transcript
 └── StoreError               the database failed or refused
@@ -89,6 +90,15 @@ class DeliveryFailed(CompanionError):
         self.kind = kind
         self.permanent = permanent
         self.parts_sent = parts_sent
+
+
+class DeliveryThrottled(DeliveryFailed):
+    """The platform refused a request for now and said how long to wait (Telegram's 429 with
+    `retry_after`): a streamed reply waits that long and edits more slowly from then on."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__("flood control", permanent=False, parts_sent=0)
+        self.retry_after = retry_after
 
 
 class MediaUnavailable(CompanionError):

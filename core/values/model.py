@@ -153,6 +153,20 @@ class OutboundDelivery:
     in_segment: bool = False
     # The stored message it carries (in `conversation_id`); None for what is not stored (a command's answer).
     message_id: int | None = None
+    # A reply shown while the model wrote it: the platform ids of the messages it streamed into, in
+    # order. Its send edits them into the final text (continuing in new messages past them).
+    streamed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedReply:
+    """The delivery row of a reply shown while the model writes it (status 'streaming' until the
+    reply is written): where it goes, and the nonce its messages are sent with."""
+
+    delivery_id: int
+    conversation_id: int
+    target: DeliveryTarget
+    nonce: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +245,15 @@ class CompletionRequest:
     max_tokens: int | None = None
     # The name of one of `tools` the model must call (tool_choice forced); None: the model chooses.
     force_tool: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """What one streamed model answer holds so far: its text, and whether it began a tool call
+    (`calling`; the call's name and arguments never leave the provider while it streams)."""
+
+    text: str
+    calling: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,11 @@ class ScriptedResponse:
     delay: float = 0.0
     content_type: str = "application/json"
     disconnect: bool = False  # hang up without answering
+    # Server-sent events sent as they are (each the text after `data: `), `pause` seconds apart, to
+    # a streamed request: a recorded stream (tests/helpers/stream_shapes.py). None: a completion
+    # `body` is streamed the way OpenAI streams it (`stream_completion`).
+    events: tuple[str, ...] | None = None
+    pause: float | None = None  # between events; None: the server's `token_seconds`
 
 
 # A responder returns a completion dict, a reply text, or a ScriptedResponse (sync or async).
@@ -52,11 +57,20 @@ class FakeOpenAIServer(LoopbackServer):
     a string gets a 500 with its validation error (the script is not consumed), and
     `tools` are in effect only with a `tool_choice`; without one they are left out of
     the prompt, so no tool calls come back (`tools_in_effect` records each request).
+
+    A request with `"stream": true` is answered with server-sent events, as every real server
+    does: the completion cut into one chunk per word (a tool call's arguments in pieces of a few
+    characters), `token_seconds` apart, the finish reason last, a usage chunk when asked with
+    `stream_options.include_usage`, then `data: [DONE]`. `streaming = False` makes it a server
+    that does not stream (it answers such a request in one piece); `stream_options` without
+    `stream` is refused with 400, as OpenAI and vLLM refuse it.
     """
 
     def __init__(self, model: str = "fake-model", *, strict: bool = False) -> None:
         self.model = model
         self.strict = strict
+        self.streaming = True
+        self.token_seconds = 0.0
         self.tools_in_effect: list[bool] = []
         self.requests: list[Any] = []
         self.raw_requests: list[bytes] = []
@@ -122,6 +136,11 @@ class FakeOpenAIServer(LoopbackServer):
             self.script(ScriptedResponse(body=None, delay=seconds))
         else:
             self.script(dataclasses.replace(_as_scripted(then), delay=seconds))
+
+    def reply_stream(self, events: list[str] | tuple[str, ...], *, pause: float = 0.0, delay: float = 0.0) -> None:
+        """Queue server-sent events sent as they are to a streamed request (each the text after
+        `data: `; `data: [DONE]` follows them), `pause` seconds apart, after `delay`."""
+        self.script(ScriptedResponse(body=None, events=tuple(events), pause=pause, delay=delay))
 
     def reply_disconnect(self) -> None:
         """Queue a hang-up: the connection is closed without any answer."""
@@ -195,6 +214,8 @@ class FakeOpenAIServer(LoopbackServer):
                 {"error": {"message": parts, "type": "invalid_request_error", "param": "messages", "code": None}},
                 status=400,
             )
+        if body.get("stream_options") is not None and not body.get("stream"):
+            return _openai_error("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 400)
         tools_in_effect = bool(body.get("tools")) and "tool_choice" in body
         if self.strict:
             self.tools_in_effect.append(tools_in_effect)
@@ -204,7 +225,9 @@ class FakeOpenAIServer(LoopbackServer):
                 )
 
         scripted = self._script.popleft() if self._script else None
-        if scripted is None or (scripted.body is None and scripted.status == 200 and not scripted.disconnect):
+        if scripted is None or (
+            scripted.body is None and scripted.status == 200 and not scripted.disconnect and scripted.events is None
+        ):
             delay = scripted.delay if scripted else 0.0
             scripted = dataclasses.replace(await self._respond(body, number), delay=delay)
         if self.strict and not tools_in_effect and scripted.status == 200 and isinstance(scripted.body, dict):
@@ -215,7 +238,29 @@ class FakeOpenAIServer(LoopbackServer):
             assert request.transport is not None
             request.transport.close()
             raise asyncio.CancelledError  # nothing may be written after the hang-up
+        if body.get("stream") and self.streaming and scripted.status == 200:
+            events = scripted.events
+            if events is None and isinstance(scripted.body, dict) and scripted.body.get("choices"):
+                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                events = tuple(json.dumps(chunk) for chunk in stream_completion(scripted.body, include_usage=usage))
+            if events is not None:
+                pause = self.token_seconds if scripted.pause is None else scripted.pause
+                return await self._stream(request, events, pause)
         return _to_response(scripted)
+
+    async def _stream(self, request: web.Request, events: tuple[str, ...], pause: float) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        try:
+            for number, event in enumerate(events):
+                if number and pause:
+                    await self._wait(pause)
+                await response.write(f"data: {event}\n\n".encode())
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client hung up mid-stream (its turn was cut off)
+        return response
 
     async def _transcriptions(self, request: web.Request) -> web.Response:
         """OpenAI's speech to text: multipart with `file` and `model` (each required: 400 without)."""
@@ -281,6 +326,36 @@ def completion_json(
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def stream_completion(completion: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
+    """A Chat Completions body as OpenAI streams it (its recorded streams: tests/helpers/
+    stream_shapes.py): a first chunk with the role, one chunk per word of the content, a tool
+    call's id and name first and its arguments in pieces, the finish reason in a chunk of its own,
+    then (asked for) the usage in a chunk with no choices."""
+    head = {k: completion.get(k) for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+    message = choice.get("message") or {}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": "" if message.get("content") is not None else None})]
+    chunks += [chunk({"content": word}) for word in re.findall(r"\s*\S+\s*|\s+", message.get("content") or "")]
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        opening = {"index": index, "id": call["id"], "type": "function"}
+        chunks.append(chunk({"tool_calls": [{**opening, "function": {"name": function["name"], "arguments": ""}}]}))
+        arguments = (
+            function["arguments"] if isinstance(function["arguments"], str) else json.dumps(function["arguments"])
+        )
+        for start in range(0, len(arguments), 4):
+            piece = {"index": index, "function": {"arguments": arguments[start : start + 4]}}
+            chunks.append(chunk({"tool_calls": [piece]}))
+    chunks.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if include_usage and completion.get("usage") is not None:
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
+    return chunks
 
 
 def _strict_validation_error(body: dict[str, Any]) -> str | None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from core.ports import PartialSink
 from core.values.copy import PLACEHOLDER
 from core.values.errors import ProviderUnavailable
-from core.values.model import Completion, CompletionRequest
+from core.values.model import Completion, CompletionRequest, Partial
 
 
 class FakeClock:
@@ -21,18 +22,44 @@ class FakeClock:
 
 
 class FakeProvider:
-    """Records every request; answers from a script, else a deterministic line."""
+    """Records every request; answers from a script, else a deterministic line. With `streams`, a
+    request given a `partial` sink gets its answer's text in `stream_steps` growing pieces first
+    (a tool call's start as `calling`), `stream_pause` seconds apart, each awaited as a server's
+    chunk would be; `partials` records every piece handed to a sink."""
 
     name = "fake"
 
     def __init__(self) -> None:
+        self.streams = False
+        self.stream_steps = 4
+        self.stream_pause = 0.0
+        self.partials: list[Partial] = []
         self.requests: list[CompletionRequest] = []
         self.script: list[Completion | Exception] = []
         self.fail_all = False
         self.delay = 0.0
         self.gate: asyncio.Event | None = None  # when given, each request waits until it is set (10 s at most)
 
-    async def complete(self, request: CompletionRequest) -> Completion:
+    async def complete(self, request: CompletionRequest, *, partial: PartialSink | None = None) -> Completion:
+        completion = await self._answer(request)
+        if partial is not None and self.streams:
+            await self._stream(completion, partial)
+        return completion
+
+    async def _stream(self, completion: Completion, partial: PartialSink) -> None:
+        text = completion.text
+        for step in range(1, self.stream_steps + 1):
+            piece = Partial(text[: len(text) * step // self.stream_steps])
+            self.partials.append(piece)
+            await partial(piece)
+            if self.stream_pause:
+                await asyncio.sleep(self.stream_pause)
+        if completion.tool_calls:
+            piece = Partial(text, calling=True)
+            self.partials.append(piece)
+            await partial(piece)
+
+    async def _answer(self, request: CompletionRequest) -> Completion:
         self.requests.append(request)
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -50,7 +77,7 @@ class FakeProvider:
             return Completion("SUMMARY:\nfolded\nFACTS:\n- none")
         return Completion(f"reply {len(self.requests)}")
 
-    async def request_body(self, request: CompletionRequest) -> None:
+    async def request_body(self, request: CompletionRequest, *, streamed: bool = False) -> None:
         return None  # nothing is sent anywhere: the requests are recorded in memory
 
     async def aclose(self) -> None:
@@ -122,3 +149,51 @@ class FakeSender:
 
     def texts_to(self, chat_id: str) -> list[str]:
         return [part for chat, part, _ in self.sent if chat == chat_id]
+
+
+class FakeStreamer(FakeSender):
+    """A platform that also shows replies while written (core.ports.BaseStreamer): `posts_shown`
+    and `edits` record every post and edit of a streamed reply as (message id, text); the final
+    send of a streamed delivery edits its messages (recorded in `edits`, then in `sent`)."""
+
+    def __init__(self, name: str = "telegram", limit: int = 4096) -> None:
+        super().__init__(name, limit)
+        self.posts_shown: list[tuple[str, str]] = []
+        self.edits: list[tuple[str, str]] = []
+        self.messages: dict[str, str] = {}  # what each message shows now
+        self.throttle: list[float] = []  # retry_after of the next edits, one each
+        self._ids = 0
+
+    def pieces(self, text: str, *, final: bool = False) -> list[str]:
+        from adapters.pieces import stream_pieces
+
+        return stream_pieces(text, self.limit, final=final)
+
+    async def post(self, reply, text: str, index: int) -> str:
+        self._ids += 1
+        message_id = f"s{self._ids}"
+        self.posts_shown.append((message_id, text))
+        self.messages[message_id] = text
+        return message_id
+
+    async def edit(self, reply, message_id: str, text: str) -> None:
+        from core.values.errors import DeliveryThrottled
+
+        if self.throttle:
+            raise DeliveryThrottled(self.throttle.pop(0))
+        self.edits.append((message_id, text))
+        self.messages[message_id] = text
+
+    async def send_delivery(self, delivery) -> int:
+        if not delivery.streamed:
+            return await super().send_delivery(delivery)
+        pieces = self.pieces(delivery.text, final=True)
+        for index, piece in enumerate(pieces):
+            if index < len(delivery.streamed):
+                await self.edit(None, delivery.streamed[index], piece)
+            else:
+                self.messages[await self.post(None, piece, index)] = piece
+            self.sent.append((delivery.target.chat_id, piece, None))
+        for message_id in delivery.streamed[len(pieces) :]:
+            self.messages.pop(message_id, None)  # deleted
+        return len(pieces)

@@ -1,0 +1,197 @@
+"""Replies shown while the model writes them: the turn offers the newest text, an outbox lane shows it.
+
+A `ReplyStream` hands a reply over from its turn to the outbox. The turn, in its conversation's
+lane, only replaces the newest text and wakes the consumer: it never waits on a platform. The
+consumer, `StreamShow`, runs in the outbox's lane of the reply's chat (`Outbox.open_stream`):
+it posts the text and edits it at most every `edit_seconds`, always with the newest text, so
+the states in between are dropped and the buffer is one string. A slow or throttled platform
+costs edits, never the lane's time. The reply's final text is not shown here: it is the
+reply's delivery row, sent (an edit of these messages) by the outbox once this let go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.ports import BaseStreamer, OutboxStore
+from core.values.errors import DeliveryFailed, DeliveryThrottled
+from core.values.model import StreamedReply
+from core.values.retry import Sleep
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPacing:
+    """How a streamed reply is shown.
+
+    Attributes:
+        edit_seconds: at most one post or edit this often (COMPANION_STREAM_EDIT_SECONDS).
+        first_seconds: the first text is shown once the answer has run this long past its first
+            useful text; an answer finished by then goes out whole, as one message, not as a post
+            and an edit a moment apart.
+        max_seconds: after the platform asked to wait, or took longer than `edit_seconds` for one
+            edit, the rest of the reply edits half as often, but at least this often.
+    """
+
+    edit_seconds: float = 1.0
+    first_seconds: float = 0.4
+    max_seconds: float = 8.0
+
+    def slower(self, interval: float) -> float:
+        return min(max(interval * 2, self.edit_seconds), max(self.max_seconds, self.edit_seconds))
+
+
+class ReplyStream:
+    """One reply while the model writes it: its delivery row (status 'streaming') and its newest text.
+
+    The producer (the turn) calls `publish` and `close`, which never suspend; the consumer (one
+    `StreamShow`) reads `text` and `version` and waits with `wait_change` and `pause`."""
+
+    def __init__(self, reply: StreamedReply) -> None:
+        self.reply = reply
+        self._text = ""
+        self._settled = False
+        self._version = 0
+        self._changed = asyncio.Event()
+        self._closed = asyncio.Event()
+
+    # --- the turn's side ------------------------------------------------------------------
+
+    def publish(self, text: str, *, settled: bool = False) -> None:
+        """The newest text of the reply (the one before it is dropped if it was not shown yet).
+        `settled`: its end is ours (a constant line), not a model's that may still grow, so it is
+        shown whole."""
+        if (text, settled) != (self._text, self._settled) and not self._closed.is_set():
+            self._text = text
+            self._settled = settled
+            self._version += 1
+            self._changed.set()
+
+    def close(self) -> None:
+        """The model is done (or the turn ended): nothing more is shown; the final text is the delivery."""
+        self._closed.set()
+        self._changed.set()
+
+    # --- the outbox's side ----------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def wait_change(self, version: int) -> None:
+        """Until the text is newer than `version`, or the stream closed."""
+        while self._version == version and not self._closed.is_set():
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def pause(self, seconds: float, sleep: Sleep) -> bool:
+        """Wait `seconds` (by `sleep`) unless the stream closes first; whether it is still open."""
+        if self._closed.is_set():
+            return False
+        if seconds <= 0:
+            return True
+        sleeping = asyncio.ensure_future(sleep(seconds))
+        closing = asyncio.ensure_future(self._closed.wait())
+        try:
+            await asyncio.wait({sleeping, closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeping, closing):
+                task.cancel()
+            await asyncio.gather(sleeping, closing, return_exceptions=True)
+        return not self._closed.is_set()
+
+
+class StreamShow:
+    """Shows one `ReplyStream` through a platform's streamer, paced; runs inside the outbox lane of
+    the reply's chat, so the reply's final send (the same lane) comes after its last edit."""
+
+    def __init__(
+        self,
+        streamer: BaseStreamer,
+        store: OutboxStore,
+        pacing: StreamPacing,
+        *,
+        sleep: Sleep,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._streamer = streamer
+        self._store = store
+        self._pacing = pacing
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self.ids: list[str] = []  # the messages shown, in order
+        self._shown: list[str] = []  # what each of them shows now
+        self.requests = 0  # posts and edits sent
+
+    async def run(self, stream: ReplyStream) -> None:
+        """Show the stream's newest text until it closes; then keep the pace once more, so the final
+        edit that follows is no sooner than the next one would have been."""
+        interval = self._pacing.edit_seconds
+        last: float | None = None
+        version = -1
+        while not stream.closed:
+            if stream.version == version:
+                await stream.wait_change(version)
+                continue
+            if last is not None:
+                wait = last + interval - self._monotonic()
+                if wait > 0 and not await stream.pause(wait, self._sleep):
+                    break
+            version = stream.version
+            began = self._monotonic()
+            try:
+                await self._show(stream.reply, self._streamer.pieces(stream.text, final=stream.settled))
+            except DeliveryThrottled as exc:
+                # The platform said how long to wait: waited here (this lane holds nothing of the
+                # turn's), and the rest of this reply edits more slowly.
+                interval = self._pacing.slower(interval)
+                log.info(
+                    "delivery %s: the platform asked to wait %.1f s; editing every %.1f s now",
+                    stream.reply.delivery_id,
+                    exc.retry_after,
+                    interval,
+                )
+                if not await stream.pause(exc.retry_after, self._sleep):
+                    break
+            except DeliveryFailed as exc:
+                log.info("delivery %s: showing it while written stopped (%s)", stream.reply.delivery_id, exc.kind)
+                break
+            else:
+                if self._monotonic() - began > interval:  # a slow platform: fewer edits
+                    interval = self._pacing.slower(interval)
+            last = self._monotonic()
+        if last is not None:
+            wait = last + interval - self._monotonic()
+            if wait > 0:
+                await self._sleep(min(wait, interval))
+
+    async def _show(self, reply: StreamedReply, pieces: list[str]) -> None:
+        for index, piece in enumerate(pieces):
+            if index < len(self.ids):
+                if self._shown[index] != piece:
+                    await self._streamer.edit(reply, self.ids[index], piece)
+                    self._shown[index] = piece
+                    self.requests += 1
+                continue
+            message_id = await self._streamer.post(reply, piece, index)
+            self.ids.append(message_id)
+            self._shown.append(piece)
+            self.requests += 1
+            # Before any further edit: after a crash from here on, the final send edits this message.
+            await self._store.record_streamed(reply.delivery_id, tuple(self.ids))

@@ -1,0 +1,172 @@
+"""Replies shown while the model writes them (issue 24), in the core with a real store, a provider
+that streams and a fake platform that shows posts and edits: the final text is the reply's one
+delivery (an edit of what was shown), partial text is stored nowhere, a cut-off stream is taken
+over by the next start's answer, and a private stream leaves nothing once its interval is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+
+from core.delivery.streams import StreamPacing
+from core.turn.companion import Companion
+from core.values import copy
+from core.values.model import Completion, InboundMessage, Reply
+from tests.conftest import PASSPHRASE
+from tests.helpers.boot import boot_companion
+from tests.helpers.chat import all_rows
+from tests.helpers.fakes import FakeStreamer
+from tests.helpers.waiting import wait_for
+
+USER = "100"
+_ids = itertools.count(1)
+LONG = " ".join(f"word{n}" for n in range(60)) + "."
+# Quick pacing for a test: the shipped pacing is one edit a second (COMPANION_STREAM_EDIT_SECONDS).
+QUICK = StreamPacing(edit_seconds=0.05, first_seconds=0.02)
+
+
+@pytest.fixture
+def telegram() -> FakeStreamer:
+    return FakeStreamer("telegram")
+
+
+@pytest.fixture
+def boot(store, provider, clock, passphrase_hash, telegram):
+    provider.streams = True
+    provider.stream_steps = 8
+    provider.stream_pause = 0.03
+
+    async def start(**config) -> Companion:
+        # Bursts off: each test message is its own turn (the gateway tests keep the shipped window).
+        companion = await boot_companion(
+            store,
+            provider,
+            clock,
+            passphrase_hash,
+            (telegram,),
+            platforms=("telegram",),
+            outbox_options={"pacing": QUICK},
+            burst_seconds=0.0,
+            **config,
+        )
+        companion.outbox.register_streamer(telegram)
+        return companion
+
+    return start
+
+
+async def tell(companion: Companion, text: str) -> Reply | None:
+    message = InboundMessage("telegram", USER, USER, text, is_direct=True, message_id=f"m{next(_ids)}", user_name="Ann")
+    reply = await companion.handle(message)
+    if reply is not None and reply.delivery_id is not None and reply.conversation_id is not None:
+        companion.outbox.hand_over(reply.conversation_id, reply.delivery_id)  # what an adapter does
+    return reply
+
+
+async def test_a_streamed_reply_is_shown_while_written_and_finished_by_one_edit(boot, provider, telegram, store):
+    companion = await boot()
+    provider.script.append(Completion(LONG))
+    reply = await tell(companion, "tell me a long story")
+    assert reply is not None
+    await wait_for(lambda: telegram.sent)
+    assert len(telegram.posts_shown) == 1  # one message, shown early ...
+    message_id, first = telegram.posts_shown[0]
+    assert first and LONG.startswith(first) and first != LONG
+    assert len(telegram.edits) >= 2  # ... edited as the answer grew, then the final edit
+    assert telegram.edits[-1] == (message_id, LONG)
+    assert telegram.messages == {message_id: LONG}
+    rows = await all_rows(store, "SELECT status, streamed_ids, text FROM deliveries")
+    assert rows == [("sent", message_id, None)]  # one delivery; a sent row holds no text
+
+
+async def test_a_partial_answer_is_stored_nowhere(boot, provider, telegram, store, tmp_path):
+    companion = await boot()
+    provider.script.append(Completion(LONG))
+    provider.stream_pause = 0.2
+    task = asyncio.create_task(tell(companion, "go"))
+    await wait_for(lambda: len(telegram.edits) >= 2)
+    shown = telegram.edits[-1][1]
+    assert "word3" in shown and not task.done()  # shown on the platform while the model writes ...
+    on_disk = b"".join(path.read_bytes() for path in tmp_path.glob("companion.db*"))
+    assert b"word3" not in on_disk  # ... and in no byte of the database (nor its WAL)
+    await task
+    await wait_for(lambda: telegram.sent)
+
+
+async def test_a_stream_cut_off_by_a_crash_is_taken_over_by_the_answer_after_the_restart(
+    boot, provider, telegram, store, clock
+):
+    companion = await boot()
+    provider.script.append(Completion(LONG))
+    provider.stream_pause = 0.2  # slow enough to be cut off mid-answer
+    task = asyncio.create_task(tell(companion, "a long one please"))
+    await wait_for(lambda: telegram.posts_shown and telegram.edits)
+    task.cancel()  # the process dies mid-stream (the turn stays open, its row 'streaming')
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    shown = dict(telegram.messages)
+    assert len(shown) == 1 and next(iter(shown.values())) != LONG
+    [(status, streamed)] = await all_rows(store, "SELECT status, streamed_ids FROM deliveries")
+    assert status == "streaming" and streamed == next(iter(shown))
+
+    clock.advance(5)
+    provider.stream_pause = 0.0
+    provider.script.append(Completion("the whole answer, after the restart"))
+    restarted = await boot()
+    assert await restarted.answer_open_turns() == 1  # what the gateway does once its adapters run
+    await wait_for(lambda: telegram.sent)
+    # The same message now holds the answer: nothing doubled, nothing partial left.
+    assert telegram.messages == {next(iter(shown)): "the whole answer, after the restart"}
+    assert len(telegram.posts_shown) == 1
+    rows = await all_rows(store, "SELECT status FROM deliveries")
+    assert rows == [("sent",)]
+
+
+async def test_a_private_stream_leaves_no_partial_text_after_its_interval(
+    boot, provider, telegram, store, clock, tmp_path
+):
+    companion = await boot()
+    await tell(companion, f"/private {PASSPHRASE} 1h")
+    canary = "CANARY-" + "x" * 40
+    provider.script.append(Completion(f"{canary} and more words to stream after it"))
+    provider.stream_pause = 0.2
+    task = asyncio.create_task(tell(companion, "secret things"))
+    await wait_for(lambda: any(canary[:7] in text for _, text in telegram.posts_shown))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [(segment,)] = await all_rows(store, "SELECT segment_id FROM deliveries WHERE status = 'streaming'")
+    assert segment is not None  # the streaming row belongs to the interval
+    await tell(companion, "/forget private")
+    assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE status = 'streaming'") == [(0,)]
+    on_disk = b"".join(path.read_bytes() for path in tmp_path.glob("companion.db*"))
+    assert b"CANARY" not in on_disk
+
+
+async def test_a_tool_call_mid_answer_shows_only_a_constant_line(boot, provider, telegram):
+    from core.values.model import ToolCall
+
+    companion = await boot()
+    provider.script.append(
+        Completion(
+            "Let me look that up for you first.",
+            tool_calls=(ToolCall("call_1", "recall", '{"query": "SECRET-ARGUMENT"}'),),
+        )
+    )
+    provider.script.append(Completion("Let me look that up for you first. Found nothing."))
+    answer = provider._answer
+
+    async def slow_second_round(request):
+        if len(provider.requests) == 1:
+            await asyncio.sleep(0.3)  # the tool's round takes a while: the constant line shows meanwhile
+        return await answer(request)
+
+    provider._answer = slow_second_round  # type: ignore[method-assign]
+    await tell(companion, "what did I say about lunch?")
+    await wait_for(lambda: telegram.sent)
+    shown = [text for _, text in telegram.posts_shown + telegram.edits]
+    assert all("SECRET-ARGUMENT" not in text and "recall" not in text for text in shown)
+    assert len(provider.requests) == 2, (len(provider.requests), [r.tools for r in provider.requests][:1], shown)
+    assert any(copy.STREAM_WORKING in text for text in shown), shown
