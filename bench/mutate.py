@@ -230,6 +230,100 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if chat_id != CHAT_ID:\n            raise DeliveryFailed",
         "        if False:\n            raise DeliveryFailed",
     ),
+    # --- the web chat's pages (adapters/web/*_page.py, core/turn/controls.py, issue 23) -----------------
+    M(
+        "web-memory-page-reads-the-private-pad",
+        PRIVACY,
+        "core/turn/controls.py",
+        "pad=tuple(await store.normal_pad(person)),",
+        "pad=tuple(await store.private_pad(person)),",
+    ),
+    M(
+        "web-memory-page-lists-private-decisions",
+        PRIVACY,
+        "adapters/storage/proactive.py",
+        '" WHERE person_id = ? AND segment_id IS NULL ORDER BY id DESC LIMIT ?",',
+        '" WHERE person_id = ? ORDER BY id DESC LIMIT ?",',
+    ),
+    M(
+        "web-privacy-page-lists-an-expired-interval",
+        PRIVACY,
+        "adapters/storage/modes.py",
+        '" AND (expires_at IS NULL OR expires_at > ?) ORDER BY id",',
+        '" AND ? IS NOT NULL ORDER BY id",',
+    ),
+    M(
+        "web-note-forgotten-while-private",
+        PRIVACY,
+        "adapters/storage/memory.py",
+        '        async with lasting_tx(self._db, origin, "change to memory") as db:\n'
+        '            cur = await db.execute("DELETE FROM notes',
+        '        async with self._db.tx() as db:\n            cur = await db.execute("DELETE FROM notes',
+    ),
+    M(
+        "web-private-banner-missing",
+        PRIVACY,
+        "adapters/web/layout.py",
+        '    if not mode.is_private:\n        return ""',
+        '    if True:\n        return ""',
+    ),
+    M(
+        "web-open-page-not-told-the-mode-changed",  # private text would stay on a page after /normal
+        PRIVACY,
+        "adapters/web/stream.py",
+        "                if now != mode:",
+        "                if False:",
+    ),
+    M(
+        "web-privacy-page-end-not-told-to-open-pages",
+        PRIVACY,
+        "adapters/web/privacy_page.py",
+        "    await request.app[BRIDGE].call(site.core.chat.mode_changed)",
+        "    pass",
+    ),
+    M(
+        "web-passphrase-field-shown-as-typed",
+        PRIVACY,
+        "adapters/web/chat_page.py",
+        '<input type="password" name="passphrase"',
+        '<input type="text" name="passphrase"',
+    ),
+    M(
+        "web-context-page-redraws-the-body",
+        RELIABILITY,
+        "adapters/web/context_page.py",
+        '{esc(preview.body.decode("utf-8"))}',
+        '{esc(__import__("json").dumps(__import__("json").loads(preview.body)))}',
+    ),
+    M(
+        "web-stream-outlives-its-browser",
+        RELIABILITY,
+        "adapters/web/chat_page.py",
+        "            if request.transport is None or request.transport.is_closing():",
+        "            if False:",
+    ),
+    M(
+        "web-stream-outlives-the-service",
+        RELIABILITY,
+        "adapters/web/pages.py",
+        "        app.on_shutdown.append(site.end_streams)",
+        "        pass",
+    ),
+    M(
+        "web-stream-relay-unbounded",
+        RELIABILITY,
+        "adapters/web/stream.py",
+        "        if item is not _END and self._queue.qsize() >= self._size:",
+        "        if False:",
+    ),
+    M(
+        "web-page-forms-send-a-null-origin",  # every form of the pages would be refused by the Origin check
+        RELIABILITY,
+        "adapters/web/layout.py",
+        'headers={"Referrer-Policy": "same-origin"}',
+        "headers={}",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
     # --- the core's other walls -----------------------------------------------------------
     M(
         "tools-lasting-tools-offered-in-private",
@@ -828,6 +922,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/storage/web.py",
         'RETURNING id", (code_hash, now)',
         'RETURNING id", (code_hash, 0.0)',
+    ),
+    M(
+        "web-signed-out-session-kept-in-memory",
+        PRIVACY,
+        "adapters/web/auth.py",
+        "            self._known = OrderedDict((k, v) for k, v in self._known.items() if v[0] != session.id)\n",
+        "",
+    ),
+    M(
+        "web-known-session-outlives-its-expiry",
+        PRIVACY,
+        "adapters/web/auth.py",
+        "min(now + SESSION_RECHECK_SECONDS, stored.expires_at)",
+        "now + SESSION_RECHECK_SECONDS",
     ),
     M(
         "web-session-never-expires",

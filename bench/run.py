@@ -16,7 +16,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import assembly, cli_run, gateway_rss, load, mirror, request_size, roundtrip, triage, turn
+from bench import assembly, cli_run, gateway_rss, load, mirror, request_size, roundtrip, triage, turn, web_turn
 from bench._common import ROOT, environment
 
 MEASUREMENTS = {
@@ -29,6 +29,7 @@ MEASUREMENTS = {
     "load": load.run,
     "mirror": mirror.run,
     "triage": triage.run,
+    "web": web_turn.run,
 }
 
 
@@ -301,6 +302,26 @@ def table(results: dict) -> list[str]:
             "",
             "all",
             _status(all(t["indexed"].values())),
+        )
+    if not failed(10, "Web chat turn", "web"):
+        w = results["web"]
+        add(
+            10,
+            f"a web chat turn (POST /send until its answer is on the page's event stream), median of {w['turns']}",
+            f"{w['web_median_ms']:.2f} ms",
+            f"a terminal turn (`Companion.handle()`), same process: {w['terminal_median_ms']:.2f} ms",
+            f"{w['ratio_median']:.2f}×",
+            f"≤ {w['target_ratio']:g}×",
+            _status(w["ok"]),
+        )
+        add(
+            10,
+            "… p95",
+            f"{w['web_p95_ms']:.2f} ms",
+            f"{w['terminal_p95_ms']:.2f} ms",
+            f"{w['ratio_p95']:.2f}×",
+            "",
+            "info",
         )
     return rows
 

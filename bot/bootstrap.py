@@ -24,6 +24,7 @@ from core.proactive.service import ProactiveConfig, ProactiveService
 from core.turn.commanding import CommandRunner
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig, Parts
+from core.turn.controls import OwnerControls
 from core.turn.gate import Gate
 from core.turn.lanes import Lanes
 from core.turn.link import CoreLink, counted
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from adapters.web.chat import WebChat
     from adapters.web.metrics import PrometheusMetrics
     from adapters.web.service import WebService
+    from adapters.web.site import WebCore
 
 log = logging.getLogger(__name__)
 
@@ -263,11 +265,36 @@ def transcripts(companion: Companion) -> Transcripts:
     return Transcripts(parts.store, parts.valve, parts.lanes)
 
 
-def web_chat(companion: Companion, *, stop_grace: float = 25.0) -> WebChat:
+def web_chat(companion: Companion, *, stop_grace: float = 25.0, metrics: Metrics = NO_METRICS) -> WebChat:
     """The web chat's core-facing adapter; the HTTP service's routes call it."""
     from adapters.web.chat import WebChat
 
-    return WebChat(core_link(companion), transcripts(companion).read, stop_grace=stop_grace)
+    return WebChat(core_link(companion, metrics), transcripts(companion).read, stop_grace=stop_grace)
+
+
+def owner_controls(companion: Companion) -> OwnerControls:
+    """What the owner's memory, settings and privacy pages read and change, from the companion's parts."""
+    from adapters.web.chat import KEY, USER
+
+    parts = companion.parts
+    return OwnerControls(
+        parts.store,
+        parts.clock,
+        parts.valve,
+        parts.people,
+        parts.lanes,
+        parts.commands,
+        companion.config.proactive.manners,
+        home=KEY,
+        home_user=USER,
+    )
+
+
+def web_core(companion: Companion, chat: WebChat) -> WebCore:
+    """What the web chat's pages need of the core."""
+    from adapters.web.site import WebCore
+
+    return WebCore(chat, transcripts(companion), normal_preview(companion), owner_controls(companion), companion.clock)
 
 
 def core_link(companion: Companion, metrics: Metrics = NO_METRICS) -> CoreLink:
@@ -297,15 +324,17 @@ def build_web_service(
     companion: Companion,
     checks: Sequence[tuple[str, Callable[[], str | None]]],
     metrics: PrometheusMetrics | None,
+    chat: WebChat | None = None,
 ) -> WebService:
     """The HTTP service of `companion run` on the companion's database: sign-in, the operator
-    endpoints (`checks`: each configured adapter's `ready()`) and the signed-in landing page."""
+    endpoints (`checks`: each configured adapter's `ready()`) and the web chat's pages (`chat`; without
+    it, a signed-in landing page)."""
     from adapters.storage.sqlite import SqliteStore
     from adapters.storage.web import WebQueries
     from adapters.web.auth import WebAuth
     from adapters.web.hosts import AllowedHosts
     from adapters.web.operators import DatabaseProbe, Operators
-    from adapters.web.pages import install_landing
+    from adapters.web.pages import install_landing, install_site
     from adapters.web.service import WebService
 
     store = companion.store
@@ -323,7 +352,7 @@ def build_web_service(
         settings.http_port,
         allowed,
         WebAuth(queries, SystemClock()),
-        routes=[operators.install, install_landing],
+        routes=[operators.install, install_site(web_core(companion, chat)) if chat is not None else install_landing],
     )
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from bot.bootstrap import build_metrics, build_web_service, core_link, open_companion
+from bot.bootstrap import build_metrics, build_web_service, core_link, open_companion, web_chat
 from bot.instance import RUN, InstanceLock
 from bot.scheduler import Job, SchedulerService
 from bot.settings import Settings
@@ -40,8 +40,9 @@ def build_adapters(
     on_fatal: Callable[[str], None] | None = None,
     metrics: Metrics = NO_METRICS,
 ) -> list[BaseChatAdapter]:
-    """Each platform library is imported only when its adapter is configured; every adapter takes
-    the same CoreLink. `on_fatal(line)`: the platform refused the configuration while running (a
+    """The Telegram and Discord adapters (the web chat is added beside the HTTP service). Each
+    platform library is imported only when its adapter is configured; every adapter takes the same
+    CoreLink. `on_fatal(line)`: the platform refused the configuration while running (a
     revoked token); the gateway stops."""
     adapters: list[BaseChatAdapter] = []
     link = core_link(companion, metrics)
@@ -115,11 +116,12 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     async with AsyncExitStack() as stack:
         # Before the store opens: a second gateway would answer every message again.
         stack.enter_context(InstanceLock(settings.db_path, RUN))
-        platforms = frozenset(
+        chats = frozenset(
             name
             for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token))
             if token
         )
+        platforms = chats | {"web"} if web else chats
         metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
         counters: Metrics = metrics or NO_METRICS
         companion = await stack.enter_async_context(open_companion(settings, platforms, metrics=counters, web=web))
@@ -135,11 +137,15 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         adapters = build_adapters(settings, companion, on_fatal, counters)
         service = None
         if web:
-            service = build_web_service(settings, companion, [(a.name, a.ready) for a in adapters], metrics)
+            # The web chat is an adapter like the others (started, stopped and closed with them);
+            # its pages are the HTTP service's.
+            chat = web_chat(companion, stop_grace=settings.stop_grace, metrics=counters)
+            adapters.append(chat)
+            service = build_web_service(settings, companion, [(a.name, a.ready) for a in adapters], metrics, chat)
             # Listening before the adapters start (probes answer during a slow start), closed after them.
             await service.start()
             stack.push_async_callback(service.aclose)
-            if not adapters:
+            if not chats:
                 log.warning(WEB_ALONE, service.url)
         # Closed together, last; safe to call even if a start never finished.
         stack.push_async_callback(_close_all, adapters)

@@ -20,6 +20,7 @@ from core.values.model import (
     Goal,
     InboundMessage,
     MirrorOf,
+    Note,
     OpenTurn,
     OutboundDelivery,
     PadEntry,
@@ -477,6 +478,11 @@ class ModeStore(Protocol):
 
     async def delete_expired_segments(self, now: float) -> int: ...
 
+    async def private_intervals(self, conversation_id: int, now: float) -> list[Segment]:
+        """The conversation's private intervals that still exist (open, or ended and not expired by
+        `now`), oldest first: their times only, never a row of what they hold."""
+        ...
+
     async def failed_attempts_since(self, account_id: int, since: float) -> list[float]: ...
 
     async def record_failed_attempt(self, account_id: int, now: float, keep_after: float) -> None: ...
@@ -539,6 +545,14 @@ class MemoryStore(Protocol):
     async def save_capture(
         self, person_id: int, day: str, note: str, facts: tuple[str, ...], message_ids: list[int], now: float
     ) -> int: ...
+
+    async def notes(self, person_id: int, limit: int = 20) -> list[Note]:
+        """The person's newest daily notes, newest first (made from normal messages only)."""
+        ...
+
+    async def forget_note(self, person_id: int, origin: int, note_id: int) -> int:
+        """Delete one of the person's daily notes (and its recall entry); 0: no such note."""
+        ...
 
     async def skip_capture(self, message_ids: list[int]) -> None: ...
 
@@ -623,6 +637,11 @@ class ProactiveStore(Protocol):
         ...
 
     async def nudges_sent_on(self, person_id: int, local_day: str) -> int: ...
+
+    async def latest_decisions(self, person_id: int, limit: int = 20) -> list[ProactiveDecision]:
+        """The person's newest decisions, newest first: kinds, outcomes and reasons (no text), never
+        one of private mode (those name their segment, and go with it)."""
+        ...
 
     async def record_decision(self, decision: ProactiveDecision) -> bool:
         """Record a decision; a skip repeating the subject's latest decision is not recorded

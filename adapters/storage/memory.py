@@ -12,7 +12,7 @@ import aiosqlite
 
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.guard import lasting_tx, refuse_while_private
-from core.values.model import FollowUp, Goal, PendingCapture, RecallHit, RunRecord
+from core.values.model import FollowUp, Goal, Note, PendingCapture, RecallHit, RunRecord
 
 
 class MemoryQueries:
@@ -242,11 +242,18 @@ class MemoryQueries:
             )
             return note_id
 
-    async def notes(self, person_id: int, limit: int = 20) -> list[tuple[int, str, str]]:
+    async def notes(self, person_id: int, limit: int = 20) -> list[Note]:
         rows = await self._db.all(
             "SELECT id, day, text FROM notes WHERE person_id = ? ORDER BY id DESC LIMIT ?", (person_id, limit)
         )
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [Note(r[0], r[1], r[2]) for r in rows]
+
+    async def forget_note(self, person_id: int, origin: int, note_id: int) -> int:
+        """A lasting write like forgetting a memory: refused while `origin` is private. The recall
+        index loses the note with it (trigger recall_note_delete, 0003)."""
+        async with lasting_tx(self._db, origin, "change to memory") as db:
+            cur = await db.execute("DELETE FROM notes WHERE id = ? AND person_id = ?", (note_id, person_id))
+            return cur.rowcount
 
     # --- analytics ------------------------------------------------------------
 

@@ -111,6 +111,16 @@ class ModeQueries:
             return None
         return row["id"] if sent_at < row["restart_at"] else None
 
+    async def private_intervals(self, conversation_id: int, now: float) -> list[Segment]:
+        """The segments of the conversation that still exist: open, or ended and not expired by `now`
+        (an expired one the sweep has not deleted yet is gone already for every reader)."""
+        rows = await self._db.all(
+            f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ?"
+            " AND (expires_at IS NULL OR expires_at > ?) ORDER BY id",
+            (conversation_id, now),
+        )
+        return [segment_of_row(row) for row in rows]
+
     async def delete_expired_segments(self, now: float) -> int:
         """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it
         (messages, summaries, pad entries, tool operations, pending crossings), and a checkpoint

@@ -176,6 +176,16 @@ class ProactiveQueries:
 
     # --- decisions --------------------------------------------------------------
 
+    async def latest_decisions(self, person_id: int, limit: int = 20) -> list[ProactiveDecision]:
+        """Newest first; never a decision of private mode (`segment_id IS NULL`): while its interval
+        lives, even that a reminder waited for it is the interval's to keep."""
+        rows = await self._db.all(
+            "SELECT person_id, kind, subject, outcome, reason, local_day, decided_at FROM proactive_decisions"
+            " WHERE person_id = ? AND segment_id IS NULL ORDER BY id DESC LIMIT ?",
+            (person_id, limit),
+        )
+        return [ProactiveDecision(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+
     async def record_decision(self, decision: ProactiveDecision) -> bool:
         async with self._db.tx() as db:
             return await _insert_decision(db, decision)

@@ -70,6 +70,7 @@ class SqliteStore:
         self.close_crash_open_segments = self.modes.close_crash_open_segments
         self.restart_segment_for = self.modes.restart_segment_for
         self.delete_expired_segments = self.modes.delete_expired_segments
+        self.private_intervals = self.modes.private_intervals
         self.failed_attempts_since = self.modes.failed_attempts_since
         self.record_failed_attempt = self.modes.record_failed_attempt
         self.clear_failed_attempts = self.modes.clear_failed_attempts
@@ -92,6 +93,7 @@ class SqliteStore:
         self.save_capture = self.memory.save_capture
         self.skip_capture = self.memory.skip_capture
         self.notes = self.memory.notes
+        self.forget_note = self.memory.forget_note
         self.save_run = self.memory.save_run
         self.report_rows = self.memory.report_rows
 
@@ -114,6 +116,7 @@ class SqliteStore:
         self.due_candidates = self.proactive.due_candidates
         self.waiting_in_private = self.proactive.waiting_in_private
         self.nudges_sent_on = self.proactive.nudges_sent_on
+        self.latest_decisions = self.proactive.latest_decisions
         self.record_decision = self.proactive.record_decision
         self.claim_and_send = self.proactive.claim_and_send
         self.settle_without_message = self.proactive.settle_without_message

@@ -42,6 +42,10 @@ CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_CODE_CHARS = 128
+# A session the store confirmed is taken from memory for up to this long (never past its expiry):
+# every request of a page asks, and the store is on the core's loop. Signing out forgets it at once.
+SESSION_RECHECK_SECONDS = 60.0
+KNOWN_SESSIONS = 256
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -65,6 +69,9 @@ class SessionStore(Protocol):
 class StoredSessionLike(Protocol):
     @property
     def id(self) -> int: ...
+
+    @property
+    def expires_at(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +147,8 @@ class WebAuth:
         self._store = store
         self._clock = clock
         self._attempts = attempts or SignInAttempts()
+        # A cookie's hash -> (its session, until when it is taken without asking the store again).
+        self._known: OrderedDict[str, tuple[int, float]] = OrderedDict()
 
     # --- what every request gets --------------------------------------------------------------
 
@@ -150,11 +159,18 @@ class WebAuth:
         token = request.cookies.get(SESSION_COOKIE)
         session = None
         if token and len(token) <= MAX_CODE_CHARS:
-            stored = await request.app[BRIDGE].call(
-                self._store.session, secret_hash(token, "session"), self._clock.now()
-            )
-            if stored is not None:
-                session = Session(stored.id, csrf_token(token))
+            key, now = secret_hash(token, "session"), self._clock.now()
+            known = self._known.get(key)
+            if known is not None and now < known[1]:
+                session = Session(known[0], csrf_token(token))
+            else:
+                self._known.pop(key, None)
+                stored = await request.app[BRIDGE].call(self._store.session, key, now)
+                if stored is not None:
+                    self._known[key] = (stored.id, min(now + SESSION_RECHECK_SECONDS, stored.expires_at))
+                    while len(self._known) > KNOWN_SESSIONS:
+                        self._known.popitem(last=False)
+                    session = Session(stored.id, csrf_token(token))
         request[SESSION_KEY] = session
         return session
 
@@ -250,6 +266,7 @@ class WebAuth:
     async def _logout(self, request: web.Request) -> web.StreamResponse:
         session = await self.session_of(request)
         if session is not None:
+            self._known = OrderedDict((k, v) for k, v in self._known.items() if v[0] != session.id)
             await request.app[BRIDGE].call(self._store.end_session, session.id)
             log.info("signed out: session %s", session.id)
         response = web.Response(status=303, headers={"Location": "/login"})

@@ -86,7 +86,8 @@ class WebEvent:
 
     Attributes:
         kind: reply | reminder | nudge | mirror (an outbox row), answer (an answer that is no outbox
-            row), post (a binding's test post), file (an attachment of the answer before it).
+            row), post (a binding's test post), file (an attachment of the answer before it), mode
+            (the chat's mode may have changed: read it again; `text` is empty).
         text: what to show (a file's name for a file).
         delivery_id: the outbox row it is, if one.
         conversation_id: the conversation the row belongs to (a mirror's is its source).
@@ -243,6 +244,12 @@ class WebChat:
         await self._lost.wait()
         return "web: the chat was lost"
 
+    def ready(self) -> str | None:
+        """For GET /readyz: None while it takes messages."""
+        if not self._started:
+            return "not started"
+        return None if self._taking else "stopping"
+
     # --- inbound --------------------------------------------------------------------
 
     async def send(self, text: str, *, message_id: str | None = None) -> Sent:
@@ -316,6 +323,15 @@ class WebChat:
             page.close()
             with contextlib.suppress(ValueError):
                 self._pages.remove(page)
+
+    async def history(self, limit: int = HISTORY) -> Transcript:
+        """The chat's transcript now (the newest `limit` items), as a page that opened now would draw it."""
+        return await self._transcripts(KEY, limit)
+
+    async def mode_changed(self) -> None:
+        """Something other than a message of this chat may have changed its mode (`/forget private`
+        from the privacy page): every open page reads its mode again (a `mode` event)."""
+        self._publish(WebEvent("mode", ""))
 
     @property
     def pages(self) -> int:

@@ -1,4 +1,5 @@
-"""The signed-in landing page: the least a signed-in browser sees until the web chat's pages replace it."""
+"""The route installers of the signed-in pages: the web chat's pages (`install_site`), or, where no
+web chat is wired (the service's own tests), a landing page that only says who is signed in."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import html
 
 from aiohttp import web
 
+from adapters.web import chat_page, context_page, memory_page, privacy_page
 from adapters.web.auth import CSRF_FIELD, SESSION_KEY, signed_in
-from adapters.web.service import SERVICE
+from adapters.web.layout import install_static
+from adapters.web.service import SERVICE, RouteInstaller
+from adapters.web.site import SITE, Site, WebCore
 
 LANDING_PAGE = """<!doctype html>
 <html lang="en">
@@ -29,6 +33,22 @@ LANDING_PAGE = """<!doctype html>
 </body>
 </html>
 """
+
+
+def install_site(core: WebCore) -> RouteInstaller:
+    """The installer of the web chat's pages: chat (/, /events, /send, /private, /normal), what normal
+    mode sees (/context), memory and settings (/memory), privacy (/privacy), and /static/."""
+
+    def install(app: web.Application) -> None:
+        site = app[SITE] = Site(core)
+        app.on_shutdown.append(site.end_streams)
+        install_static(app)
+        chat_page.install(app)
+        context_page.install(app)
+        memory_page.install(app)
+        privacy_page.install(app)
+
+    return install
 
 
 def install_landing(app: web.Application) -> None:

@@ -90,6 +90,13 @@ async def forget(context: ToolContext, arguments: Arguments) -> str:
     return f"Forgot {removed} memor{'y' if removed == 1 else 'ies'}." if removed else "No memory matched that."
 
 
+async def forget_note(context: ToolContext, arguments: Arguments) -> str:
+    """A daily note (the capture job's) goes, with its place in recall."""
+    note = _id(arguments, "note_id")
+    removed = await context.store.forget_note(_person(context), context.conversation.id, note)
+    return f"Forgot note #{note}." if removed else f"There is no note #{note}."
+
+
 async def list_goals(context: ToolContext, arguments: Arguments) -> str:
     goals = await context.store.goals(_person(context))
     if not goals:
@@ -318,6 +325,9 @@ async def recall_command(context: ToolContext, args: str) -> str:
 async def forget_command(context: ToolContext, args: str) -> str:
     if not args:
         raise ValueError("Usage: /forget N (a memory's number from /memory) or /forget TEXT")
+    verb, rest = _first_word_id(args)
+    if verb == "note" and rest.lstrip("#").isdigit():  # a daily note (the web's memory page lists them)
+        return await forget_note(context, {"note_id": rest})
     key = "entry_id" if args.lstrip("#").isdigit() else "text"
     return await forget(context, {key: args})
 

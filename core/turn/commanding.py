@@ -21,6 +21,17 @@ class CommandRunner:
         self._services = services
         self._responder = responder
 
+    async def answer(self, turn: Turn, info: Command, args: str, state: ModeState) -> Reply:
+        """What the command answers in `state`, nothing stored: the one place that refuses a command
+        when the mode is unreadable or when it would outlive a private interval, and otherwise runs
+        its handler with the command services. `run` (a typed command) and the owner's web pages
+        (core/turn/controls.py) both answer through it."""
+        if state.unreadable and not info.runs_when_unreadable:
+            return Reply(copy.MODE_UNREADABLE)
+        if state.is_private and info.refused_while_private(args):
+            return Reply(copy.PRIVATE_REFUSES.format(command=info.name))
+        return await info.handler(CommandCall(self._services, turn, info.name, args, state))
+
     async def run(self, turn: Turn, info: Command, args: str, state: ModeState) -> Reply | None:
         """The command's reply; None when the command is a redelivery that ran already. `state`: the
         mode the command was made in, as the gate decided it."""
@@ -45,10 +56,7 @@ class CommandRunner:
         else:
             if stored_id is None:
                 return None  # a redelivered command ran already
-        if state.is_private and info.refused_while_private(args):
-            reply = Reply(copy.PRIVATE_REFUSES.format(command=info.name))
-        else:
-            reply = await info.handler(CommandCall(services, turn, info.name, args, state))
+        reply = await self.answer(turn, info, args, state)
         try:
             # The answer belongs to the interval open once the command ran: the one it was made in,
             # unless the command itself changed the mode (/private opened one, /normal or /forget

@@ -1,5 +1,5 @@
 """A chat's history for a platform that keeps none of its own (the web chat): the conversation's
-newest items as its current mode reads them.
+newest items as its current mode reads it, and that mode with when it ends.
 
 It is the view the model is given, read through the same SQL: in normal mode every private
 interval is one placeholder and none of its rows is read; in private mode the open interval is
@@ -17,6 +17,22 @@ from core.privacy.valve import ModeValve
 from core.turn.lanes import Lanes
 from core.turn.responder import LaneKey
 from core.values.model import Conversation, ConversationKey, Mode, TimelineItem
+from core.values.modes import ModeState, PrivateState
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMode:
+    """A chat's mode now. In private mode, `segment_id` is its open interval and `ends_at` when
+    private mode ends by itself at the latest (its expiry, or the idle timeout counted from the
+    last message; None: neither applies)."""
+
+    mode: Mode = Mode.NORMAL
+    segment_id: int | None = None
+    ends_at: float | None = None
+
+    @property
+    def is_private(self) -> bool:
+        return self.mode is Mode.PRIVATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +43,7 @@ class Transcript:
     conversation_id: int | None
     mode: Mode
     items: tuple[TimelineItem, ...]
+    state: ChatMode = ChatMode()
 
     @property
     def message_ids(self) -> frozenset[int]:
@@ -35,7 +52,7 @@ class Transcript:
 
 
 class Transcripts:
-    """Reads transcripts; bot/bootstrap.py builds it from the companion's parts."""
+    """Reads transcripts and modes; bot/bootstrap.py builds it from the companion's parts."""
 
     def __init__(self, store: BaseStore, valve: ModeValve, lanes: Lanes[LaneKey]) -> None:
         self._store = store
@@ -49,8 +66,28 @@ class Transcripts:
             return Transcript(None, Mode.NORMAL, ())
         return await self._lanes.run((key.platform, key.chat_id), lambda: self._read(conversation, limit))
 
+    async def mode(self, key: ConversationKey) -> ChatMode:
+        """The mode of the chat `key` now, decided as `read` decides it (in its lane, by the valve)."""
+        conversation = await self._store.conversation_at(key)
+        if conversation is None:
+            return ChatMode()
+        return await self._lanes.run((key.platform, key.chat_id), lambda: self._mode(conversation))
+
     async def _read(self, conversation: Conversation, limit: int) -> Transcript:
-        state = await self._valve.settle(conversation)
+        state = await self._settled(conversation)
         # The mode's own view: private rows only of the interval private mode lives in now.
         items = await self._store.view(conversation.id, visible_segment=state.segment_id, after=0, limit=limit)
-        return Transcript(conversation.id, state.mode, tuple(items))
+        return Transcript(conversation.id, state.mode, tuple(items), self._chat_mode(state))
+
+    async def _mode(self, conversation: Conversation) -> ChatMode:
+        return self._chat_mode(await self._settled(conversation))
+
+    async def _settled(self, conversation: Conversation) -> ModeState:
+        # The valve's decision, as a turn gets it: an interval past its expiry or idle time is over.
+        state = await self._valve.settle(conversation)
+        return state  # unreadable: normal mode's view (no segment)
+
+    def _chat_mode(self, state: ModeState) -> ChatMode:
+        if not isinstance(state, PrivateState):
+            return ChatMode()
+        return ChatMode(Mode.PRIVATE, state.segment_id, self._valve.ends_at(state.segment))

@@ -364,6 +364,15 @@ class Goal:
 
 
 @dataclass(frozen=True, slots=True)
+class Note:
+    """A daily note the capture job distilled from normal messages (`day`: YYYY-MM-DD)."""
+
+    id: int
+    day: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class FollowUp:
     id: int
     kind: str  # reminder | watch

@@ -62,6 +62,16 @@ async def test_forget_pad_matching_while_private_is_refused(store, chat):
     assert await rows(store, "SELECT text FROM pad_entries") == [("sister is Ana",)]
 
 
+async def test_forget_note_while_private_is_refused(store, chat):
+    person, conversation, segment, _ = chat
+    await store.close_segment(segment.id, NOW, "normal")
+    note = await store.save_capture(person, "2027-01-15", "Talked about the harbour.", (), [], NOW)
+    await store.open_segment(conversation.id, NOW, None)
+    with pytest.raises(PrivateWriteRefused):
+        await store.forget_note(person, conversation.id, note)
+    assert await rows(store, "SELECT text FROM notes") == [("Talked about the harbour.",)]
+
+
 async def test_every_lasting_addition_while_private_is_refused(store, chat):
     person, conversation, _, _ = chat
     writes = {  # called one at a time, so a failure leaves no coroutine unawaited

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
+import httpx
 import pytest
 
 from adapters.web.auth import CODE_SECONDS, LOGIN_SCRIPT, SESSION_COOKIE, SESSION_SECONDS
@@ -92,6 +93,26 @@ async def test_a_session_ends_when_it_expires_and_when_it_signs_out(store):
         assert await store._all("SELECT id FROM web_sessions") == []
         await sign_in(web.client, await web.new_code())
         clock.advance(SESSION_SECONDS + 1)
+        assert (await web.client.get("/")).status_code == 303
+
+
+async def test_a_signed_out_cookie_is_refused_at_once_though_it_was_just_used(store):
+    async with served(store, FakeClock()) as web:
+        await sign_in(web.client, await web.new_code())
+        cookie = web.client.cookies[SESSION_COOKIE]
+        page = await web.client.get("/")  # the session is known now
+        await web.client.post("/logout", data={"csrf_token": csrf_of(page.text)})
+        async with httpx.AsyncClient(base_url=web.service.url, cookies={SESSION_COOKIE: cookie}) as kept:
+            assert (await kept.get("/")).status_code == 303
+
+
+async def test_a_session_used_a_moment_before_it_expires_is_refused_once_it_expired(store):
+    clock = FakeClock()
+    async with served(store, clock) as web:
+        await sign_in(web.client, await web.new_code())
+        clock.advance(SESSION_SECONDS - 1)
+        assert (await web.client.get("/")).status_code == 200
+        clock.advance(2)
         assert (await web.client.get("/")).status_code == 303
 
 

@@ -115,7 +115,7 @@ async def test_readyz_names_telegram_and_the_database_as_ready_while_the_gateway
     async with gateway_with_service(tmp_path) as (_telegram, client):
         answer = await client.get("/readyz")
     assert answer.status_code == 200
-    assert answer.json()["parts"] == {"http": "ok", "database": "ok", "telegram": "ok"}
+    assert answer.json()["parts"] == {"http": "ok", "database": "ok", "telegram": "ok", "web": "ok"}
 
 
 # --- `companion run` and `companion web-login` as subprocesses ---------------------------------------------
@@ -153,7 +153,7 @@ def test_run_with_no_platform_serves_the_web_alone_says_so_and_web_login_signs_i
         try:
             assert wait_for_http(process, f"{base}/livez").json() == {"status": "alive"}
             ready = httpx.get(f"{base}/readyz")
-            assert ready.status_code == 200 and ready.json()["parts"] == {"http": "ok", "database": "ok"}
+            assert ready.status_code == 200 and ready.json()["parts"] == {"http": "ok", "database": "ok", "web": "ok"}
             login = run_companion(["web-login"], env)  # beside the running gateway: no lock in the way
             assert login.returncode == 0, login.stderr
             link = login.stdout.strip()
@@ -161,8 +161,8 @@ def test_run_with_no_platform_serves_the_web_alone_says_so_and_web_login_signs_i
             code = link.split("#", 1)[1]
             with httpx.Client(base_url=base) as browser:
                 assert sign_in_blocking(browser, code).status_code == 200
-                landing = browser.get("/")
-                assert landing.status_code == 200 and "signed in as the owner" in landing.text
+                chat = browser.get("/")
+                assert chat.status_code == 200 and 'id="send-form"' in chat.text  # the web chat's page
             with httpx.Client(base_url=base) as another:
                 assert sign_in_blocking(another, code).status_code == 401  # used up
         finally:

@@ -15,7 +15,7 @@ from core.memory.tools import PRIVATE_FORBIDDEN, ToolContext, run_tool_call
 from core.turn.analytics import render_report
 from core.values import copy
 from core.values.errors import PrivateWriteRefused
-from core.values.model import Completion, ToolCall
+from core.values.model import Completion, Note, ToolCall
 from core.values.modes import NORMAL, PrivateState
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say
@@ -90,7 +90,7 @@ async def test_capture_turns_normal_messages_into_daily_notes_and_pad_facts(comp
     provider.script = [Completion("NOTE:\nTalked about family.\nFACTS:\n- has a sister named Ana")]
     assert await companion.capture.run_once() == 2
     conversation = await conversation_of(companion)
-    assert await store.notes(conversation.person_id) == [(1, "2027-01-15", "Talked about family.")]
+    assert await store.notes(conversation.person_id) == [Note(1, "2027-01-15", "Talked about family.")]
     assert [e.text for e in await store.normal_pad(conversation.person_id)] == ["has a sister named Ana"]
     assert await all_rows(store, "SELECT DISTINCT capture FROM messages WHERE kind = 'chat'") == [("done",)]
     assert await companion.capture.run_once() == 0  # nothing captured twice

@@ -10,8 +10,9 @@ saying how to install what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,21 @@ async def chromium(tmp_path: Path) -> AsyncIterator[Any]:
             yield context
         finally:
             await context.close()
+
+
+@contextlib.contextmanager
+def chromium_browser(*extra_args: str) -> Iterator[Any]:
+    """A headless Chromium through Playwright's sync API, for a whole module of browser tests (each
+    test opens contexts of its own: `browser.new_context()`); skips as `require_chromium` does.
+    `extra_args`: more switches (such as `--host-resolver-rules`, to point a name at 127.0.0.1)."""
+    require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, *extra_args], headless=False
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()

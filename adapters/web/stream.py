@@ -1,0 +1,136 @@
+"""The web chat's live events as server-sent events, carried from the core's event loop to the service's.
+
+WebChat lives on the core's loop (its pages' queues belong to that loop); the HTTP service answers on
+a loop of its own, in its own thread. One GET /events holds one `Relay`. On the core's loop `pump`
+(started by the handler through `CoreBridge.call`) opens a page (`WebChat.open_page`), puts its
+transcript into the relay, then each live event, and the chat's mode again whenever it changed;
+every put crosses to the service's loop through `CoreBridge.notify` (a plain call handed over
+thread-safely). On the service's loop the handler takes them from the relay and writes them as SSE
+frames. Neither side waits for the other: the relay is bounded, and a browser that falls RELAY_SIZE
+events behind is cut off (its EventSource reconnects and draws the history afresh), as WebChat cuts
+off a page PAGE_QUEUE events behind. When the handler ends (the browser left, the service stops),
+cancelling its `call` cancels the pump on the core's loop, which closes the page there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from adapters.web.bridge import CoreBridge
+from adapters.web.chat import Transcript, WebChat, WebChatError, WebEvent
+from core.turn.transcript import ChatMode
+
+RELAY_SIZE = 200
+HEARTBEAT_SECONDS = 15.0  # a comment line keeps proxies from closing an idle stream
+LEFT_SECONDS = 1.0  # how often a stream waiting for its next event looks whether its browser left
+RETRY_MS = 1000  # how soon a browser reconnects after the stream ended
+
+ModeReader = Callable[[], Awaitable[ChatMode]]
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The page could not open (the chat is stopping, or too many pages are open)."""
+
+    reason: str
+
+
+_END = object()
+
+
+class Relay:
+    """A bounded hand-over from the core's loop (`put`, `close`) to the service's (`get`)."""
+
+    def __init__(self, bridge: CoreBridge, size: int = RELAY_SIZE) -> None:
+        self._bridge = bridge
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self._size = size
+        self._ended = False
+        self.overflowed = False
+
+    def put(self, item: Transcript | WebEvent | ChatMode | Refused) -> None:
+        """From the core's loop: hand `item` to the service's."""
+        self._bridge.notify(self._offer, item)
+
+    def close(self) -> None:
+        """From the core's loop: nothing more comes."""
+        self._bridge.notify(self._offer, _END)
+
+    def end(self) -> None:
+        """On the service's loop: end the stream now (the service is stopping)."""
+        self._offer(_END)
+
+    async def get(self) -> Transcript | WebEvent | ChatMode | Refused | None:
+        """On the service's loop: the next item; None once the relay ended."""
+        item = await self._queue.get()
+        return None if item is _END else item  # type: ignore[return-value]
+
+    def _offer(self, item: object) -> None:
+        if self._ended:
+            return
+        if item is not _END and self._queue.qsize() >= self._size:
+            self.overflowed = True
+            item = _END
+        if item is _END:
+            self._ended = True
+        self._queue.put_nowait(item)
+
+
+async def pump(chat: WebChat, modes: ModeReader, relay: Relay) -> None:
+    """On the core's loop: one page's transcript, live events and mode changes into `relay`, until
+    the page ends (the chat closed, or the page fell behind) or this is cancelled."""
+    try:
+        async with chat.open_page() as page:
+            mode = page.transcript.state
+            relay.put(page.transcript)
+            async for event in page:
+                if event.kind != "mode":
+                    relay.put(event)
+                if not (mode.is_private or may_change_the_mode(event)):
+                    continue  # a stored answer in normal mode: the mode is as it was
+                now = await modes()
+                if now != mode:
+                    mode = now
+                    relay.put(now)
+    except WebChatError as exc:
+        relay.put(Refused(str(exc)))
+    finally:
+        relay.close()
+
+
+def may_change_the_mode(event: WebEvent) -> bool:
+    """Whether the mode may have changed by the time `event` arrives: a command's answer (no stored
+    message: /private, /normal, /forget private), or the chat said so (`mode`). A stored reply,
+    reminder or nudge of normal mode leaves it as it was (nothing automatic enters private mode). In
+    private mode the pump reads the mode after every event: each message moves when it ends."""
+    return event.kind == "mode" or event.message_id is None
+
+
+def frame(kind: str, data: dict[str, object]) -> bytes:
+    """One server-sent event; its JSON is one line (json escapes every newline)."""
+    return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def history_data(transcript: Transcript) -> dict[str, object]:
+    items: list[dict[str, object]] = [
+        {"placeholder": True} if item.is_placeholder else {"role": item.role or "", "text": item.text or ""}
+        for item in transcript.items
+    ]
+    return {"mode": transcript.state.mode.value, "segment": transcript.state.segment_id, "items": items}
+
+
+def event_data(event: WebEvent) -> dict[str, object]:
+    data: dict[str, object] = {"kind": event.kind, "text": event.text}
+    if event.confirm is not None:
+        data["confirm"] = {"label": event.confirm.label, "command": event.confirm.command}
+    if event.attachment is not None:
+        data["file"] = {
+            "name": event.attachment.filename,
+            "type": event.attachment.mime_type,
+            "data": base64.b64encode(event.attachment.data).decode("ascii"),
+        }
+    return data
