@@ -405,6 +405,7 @@ class WebChat:
         return 1
 
     def _check(self, chat_id: str, parts_sent: int) -> None:
+        """Only the owner's chat exists here, and only while the chat runs (every send and stream)."""
         if chat_id != CHAT_ID:
             raise DeliveryFailed("chat not found", permanent=True, parts_sent=parts_sent)
         if not self._started or self._closed:
@@ -456,9 +457,6 @@ class WebChat:
         Raises:
             DeliveryFailed: a chat other than the owner's, or the chat is not started.
         """
-        if chat_id != CHAT_ID:
-            raise DeliveryFailed("chat not found", permanent=True, parts_sent=0)
-        if not self._started or self._closed:
-            raise DeliveryFailed("not started", permanent=False, parts_sent=0)
+        self._check(chat_id, 0)
         self._publish(WebEvent("post", text))
         return f"post-{next(self._posts)}"
