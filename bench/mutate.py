@@ -1230,6 +1230,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    shown(li);",
         also=("tests/bot/test_web_browser_wire.py",),
     ),
+    M(
+        "web-reply-drawn-as-the-models-html",  # a reply's <script> would be markup (the CSP still blocks it)
+        RELIABILITY,
+        "adapters/web/formatting.py",
+        'out.append(html.escape(units[2 * at : 2 * end].decode("utf-16-le", errors="replace"), quote=True))',
+        'out.append(units[2 * at : 2 * end].decode("utf-16-le", errors="replace"))',
+    ),
 )
 
 

@@ -23,6 +23,7 @@ from aiohttp import web
 from adapters.web.auth import signed_in
 from adapters.web.bridge import BRIDGE
 from adapters.web.chat import KEY, PARTIAL, Transcript, WebChatError, WebEvent
+from adapters.web.formatting import formatted_html
 from adapters.web.layout import Frame, esc, render
 from adapters.web.service import SERVICE
 from adapters.web.site import SITE
@@ -83,7 +84,9 @@ def _body(page: Frame, transcript: Transcript) -> str:
 def _item(role: str | None, text: str | None, placeholder: bool) -> str:
     if placeholder:
         return f'<li class="msg placeholder">{esc(PLACEHOLDER_SHOWN)}</li>'
-    return f'<li class="msg {esc(role or "assistant")}">{esc(text or "")}</li>'
+    role = role or "assistant"
+    shown = formatted_html(text or "") if role == "assistant" else esc(text or "")  # as the script draws it
+    return f'<li class="msg {esc(role)}">{shown}</li>'
 
 
 def _entry(page: Frame) -> str:

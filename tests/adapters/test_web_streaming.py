@@ -65,6 +65,8 @@ async def test_a_streamed_answer_reaches_the_page_early_grows_in_one_bubble_and_
         assert first["text"] and ANSWER.startswith(first["text"]) and first["text"] != ANSWER
         partials, final = await streamed_frames(events)
         assert await sending == {"hide_input": False}
+        chat = (await site.client.get("/")).text  # the page as first sent draws it formatted too
+        assert "Here is <strong>the plan</strong> for <code>Sunday</code>: step0" in chat
 
     assert len(partials) >= 2  # edited as it grew ...
     assert {p["stream"] for p in partials} == {first["stream"]}  # ... in one bubble
@@ -215,3 +217,24 @@ async def test_a_stream_is_shown_only_in_the_owners_running_web_chat(store, prov
     assert not web.outbox.streams(PLATFORM)  # closed: replies go whole (a pending row) until the next start
     with pytest.raises(DeliveryFailed):
         await web.chat.edit(reply, "r1-0", "after the close")
+
+
+async def test_a_reply_is_drawn_formatted_but_never_as_the_models_html(store, provider, server, clock):
+    written = "**Look** <script>alert(1)</script> [here](javascript:alert(2)) and [there](https://example.org/?a=1&b=2)"
+    server.reply_text(written)
+    async with site_served(store, provider, clock, pacing=QUICK) as site, EventStream(site.client) as events:
+        await events.next("history")
+        await site.send("show me")
+        _, data = await events.next("live")
+        chat = (await site.client.get("/")).text
+    assert data["text"] == written  # as written; and how to draw it:
+    assert data["format"]["text"] == "Look <script>alert(1)</script> here and there"
+    assert [(e["type"], e.get("url")) for e in data["format"]["entities"]] == [
+        ("bold", None),
+        ("text_link", "https://example.org/?a=1&b=2"),
+    ]
+    drawn = chat.split('<li class="msg assistant">')[1].split("</li>")[0]
+    assert drawn == (
+        "<strong>Look</strong> &lt;script&gt;alert(1)&lt;/script&gt; here and "
+        '<a href="https://example.org/?a=1&amp;b=2" rel="noopener noreferrer" target="_blank">there</a>'
+    )
