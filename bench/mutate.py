@@ -1170,6 +1170,73 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if request.tools and code in _TOOLS_REFUSED_STATUSES and _TOOLS_REFUSED.search(error_text):",
         "            if False:",
     ),
+    # --- streaming: the web chat (adapters/web/chat.py, adapters/web/static/app.js, issue 24) ---------
+    M(
+        "web-stream-not-registered",  # the web chat's replies would only ever go whole
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "            self._outbox.register_streamer(self)\n",
+        "            pass\n",
+    ),
+    M(
+        "web-stream-outlives-the-chat",  # a closed chat would still be asked to show replies while written
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "            self._outbox.unregister_streamer(self)\n",
+        "            pass\n",
+    ),
+    M(
+        "web-stream-final-not-in-its-bubble",  # the final would be a second bubble under the partial one
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "                stream=delivery.streamed,\n",
+        "                stream=(),\n",
+    ),
+    M(
+        "web-stream-partial-before-the-page-began",  # a page opened mid-stream would show the answer twice
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "        if event.kind == PARTIAL and not self._begun:",
+        "        if False:",
+    ),
+    M(
+        "web-stream-shows-the-unfinished-grapheme",  # a flag or a family emoji would flicker in halves
+        RELIABILITY,
+        "adapters/web/chat.py",
+        "        return stream_pieces(text, STREAM_LIMIT, final=final)",
+        "        return stream_pieces(text, STREAM_LIMIT, final=True)",
+    ),
+    M(
+        "web-stream-final-drawn-as-a-new-bubble",  # the page's script: the final under the partial text
+        RELIABILITY,
+        "adapters/web/static/app.js",
+        "    var li = ids.length ? bubble(ids[0]) : null;",
+        "    var li = null;",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
+    M(
+        "web-stream-final-unformatted",  # the page's script: the final drawn as written, markers and all
+        RELIABILITY,
+        "adapters/web/static/app.js",
+        "      draw(li, data.text, data.format);",
+        "      li.textContent = data.text;",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
+    M(
+        "web-stream-typing-never-shown",  # the page's script: nothing but silence until the first words
+        RELIABILITY,
+        "adapters/web/static/app.js",
+        "    shown(li);\n    typing(true);",
+        "    shown(li);",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
+    M(
+        "web-reply-drawn-as-the-models-html",  # a reply's <script> would be markup (the CSP still blocks it)
+        RELIABILITY,
+        "adapters/web/formatting.py",
+        'out.append(html.escape(units[2 * at : 2 * end].decode("utf-16-le", errors="replace"), quote=True))',
+        'out.append(units[2 * at : 2 * end].decode("utf-16-le", errors="replace"))',
+    ),
 )
 
 

@@ -20,6 +20,17 @@ pending until a page opens was the other choice; it would show each stored reply
 and delivery), hold back the outbox's retries, and keep private text in rows for as long as no
 page is open.
 
+A reply shown while the model writes it (issue 24; core/delivery/streams.py) is also published:
+WebChat is the outbox's streamer for `web` too (core.ports.BaseStreamer). Its `post` and `edit`
+publish a `partial` event, the text so far of one bubble (`stream`, the "message id" the outbox
+records), shown by the pages open now and kept nowhere (no history holds it, no row, no log line);
+the reply's delivery then publishes the final text with that same bubble id, and a page replaces
+the bubble's text with it rather than drawing a second one. A page's transcript is read in its
+conversation's lane, after the turn running there: a page that opens while a reply is written
+draws itself once the reply is stored, with the reply in its history, so the partial events
+published while it waited are dropped (it has not begun), and the final's event too, as the
+event of any message its history shows. Every page thus ends with the final text exactly once.
+
 Private mode follows the same rules as everywhere: the web chat is a one-to-one chat of an
 allowed person, the owner; `/private PASSPHRASE` is stored redacted and `send` tells the page not
 to keep what was typed (`Sent.hide_input`); the transcript is the view of the current mode. Live
@@ -37,6 +48,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from adapters.buttons import PendingButtons
+from adapters.pieces import stream_pieces
 from core.commands.registry import carries_secret
 from core.turn.link import CoreLink
 from core.turn.transcript import Transcript
@@ -50,6 +62,7 @@ from core.values.model import (
     Mode,
     OutboundDelivery,
     Reply,
+    StreamedReply,
 )
 
 log = logging.getLogger(__name__)
@@ -63,6 +76,11 @@ KEY = ConversationKey(PLATFORM, CHAT_ID)
 PAGE_QUEUE = 100  # events a page may fall behind by before it is closed (its browser reconnects)
 MAX_PAGES = 16  # open pages (tabs) at once
 HISTORY = 200  # items of the transcript a page draws first
+# A page has no message limit worth cutting a streamed reply at: it streams into one bubble. The
+# outbox's pieces are UTF-16 code units, as on the chat apps; a reply this long is cut as they cut it.
+STREAM_LIMIT = 1_000_000
+# Events only the pages open now may show: never stored, so no history holds them.
+PARTIAL = "partial"
 
 # Reads a chat's transcript (core.turn.transcript.Transcripts.read).
 TranscriptReader = Callable[[ConversationKey, int], Awaitable[Transcript]]
@@ -87,13 +105,17 @@ class WebEvent:
     Attributes:
         kind: reply | reminder | nudge | mirror (an outbox row), answer (an answer that is no outbox
             row), post (a binding's test post), file (an attachment of the answer before it), mode
-            (the chat's mode may have changed: read it again; `text` is empty).
+            (the chat's mode may have changed: read it again; `text` is empty), partial (the text
+            so far of a reply the model is writing, for its bubble `stream[0]`; stored nowhere).
         text: what to show (a file's name for a file).
         delivery_id: the outbox row it is, if one.
         conversation_id: the conversation the row belongs to (a mirror's is its source).
         message_id: the stored message it carries, if one (a transcript may show it already).
         confirm: a button under it: pressing it sends `confirm.command` as typed.
         attachment: the file of a `file` event.
+        stream: the bubbles a reply was streamed into (their ids, as `WebChat.post` gave them): a
+            partial event's one bubble, or a streamed reply's final text, which replaces the first
+            of them (a page drops the others).
     """
 
     kind: str
@@ -103,6 +125,7 @@ class WebEvent:
     message_id: int | None = None
     confirm: Confirmation | None = None
     attachment: Attachment | None = None
+    stream: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,15 +154,22 @@ class Page:
         self._size = size
         self._closed = False
         self._ended = False
+        self._begun = False
 
     def begin(self, transcript: Transcript) -> None:
         """The page's transcript: drawn first; its messages are left out of the live events."""
         self.transcript = transcript
         self._shown = transcript.message_ids
+        self._begun = True
 
     def offer(self, event: WebEvent) -> None:
         """Queue `event` for the page; a page PAGE_QUEUE events behind is closed instead."""
         if self._closed:
+            return
+        if event.kind == PARTIAL and not self._begun:
+            # Its reply is stored by the time the transcript is read (in the lane, after the turn):
+            # the page would draw it twice, in its history and in this bubble (whose final event
+            # it drops, as its history shows that message).
             return
         if self._queue.qsize() >= self._size:
             self.overflowed = True
@@ -182,8 +212,9 @@ class Page:
 
 
 class WebChat:
-    """The owner's web chat: hands messages to the core, and is the outbox's sender for `web`
-    (core.ports.BaseSender). See the module docstring for what "delivered" means here."""
+    """The owner's web chat: hands messages to the core, and is the outbox's sender and streamer
+    for `web` (core.ports.BaseSender, core.ports.BaseStreamer). See the module docstring for what
+    "delivered" means here."""
 
     name = PLATFORM
 
@@ -214,12 +245,14 @@ class WebChat:
     # --- lifecycle (core.ports.BaseChatAdapter) -----------------------------------
 
     async def start(self) -> None:
-        """Take messages, and send the web chat's outbox rows (registered with the outbox)."""
+        """Take messages, and send the web chat's outbox rows and show its replies while written
+        (registered with the outbox)."""
         if self._started or self._closed:
             return
         self._started = self._taking = True
         if self._outbox is not None:
             self._outbox.register(self)
+            self._outbox.register_streamer(self)
 
     async def stop_intake(self) -> None:
         """Take no new message; what runs goes on, and open pages still get what the last turns wrote."""
@@ -235,6 +268,7 @@ class WebChat:
         if self._in_flight:
             await asyncio.wait(set(self._in_flight), timeout=self._stop_grace)
         if self._outbox is not None:
+            self._outbox.unregister_streamer(self)
             self._outbox.unregister(self)
         for page in self._pages:
             page.close()
@@ -348,16 +382,15 @@ class WebChat:
     # --- outbound (core.ports.BaseSender) -------------------------------------------
 
     async def send_delivery(self, delivery: OutboundDelivery) -> int:
-        """Publish an outbox row to the open pages: that is its send (one part).
+        """Publish an outbox row to the open pages: that is its send (one part). A reply shown while
+        written (`delivery.streamed`) is published with its bubbles: its final text replaces the
+        partial one where a page shows it (published again after a crash, it replaces it again).
 
         Raises:
             DeliveryFailed: permanent for a chat other than the owner's; transient before `start`
                 or after `aclose` (the row waits for the next start).
         """
-        if delivery.target.chat_id != CHAT_ID:
-            raise DeliveryFailed("chat not found", permanent=True, parts_sent=delivery.parts_sent)
-        if not self._started or self._closed:
-            raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
+        self._check(delivery.target.chat_id, delivery.parts_sent)
         self._publish(
             WebEvent(
                 delivery.kind,
@@ -366,9 +399,57 @@ class WebChat:
                 conversation_id=delivery.conversation_id,
                 message_id=delivery.message_id,
                 confirm=self._buttons.take(delivery.id),
+                stream=delivery.streamed,
             )
         )
         return 1
+
+    def _check(self, chat_id: str, parts_sent: int) -> None:
+        """Only the owner's chat exists here, and only while the chat runs (every send and stream)."""
+        if chat_id != CHAT_ID:
+            raise DeliveryFailed("chat not found", permanent=True, parts_sent=parts_sent)
+        if not self._started or self._closed:
+            raise DeliveryFailed("not started", permanent=False, parts_sent=parts_sent)
+
+    # --- shown while written (core.ports.BaseStreamer) --------------------------------
+
+    def pieces(self, text: str, *, final: bool = False) -> list[str]:
+        """One bubble: the web has no length limit worth cutting at. While not `final`, the last
+        grapheme cluster (it may still grow) and trailing whitespace are held back."""
+        return stream_pieces(text, STREAM_LIMIT, final=final)
+
+    async def post(self, reply: StreamedReply, text: str, index: int) -> str:
+        """Start the bubble of a reply being written: a partial event to the pages open now.
+
+        Returns:
+            The bubble's id (the outbox records it; the final send names it).
+        Raises:
+            DeliveryFailed: a chat other than the owner's, or the chat is not running.
+        """
+        self._check(reply.target.chat_id, 0)
+        bubble = f"r{reply.delivery_id}-{index}"
+        self._publish_partial(reply, bubble, text)
+        return bubble
+
+    async def edit(self, reply: StreamedReply, message_id: str, text: str) -> None:
+        """Replace the text of a bubble of a reply being written (a partial event).
+
+        Raises:
+            DeliveryFailed: a chat other than the owner's, or the chat is not running.
+        """
+        self._check(reply.target.chat_id, 0)
+        self._publish_partial(reply, message_id, text)
+
+    def _publish_partial(self, reply: StreamedReply, bubble: str, text: str) -> None:
+        self._publish(
+            WebEvent(
+                PARTIAL,
+                text,
+                delivery_id=reply.delivery_id,
+                conversation_id=reply.conversation_id,
+                stream=(bubble,),
+            )
+        )
 
     async def send_text(self, chat_id: str, text: str) -> str:
         """Publish `text` now, without a row (the test post that verifies a binding to the web chat).
@@ -376,9 +457,6 @@ class WebChat:
         Raises:
             DeliveryFailed: a chat other than the owner's, or the chat is not started.
         """
-        if chat_id != CHAT_ID:
-            raise DeliveryFailed("chat not found", permanent=True, parts_sent=0)
-        if not self._started or self._closed:
-            raise DeliveryFailed("not started", permanent=False, parts_sent=0)
+        self._check(chat_id, 0)
         self._publish(WebEvent("post", text))
         return f"post-{next(self._posts)}"

@@ -22,7 +22,8 @@ from aiohttp import web
 
 from adapters.web.auth import signed_in
 from adapters.web.bridge import BRIDGE
-from adapters.web.chat import KEY, Transcript, WebChatError, WebEvent
+from adapters.web.chat import KEY, PARTIAL, Transcript, WebChatError, WebEvent
+from adapters.web.formatting import formatted_html
 from adapters.web.layout import Frame, esc, render
 from adapters.web.service import SERVICE
 from adapters.web.site import SITE
@@ -35,6 +36,7 @@ from adapters.web.stream import (
     event_data,
     frame,
     history_data,
+    partial_data,
     pump,
 )
 from core.turn.transcript import ChatMode
@@ -82,7 +84,9 @@ def _body(page: Frame, transcript: Transcript) -> str:
 def _item(role: str | None, text: str | None, placeholder: bool) -> str:
     if placeholder:
         return f'<li class="msg placeholder">{esc(PLACEHOLDER_SHOWN)}</li>'
-    return f'<li class="msg {esc(role or "assistant")}">{esc(text or "")}</li>'
+    role = role or "assistant"
+    shown = formatted_html(text or "") if role == "assistant" else esc(text or "")  # as the script draws it
+    return f'<li class="msg {esc(role)}">{shown}</li>'
 
 
 def _entry(page: Frame) -> str:
@@ -173,7 +177,8 @@ def _wants_json(request: web.Request) -> bool:
 @guarded
 async def _events(request: web.Request) -> web.StreamResponse:
     """The page's live events, as server-sent events: its history first (drawn again on every
-    reconnect), then each answer, reminder or nudge, and the chat's mode when it changes."""
+    reconnect), then each answer, reminder or nudge, the text so far of a reply being written
+    (`partial`, its bubble's id), and the chat's mode when it changes."""
     site, bridge = request.app[SITE], request.app[BRIDGE]
     timezone = await bridge.call(site.core.controls.timezone)
     relay = Relay(bridge)
@@ -224,6 +229,8 @@ def _frame(item: Transcript | WebEvent | ChatMode, timezone: str, now: float) ->
     if isinstance(item, Transcript):
         return frame("history", history_data(item))
     if isinstance(item, WebEvent):
+        if item.kind == PARTIAL:
+            return frame("partial", partial_data(item))
         return frame("live", event_data(item))
     page = Frame("", item, timezone, now)
     ends = None if item.ends_at is None else page.moment(item.ends_at)

@@ -10,6 +10,13 @@ frames. Neither side waits for the other: the relay is bounded, and a browser th
 events behind is cut off (its EventSource reconnects and draws the history afresh), as WebChat cuts
 off a page PAGE_QUEUE events behind. When the handler ends (the browser left, the service stops),
 cancelling its `call` cancels the pump on the core's loop, which closes the page there.
+
+A reply shown while the model writes it arrives as `partial` frames (its bubble's id and text so
+far), then as the `live` frame of its final text naming the same bubble. Nothing is replayed by
+event id (a reconnecting browser's Last-Event-ID is not needed): every connection starts with the
+history, which holds every stored reply, a streamed one's final text included; partial text is
+stored nowhere, so a page that connects mid-stream draws the bubble from the next partial frame.
+Replies are drawn formatted (adapters/web/formatting.py); partial text is drawn as written.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from adapters.web.bridge import CoreBridge
-from adapters.web.chat import Transcript, WebChat, WebChatError, WebEvent
+from adapters.web.chat import PARTIAL, Transcript, WebChat, WebChatError, WebEvent
+from adapters.web.formatting import formatted
 from core.turn.transcript import ChatMode
 
 RELAY_SIZE = 200
@@ -90,6 +98,8 @@ async def pump(chat: WebChat, modes: ModeReader, relay: Relay) -> None:
             async for event in page:
                 if event.kind != "mode":
                     relay.put(event)
+                if event.kind == PARTIAL:
+                    continue  # a reply being written changes no mode; its final event is read after
                 if not (mode.is_private or may_change_the_mode(event)):
                     continue  # a stored answer in normal mode: the mode is as it was
                 now = await modes()
@@ -115,16 +125,34 @@ def frame(kind: str, data: dict[str, object]) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+# What a page draws formatted: what the companion says (never what the owner typed, nor a file's name).
+FORMATTED = frozenset({"reply", "reminder", "nudge", "mirror", "answer", "post"})
+
+
 def history_data(transcript: Transcript) -> dict[str, object]:
-    items: list[dict[str, object]] = [
-        {"placeholder": True} if item.is_placeholder else {"role": item.role or "", "text": item.text or ""}
-        for item in transcript.items
-    ]
+    items: list[dict[str, object]] = []
+    for item in transcript.items:
+        if item.is_placeholder:
+            items.append({"placeholder": True})
+            continue
+        entry: dict[str, object] = {"role": item.role or "", "text": item.text or ""}
+        if item.role == "assistant" and (shown := formatted(item.text or "")) is not None:
+            entry["format"] = shown
+        items.append(entry)
     return {"mode": transcript.state.mode.value, "segment": transcript.state.segment_id, "items": items}
+
+
+def partial_data(event: WebEvent) -> dict[str, object]:
+    """A reply being written: its bubble and its text so far (drawn as written)."""
+    return {"stream": event.stream[0], "text": event.text}
 
 
 def event_data(event: WebEvent) -> dict[str, object]:
     data: dict[str, object] = {"kind": event.kind, "text": event.text}
+    if event.kind in FORMATTED and (shown := formatted(event.text)) is not None:
+        data["format"] = shown
+    if event.stream:
+        data["stream"] = list(event.stream)  # the bubbles it was shown in while written: the first takes it
     if event.confirm is not None:
         data["confirm"] = {"label": event.confirm.label, "command": event.confirm.command}
     if event.attachment is not None:

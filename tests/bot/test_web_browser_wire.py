@@ -42,11 +42,14 @@ REBIND = "rebind.example"  # the browser resolves it to 127.0.0.1, as DNS rebind
 HELLO = "Hello from the browser!"
 WALK = "I am planning a walk along the river on Sunday."
 SECRET = f"Only private mode may read this: {CANARY}"
+TEA = "How do I make a proper pot of tea?"
+TEA_ANSWER = "**Warm the pot** first, the slow way: " + " ".join(f"sip{n}" for n in range(40)) + " Then `steep` it."
 # What the fake model answers (the screenshots show these); anything else: "Noted."
 REPLIES = {
     HELLO: "Hello! Good to see you here.",
     WALK: "That sounds lovely. Shall I ask you on Monday how it went?",
     SECRET: "I'm listening. Nothing of this will be kept.",
+    TEA: TEA_ANSWER,
 }
 
 
@@ -260,6 +263,62 @@ def test_a_normal_exchange_is_answered_in_the_page_without_a_reload(gateway, cha
     assert chat.locator("#private-banner").count() == 0
     say(chat, WALK)
     gateway.screenshot(chat, "chat-normal.png")
+
+
+def test_a_streamed_answer_grows_in_one_bubble_after_the_typing_dots_and_ends_formatted(gateway):
+    """Streaming as shipped (one edit a second), with a model writing about eight words a second: the
+    typing dots until the first words, then the answer's bubble grows in place while it is written,
+    and its final text replaces its text, formatted; no second bubble, no reload."""
+    page = gateway.signed_in_page()
+    page.evaluate("window.stillThisPage = true")
+    before = answers(page)
+    gateway.model.token_seconds = 0.12
+    try:
+        page.fill("#text", TEA)
+        page.press("#text", "Enter")
+        page.wait_for_selector("#messages li.typing", timeout=WAIT_MS)  # until the first words
+        page.wait_for_selector("#messages li.assistant.streaming", timeout=WAIT_MS)
+        page.evaluate("window.bubble = document.querySelector('#messages li.assistant.streaming')")
+        assert page.locator("#messages li.typing").count() == 0
+        grown = [page.evaluate("window.bubble.textContent")]
+        while len(grown) < 3:  # it grows, edit by edit, while the model writes
+            page.wait_for_function(
+                "n => window.bubble.textContent.length > n && window.bubble.classList.contains('streaming')",
+                arg=len(grown[-1]),
+                timeout=WAIT_MS,
+            )
+            grown.append(page.evaluate("window.bubble.textContent"))
+        page.wait_for_function(
+            "() => !window.bubble.classList.contains('streaming') && window.bubble.querySelector('strong')",
+            timeout=WAIT_MS,
+        )
+    finally:
+        gateway.model.token_seconds = 0.0
+    assert all(TEA_ANSWER.startswith(text) for text in grown)  # drawn as written while it grows ...
+    assert grown[0].startswith("**Warm the pot**")
+    final = page.evaluate(
+        "() => ({connected: window.bubble.isConnected, text: window.bubble.textContent,"
+        " strong: window.bubble.querySelector('strong').textContent, code: window.bubble.querySelector('code').textContent,"
+        " last: [...document.querySelectorAll('#messages li.assistant')].pop() === window.bubble})"
+    )
+    # ... and ends in the same bubble, formatted
+    assert final == {
+        "connected": True,
+        "text": TEA_ANSWER.replace("**", "").replace("`", ""),
+        "strong": "Warm the pot",
+        "code": "steep",
+        "last": True,
+    }
+    assert answers(page) == before + 1  # one bubble for the answer
+    assert page.locator("#messages li.typing").count() == 0
+    assert page.evaluate("window.stillThisPage === true")
+    page.wait_for_function("() => !document.querySelector('#messages li.pending')", timeout=WAIT_MS)
+
+    page.goto(gateway.base + "/")  # drawn again from the history: once, formatted
+    page.wait_for_function("() => document.querySelector('#messages li.assistant strong')", timeout=WAIT_MS)
+    assert page.locator("#messages li.assistant", has_text="the slow way").count() == 1
+    assert "sip20" not in gateway.log_text()  # no partial (nor final) text in any log line
+    page.context.close()
 
 
 def test_private_mode_has_its_banner_and_the_passphrase_is_in_no_html_url_database_byte_or_log_line(gateway, chat):

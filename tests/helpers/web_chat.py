@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.web.chat import Page, WebChat, WebEvent
 from bot.bootstrap import build_companion, web_chat
-from core.delivery.outbox import Outbox
+from core.delivery.outbox import SHIPPED_PACING, Outbox
+from core.delivery.streams import StreamPacing
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 
@@ -34,9 +35,11 @@ class WebSide:
 
 @contextlib.asynccontextmanager
 async def web_side(store, provider, clock, **config) -> AsyncIterator[WebSide]:
-    """A started companion serving the web chat (and any other `platforms` given), and its WebChat."""
+    """A started companion serving the web chat (and any other `platforms` given), and its WebChat.
+    `pacing`: how replies are shown while written (the shipped pacing unless given; None: off)."""
     platforms = config.pop("platforms", WEB)
-    outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0, platforms=platforms)
+    pacing: StreamPacing | None = config.pop("pacing", SHIPPED_PACING)
+    outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0, platforms=platforms, pacing=pacing)
     companion = build_companion(
         store, provider, CompanionConfig(platforms=platforms, **config), clock=clock, outbox=outbox
     )
@@ -50,7 +53,12 @@ async def web_side(store, provider, clock, **config) -> AsyncIterator[WebSide]:
         await companion.drain()
 
 
-async def next_event(page: Page, timeout: float = 10.0) -> WebEvent:
-    """The page's next live event (the test fails after `timeout` seconds without one)."""
+async def next_event(page: Page, timeout: float = 10.0, *, partial: bool = False) -> WebEvent:
+    """The page's next live event (the test fails after `timeout` seconds without one); a reply shown
+    while written (a slow machine may let a quick answer stream) is skipped to its final event,
+    unless `partial`."""
     async with asyncio.timeout(timeout):
-        return await anext(page)
+        while True:
+            event = await anext(page)
+            if partial or event.kind != "partial":
+                return event

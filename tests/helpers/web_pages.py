@@ -65,10 +65,14 @@ async def site_served(store, provider, clock, **config) -> AsyncIterator[SiteSid
 
 
 class EventStream:
-    """GET /events read in the background: `next()` gives each server-sent event as (kind, data)."""
+    """GET /events read in the background: `next()` gives each server-sent event as (kind, data);
+    `received` keeps every one with the loop's time it arrived at. `headers`: sent with the GET
+    (a reconnecting browser's Last-Event-ID)."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, headers: dict[str, str] | None = None) -> None:
         self._client = client
+        self._headers = headers or {}
+        self.received: list[tuple[float, str, Any]] = []
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.status: int | None = None
         self._task: asyncio.Task[None] | None = None
@@ -101,7 +105,7 @@ class EventStream:
 
     async def _read(self) -> None:
         try:
-            async with self._client.stream("GET", "/events", timeout=None) as response:
+            async with self._client.stream("GET", "/events", timeout=None, headers=self._headers) as response:
                 self.status = response.status_code
                 self._opened.set()
                 kind, data = "message", []
@@ -111,7 +115,9 @@ class EventStream:
                     elif line.startswith("data: "):
                         data.append(line[6:])
                     elif not line and data:
-                        await self.events.put((kind, json.loads("\n".join(data))))
+                        event = (kind, json.loads("\n".join(data)))
+                        self.received.append((asyncio.get_running_loop().time(), *event))
+                        await self.events.put(event)
                         kind, data = "message", []
         finally:
             self._opened.set()
