@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 
 
+# A message answered with None may be held for the rest of its burst only when it is this recent
+# (seconds, by its Telegram date): typing goes on for it (see `typing_hold`).
+_HELD_IF_SENT_WITHIN = 10.0
+
+
 class TelegramStartError(CompanionError):
     """Telegram rejected the token or could not be reached at start-up; the message is one line."""
 
@@ -753,6 +758,8 @@ class TelegramAdapter:
             and self._is_allowed is not None
             and not inbound.edited
             and not inbound.text.startswith("/")
+            # Not one sent long ago (an update offered again after a restart is answered already).
+            and (inbound.sent_at is None or time.time() - inbound.sent_at < _HELD_IF_SENT_WITHIN)
             and self._is_allowed(inbound)
         )
 
