@@ -285,3 +285,23 @@ async def test_the_streamer_hands_flood_control_back_with_its_wait_and_other_ref
     assert throttled.value.retry_after == 3
     assert telegram.texts_to(USER) == ["first words"]
     assert len(telegram.calls_of("editMessageText")) == 4 and not telegram.edits
+
+
+async def test_a_final_send_cut_off_after_some_parts_counts_them_and_goes_on_from_the_next_one(
+    adapter: TelegramAdapter, telegram: FakeTelegramServer
+) -> None:
+    target = DeliveryTarget("telegram", str(USER))
+    reply = StreamedReply(10, 1, target, "n")
+    assert adapter._streamer is not None
+    text = "**First** paragraph. " + "a" * 4060 + "\n\nThe second paragraph, past the first message."
+    shown = await adapter._streamer.post(reply, text[:200], 0)  # only the first piece was shown
+    delivery = OutboundDelivery(10, 1, "reply", target, "n", text, 0, 0, streamed=(shown,))
+    telegram.fail_next("sendMessage", 400, description="Bad Request: chat not found")
+    with pytest.raises(DeliveryFailed) as failed:
+        await adapter.send_delivery(delivery)
+    assert failed.value.parts_sent == 1  # the first message was edited; the second part did not go
+    edits = len(telegram.calls_of("editMessageText"))
+    assert await adapter.send_delivery(dataclasses.replace(delivery, parts_sent=1)) == 2
+    assert len(telegram.calls_of("editMessageText")) == edits  # the first part is not touched again
+    assert [m.text[:5] for m in telegram.sent] == ["First", "The s"]
+    assert telegram.sent[0].entities == ({"type": "bold", "offset": 0, "length": 5},)
