@@ -1144,8 +1144,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "telegram-typing-not-held-for-a-burst",
         RELIABILITY,
         "adapters/telegram/adapter.py",
-        "                self._typing_until[message.chat_id] = self._monotonic() + self._typing_hold",
-        "                self._typing_done(message.chat_id)",
+        "            self._typing_until[message.chat_id] = self._monotonic() + self._typing_hold",
+        "            self._typing_done(message.chat_id)",
         also=(
             "tests/bot/test_streaming_telegram_wire.py"
             "::test_a_stop_mid_stream_lets_the_answer_finish_within_the_grace_and_sends_it_once",

@@ -612,19 +612,20 @@ class TelegramAdapter:
             len(inbound.text),
         )
         self._begin_typing(message.chat_id)
-        reply: Reply | None = None
         try:
             reply = await self._handler(inbound)
         except Exception as exc:  # noqa: BLE001 - the user gets an answer, the log gets the kind only
             log.error("telegram: update %s: the handler failed (%s)", update.update_id, type(exc).__name__)
             reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))
-        finally:
-            if reply is None and self._may_be_held(inbound):
-                # Held for the rest of its burst: answered later in its lane, whose reply (its first
-                # piece when shown while written) stops the indicator; this long at most.
-                self._typing_until[message.chat_id] = self._monotonic() + self._typing_hold
-            else:
-                self._typing_done(message.chat_id)
+        except BaseException:  # cut off by a stop
+            self._typing_done(message.chat_id)
+            raise
+        if reply is None and self._may_be_held(inbound):
+            # Held for the rest of its burst: answered later in its lane, whose reply (its first
+            # piece when shown while written) stops the indicator; this long at most.
+            self._typing_until[message.chat_id] = self._monotonic() + self._typing_hold
+        else:
+            self._typing_done(message.chat_id)
         if reply is None:
             return
         text = reply.text
