@@ -1237,6 +1237,95 @@ MUTATIONS: tuple[Mutation, ...] = (
         'out.append(html.escape(units[2 * at : 2 * end].decode("utf-16-le", errors="replace"), quote=True))',
         'out.append(units[2 * at : 2 * end].decode("utf-16-le", errors="replace"))',
     ),
+    # --- streaming: Telegram (issue 24) --------------------------------------------------------------
+    M(
+        "telegram-stream-not-modified-is-an-error",
+        RELIABILITY,
+        "adapters/telegram/streaming.py",
+        "            if not_modified(exc):\n                return",
+        "            if False:\n                return",
+    ),
+    M(
+        "telegram-stream-429-stops-the-stream",
+        RELIABILITY,
+        "adapters/telegram/streaming.py",
+        "    if isinstance(exc, RetryAfter):\n        return DeliveryThrottled(retry_after_seconds(exc))",
+        "    if False:\n        return DeliveryThrottled(retry_after_seconds(exc))",
+    ),
+    M(
+        "telegram-stream-typing-not-stopped-by-the-first-piece",
+        RELIABILITY,
+        "adapters/telegram/streaming.py",
+        "        self._first_shown(message.chat_id)",
+        "        pass",
+    ),
+    M(
+        "telegram-stream-group-reply-quotes-nothing",
+        RELIABILITY,
+        "adapters/telegram/streaming.py",
+        "        reply_to = quotable(target.reply_to) if index == 0 else None",
+        "        reply_to = None",
+    ),
+    M(
+        "telegram-streamer-not-registered",
+        RELIABILITY,
+        "adapters/telegram/adapter.py",
+        "            self._outbox.register_streamer(self._streamer)",
+        "            pass",
+    ),
+    M(
+        "telegram-streamed-reply-posted-again-not-edited",
+        RELIABILITY,
+        "adapters/telegram/adapter.py",
+        "            if delivery.streamed:",
+        "            if False:",
+    ),
+    M(
+        "telegram-streamed-final-rendered-whole-not-per-piece",
+        RELIABILITY,
+        "adapters/telegram/formatting.py",
+        "    return tuple(part for piece in pieces for part in telegram_parts(piece, limit))",
+        "    return telegram_parts(markdown, limit)",
+    ),
+    M(
+        "telegram-streamed-final-not-modified-is-an-error",
+        RELIABILITY,
+        "adapters/telegram/delivery.py",
+        '            if "message is not modified" in exc.message.lower():',
+        "            if False:",
+    ),
+    M(
+        "telegram-streamed-final-from-the-first-part-again",
+        RELIABILITY,
+        "adapters/telegram/delivery.py",
+        "        for number in range(start, len(parts)):",
+        "        for number in range(0, len(parts)):",
+    ),
+    M(
+        "telegram-streamed-leftover-messages-kept",
+        RELIABILITY,
+        "adapters/telegram/delivery.py",
+        "            await self.delete(int(chat_id), int(message_id))",
+        "            pass",
+    ),
+    M(
+        "telegram-streamed-deleted-message-fails-the-reply",
+        RELIABILITY,
+        "adapters/telegram/delivery.py",
+        "                return False\n            raise\n        return True",
+        "                raise\n            raise\n        return True",
+    ),
+    M(
+        "telegram-typing-not-held-for-a-burst",
+        RELIABILITY,
+        "adapters/telegram/adapter.py",
+        "            self._typing_until[message.chat_id] = self._monotonic() + self._typing_hold",
+        "            self._typing_done(message.chat_id)",
+        also=(
+            "tests/bot/test_streaming_telegram_wire.py"
+            "::test_a_stop_mid_stream_lets_the_answer_finish_within_the_grace_and_sends_it_once",
+        ),
+    ),
 )
 
 

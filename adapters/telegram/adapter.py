@@ -30,6 +30,7 @@ from adapters.telegram.delivery import (
 )
 from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.media import MEDIA, media_of
+from adapters.telegram.streaming import TelegramStreamer, quotable
 from adapters.telegram.text import Entity, group_text
 from adapters.telegram.updates import BotAPIRequest, UnparsableUpdate, UpdatesRequest
 from core.commands.registry import carries_secret
@@ -44,6 +45,11 @@ log = logging.getLogger(__name__)
 # What getUpdates asks for: messages, edits of them (issue 15), and presses of confirmation
 # buttons (adapters/telegram/buttons.py).
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
+
+
+# A message answered with None may be held for the rest of its burst only when it is this recent
+# (seconds, by its Telegram date): typing goes on for it (see `typing_hold`).
+_HELD_IF_SENT_WITHIN = 10.0
 
 
 class TelegramStartError(CompanionError):
@@ -74,7 +80,11 @@ class TelegramAdapter:
         poll_timeout, repoll_interval: getUpdates' long-poll timeout, and the longest pause
             between polls while updates are in hand.
         typing_delay, typing_interval: when the typing indicator first shows, and how often it
-            is renewed.
+            is renewed. It shows until the reply's first message is out: a reply shown while
+            written stops it with its first piece.
+        typing_hold: how long the typing indicator goes on after a message the core held for the
+            rest of its burst (answered later, in its conversation's lane), at most: the reply's
+            first message stops it sooner.
         read_timeout, max_attempts, backoff, sleep: the requests' read timeout and the retries
             of a send (`Delivery`).
         stale_after, monotonic: `ready()` says not ready once no long poll completed for this
@@ -95,6 +105,7 @@ class TelegramAdapter:
         repoll_interval: float = 1.0,
         typing_interval: float = 4.0,
         typing_delay: float = 0.25,
+        typing_hold: float = 30.0,
         read_timeout: float = 15.0,
         max_attempts: int = 5,
         backoff: float = 0.5,
@@ -121,6 +132,13 @@ class TelegramAdapter:
         self._repoll_interval = repoll_interval
         self._typing_interval = typing_interval
         self._typing_delay = typing_delay
+        self._typing_hold = typing_hold
+        self._is_allowed = link.is_allowed
+        # The typing indicator of each chat while it runs, and when it stops at the latest (None:
+        # while its message's turn runs).
+        self._typing: dict[int, asyncio.Task] = {}
+        self._typing_until: dict[int, float] = {}
+        self._streamer: TelegramStreamer | None = None
         self._stop_grace = stop_grace
         self._read_timeout = read_timeout
         self._max_attempts = max_attempts
@@ -185,6 +203,11 @@ class TelegramAdapter:
             raise
         if self._outbox is not None:
             self._outbox.register(self)
+            # Replies are shown while the model writes them (when the outbox streams, as shipped).
+            self._streamer = TelegramStreamer(
+                self._app.bot, moved_to=self._delivery.moved_to, first_shown=self._typing_done
+            )
+            self._outbox.register_streamer(self._streamer)
         self._polled_at = self._monotonic()
         self._poll_task = asyncio.create_task(self._poll(), name="telegram-polling")
         log.info("telegram: polling as bot %s", self._bot.id)
@@ -216,6 +239,15 @@ class TelegramAdapter:
         await self._confirm_handled()
         if self._outbox is not None:
             self._outbox.unregister(self)
+            if self._streamer is not None:
+                self._outbox.unregister_streamer(self._streamer)
+        self._streamer = None
+        typing = list(self._typing.values())
+        self._typing.clear()
+        self._typing_until.clear()
+        for task in typing:
+            task.cancel()
+        await asyncio.gather(*typing, return_exceptions=True)
         await self._shutdown_application()
         log.info("telegram: stopped")
 
@@ -286,12 +318,26 @@ class TelegramAdapter:
         if self._delivery is None or self._app is None:
             raise DeliveryFailed("not started", permanent=False, parts_sent=delivery.parts_sent)
         target = delivery.target
+        if target.chat_id.lstrip("-").isdigit():
+            self._typing_done(int(target.chat_id))  # the reply is here (or a message of another kind)
         try:
+            if delivery.streamed:
+                # Shown while the model wrote it: its messages are edited into the final text.
+                return await self._delivery.finish_streamed(
+                    target.chat_id,
+                    delivery.text,
+                    delivery.streamed,
+                    start=delivery.parts_sent,
+                    reply_to=quotable(target.reply_to),
+                    thread_id=int(target.thread_id) if target.thread_id else None,
+                    on_moved=self._chat_moved,
+                    reply_markup=self._buttons.take(delivery.id),
+                )
             sent = await self._delivery.send_text(
                 target.chat_id,
                 delivery.text,
                 start=delivery.parts_sent,
-                reply_to=_quotable(target.reply_to),
+                reply_to=quotable(target.reply_to),
                 thread_id=int(target.thread_id) if target.thread_id else None,
                 on_moved=self._chat_moved,
                 reply_markup=self._buttons.take(delivery.id),
@@ -565,16 +611,21 @@ class TelegramAdapter:
             "direct" if inbound.is_direct else "group",
             len(inbound.text),
         )
-        typing = asyncio.create_task(self._keep_typing(message.chat_id))
+        self._begin_typing(message.chat_id)
         try:
             reply = await self._handler(inbound)
         except Exception as exc:  # noqa: BLE001 - the user gets an answer, the log gets the kind only
             log.error("telegram: update %s: the handler failed (%s)", update.update_id, type(exc).__name__)
             reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))
-        finally:
-            typing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await typing
+        except BaseException:  # cut off by a stop
+            self._typing_done(message.chat_id)
+            raise
+        if reply is None and self._may_be_held(inbound):
+            # Held for the rest of its burst: answered later in its lane, whose reply (its first
+            # piece when shown while written) stops the indicator; this long at most.
+            self._typing_until[message.chat_id] = self._monotonic() + self._typing_hold
+        else:
+            self._typing_done(message.chat_id)
         if reply is None:
             return
         text = reply.text
@@ -700,23 +751,48 @@ class TelegramAdapter:
             media=media,
         )
 
+    def _may_be_held(self, inbound: InboundMessage) -> bool:
+        """Whether a message the core answered with None may be held for the rest of its burst (its
+        reply comes later): words from someone allowed, replies through the outbox."""
+        return (
+            self._outbox is not None
+            and self._is_allowed is not None
+            and not inbound.edited
+            and not inbound.text.startswith("/")
+            # Not one sent long ago (an update offered again after a restart is answered already).
+            and (inbound.sent_at is None or time.time() - inbound.sent_at < _HELD_IF_SENT_WITHIN)
+            and self._is_allowed(inbound)
+        )
+
+    def _begin_typing(self, chat_id: int) -> None:
+        """Show typing in the chat while its message's turn runs (one indicator per chat)."""
+        self._typing_until.pop(chat_id, None)
+        task = self._typing.get(chat_id)
+        if task is None or task.done():
+            self._typing[chat_id] = asyncio.create_task(self._keep_typing(chat_id), name=f"telegram-typing-{chat_id}")
+
+    def _typing_done(self, chat_id: int) -> None:
+        """The reply's first message is out (or no reply comes): the chat's typing indicator stops."""
+        self._typing_until.pop(chat_id, None)
+        task = self._typing.pop(chat_id, None)
+        if task is not None:
+            task.cancel()
+
     async def _keep_typing(self, chat_id: int) -> None:
         # Not for a quick answer: the indicator would only cost a request before the reply.
         await asyncio.sleep(self._typing_delay)
-        while True:
+        while (until := self._typing_until.get(chat_id)) is None or self._monotonic() < until:
             try:
                 await self._bot.send_chat_action(chat_id, ChatAction.TYPING)
             except TelegramError as exc:  # typing is courtesy: never retried, never fatal
                 log.debug("telegram: sendChatAction failed (%s)", type(exc).__name__)
             await asyncio.sleep(self._typing_interval)
+        if self._typing.get(chat_id) is asyncio.current_task():
+            del self._typing[chat_id]
+            self._typing_until.pop(chat_id, None)
 
     async def _on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram: error while processing an update (%s)", type(context.error).__name__)
-
-
-def _quotable(reply_to: str | None) -> int | None:
-    """A message id to quote; none for a message of a chat upgraded since ("old chat id/id")."""
-    return int(reply_to) if reply_to and reply_to.isdigit() else None
 
 
 def _file_url(base_url: str) -> str:

@@ -26,7 +26,7 @@ from telegram.error import (
 )
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.telegram.formatting import TelegramPart, telegram_parts
+from adapters.telegram.formatting import TelegramPart, streamed_parts, telegram_parts
 from core.values.errors import CompanionError
 from core.values.retry import Attempt, RetryPolicy, Sleep, retrying
 
@@ -43,6 +43,8 @@ ChatMoved = Callable[[str, str], Awaitable[object]]
 
 # BadRequest subclasses NetworkError in python-telegram-bot, but repeating a bad request cannot help.
 _NOT_TRANSIENT = (BadRequest, Forbidden, InvalidToken, ChatMigrated, Conflict, EndPointNotFound)
+# Telegram's descriptions of an edit of a message that cannot be edited any more (deleted, too old).
+_NOT_EDITABLE = ("message to edit not found", "message can't be edited", "message_id_invalid")
 
 
 class TelegramDeliveryError(CompanionError):
@@ -131,6 +133,85 @@ class Delivery:
                 raise TelegramDeliveryError(f"sendMessage failed ({type(exc).__name__})", len(sent)) from exc
             sent.append(message.message_id)
         return sent
+
+    async def finish_streamed(
+        self,
+        chat_id: int | str,
+        text: str,
+        message_ids: tuple[str, ...],
+        *,
+        start: int = 0,
+        reply_to: int | None = None,
+        thread_id: int | None = None,
+        on_moved: ChatMoved | None = None,
+        reply_markup: InlineKeyboardMarkup | None = None,
+    ) -> int:
+        """The final send of a reply shown while written: its messages (`message_ids`, in order)
+        edited into the parts of the final Markdown `text` (`streamed_parts`: message i gets part
+        i), from part `start` on; parts past them go as new messages, and messages left over (a
+        final text shorter than what was shown) are deleted. Done again after a cut-off send, it
+        changes nothing already right: an edit to what a message shows is "not modified", which
+        is success. A message that cannot be edited any more (deleted by the person, or in a
+        group upgraded since) gets its part as a new message. `reply_markup` goes under the last part.
+
+        Returns:
+            The number of parts of the whole text.
+        Raises:
+            TelegramDeliveryError: a part could not be edited or sent; `delivered` counts the parts
+                done from `start` on, and the parts after it were not touched.
+        """
+        parts = streamed_parts(text)
+        done = 0
+        for number in range(start, len(parts)):
+            part = parts[number]
+            markup = reply_markup if number == len(parts) - 1 else None
+            try:
+                if number < len(message_ids) and await self._edit_part(chat_id, int(message_ids[number]), part, markup):
+                    done += 1
+                    continue
+                target = self._moved.get(str(chat_id), chat_id)
+                quote = reply_to if number == 0 and target == chat_id else None
+                reply = ReplyParameters(quote, allow_sending_without_reply=True) if quote else None
+                thread = thread_id if target == chat_id else None
+                try:
+                    await self._send_part(target, part, reply, thread, markup)
+                except ChatMigrated as moved:
+                    target = await self._follow(chat_id, moved.new_chat_id, on_moved)
+                    await self._send_part(target, part, None, None, markup)
+            except TelegramError as exc:
+                raise TelegramDeliveryError(f"a streamed reply's part failed ({type(exc).__name__})", done) from exc
+            done += 1
+        for message_id in message_ids[len(parts) :]:  # shown while written, no longer part of the reply
+            await self.delete(int(chat_id), int(message_id))
+        return len(parts)
+
+    async def _edit_part(
+        self, chat_id: int | str, message_id: int, part: TelegramPart, markup: InlineKeyboardMarkup | None
+    ) -> bool:
+        """Edit one message into a rendered part (once more without its entities if Telegram refuses
+        them); False when the message cannot be edited any more."""
+        edit = functools.partial(
+            self._bot.edit_message_text, part.text, chat_id=chat_id, message_id=message_id, reply_markup=markup
+        )
+        entities = [MessageEntity(**entity.as_dict()) for entity in part.entities]
+        try:
+            try:
+                await self.call("editMessageText", functools.partial(edit, entities=entities or None))
+            except BadRequest as exc:
+                if not entities or "entit" not in exc.message.lower():
+                    raise
+                log.warning("telegram: the entities of a part were refused (%s); it goes plain", type(exc).__name__)
+                await self.call("editMessageText", edit)
+        except ChatMigrated:
+            return False
+        except BadRequest as exc:
+            if "message is not modified" in exc.message.lower():
+                return True  # it shows the part already (a send done again after a cut-off)
+            if any(gone in exc.message.lower() for gone in _NOT_EDITABLE):
+                log.info("telegram: a streamed message cannot be edited any more; its part goes as a new one")
+                return False
+            raise
+        return True
 
     def remember_move(self, old: str, new: int) -> None:
         """`old` is `new` now (the store was re-keyed from the service message)."""

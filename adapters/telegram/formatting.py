@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.pieces import stream_pieces
 from adapters.telegram.text import MAX_MESSAGE_LENGTH, sendable
 from adapters.text import _best_cut
 
@@ -70,6 +71,16 @@ def telegram_parts(markdown: str, limit: int = MAX_MESSAGE_LENGTH) -> tuple[Tele
     """The messages that carry `markdown` on Telegram, formatted, in order; none for blank text."""
     text, entities = render(markdown)
     return split_rendered(text, entities, limit)
+
+
+def streamed_parts(markdown: str, limit: int = MAX_MESSAGE_LENGTH) -> tuple[TelegramPart, ...]:
+    """The messages of a reply shown while written, as its final text formats them: cut where the
+    stream cut it (adapters/pieces.py `stream_pieces(final=True)`, the cuts the streamed messages
+    already have), each piece rendered on its own, so message i of the stream becomes part i and
+    the entities of every message are whole. A piece whose rendering is longer than a message
+    (Markdown hardly ever grows when rendered) continues in the next part."""
+    pieces = stream_pieces(sendable(markdown), limit, final=True)
+    return tuple(part for piece in pieces for part in telegram_parts(piece, limit))
 
 
 def render(markdown: str) -> tuple[str, tuple[RenderedEntity, ...]]:

@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -35,6 +36,10 @@ _MENTION = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}")
 
 @dataclasses.dataclass(frozen=True)
 class SentMessage:
+    """A message of the bot as the chat shows it now: an edit replaces its text, entities and
+    keyboard (`edits` counts them), a deletion marks it `deleted`; `at` is when it was sent
+    (time.monotonic() of the server's process)."""
+
     chat_id: int
     text: str
     message_id: int
@@ -42,6 +47,21 @@ class SentMessage:
     thread_id: int | None = None
     entities: tuple[dict[str, Any], ...] = dataclasses.field(default=(), hash=False)
     reply_markup: dict[str, Any] | None = None  # an inline keyboard, as sent
+    at: float = dataclasses.field(default=0.0, compare=False)
+    edits: int = dataclasses.field(default=0, compare=False)
+    deleted: bool = dataclasses.field(default=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Edit:
+    """One editMessageText Telegram took: the message's new text and entities, and when
+    (time.monotonic() of the server's process)."""
+
+    chat_id: int
+    message_id: int
+    text: str
+    entities: tuple[dict[str, Any], ...]
+    at: float
 
 
 class BadRequest(Exception):
@@ -63,6 +83,11 @@ class FakeTelegramServer(LoopbackServer):
     for subprocess tests). Tests inject user messages with `send_text`, read what the bot
     did from `sent`, `chat_actions`, `deleted`, `commands` and `calls` (every call, in
     order: (method, params)), and make the next calls of a method fail with `fail_next`.
+    `sent` holds the bot's messages as the chat shows them now (an edit changes its message in
+    place); `edits` records every edit taken, with its time, and `flood` turns flood control on.
+    editMessageText is as strict as Telegram's: 400 "message is not modified" for the text and
+    entities (and keyboard) the message has, "message to edit not found", "message can't be
+    edited" (not the bot's), "message is too long" past 4096 UTF-16 code units.
     Updates stay queued until a getUpdates call confirms them with its offset, as on
     Telegram. From another thread, call the same methods: they run on the server's loop.
     """
@@ -77,6 +102,12 @@ class FakeTelegramServer(LoopbackServer):
         self.sent: list[SentMessage] = []
         self.chat_actions: list[tuple[int, str]] = []
         self.deleted: list[tuple[int, int]] = []
+        self.edits: list[Edit] = []
+        # Flood control (`flood`): the methods it holds, until when (time.monotonic()), and each
+        # 429 it answered (method, when, retry_after).
+        self._flooded: dict[str, float] = {}
+        self._flood_next: dict[str, int] = {}
+        self.floods: list[tuple[str, float, int]] = []
         self.commands: list[dict[str, Any]] = []
         self.get_updates_offsets: list[int | None] = []
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
@@ -183,6 +214,32 @@ class FakeTelegramServer(LoopbackServer):
         failure = Failure(status, description, retry_after)
         self._in_loop(lambda: self._failures[method].extend([None] * after + [failure] * times))
 
+    def flood(self, retry_after: int, *, methods: tuple[str, ...] = ("editMessageText",)) -> None:
+        """Flood control, as Telegram applies it: the next call of each of `methods` answers 429
+        with `parameters.retry_after`, and so does every later one until that many seconds have
+        passed (with the seconds left, rounded up); then they go through again."""
+
+        def arm() -> None:
+            for method in methods:
+                self._flood_next[method] = retry_after
+
+        self._in_loop(arm)
+
+    def _flood_control(self, method: str) -> Failure | None:
+        now = time.monotonic()
+        if (seconds := self._flood_next.pop(method, None)) is not None:
+            self._flooded[method] = now + seconds
+        until = self._flooded.get(method)
+        if until is None or now >= until:
+            self._flooded.pop(method, None)
+            return None
+        retry_after = max(1, math.ceil(until - now))
+        self.floods.append((method, now, retry_after))
+        return Failure(429, f"Too Many Requests: retry after {retry_after}", retry_after)
+
+    def edits_of(self, chat_id: int) -> list[Edit]:
+        return [edit for edit in self.edits if edit.chat_id == chat_id]
+
     def cut_next(self, method: str) -> None:
         """Cut short the next answer of `method` that has a result (not an empty list): its last
         bytes are missing, as from a connection a proxy dropped, so it is not JSON."""
@@ -250,7 +307,12 @@ class FakeTelegramServer(LoopbackServer):
         return len(self._queue)
 
     def texts_to(self, chat_id: int) -> list[str]:
-        return [m.text for m in self.sent if m.chat_id == chat_id]
+        """The texts of the bot's messages the chat shows now (as edited; deleted ones left out)."""
+        return [m.text for m in self.sent if m.chat_id == chat_id and not m.deleted]
+
+    def message(self, chat_id: int, message_id: int) -> SentMessage:
+        """The bot's message as the chat shows it now."""
+        return next(m for m in self.sent if m.chat_id == chat_id and m.message_id == message_id)
 
     def calls_of(self, method: str) -> list[dict[str, Any]]:
         return [params for name, params in self.calls if name == method]
@@ -318,6 +380,9 @@ class FakeTelegramServer(LoopbackServer):
         failures = self._failures.get(method)
         if failures and (failure := failures.popleft()) is not None:
             return _error(failure)
+        if (flooded := self._flood_control(method)) is not None:
+            self._notify()
+            return _error(flooded)
         if (moved := self.migrated.get(_int_or_none(params.get("chat_id")))) is not None:
             return _error(Failure(400, "Bad Request: group chat was upgraded to a supergroup chat", None, moved))
         handler = getattr(self, f"_api_{method}", None)
@@ -360,8 +425,45 @@ class FakeTelegramServer(LoopbackServer):
         return True
 
     def _api_deleteMessage(self, params: dict[str, Any]) -> bool:
-        self.deleted.append((int(params["chat_id"]), int(params["message_id"])))
+        chat_id, message_id = int(params["chat_id"]), int(params["message_id"])
+        if self._messages.pop((chat_id, message_id), None) is None:
+            raise BadRequest("message to delete not found")
+        self.deleted.append((chat_id, message_id))
+        for number, sent in enumerate(self.sent):
+            if (sent.chat_id, sent.message_id) == (chat_id, message_id):
+                self.sent[number] = dataclasses.replace(sent, deleted=True)
         return True
+
+    def _api_editMessageText(self, params: dict[str, Any]) -> dict[str, Any]:
+        if params.get("inline_message_id"):
+            raise BadRequest("inline messages are not faked here")
+        chat_id, message_id = int(params["chat_id"]), int(params["message_id"])
+        stored = self._messages.get((chat_id, message_id))
+        if stored is None:
+            raise BadRequest("message to edit not found")
+        if not stored["from"].get("is_bot") or "text" not in stored:
+            raise BadRequest("message can't be edited")
+        text = str(params.get("text", ""))
+        entities, refusal = check_message(text, params.get("entities"))
+        if refusal is not None:
+            raise BadRequest(refusal)
+        markup = _inline_keyboard(params.get("reply_markup"))
+        if (text, entities, markup) == (stored["text"], stored.get("entities", []), stored.get("reply_markup")):
+            raise BadRequest(
+                "message is not modified: specified new message content and reply markup are exactly the same"
+                " as a current content and reply markup of the message"
+            )
+        number, shown = next(
+            (i, m) for i, m in enumerate(self.sent) if (m.chat_id, m.message_id) == (chat_id, message_id)
+        )
+        edited = dataclasses.replace(
+            shown, text=text, entities=tuple(entities), reply_markup=markup, edits=shown.edits + 1
+        )
+        self.sent[number] = edited
+        self.edits.append(Edit(chat_id, message_id, text, tuple(entities), time.monotonic()))
+        result = {**self._sent_json(edited), "date": stored["date"], "edit_date": int(time.time())}
+        self._messages[(chat_id, message_id)] = result
+        return result
 
     def _api_sendMessage(self, params: dict[str, Any]) -> dict[str, Any] | web.Response:
         chat_id = int(params["chat_id"])
@@ -380,6 +482,7 @@ class FakeTelegramServer(LoopbackServer):
             int(thread) if thread is not None else None,
             tuple(entities),
             markup,
+            at=time.monotonic(),
         )
         self.sent.append(message)
         result = self._sent_json(message)
