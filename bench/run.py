@@ -16,7 +16,19 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/run.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import assembly, cli_run, gateway_rss, load, mirror, request_size, roundtrip, triage, turn, web_turn
+from bench import (
+    assembly,
+    cli_run,
+    gateway_rss,
+    load,
+    mirror,
+    request_size,
+    roundtrip,
+    streaming,
+    triage,
+    turn,
+    web_turn,
+)
 from bench._common import ROOT, environment
 
 MEASUREMENTS = {
@@ -30,6 +42,7 @@ MEASUREMENTS = {
     "mirror": mirror.run,
     "triage": triage.run,
     "web": web_turn.run,
+    "streaming": streaming.run,
 }
 
 

@@ -229,7 +229,9 @@ class FakeOpenAIServer(LoopbackServer):
             scripted.body is None and scripted.status == 200 and not scripted.disconnect and scripted.events is None
         ):
             delay = scripted.delay if scripted else 0.0
-            scripted = dataclasses.replace(await self._respond(body, number), delay=delay)
+            responded = await self._respond(body, number)
+            # A responder's own ScriptedResponse may carry a delay too (a model's time to answer).
+            scripted = dataclasses.replace(responded, delay=max(delay, responded.delay))
         if self.strict and not tools_in_effect and scripted.status == 200 and isinstance(scripted.body, dict):
             scripted = dataclasses.replace(scripted, body=_without_tool_calls(scripted.body))
         if scripted.delay:

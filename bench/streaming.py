@@ -1,0 +1,235 @@
+"""11. Streamed replies through `companion run` with the shipped defaults (bursts 1.5 s, one edit a
+second at most), against a fake model that sends its first token after 0.5 s and then 20 tokens a
+second: the time from the person's message to the first visible text (budget: the burst window +
+the first token + 1.2 s), the edits of each reply and their spacing, and the CPU time the gateway
+spends on a streamed reply against the same reply sent whole (`COMPANION_STREAM_EDIT_SECONDS=off`),
+the two gateways side by side in the same run, in alternating turns. Telegram and Discord."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench._common import median, percentile
+from bench._gateway import ChildProcess, TimedBotApi, gateway
+from tests.helpers.fake_discord import FakeDiscordServer
+from tests.helpers.fake_openai import FakeOpenAIServer, ScriptedResponse, completion_json
+
+BURST_SECONDS = 1.5  # shipped
+EDIT_SECONDS = 1.0  # shipped
+FIRST_TOKEN = 0.5
+TOKEN_SECONDS = 0.05  # 20 tokens a second
+WORDS = 80  # a 4-second answer
+SLACK = 1.2  # the issue's allowance past burst window and first token
+CPU_RATIO_BUDGET = 1.5
+CHAT = 111
+DISCORD_USER = 222
+
+
+def _answer(n: int) -> str:
+    return f"answer {n}: " + " ".join(f"word{i}" for i in range(WORDS)) + "."
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Telegram:
+    """One `companion run` on its own fake Bot API; `turn` sends a message and waits for the final text."""
+
+    def __init__(self, name: str, api: TimedBotApi, child: ChildProcess) -> None:
+        self.name, self.api, self.child = name, api, child
+        self.first_text: list[float] = []
+        self.edits: list[int] = []
+        self.gaps: list[float] = []
+        self.cpu: list[float] = []
+        self.turns = 0
+
+    async def ready(self) -> None:
+        await self.child.wait_until(lambda: bool(self.api.calls_of("getUpdates")), 60, "polling", self.api.wait_for)
+
+    async def turn(self) -> None:
+        self.turns += 1
+        expected = _answer(self.turns)
+        sent_before, edits_before = len(self.api.sent), len(self.api.edits)
+        cpu = _cpu_seconds(self.child.pid)
+        started = time.perf_counter()
+        self.api.send_text(CHAT, CHAT, f"tell me {self.turns}")
+
+        def done() -> bool:
+            return any(m.text == expected for m in self.api.sent[sent_before:])
+
+        await self.child.wait_until(done, 60, f"answer {self.turns}", self.api.wait_for)
+        await asyncio.sleep(0.3)  # the delivery's mark and the lane's end, counted in its CPU time
+        self.cpu.append(_cpu_seconds(self.child.pid) - cpu)
+        self.first_text.append(self.api.sent_at[sent_before] - started)
+        edits = self.api.edits[edits_before:]
+        self.edits.append(len(edits))
+        self.gaps += [b.at - a.at for a, b in zip(edits, edits[1:], strict=False)]
+
+
+class _Discord:
+    def __init__(self, name: str, server: FakeDiscordServer, child: ChildProcess) -> None:
+        self.name, self.server, self.child = name, server, child
+        self.first_text: list[float] = []
+        self.edits: list[int] = []
+        self.gaps: list[float] = []
+        self.cpu: list[float] = []
+        self.turns = 0
+
+    async def ready(self) -> None:
+        await self.child.wait_until(lambda: self.server.identified, 60, "the gateway session", None)
+
+    async def turn(self) -> None:
+        self.turns += 1
+        expected = _answer(self.turns)
+        sent_before, edits_before = len(self.server.sent), len(self.server.edits)
+        cpu = _cpu_seconds(self.child.pid)
+        started = time.perf_counter()
+        await self.server.send_dm(DISCORD_USER, f"tell me {self.turns}")
+
+        def done() -> bool:
+            return any(m.content == expected for m in self.server.sent[sent_before:])
+
+        await self.child.wait_until(done, 60, f"answer {self.turns}")
+        await asyncio.sleep(0.3)
+        self.cpu.append(_cpu_seconds(self.child.pid) - cpu)
+        self.first_text.append(self.server.sent[sent_before].at - started)
+        edits = self.server.edits[edits_before:]
+        self.edits.append(len(edits))
+        self.gaps += [b.at - a.at for a, b in zip(edits, edits[1:], strict=False)]
+
+
+def _model() -> FakeOpenAIServer:
+    model = FakeOpenAIServer()
+    model.token_seconds = TOKEN_SECONDS
+
+    def respond(body: dict) -> ScriptedResponse:
+        user = next(
+            (m["content"] for m in reversed(body.get("messages") or []) if m.get("role") == "user"),
+            "",
+        )
+        number = str(user).rsplit("tell me ", 1)[-1].split()[0] if "tell me " in str(user) else "0"
+        text = _answer(int(number))
+        # Unstreamed, the same answer comes whole once the model would have written its last token.
+        written = 0.0 if body.get("stream") else len(text.split()) * TOKEN_SECONDS
+        return ScriptedResponse(body=completion_json(text), delay=FIRST_TOKEN + written)
+
+    model.responder = respond
+    return model
+
+
+def _summary(side: _Telegram | _Discord) -> dict:
+    return {
+        "first_text_median_s": round(median(side.first_text), 3),
+        "first_text_p95_s": round(percentile(side.first_text, 95), 3),
+        "edits_per_reply": side.edits,
+        "min_gap_between_edits_s": round(min(side.gaps), 3) if side.gaps else None,
+        "cpu_per_reply_ms": round(median(side.cpu) * 1000, 1),
+    }
+
+
+async def _measure(turns: int) -> dict:
+    return {"telegram": await _telegram(turns), "discord": await _discord(turns)}
+
+
+async def _telegram(turns: int) -> dict:
+    async with TimedBotApi(token="1:BENCH-s") as api_s, TimedBotApi(token="2:BENCH-w") as api_w, _model() as model:
+        with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
+            root = Path(tmp)
+            sides = []
+            for name, api, edit in (("streamed", api_s, str(EDIT_SECONDS)), ("whole", api_w, "off")):
+                (root / name).mkdir()
+                child = gateway(
+                    root / name,
+                    COMPANION_TELEGRAM_TOKEN=api.token,
+                    COMPANION_TELEGRAM_BASE_URL=api.base_url,
+                    COMPANION_LLM_BASE_URL=model.base_url,
+                    COMPANION_ALLOWED_USERS=f"telegram:{CHAT}",
+                    COMPANION_BURST_SECONDS=str(BURST_SECONDS),  # shipped (the other benches turn it off)
+                    COMPANION_STREAM_EDIT_SECONDS=edit,
+                )
+                sides.append(_Telegram(name, api, child))
+            try:
+                for side in sides:
+                    await side.child.start()
+                for side in sides:
+                    await side.ready()
+                await asyncio.sleep(1.0)
+                for side in sides:  # warm-up
+                    await side.turn()
+                for side in sides:
+                    _reset(side)
+                for _ in range(turns):
+                    for side in sides:
+                        await side.turn()
+            finally:
+                for side in sides:
+                    await side.child.stop()
+    return {side.name: _summary(side) for side in sides}
+
+
+async def _discord(turns: int) -> dict:
+    async with FakeDiscordServer() as discord_server, _model() as model:
+        with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
+            root = Path(tmp)
+            child = gateway(
+                root,
+                COMPANION_DISCORD_TOKEN=discord_server.token,
+                COMPANION_DISCORD_API_BASE=discord_server.api_base,
+                COMPANION_DISCORD_GATEWAY_URL=discord_server.gateway_url,
+                COMPANION_LLM_BASE_URL=model.base_url,
+                COMPANION_ALLOWED_USERS=f"discord:{DISCORD_USER}",
+                COMPANION_BURST_SECONDS=str(BURST_SECONDS),
+                COMPANION_STREAM_EDIT_SECONDS=str(EDIT_SECONDS),
+            )
+            side = _Discord("streamed", discord_server, child)
+            try:
+                await child.start()
+                await side.ready()
+                await asyncio.sleep(1.0)
+                await side.turn()
+                _reset(side)
+                for _ in range(turns):
+                    await side.turn()
+            finally:
+                await child.stop()
+    return {"streamed": _summary(side)}
+
+
+def run(*, quick: bool = False) -> dict:
+    turns = 2 if quick else 8
+    measured = asyncio.run(_measure(turns))
+    budget = BURST_SECONDS + FIRST_TOKEN + SLACK
+    telegram = measured["telegram"]
+    cpu_ratio = telegram["streamed"]["cpu_per_reply_ms"] / max(telegram["whole"]["cpu_per_reply_ms"], 0.1)
+    answer_seconds = FIRST_TOKEN + (WORDS + 3) * TOKEN_SECONDS
+    most_edits = int(answer_seconds / EDIT_SECONDS) + 2  # the shown ones, plus the final edit
+    first_ok = all(
+        platform["streamed"]["first_text_p95_s"] <= budget for platform in (telegram, measured["discord"])
+    )
+    edits_ok = all(
+        max(platform["streamed"]["edits_per_reply"]) <= most_edits
+        and (platform["streamed"]["min_gap_between_edits_s"] or EDIT_SECONDS) >= 0.8 * EDIT_SECONDS
+        for platform in (telegram, measured["discord"])
+    )
+    return {
+        "turns": turns,
+        "budget_first_text_s": budget,
+        "most_edits_per_reply": most_edits,
+        "cpu_ratio": round(cpu_ratio, 2),
+        "cpu_ratio_budget": CPU_RATIO_BUDGET,
+        **measured,
+        "ok": first_ok and edits_ok and cpu_ratio <= CPU_RATIO_BUDGET,
+    }
+
+
+def _reset(side: _Telegram | _Discord) -> None:
+    """Forget the warm-up turn's figures."""
+    for samples in (side.first_text, side.edits, side.gaps, side.cpu):
+        samples.clear()
