@@ -159,8 +159,9 @@ OPENAI_TOOL_CALL = _shape(
     usage=(60, 15),
 )
 
-# Two calls in one answer: the fragments of the recording above, the second call at index 1 (the API
-# reference: `index` numbers the calls of a choice; its opening fragment carries its own id and name).
+# Two calls in one answer: a first delta with the role alone, then the fragments of the recording
+# above, the second call at index 1 (the API reference: `index` numbers the calls of a choice; its
+# opening fragment carries its own id and name).
 OPENAI_TWO_CALLS = _shape(
     "openai-two-calls",
     [
@@ -515,13 +516,14 @@ OLLAMA_TOOL_CALLS_INDEX_0 = dataclasses.replace(
 
 # A model failing mid-answer: server/routes.go's streamResponse writes `{"error": "..."}` into the
 # response once content went out (status 200 already sent), and the /v1 ChatWriter, seeing 200,
-# converts it as one more response: a chunk with an empty `content` and no finish reason. The body
-# then ends, without `data: [DONE]` (that is only written after a response with `done`).
+# converts it as one more api.ChatResponse: a chunk with an empty `content`, no finish reason and no
+# model name (the error has none). The body then ends, without `data: [DONE]` (written only after a
+# response that is `done`).
 OLLAMA_ERROR_MIDSTREAM = _shape(
     "ollama-error-midstream",
     [
         *(_ollama({"content": word}) for word in _OLLAMA_WORDS[:4]),
-        _ollama({"content": ""}),
+        {**_ollama({"content": ""}), "model": ""},
     ],
     finish=None,
     done=False,
