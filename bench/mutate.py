@@ -1205,6 +1205,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            await self.provider.complete(request)",
         also=("tests/bot/test_doctor.py",),
     ),
+    M(
+        "doctor-failing-streams-not-a-problem",  # every streamed turn would fail, and the report says all is well
+        RELIABILITY,
+        "bot/doctor.py",
+        '    elif stream.kind == "stream-failed":',
+        "    elif False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-streaming-probed-while-off",
+        RELIABILITY,
+        "bot/doctor.py",
+        "    if settings.stream_edit_seconds is None:",
+        "    if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
 )
 
 

@@ -262,7 +262,8 @@ class ModelServerProbe:
         try:
             await self.provider.complete(request, partial=dropped)
         except ProviderError as exc:
-            return Finding(False, "no-stream", f"a streamed request failed: {exc}")
+            # The plain chat worked: each streamed turn would fail as this one did.
+            return Finding(False, "stream-failed", f"a streamed request failed: {exc}")
         if not self.provider.streams:
             why = self.provider.not_streaming_because or "it did not stream"
             return Finding(False, "no-stream", f"the server does not stream ({why}); replies go out whole")

@@ -21,7 +21,7 @@ from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer, ScriptedResponse, completion_json
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.proc import companion_env, run_companion
-from tests.helpers.stream_shapes import stream_unsupported
+from tests.helpers.stream_shapes import LLAMA_ERROR_MIDSTREAM, stream_unsupported
 
 API_KEY = "sk-doctor-secret-key-0123456789"
 TELEGRAM_TOKEN = "123456:TEST-token"
@@ -299,6 +299,28 @@ async def test_a_server_that_does_not_stream_is_noted_not_failed(tmp_path, model
 
     assert report.problems == 0
     assert any(t.startswith("streaming:") and "in one piece" in t for t in lines(report, INFO))
+
+
+async def test_a_server_whose_streams_fail_is_a_problem_with_its_fix(tmp_path, model) -> None:
+    # Its plain chat works, so every streamed turn would fail: the doctor says how to send replies whole.
+    model.responder = lambda body: (
+        ScriptedResponse(events=LLAMA_ERROR_MIDSTREAM.events, done=False)
+        if body.get("stream")
+        else _calls_a_forced_tool(body)
+    )
+
+    report = await doctor(model_settings(tmp_path, model))
+
+    [line] = [t for t in lines(report, FAIL) if t.startswith("streaming:")]
+    assert "reported an error" in line and "COMPANION_STREAM_EDIT_SECONDS=off" in line
+
+
+async def test_with_streaming_off_no_streamed_request_is_sent(tmp_path, model) -> None:
+    report = await doctor(model_settings(tmp_path, model, stream_edit_seconds="off"))
+
+    assert report.problems == 0
+    assert "streaming: off (COMPANION_STREAM_EDIT_SECONDS=off): replies are sent whole" in lines(report, INFO)
+    assert not any(body.get("stream") for body in model.requests)
 
 
 async def test_the_streaming_probe_sends_and_reads_a_streamed_request_as_a_turn_does(tmp_path, model) -> None:
