@@ -1326,6 +1326,165 @@ MUTATIONS: tuple[Mutation, ...] = (
             "::test_a_stop_mid_stream_lets_the_answer_finish_within_the_grace_and_sends_it_once",
         ),
     ),
+    # --- streaming: the model link (adapters/llm/streaming.py, adapters/llm/openai_compat.py) ------------
+    M(
+        "stream-tool-arguments-last-piece-only",
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "            current.arguments.append(arguments_text(function.arguments))",
+        "            current.arguments[:] = [arguments_text(function.arguments)]",
+    ),
+    M(
+        "stream-ollama-calls-numbered-0-merged",
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "        if current is not None and delta.id and current.id and delta.id != current.id and function.name:",
+        "        if False:",
+    ),
+    M(
+        "stream-tool-call-start-not-said",
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "    if began:\n        await partial(Partial(assembly.text, calling=True))",
+        "    if False:\n        await partial(Partial(assembly.text, calling=True))",
+    ),
+    M(
+        "stream-usage-not-kept",
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "        if chunk.usage is not None:\n            self.usage = chunk.usage",
+        "        if False:\n            self.usage = chunk.usage",
+    ),
+    M(
+        "stream-length-not-truncated",
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        '            truncated=self.finish_reason == "length",',
+        "            truncated=False,",
+    ),
+    M(
+        "stream-answer-without-finish-accepted",  # Ollama's failed model would read as a shorter answer
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "    if assembly.finish_reason is None:",
+        "    if False:",
+    ),
+    M(
+        "stream-error-event-ignored",
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "    if chunk.error is not None:",
+        "    if False:",
+    ),
+    M(
+        "stream-error-field-ignored",  # llama.cpp of early 2025: `error:` then `data: [DONE]`
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        '        if line.startswith("error:"):',
+        '        if line.startswith("never:"):',
+    ),
+    M(
+        "stream-keepalive-comment-read-as-data",
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        '        if line.startswith("data:"):\n            data.append(line[5:].removeprefix(" "))',
+        '        if line.startswith(("data:", ":")):\n            data.append(line[5:].removeprefix(" "))',
+    ),
+    M(
+        "stream-surrogate-pair-not-joined",
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        '        if "\\ud800" <= text[-1] <= "\\udbff":',
+        "        if False:",
+    ),
+    M(
+        "stream-lone-surrogate-kept",  # a text that cannot be encoded: no platform, no database takes it
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "    if not _SURROGATE.search(text):\n        return text",
+        "    if True:\n        return text",
+    ),
+    M(
+        "stream-not-remembered-as-not-streaming",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "            self._streams = False\n",
+        "            pass\n",
+    ),
+    M(
+        "stream-one-piece-answer-read-as-events",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        '            if not response.headers.get("content-type", "").startswith("text/event-stream"):',
+        "            if False:",
+    ),
+    M(
+        "stream-4xx-held-against-streaming-before-the-whole-answer",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "            return None, exc.status",
+        '            self._stop_streaming("refused")\n            return None, exc.status',
+    ),
+    M(
+        "stream-image-refusal-not-streamed-again",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "                return await self._complete_streamed(without_images(request), partial)",
+        "                return None, None",
+    ),
+    M(
+        "stream-too-long-in-stream-unclassified",  # the core's retry with half the window never comes
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "        if _TOO_LONG.search(exc.reported):",
+        "        if False:",
+    ),
+    M(
+        "stream-timeout-bounds-the-whole-answer",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "                assembly = await read_stream(response.aiter_lines(), partial)",
+        "                assembly = await asyncio.wait_for(read_stream(response.aiter_lines(), partial), self._timeout)",
+    ),
+    M(
+        "stream-broken-answer-asked-again",  # the words shown would be shown a second time
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "                # Not retried: the answer may be on screen already, and a second one would double it.\n",
+        "                if isinstance(exc, httpx.RemoteProtocolError):\n"
+        "                    return await self._complete_streamed(request, partial)\n",
+    ),
+    M(
+        "stream-server-error-text-in-the-exception",  # the error may quote the model's words
+        PRIVACY,
+        "adapters/llm/openai_compat.py",
+        'raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc}") from exc',
+        'raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc} {exc.reported}") from exc',
+    ),
+    M(
+        "doctor-stream-probe-not-a-turns-request",
+        RELIABILITY,
+        "adapters/llm/probe.py",
+        "            await self.provider.complete(request, partial=dropped)",
+        "            await self.provider.complete(request)",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-failing-streams-not-a-problem",  # every streamed turn would fail, and the report says all is well
+        RELIABILITY,
+        "bot/doctor.py",
+        '    elif stream.kind == "stream-failed":',
+        "    elif False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-streaming-probed-while-off",
+        RELIABILITY,
+        "bot/doctor.py",
+        "    if settings.stream_edit_seconds is None:",
+        "    if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
 )
 
 

@@ -156,10 +156,20 @@ async def _model_lines(settings: Settings, probe: ModelServerProbe, section: Sec
     else:
         section.add(INFO, "image input: off (COMPANION_LLM_VISION=false)")
     _context_line(settings, await probe.context_window(listed), section)
+    if settings.stream_edit_seconds is None:
+        section.add(INFO, "streaming: off (COMPANION_STREAM_EDIT_SECONDS=off): replies are sent whole")
+        return
     stream = await probe.streaming()
-    section.add(
-        OK if stream.ok else INFO, "streaming: the server streams" if stream.ok else f"streaming: {stream.seen}"
-    )
+    if stream.ok:
+        section.add(OK, "streaming: the server streams")
+    elif stream.kind == "stream-failed":
+        section.add(
+            FAIL,
+            f"streaming: {stream.seen}: set COMPANION_STREAM_EDIT_SECONDS=off to send replies whole, "
+            "or the server's own log says why",
+        )
+    else:
+        section.add(INFO, f"streaming: {stream.seen}")
 
 
 async def _tool_line(settings: Settings, probe: ModelServerProbe, section: Section) -> None:

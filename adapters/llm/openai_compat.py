@@ -173,6 +173,8 @@ class OpenAICompatibleProvider:
         self._images_accepted = True
         # False once the server showed it does not stream: no request asks it to, for the rest of the run.
         self._streams = True
+        # Why, in our words, once it did (`companion doctor` says it).
+        self.not_streaming_because: str | None = None
 
     @property
     def images_accepted(self) -> bool:
@@ -203,6 +205,8 @@ class OpenAICompatibleProvider:
             streamed, refused = await self._complete_streamed(request, partial)
             if streamed is not None:
                 return streamed
+            if not self._images_accepted:  # refused while streaming
+                request = without_images(request)
         completion = await self._complete_whole(request)
         if refused is not None:
             # The same request was answered without streaming: streaming was what it refused.
@@ -218,15 +222,15 @@ class OpenAICompatibleProvider:
         self, request: CompletionRequest, partial: PartialSink
     ) -> tuple[Completion | None, int | None]:
         """Stream `request`. Returns the completion; or (None, status) when the server failed the
-        streamed request with a 4xx that may be about streaming (the caller sends it without);
-        or (None, None) when the request itself was refused for something the call without
-        streaming handles (image input), so that is not held against streaming."""
+        streamed request with a 4xx that may be about streaming (the caller sends it without).
+        A refusal of image input is met here as without streaming: images are left out from then on."""
         body = self._body(request, streamed=True)
         try:
             response, attempts = await self._post(body, request, stream=True)
         except ProviderRejected as exc:
-            if refuses_images(exc):
-                return None, None
+            if any(m.images for m in request.messages) and refuses_images(exc):
+                self._refuse_images()
+                return await self._complete_streamed(without_images(request), partial)
             if isinstance(exc, ProviderRequestTooLong | ProviderToolsUnsupported) or exc.status in (401, 403):
                 raise
             return None, exc.status
@@ -238,8 +242,9 @@ class OpenAICompatibleProvider:
             try:
                 assembly = await read_stream(response.aiter_lines(), partial)
             except StreamFailed as exc:
-                raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc}") from exc
+                self._raise_stream_failed(exc, request)
             except (httpx.HTTPError, TimeoutError) as exc:
+                # Not retried: the answer may be on screen already, and a second one would double it.
                 if isinstance(exc, httpx.TimeoutException | TimeoutError):
                     raise ProviderUnavailable(
                         f"{self._where} stopped sending its answer for {self._timeout:g} s ({type(exc).__name__})"
@@ -251,6 +256,16 @@ class OpenAICompatibleProvider:
             await response.aclose()
         log.debug("streamed completion (%s): %d chunks", request.purpose, assembly.chunks)
         return _logged(request, assembly.finish_reason, assembly.completion()), None
+
+    def _raise_stream_failed(self, exc: StreamFailed, request: CompletionRequest) -> NoReturn:
+        """A stream that failed, as a ProviderError. The error a server reports in its stream (with a
+        200: llama.cpp builds of early 2025 report a request over the context that way) is classified
+        as its status would be; its text stays out of the message."""
+        if _TOO_LONG.search(exc.reported):
+            raise ProviderRequestTooLong(
+                f"{self._where} refused the request as too long for the model, in its stream", status=400
+            ) from exc
+        raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc}") from exc
 
     def _whole(self, content: bytes, attempts: int, request: CompletionRequest) -> Completion:
         """A chat completion in one piece (also one that a server that does not stream answered a streamed request with)."""
@@ -284,7 +299,17 @@ class OpenAICompatibleProvider:
         """No request asks this server to stream any more, for the rest of the run; said once."""
         if self._streams:
             self._streams = False
+            self.not_streaming_because = why
             log.warning("the model server does not stream (%s); replies are sent whole from now on", why)
+
+    def _refuse_images(self) -> None:
+        """No request carries images any more, for the rest of the run; said once."""
+        if self._images_accepted:
+            self._images_accepted = False
+            log.warning(
+                "the model server refuses image input; images are left out from now on "
+                "(set COMPANION_LLM_VISION=false for a model that does not read images)"
+            )
 
     async def request_body(self, request: CompletionRequest, *, streamed: bool = False) -> bytes:
         """core.ports.BaseProvider: the exact body `complete(request)` would POST now (streamed, when
@@ -315,11 +340,7 @@ class OpenAICompatibleProvider:
         except ProviderRejected as exc:
             if not (any(m.images for m in request.messages) and refuses_images(exc)):
                 raise
-            log.warning(
-                "the model server refuses image input; images are left out from now on "
-                "(set COMPANION_LLM_VISION=false for a model that does not read images)"
-            )
-            self._images_accepted = False
+            self._refuse_images()
             request = without_images(request)
             response, attempts = await self._post(self._body(request), request)
         return response, attempts, request
@@ -369,7 +390,7 @@ class OpenAICompatibleProvider:
                 else:
                     sent = client.build_request("POST", self._url, content=body, timeout=self._timeout)
                     response = await client.send(sent, stream=True)
-                    if response.is_error:
+                    if not response.is_success:
                         try:
                             await response.aread()  # the error's body, for its classification
                         finally:

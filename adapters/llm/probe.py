@@ -28,7 +28,7 @@ from core.values.errors import (
     ProviderUnavailable,
     TranscriptionFailed,
 )
-from core.values.model import ChatMessage, CompletionRequest, ImageInput, ToolCall, ToolSpec
+from core.values.model import ChatMessage, CompletionRequest, ImageInput, Partial, ToolCall, ToolSpec
 
 PROBE_TOOL = ToolSpec(
     name="doctor_probe",
@@ -250,25 +250,24 @@ class ModelServerProbe:
         return Finding(False, "not-reported", "the server does not report its context window")
 
     async def streaming(self) -> Finding:
-        """Whether a `stream: true` request comes back as server-sent events."""
-        body = {
-            "model": self.model,
-            "messages": [{"role": "user", "content": "Reply with the single word OK."}],
-            "max_tokens": 4,
-            "stream": True,
-        }
+        """One streamed request, sent and read as a turn's is (`stream: true`, the usage asked for,
+        the events assembled into an answer); its words are dropped as they come."""
+        request = CompletionRequest(
+            (_SYSTEM, ChatMessage("user", "Reply with the single word OK.")), purpose="probe", max_tokens=8
+        )
+
+        async def dropped(partial: Partial) -> None:
+            return None
+
         try:
-            async with self._http.stream("POST", str(self.base) + "/chat/completions", json=body) as response:
-                if response.status_code != 200:
-                    return Finding(False, "no-stream", f"a streamed request was answered {response.status_code}")
-                if not response.headers.get("content-type", "").startswith("text/event-stream"):
-                    return Finding(False, "no-stream", "the server answered a streamed request in one piece")
-                async for line in response.aiter_lines():
-                    if line.startswith("data:"):
-                        return Finding(True, "ok", "streams")
-        except httpx.HTTPError as exc:
-            return Finding(False, "no-stream", f"a streamed request failed ({type(exc).__name__})")
-        return Finding(False, "no-stream", "the stream carried no event")
+            await self.provider.complete(request, partial=dropped)
+        except ProviderError as exc:
+            # The plain chat worked: each streamed turn would fail as this one did.
+            return Finding(False, "stream-failed", f"a streamed request failed: {exc}")
+        if not self.provider.streams:
+            why = self.provider.not_streaming_because or "it did not stream"
+            return Finding(False, "no-stream", f"the server does not stream ({why}); replies go out whole")
+        return Finding(True, "ok", "streams")
 
     async def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:

@@ -5,9 +5,14 @@ sources in tests/helpers/stream_shapes.py: `data:` lines of `chat.completion.chu
 choice carrying a `delta` (text in `content`; tool calls in `tool_calls`, by `index`, the first
 fragment with the id and name, later ones with more of the arguments; Ollama sends a whole call
 at once, and some Ollama versions number every call of a batch 0), a `finish_reason` in the last
-chunk of the choice, `usage` in that chunk (llama.cpp) or in a last chunk with no choices (OpenAI,
-Ollama and vLLM, asked with `stream_options.include_usage`), and `data: [DONE]`. A `data:` object
-with an `error` is the server failing mid-stream (llama.cpp, vLLM).
+chunk of the choice, `usage` in that chunk (llama.cpp builds of 2025, beside its `timings`) or in a
+last chunk with no choices (OpenAI, Ollama, vLLM and later llama.cpp, asked with
+`stream_options.include_usage`), `:` comments as keep-alives, and `data: [DONE]`. A `data:` object
+with an `error` is the server failing mid-stream (OpenAI, llama.cpp, vLLM; vLLM sends `data: [DONE]`
+after it), and so is an `error:` field (llama.cpp builds of early 2025, also followed by `data:
+[DONE]`). An answer is only complete with its finish reason: a stream that ends (with or without
+`data: [DONE]`) before one came is a failure, never a shorter answer (Ollama ends its stream that way
+when the model fails mid-answer).
 
 Nothing here logs or raises with the text of a delta: `StreamFailed` carries counts and kinds.
 """
@@ -28,13 +33,18 @@ from core.values.model import Completion, Partial, ToolCall
 
 log = logging.getLogger(__name__)
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 DONE = "[DONE]"
 
 
 class StreamFailed(Exception):
-    """The stream was not a chat completion stream, or the server reported an error in it;
-    the message says which, in our words (never the server's text)."""
+    """The stream was not a chat completion stream, or the server reported an error in it; the
+    message says which, in our words (never the server's text). `reported`: the error the server
+    sent, as one string of its message, type and code, for classification only (never shown)."""
+
+    def __init__(self, message: str, *, reported: str = "") -> None:
+        super().__init__(message)
+        self.reported = reported
 
 
 # --- the chunk shape (hide_input_in_errors: a validation error never quotes a delta) -----------------
@@ -93,7 +103,8 @@ class StreamAssembly:
     companion never asks for more than one)."""
 
     def __init__(self) -> None:
-        self.text = ""
+        self.text = ""  # the answer so far, always valid Unicode (see `_add_text`)
+        self._held = ""  # a high surrogate ending the last delta: its pair may open the next one
         self.finish_reason: str | None = None
         self.usage: _Usage | None = None
         self.chunks = 0
@@ -115,8 +126,9 @@ class StreamAssembly:
                 continue
             delta = choice.delta
             if delta is not None and delta.content:
-                self.text += _LONE_SURROGATE.sub("\ufffd", delta.content)
-                grew = True
+                before = len(self.text)
+                self._add_text(delta.content)
+                grew = grew or len(self.text) > before
             if delta is not None and delta.tool_calls:
                 began = not self._calls
                 for position, call in enumerate(delta.tool_calls):
@@ -124,6 +136,15 @@ class StreamAssembly:
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
         return grew, began and bool(self._calls)
+
+    def _add_text(self, content: str) -> None:
+        # JSON may carry a surrogate pair as two escapes, and a server may split the pair over two
+        # deltas; a lone one (a model cut mid-emoji) cannot be encoded at all. So a pair is joined up
+        # again, a lone surrogate becomes U+FFFD, and a high one ending a delta waits for the next.
+        text, self._held = self._held + content, ""
+        if "\ud800" <= text[-1] <= "\udbff":
+            text, self._held = text[:-1], text[-1]
+        self.text += valid_unicode(text)
 
     def _add_call(self, delta: _ToolCallDelta, position: int) -> None:
         index = delta.index if delta.index is not None else position
@@ -149,15 +170,15 @@ class StreamAssembly:
         tool_calls = tuple(
             ToolCall(
                 id=call.id or f"call_{index}",
-                name=call.name,
-                arguments=_LONE_SURROGATE.sub("\ufffd", "".join(call.arguments)),
+                name=valid_unicode(call.name),
+                arguments=valid_unicode("".join(call.arguments)),
             )
             for index, call in enumerate(self._calls)
             if call.name
         )
         usage = self.usage or _Usage()
         return Completion(
-            text=self.text,
+            text=self.text + valid_unicode(self._held),
             tool_calls=tool_calls,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
@@ -166,27 +187,43 @@ class StreamAssembly:
 
 
 async def read_stream(lines: AsyncIterator[str], partial: PartialSink) -> StreamAssembly:
-    """Read server-sent events until `data: [DONE]` (or the end of the body after a finish reason),
-    handing `partial` the answer so far after each chunk that added to it.
+    """Read server-sent events until `data: [DONE]` (or the end of the body), handing `partial` the
+    answer so far after each chunk that added to it.
 
     Raises:
         StreamFailed: an event was not a chat completion chunk, the server sent an error, or the
-            body ended before the answer did.
+            stream ended (with or without `data: [DONE]`) before the answer's finish reason.
     """
     assembly = StreamAssembly()
     data: list[str] = []
+    error: list[str] = []
     async for line in lines:
         if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
             continue
-        if line.strip() or not data:
-            continue  # `event:`, `id:`, `retry:` and `:` comments say nothing we use
+        if line.startswith("error:"):  # llama.cpp's `error: {...}` field (builds of early 2025)
+            error.append(line[6:].removeprefix(" "))
+            continue
+        if line.strip() or not (data or error):
+            continue  # `event:`, `id:`, `retry:` and `:` comments (keep-alives) say nothing we use
+        if error:
+            raise StreamFailed(
+                f"the server reported an error after {assembly.chunks} chunks", reported=_reported("\n".join(error))
+            )
         event, data = "\n".join(data), []
         if event.strip() == DONE:
-            return assembly
+            return _finished(assembly)
         await _take(assembly, event, partial)
+    if error:
+        raise StreamFailed(
+            f"the server reported an error after {assembly.chunks} chunks", reported=_reported("\n".join(error))
+        )
     if data and "\n".join(data).strip() != DONE:
         await _take(assembly, "\n".join(data), partial)  # a last event without its blank line
+    return _finished(assembly)
+
+
+def _finished(assembly: StreamAssembly) -> StreamAssembly:
     if assembly.finish_reason is None:
         raise StreamFailed(f"the stream ended after {assembly.chunks} chunks, before the answer did")
     return assembly
@@ -198,7 +235,9 @@ async def _take(assembly: StreamAssembly, event: str, partial: PartialSink) -> N
     except ValidationError:
         chunk = _parse_leniently(event)
     if chunk.error is not None:
-        raise StreamFailed(f"the server reported an error after {assembly.chunks} chunks")
+        raise StreamFailed(
+            f"the server reported an error after {assembly.chunks} chunks", reported=_error_text(chunk.error)
+        )
     grew, began = assembly.add(chunk)
     if began:
         await partial(Partial(assembly.text, calling=True))
@@ -214,6 +253,30 @@ def _parse_leniently(event: str) -> _Chunk:
         return _Chunk.model_validate(value)
     except (ValueError, ValidationError):
         raise StreamFailed("the server sent an event that is not a chat completion chunk") from None
+
+
+def _reported(payload: str) -> str:
+    try:
+        value: Any = json.loads(payload)
+    except ValueError:
+        return payload[:1000]
+    return _error_text(value.get("error", value) if isinstance(value, dict) else value)
+
+
+def _error_text(error: Any) -> str:
+    """An error object's message, type and code as one string (classification only): the shapes of
+    OpenAI and vLLM (`{"message", "type", "param", "code"}`), llama.cpp (`{"code", "message", "type"}`)
+    and a bare string."""
+    if isinstance(error, dict):
+        return " ".join(str(error[key]) for key in ("message", "type", "code") if error.get(key) is not None)
+    return str(error)[:1000]
+
+
+def valid_unicode(text: str) -> str:
+    """`text` with its surrogate pairs joined into their characters and each lone surrogate as U+FFFD."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def arguments_text(arguments: str | dict[str, Any]) -> str:

@@ -4,7 +4,6 @@ setup exits 0, and the doctor neither prints a secret nor writes to the database
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer, ScriptedResponse, completion_json
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.proc import companion_env, run_companion
+from tests.helpers.stream_shapes import LLAMA_ERROR_MIDSTREAM, stream_unsupported
 
 API_KEY = "sk-doctor-secret-key-0123456789"
 TELEGRAM_TOKEN = "123456:TEST-token"
@@ -29,14 +29,14 @@ TELEGRAM_TOKEN = "123456:TEST-token"
 
 class ModelServer(FakeOpenAIServer):
     """The fake model server, also speaking what the doctor asks beside chat completions:
-    llama.cpp's /props (`n_ctx`), Ollama's /api/show (`num_ctx`), and `stream: true` as
-    server-sent events (`streams`). By default its model calls a tool when the request forces one."""
+    llama.cpp's /props (`n_ctx`) and Ollama's /api/show (`num_ctx`); it streams as the fake model
+    server does (`streams` False: it answers a streamed request in one piece). By default its model
+    calls a tool when the request forces one."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(strict=True, **kwargs)
         self.n_ctx: int | None = None
         self.num_ctx: int | None = None
-        self.streams = True
         self.models_status = 200  # 401: GET /models refuses the API key
         self.responder = _calls_a_forced_tool
 
@@ -60,18 +60,13 @@ class ModelServer(FakeOpenAIServer):
             return web.json_response({"error": "not found"}, status=404)
         return web.json_response({"parameters": f"stop <eot>\nnum_ctx {self.num_ctx}", "model_info": {}})
 
-    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
-        body = json.loads(await request.read() or b"{}")
-        if not (isinstance(body, dict) and body.get("stream")):
-            return await super()._chat_completions(request)
-        if not self.streams:
-            return web.json_response(completion_json("OK"))
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        chunk = {"choices": [{"index": 0, "delta": {"content": "OK"}, "finish_reason": None}]}
-        await response.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
-        await response.write_eof()
-        return response
+    @property
+    def streams(self) -> bool:
+        return self.streaming
+
+    @streams.setter
+    def streams(self, value: bool) -> None:
+        self.streaming = value
 
 
 def _calls_a_forced_tool(body: dict[str, Any]) -> Any:
@@ -303,7 +298,41 @@ async def test_a_server_that_does_not_stream_is_noted_not_failed(tmp_path, model
     report = await doctor(model_settings(tmp_path, model))
 
     assert report.problems == 0
-    assert any(t.startswith("streaming:") for t in lines(report, INFO))
+    assert any(t.startswith("streaming:") and "in one piece" in t for t in lines(report, INFO))
+
+
+async def test_a_server_whose_streams_fail_is_a_problem_with_its_fix(tmp_path, model) -> None:
+    # Its plain chat works, so every streamed turn would fail: the doctor says how to send replies whole.
+    model.responder = lambda body: (
+        ScriptedResponse(events=LLAMA_ERROR_MIDSTREAM.events, done=False)
+        if body.get("stream")
+        else _calls_a_forced_tool(body)
+    )
+
+    report = await doctor(model_settings(tmp_path, model))
+
+    [line] = [t for t in lines(report, FAIL) if t.startswith("streaming:")]
+    assert "reported an error" in line and "COMPANION_STREAM_EDIT_SECONDS=off" in line
+
+
+async def test_with_streaming_off_no_streamed_request_is_sent(tmp_path, model) -> None:
+    report = await doctor(model_settings(tmp_path, model, stream_edit_seconds="off"))
+
+    assert report.problems == 0
+    assert "streaming: off (COMPANION_STREAM_EDIT_SECONDS=off): replies are sent whole" in lines(report, INFO)
+    assert not any(body.get("stream") for body in model.requests)
+
+
+async def test_the_streaming_probe_sends_and_reads_a_streamed_request_as_a_turn_does(tmp_path, model) -> None:
+    # A server refusing what a turn sends (here OpenAI's 400 to `stream: true`) is found by the doctor too.
+    model.stream_refusal = stream_unsupported()
+
+    report = await doctor(model_settings(tmp_path, model))
+
+    assert report.problems == 0
+    assert any("does not stream (it failed a streamed request with 400)" in t for t in lines(report, INFO))
+    streamed = [body for body in model.requests if body.get("stream")]
+    assert streamed and all(body["stream_options"] == {"include_usage": True} for body in streamed)
 
 
 # --- speech to text and the platforms -------------------------------------------------------------------

@@ -34,11 +34,14 @@ class ScriptedResponse:
     delay: float = 0.0
     content_type: str = "application/json"
     disconnect: bool = False  # hang up without answering
-    # Server-sent events sent as they are (each the text after `data: `), `pause` seconds apart, to
-    # a streamed request: a recorded stream (tests/helpers/stream_shapes.py). None: a completion
-    # `body` is streamed the way OpenAI streams it (`stream_completion`).
-    events: tuple[str, ...] | None = None
+    # Server-sent events sent as they are to a streamed request, `pause` seconds apart: a recorded
+    # stream (tests/helpers/stream_shapes.py). A str is the text after `data: ` (a blank line
+    # follows it); bytes go on the wire as they are (a `:` comment, an `error:` field). None: a
+    # completion `body` is streamed the way OpenAI streams it (`stream_completion`).
+    events: tuple[str | bytes, ...] | None = None
     pause: float | None = None  # between events; None: the server's `token_seconds`
+    done: bool = True  # `data: [DONE]` after the events (False: the body just ends there)
+    cut_after: int | None = None  # the connection drops after this many events (no end of the body)
 
 
 # A responder returns a completion dict, a reply text, or a ScriptedResponse (sync or async).
@@ -63,14 +66,18 @@ class FakeOpenAIServer(LoopbackServer):
     characters), `token_seconds` apart, the finish reason last, a usage chunk when asked with
     `stream_options.include_usage`, then `data: [DONE]`. `streaming = False` makes it a server
     that does not stream (it answers such a request in one piece); `stream_options` without
-    `stream` is refused with 400, as OpenAI and vLLM refuse it.
+    `stream` is refused with 400, as OpenAI and vLLM refuse it. `stream_refusal`, when set, is the
+    answer to every streamed request (OpenAI's 400 to `stream: true` for a model that cannot stream);
+    the same request without `stream` is answered as usual. `events_sent` counts the events written.
     """
 
     def __init__(self, model: str = "fake-model", *, strict: bool = False) -> None:
         self.model = model
         self.strict = strict
         self.streaming = True
+        self.stream_refusal: ScriptedResponse | None = None
         self.token_seconds = 0.0
+        self.events_sent = 0
         self.tools_in_effect: list[bool] = []
         self.requests: list[Any] = []
         self.raw_requests: list[bytes] = []
@@ -137,10 +144,21 @@ class FakeOpenAIServer(LoopbackServer):
         else:
             self.script(dataclasses.replace(_as_scripted(then), delay=seconds))
 
-    def reply_stream(self, events: list[str] | tuple[str, ...], *, pause: float = 0.0, delay: float = 0.0) -> None:
-        """Queue server-sent events sent as they are to a streamed request (each the text after
-        `data: `; `data: [DONE]` follows them), `pause` seconds apart, after `delay`."""
-        self.script(ScriptedResponse(body=None, events=tuple(events), pause=pause, delay=delay))
+    def reply_stream(
+        self,
+        events: list[str | bytes] | tuple[str | bytes, ...],
+        *,
+        pause: float = 0.0,
+        delay: float = 0.0,
+        done: bool = True,
+        cut_after: int | None = None,
+    ) -> None:
+        """Queue server-sent events sent as they are to a streamed request (a str is the text after
+        `data: `, bytes go as they are), `pause` seconds apart, after `delay`; `data: [DONE]` follows
+        them unless `done` is False; `cut_after`: the connection drops after that many events."""
+        self.script(
+            ScriptedResponse(body=None, events=tuple(events), pause=pause, delay=delay, done=done, cut_after=cut_after)
+        )
 
     def reply_disconnect(self) -> None:
         """Queue a hang-up: the connection is closed without any answer."""
@@ -216,6 +234,8 @@ class FakeOpenAIServer(LoopbackServer):
             )
         if body.get("stream_options") is not None and not body.get("stream"):
             return _openai_error("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 400)
+        if body.get("stream") and self.stream_refusal is not None:
+            return _to_response(self.stream_refusal)
         tools_in_effect = bool(body.get("tools")) and "tool_choice" in body
         if self.strict:
             self.tools_in_effect.append(tools_in_effect)
@@ -247,18 +267,25 @@ class FakeOpenAIServer(LoopbackServer):
                 events = tuple(json.dumps(chunk) for chunk in stream_completion(scripted.body, include_usage=usage))
             if events is not None:
                 pause = self.token_seconds if scripted.pause is None else scripted.pause
-                return await self._stream(request, events, pause)
+                return await self._stream(request, dataclasses.replace(scripted, events=events, pause=pause))
         return _to_response(scripted)
 
-    async def _stream(self, request: web.Request, events: tuple[str, ...], pause: float) -> web.StreamResponse:
+    async def _stream(self, request: web.Request, scripted: ScriptedResponse) -> web.StreamResponse:
+        assert scripted.events is not None
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         try:
-            for number, event in enumerate(events):
-                if number and pause:
-                    await self._wait(pause)
-                await response.write(f"data: {event}\n\n".encode())
-            await response.write(b"data: [DONE]\n\n")
+            for number, event in enumerate(scripted.events):
+                if number == scripted.cut_after:
+                    assert request.transport is not None
+                    request.transport.abort()  # mid-body: the chunked encoding never ends
+                    raise asyncio.CancelledError
+                if number and scripted.pause:
+                    await self._wait(scripted.pause)
+                await response.write(event if isinstance(event, bytes) else f"data: {event}\n\n".encode())
+                self.events_sent += 1
+            if scripted.done:
+                await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
         except ConnectionError:
             pass  # the client hung up mid-stream (its turn was cut off)
