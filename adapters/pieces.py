@@ -50,6 +50,10 @@ def stream_pieces(text: str, limit: int, *, final: bool) -> list[str]:
     """
     if limit < 16:
         raise ValueError("limit must be at least 16")
+    if _units(text) <= limit and _clean_start(text):
+        # One message, no cut to choose (the common case, and called at every edit of a reply).
+        shown = (text if final else _without_last_cluster(text)).strip()
+        return [shown] if shown else []
     clusters = _graphemes().findall(text)
     if not final and clusters:
         clusters.pop()  # it may still grow (a skin tone, a joiner and the next emoji ...)
@@ -149,6 +153,19 @@ def _fence_at(fences: list[_Fence], position: int) -> _Fence | None:
         if fence.start < position < fence.end:
             return fence
     return None
+
+
+def _clean_start(text: str) -> bool:
+    """Whether the whitespace `text` begins with is whitespace clusters only (nothing joins its
+    last character to the first word), so that `str.strip` drops what the cuts would skip."""
+    start = len(text) - len(text.lstrip())
+    return start == 0 or len(_graphemes().match(text, start - 1).group()) == 1
+
+
+def _without_last_cluster(text: str) -> str:
+    """`text` without its last grapheme cluster (found in its last 256 characters)."""
+    tail = _graphemes().findall(text[-256:])
+    return text[: len(text) - len(tail[-1])] if tail else text
 
 
 def _stand_in(cluster: str) -> str:

@@ -14,7 +14,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.llm.images import data_url, fitted, refuses_images, without_images
-from adapters.llm.streaming import StreamFailed, arguments_text, read_stream
+from adapters.llm.streaming import StreamFailed, arguments_text, paced_lines, read_stream
 from adapters.tls import shared_ssl_context
 from core.ports import PartialSink
 from core.values.errors import (
@@ -240,7 +240,7 @@ class OpenAICompatibleProvider:
                 self._stop_streaming("it answered a streamed request in one piece")
                 return self._whole(content, attempts, request), None
             try:
-                assembly = await read_stream(response.aiter_lines(), partial)
+                assembly = await read_stream(paced_lines(response.aiter_bytes()), partial)
             except StreamFailed as exc:
                 self._raise_stream_failed(exc, request)
             except (httpx.HTTPError, TimeoutError) as exc:
