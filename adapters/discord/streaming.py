@@ -35,8 +35,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# A post or an edit of a streamed reply taking longer than this stops the showing (seconds).
-STREAM_REQUEST_SECONDS = 5.0
+# A post or an edit of a streamed reply taking longer than this stops the showing (seconds). Above
+# the few seconds discord.py may wait before returning from a request that emptied its bucket
+# (Discord's `X-RateLimit-Reset-After`), so that wait only slows the showing down.
+STREAM_REQUEST_SECONDS = 10.0
 
 
 def part_nonce(nonce: str, index: int) -> str:

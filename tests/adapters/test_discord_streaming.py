@@ -3,8 +3,8 @@ real core against the fake Discord and a fake model streaming at a set token rat
 posted at the first useful text and edited at most once per `edit_seconds`, in DMs and in guild
 channels (there as a reply to the message it answers); a 429 on an edit is honoured and the rest
 of the reply edits more slowly, a long one never holds the reply back; a long answer continues in
-further messages cut at safe points, the same cuts while it streams and when final; the final
-send edits what was shown, and doing it again changes nothing."""
+further messages cut at safe points (once a message is followed by the next, its cut is the final
+one); the final send edits what was shown, and doing it again changes nothing."""
 
 from __future__ import annotations
 
