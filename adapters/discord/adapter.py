@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import io
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import aiohttp
 
@@ -23,6 +25,7 @@ from adapters.discord.client import MESSAGE_LIMIT, NO_MENTIONS, PLATFORM, Compan
 from adapters.discord.context import forwarded_text, reply_context
 from adapters.discord.interactions import DiscordInteractions, confirm_view
 from adapters.discord.media import media_of
+from adapters.discord.streaming import DiscordStreamer, part_nonce, reference_of
 from adapters.text import split_message
 from core.commands.registry import carries_secret
 from core.turn.link import CoreLink
@@ -34,10 +37,14 @@ from core.values.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # Failures worth sending again with the same nonce. discord.py already retries 429s
 # (after `retry_after`) and 500/502/504/524 (up to five tries); what reaches us here is
 # a dropped connection, a timeout, or a server error that outlasted those tries.
 _TRANSIENT = (discord.DiscordServerError, discord.RateLimited, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+# Discord's JSON error code for a message that does not exist (deleted).
+UNKNOWN_MESSAGE = 10008
 
 
 def _is_transient(exc: Exception) -> bool:
@@ -120,6 +127,10 @@ class DiscordAdapter:
         self._is_allowed = link.is_allowed
         self._catch_up_limit = catch_up_limit
         self._caught_up = asyncio.Event()
+        # The typing indicator renewed in each channel while its turn runs (ended by a streamed reply's first post).
+        self._typing: dict[int, asyncio.Task[None]] = {}
+        # Replies shown while the model writes them (adapters/discord/streaming.py).
+        self._streamer = DiscordStreamer(lambda: self._client, first_post=self._stop_typing)
         # Slash commands and confirmation buttons (adapters/discord/interactions.py).
         self._interactions = DiscordInteractions(
             handler=link.handle,
@@ -163,6 +174,7 @@ class DiscordAdapter:
             raise
         if self._outbox is not None:
             self._outbox.register(self)
+            self._outbox.register_streamer(self._streamer)
         log.info("discord: connected as bot %s", self.bot_user_id)
         catching_up = asyncio.create_task(self._catch_up(), name="discord-dm-catch-up")
         self._turns.add(catching_up)  # a stop lets it finish its turn like any other
@@ -209,6 +221,7 @@ class DiscordAdapter:
                 log.warning("discord: %d turns still running at shutdown were cancelled", len(pending))
                 await asyncio.gather(*pending, return_exceptions=True)
         if self._outbox is not None:
+            self._outbox.unregister_streamer(self._streamer)
             self._outbox.unregister(self)
         client, self._client = self._client, None
         if client is None:
@@ -472,6 +485,7 @@ class DiscordAdapter:
             if inbound.is_direct and not inbound.edited and self._cursors.handled(channel.id, message.id):
                 return
             typing = asyncio.create_task(self._keep_typing(channel))
+            self._typing[channel.id] = typing
             try:
                 reply = await self._handler(inbound)
             except Exception as exc:  # noqa: BLE001 - one failed turn must not end the adapter
@@ -483,6 +497,8 @@ class DiscordAdapter:
                 )
                 reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))
             finally:
+                if self._typing.get(channel.id) is typing:
+                    del self._typing[channel.id]
                 typing.cancel()
                 await asyncio.gather(typing, return_exceptions=True)
             if reply is not None:
@@ -498,6 +514,14 @@ class DiscordAdapter:
             except (discord.HTTPException, *_TRANSIENT) as exc:
                 log.debug("discord: typing in channel %s failed (%s)", getattr(channel, "id", "?"), type(exc).__name__)
             await asyncio.sleep(self._typing_interval)
+
+    async def _stop_typing(self, channel_id: int) -> None:
+        """A reply shown while written is about to post its first message: the typing indicator is
+        not renewed any more (the message ends the one showing)."""
+        typing = self._typing.pop(channel_id, None)
+        if typing is not None:
+            typing.cancel()
+            await asyncio.gather(typing, return_exceptions=True)
 
     # --- outbound -----------------------------------------------------------
 
@@ -545,25 +569,60 @@ class DiscordAdapter:
             if isinstance(cached, discord.abc.Messageable)
             else client.get_partial_messageable(int(target.chat_id))
         )
+        if delivery.streamed:
+            return await self._finish_stream(channel, delivery, view)
         chunks = split_message(delivery.text, MESSAGE_LIMIT)
         for index in range(delivery.parts_sent, len(chunks)):
-            reference = None
-            if index == 0 and target.reply_to:
-                reference = discord.MessageReference(
-                    message_id=int(target.reply_to), channel_id=int(target.chat_id), fail_if_not_exists=False
-                )
             try:
-                await self._send_part(
+                await self._post_part(
                     channel,
                     chunks[index],
-                    reference=reference,
-                    attachments=(),
-                    nonce=f"{delivery.nonce}{index:03d}",
+                    reference=reference_of(target) if index == 0 else None,
+                    nonce=part_nonce(delivery.nonce, index),
                     view=view if index == len(chunks) - 1 else None,
                 )
             except DeliveryFailed as exc:
                 raise DeliveryFailed(exc.kind, permanent=exc.permanent, parts_sent=index) from exc
         return len(chunks)
+
+    async def _finish_stream(
+        self, channel: discord.abc.Messageable, delivery: OutboundDelivery, view: discord.ui.View | None
+    ) -> int:
+        """The final send of a reply shown while written: the messages shown are edited into its final
+        text, cut where the stream cut it (piece i into message i), pieces past them are new messages,
+        and messages shown past its last piece are deleted. Each step may be done again (a crash
+        before the row was marked): an edit into the same text, a post whose nonce returns the
+        message sent before, a delete of a message gone."""
+        pieces = self._streamer.pieces(delivery.text, final=True)
+        shown = delivery.streamed
+        for index in range(delivery.parts_sent, len(pieces)):
+            view_here = view if index == len(pieces) - 1 else None
+            try:
+                if index < len(shown):
+                    if await self._edit_part(channel, shown[index], pieces[index], view=view_here):
+                        continue
+                    # Deleted meanwhile (by a moderator): the piece goes out again, as a new message.
+                    nonce = f"{delivery.nonce}r{index:03d}"
+                else:
+                    nonce = part_nonce(delivery.nonce, index)
+                await self._post_part(
+                    channel,
+                    pieces[index],
+                    reference=reference_of(delivery.target) if index == 0 else None,
+                    nonce=nonce,
+                    view=view_here,
+                )
+            except DeliveryFailed as exc:
+                raise DeliveryFailed(exc.kind, permanent=exc.permanent, parts_sent=index) from exc
+        for message_id in shown[len(pieces) :]:
+            try:
+                await self._delete_part(channel, message_id)
+            except DeliveryFailed as exc:
+                if not exc.permanent:
+                    raise DeliveryFailed(exc.kind, permanent=False, parts_sent=len(pieces)) from exc
+                # The words went out; a message of the partial text stays (logged, not retried for ever).
+        log.info("discord: delivery %s finished as %d messages over %d shown", delivery.id, len(pieces), len(shown))
+        return len(pieces)
 
     async def _deliver(self, message: discord.Message, inbound: InboundMessage, reply: Reply) -> None:
         channel = message.channel
@@ -667,7 +726,6 @@ class DiscordAdapter:
         Raises:
             DeliveryFailed: permanent when Discord refused it (4xx), else transient.
         """
-        channel_id = getattr(channel, "id", "?")
 
         async def send(_attempt: Attempt) -> discord.Message:
             # discord.File is closed after a send, so every attempt gets fresh ones.
@@ -682,9 +740,83 @@ class DiscordAdapter:
                 view=view,  # type: ignore[arg-type]  # None: no buttons (see above)
             )
 
+        return await self._attempt(channel, "sending to", "refused a message", send)
+
+    async def _post_part(
+        self,
+        channel: discord.abc.Messageable,
+        content: str,
+        *,
+        reference: discord.MessageReference | None,
+        nonce: str,
+        view: discord.ui.View | None,
+    ) -> None:
+        """`_send_part` of a delivery's part. Its nonce may return a message sent before with other
+        words: one its reply posted while written that no row recorded (the process stopped, or
+        the answer was lost, between Discord taking it and the row): edited into this part."""
+        message = await self._send_part(channel, content, reference=reference, attachments=(), nonce=nonce, view=view)
+        if message.content != content:
+            log.info("discord: message %s sent before with this part's nonce is edited into it", message.id)
+            if not await self._edit_part(channel, str(message.id), content, view=view):
+                raise DeliveryFailed("message gone", permanent=False, parts_sent=0)
+
+    async def _edit_part(
+        self, channel: discord.abc.Messageable, message_id: str, content: str, *, view: discord.ui.View | None
+    ) -> bool:
+        """Edit one of the bot's messages into `content`, again after transient failures (an edit
+        into the same text changes nothing). Returns False when the message is gone (404).
+
+        Raises:
+            DeliveryFailed: permanent when Discord refused it (4xx), else transient.
+        """
+        message = _partial_message(channel, message_id)
+        # MISSING: the buttons the message has stay as they are (None would remove them).
+        buttons = discord.utils.MISSING if view is None else view
+
+        async def edit(_attempt: Attempt) -> None:
+            await message.edit(content=content, allowed_mentions=NO_MENTIONS, view=buttons)
+
+        try:
+            await self._attempt(channel, "editing a message in", "refused an edit", edit, gone=True)
+        except _Gone:
+            return False
+        return True
+
+    async def _delete_part(self, channel: discord.abc.Messageable, message_id: str) -> None:
+        """Delete one of the bot's messages (one gone already is deleted).
+
+        Raises:
+            DeliveryFailed: permanent when Discord refused it (4xx), else transient.
+        """
+        message = _partial_message(channel, message_id)
+
+        async def delete(_attempt: Attempt) -> None:
+            await message.delete()
+
+        with contextlib.suppress(_Gone):
+            await self._attempt(channel, "deleting a message in", "refused a delete", delete, gone=True)
+
+    async def _attempt(
+        self,
+        channel: discord.abc.Messageable,
+        doing: str,
+        refused: str,
+        action: Callable[[Attempt], Awaitable[T]],
+        *,
+        gone: bool = False,
+    ) -> T:
+        """`action`, again after transient failures (`retry_delays`).
+
+        Raises:
+            _Gone: `gone` and Discord answered Unknown Message (the message was deleted).
+            DeliveryFailed: permanent when Discord refused it (4xx), else transient.
+        """
+        channel_id = getattr(channel, "id", "?")
+
         def failed(exc: Exception, number: int) -> None:
             log.warning(
-                "discord: sending to channel %s failed (%s), attempt %d of %d",
+                "discord: %s channel %s failed (%s), attempt %d of %d",
+                doing,
                 channel_id,
                 type(exc).__name__,
                 number,
@@ -693,14 +825,27 @@ class DiscordAdapter:
 
         try:
             return await retrying(
-                self._send_policy, send, on_retry=lambda exc, attempt, _delay: failed(exc, attempt.number)
+                self._send_policy, action, on_retry=lambda exc, attempt, _delay: failed(exc, attempt.number)
             )
         except _TRANSIENT as exc:  # the last attempt's: an earlier one would have been retried
             failed(exc, self._send_policy.attempts)
             raise DeliveryFailed(type(exc).__name__, permanent=False, parts_sent=0) from exc
         except discord.HTTPException as exc:
-            log.error("discord: channel %s refused a message (%s, code %s)", channel_id, exc.status, exc.code)
+            if gone and exc.status == 404 and exc.code == UNKNOWN_MESSAGE:
+                raise _Gone from exc
+            log.error("discord: channel %s %s (%s, code %s)", channel_id, refused, exc.status, exc.code)
             raise DeliveryFailed(f"http {exc.status}", permanent=True, parts_sent=0) from exc
+
+
+class _Gone(Exception):
+    """The message to edit or delete is not there any more (Discord's Unknown Message)."""
+
+
+def _partial_message(channel: discord.abc.Messageable, message_id: str) -> discord.PartialMessage:
+    get = getattr(channel, "get_partial_message", None)
+    if get is None:  # every channel a message of ours can be in has it; a partial messageable too
+        raise DeliveryFailed("not a message channel", permanent=True, parts_sent=0)
+    return get(int(message_id))
 
 
 def _network_cause(exc: BaseException | None) -> BaseException | None:

@@ -140,7 +140,7 @@ def test_split_counts_characters_outside_the_basic_plane_as_two_units():
 # --- start-up ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["adapter", "catchup", "client", "context", "interactions", "media"])
+@pytest.mark.parametrize("name", ["adapter", "catchup", "client", "context", "interactions", "media", "streaming"])
 def test_the_adapter_package_uses_the_discord_library_not_itself(name):
     import importlib
 

@@ -4,12 +4,17 @@ One aiohttp server serves both: REST under `/api/v10` and the gateway websocket 
 `/gateway`. It speaks just enough of Discord for a bot that reads and answers
 messages: login (`/users/@me`, `/oauth2/applications/@me`), `/gateway/bot`,
 HELLO / IDENTIFY / READY / GUILD_CREATE / heartbeat ACK / RESUME, MESSAGE_CREATE
-dispatches, sending, typing and deleting messages. It checks what the real one
+dispatches, sending, editing, typing and deleting messages. It checks what the real one
 checks where a test depends on it: the token (401 on REST, close 4004 on the
 gateway), privileged intents (close 4014), `enforce_nonce` (a nonce the same author
 used within the last few minutes returns that message instead of a second one; a
 nonce is at most 25 characters), deleting in a DM (403), and which mentions a sent
-message would ping under its `allowed_mentions`.
+message would ping under its `allowed_mentions`. An edit (`PATCH /channels/{id}/messages/{id}`)
+is as strict as Discord's: 404 Unknown Message (10008) for a message not there, 403 (50005) for
+another author's, 400 Invalid Form Body (50035) over 2000 characters and 400 (50006) for an
+empty message; an edit to the same words is a 200 (Discord has no "not modified"). Every edit
+is recorded with the moment it arrived (`edits`), so tests count and space them; a 429 (with
+`retry_after` in the body and Discord's headers) comes when told (`fail_next("PATCH", MESSAGE, ...)`).
 
 REST answers carry `Content-Type: application/json` exactly: discord.py parses
 nothing else as JSON. Gateway payloads go out as zlib-stream binary frames when the
@@ -60,6 +65,10 @@ DEFAULT = 0
 REPLY = 19
 IS_VOICE_MESSAGE = 1 << 13  # a message flag
 
+# Routes as `fail_next` takes them: creating messages in a channel, and editing or deleting one.
+MESSAGES = "/channels/{channel_id}/messages"
+MESSAGE = "/channels/{channel_id}/messages/{message_id}"
+
 _FAULT = web.RequestKey("fault", object)
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
@@ -78,6 +87,18 @@ class SentMessage:
     enforce_nonce: bool
     files: tuple[tuple[str, bytes], ...]
     pings: frozenset[str]  # what Discord would notify: "everyone", "user:ID", "role:ID"
+    at: float = 0.0  # when it was created (time.monotonic(), this process's clock)
+
+
+@dataclasses.dataclass(frozen=True)
+class MessageEdit:
+    """An edit of one of the bot's messages that Discord took (`PATCH /channels/{id}/messages/{id}`):
+    its new content, and when it arrived (time.monotonic(), this process's clock)."""
+
+    message_id: int
+    channel_id: int
+    content: str
+    at: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,10 +150,11 @@ class _Session:
 class FakeDiscordServer(LoopbackServer):
     """A Discord REST API and gateway on 127.0.0.1 (`async with`, or `run_in_thread()` for subprocesses).
 
-    Records: `sent` (SentMessage), `typing` (channel ids), `deleted` ((channel, message)
-    ids), `identifies` and `resumes` (their payloads), `requests` ((method, route, status; 0 for a
-    hang-up)), `bodies` (every REST request body), `frames` (every gateway frame received) and
-    `events`, one ordered log of ("typing" | "message" | "delete", channel id).
+    Records: `sent` (SentMessage), `edits` (MessageEdit), `typing` (channel ids), `deleted`
+    ((channel, message) ids), `identifies` and `resumes` (their payloads), `requests` ((method,
+    route, status; 0 for a hang-up)), `bodies` (every REST request body), `frames` (every gateway
+    frame received) and `events`, one ordered log of ("typing" | "message" | "edit" | "delete",
+    channel id). `shown(channel)` is what the bot's messages there say now.
     """
 
     def __init__(
@@ -195,11 +217,13 @@ class FakeDiscordServer(LoopbackServer):
         self.cdn: dict[tuple[int, int], tuple[str, bytes, str]] = {}
         self.cdn_downloads: list[int] = []  # attachment ids fetched
         self.sent: list[SentMessage] = []
+        self.edits: list[MessageEdit] = []
         self.typing: list[int] = []
         self.deleted: list[tuple[int, int]] = []
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str, int]] = []
+        self.faults_served: list[tuple[str, str, int, float]] = []  # (method, route, status, monotonic time)
         self.events: list[tuple[str, int]] = []
         self.sessions: list[_Session] = []  # the open ones
         self.sessions_opened = 0
@@ -245,6 +269,7 @@ class FakeDiscordServer(LoopbackServer):
         app.router.add_get(f"{api}/channels/{{channel_id}}", self._get_channel)
         app.router.add_post(f"{api}/channels/{{channel_id}}/typing", self._trigger_typing)
         app.router.add_delete(f"{api}/channels/{{channel_id}}/messages/{{message_id}}", self._delete_message)
+        app.router.add_patch(f"{api}/channels/{{channel_id}}/messages/{{message_id}}", self._edit_bot_message)
         self.interactions.add_routes(app, api)
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/gateway/", self._gateway)
@@ -519,6 +544,21 @@ class FakeDiscordServer(LoopbackServer):
         self.cdn_downloads.append(key[1])
         return web.Response(body=stored[1], content_type="application/octet-stream")
 
+    # --- reading what the bot shows ---------------------------------------------------
+
+    def shown(self, channel_id: int) -> list[str]:
+        """What the bot's messages in a channel say now (after every edit), oldest first; deleted
+        ones are gone."""
+        bot = str(self.bot_id)
+        return [
+            m["content"]
+            for _, m in sorted(self.messages.items())
+            if m["channel_id"] == str(channel_id) and m["author"]["id"] == bot
+        ]
+
+    def edits_of(self, message_id: int) -> list[MessageEdit]:
+        return [edit for edit in self.edits if edit.message_id == message_id]
+
     # --- waiting -----------------------------------------------------------------
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -570,6 +610,7 @@ class FakeDiscordServer(LoopbackServer):
         fault = faults.popleft() if faults else None
         if fault is not None and not fault.store_then_disconnect:
             self.requests.append((request.method, route, fault.status))
+            self.faults_served.append((request.method, route[len(API_PREFIX) :], fault.status, time.monotonic()))
             return _fault_response(fault)
         request[_FAULT] = fault
         try:
@@ -672,6 +713,54 @@ class FakeDiscordServer(LoopbackServer):
         self.events.append(("delete", channel_id))
         return web.Response(status=204)
 
+    async def _edit_bot_message(self, request: web.Request) -> web.Response:
+        """PATCH /channels/{id}/messages/{id} (Edit Message), checked as Discord checks it."""
+        channel_id = int(request.match_info["channel_id"])
+        message_id = int(request.match_info["message_id"])
+        if channel_id not in self.channels:
+            return _json({"message": "Unknown Channel", "code": 10003}, status=404)
+        message = self.messages.get(message_id)
+        if message is None or message["channel_id"] != str(channel_id):
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        if message["author"]["id"] != str(self.bot_id):
+            return _json({"message": "Cannot edit a message authored by another user", "code": 50005}, status=403)
+        body, files = await _read_message_body(request)
+        if request.content_type.startswith("multipart/"):
+            self.bodies.append(json.dumps(body).encode() + b"".join(data for _, data in files))
+        content = body["content"] if "content" in body else message["content"]
+        content = content or ""
+        if len(content) > 2000:
+            return _json(
+                {
+                    "message": "Invalid Form Body",
+                    "code": 50035,
+                    "errors": {
+                        "content": {
+                            "_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}]
+                        }
+                    },
+                },
+                status=400,
+            )
+        components = body["components"] if "components" in body else message.get("components")
+        if problems := component_errors(components):
+            return invalid_form({"components": problems})
+        if not content and not message["attachments"] and not files and not components and not message["embeds"]:
+            return _json({"message": "Cannot send an empty message", "code": 50006}, status=400)
+        edited = {
+            **message,
+            "content": content,
+            "components": components or [],
+            "edited_timestamp": datetime.now(UTC).isoformat(),
+            "mentions": [self._user_of(int(uid)) for uid in dict.fromkeys(_USER_MENTION.findall(content))],
+        }
+        self.messages[message_id] = edited
+        self.edits.append(MessageEdit(message_id, channel_id, content, time.monotonic()))
+        self.events.append(("edit", channel_id))
+        if self.echo_own_messages:
+            await self._broadcast("MESSAGE_UPDATE", edited)
+        return _json(edited)
+
     async def _create_message(self, request: web.Request) -> web.StreamResponse:
         if self.hold_messages:
             self.held_messages += 1
@@ -740,6 +829,7 @@ class FakeDiscordServer(LoopbackServer):
                 enforce_nonce=bool(body.get("enforce_nonce")),
                 files=tuple(files),
                 pings=_pings(content, allowed, referenced),
+                at=time.monotonic(),
             )
         )
         self.events.append(("message", channel_id))
