@@ -1443,8 +1443,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "stream-timeout-bounds-the-whole-answer",
         RELIABILITY,
         "adapters/llm/openai_compat.py",
-        "                assembly = await read_stream(response.aiter_lines(), partial)",
-        "                assembly = await asyncio.wait_for(read_stream(response.aiter_lines(), partial), self._timeout)",
+        "                assembly = await read_stream(paced_lines(response.aiter_bytes()), partial)",
+        "                assembly = await asyncio.wait_for(\n"
+        "                    read_stream(paced_lines(response.aiter_bytes()), partial), self._timeout\n"
+        "                )",
     ),
     M(
         "stream-broken-answer-asked-again",  # the words shown would be shown a second time
@@ -1562,6 +1564,35 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/discord/adapter.py",
         "        if message.content != content:",
         "        if False:",
+    ),
+    # --- streaming: reading and cutting (adapters/llm/streaming.py, adapters/pieces.py) -------------
+    M(
+        "stream-read-once-a-token",  # a wake-up and a socket read per token: the CPU bench's 2.7x
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "        if waited:\n            await sleep(gap)",
+        "        if False:\n            await sleep(gap)",
+    ),
+    M(
+        "stream-read-waits-for-what-was-received",  # buffered events held back a gap each
+        RELIABILITY,
+        "adapters/llm/streaming.py",
+        "        waited = monotonic() - asked > BUFFERED",
+        "        waited = True",
+    ),
+    M(
+        "pieces-fast-path-strips-a-joined-space",
+        RELIABILITY,
+        "adapters/pieces.py",
+        "    if _units(text) <= limit and _clean_start(text):",
+        "    if _units(text) <= limit:",
+    ),
+    M(
+        "pieces-fast-path-shows-the-unfinished-cluster",
+        RELIABILITY,
+        "adapters/pieces.py",
+        "        shown = (text if final else _without_last_cluster(text)).strip()",
+        "        shown = text.strip()",
     ),
 )
 

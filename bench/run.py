@@ -336,6 +336,38 @@ def table(results: dict) -> list[str]:
             "",
             "info",
         )
+    if not failed(11, "Streamed replies", "streaming"):
+        st = results["streaming"]
+        for platform in ("telegram", "discord"):
+            streamed, whole = st[platform]["streamed"], st[platform]["whole"]
+            add(
+                11,
+                f"{platform}: message to first visible text, shipped bursts and pacing, median (p95) of {st['turns']}",
+                f"{streamed['first_text_median_s']:.2f} ({streamed['first_text_p95_s']:.2f}) s",
+                "burst window + first token + 1.2 s",
+                "",
+                f"≤ {st['budget_first_text_s']:g} s",
+                _status(streamed["first_text_p95_s"] <= st["budget_first_text_s"]),
+            )
+            gap = streamed["min_gap_between_edits_s"]
+            add(
+                11,
+                f"{platform}: edits per reply (a 4.2 s answer), the least gap between two",
+                f"{max(streamed['edits_per_reply'])}, {gap if gap is not None else '-'} s",
+                "",
+                "",
+                f"≤ {st['most_edits_per_reply']}, ≥ 0.8 s",
+                "info",
+            )
+            add(
+                11,
+                f"{platform}: gateway CPU time of a streamed reply (median)",
+                f"{streamed['cpu_per_reply_ms']:.0f} ms",
+                f"the same reply sent whole: {whole['cpu_per_reply_ms']:.0f} ms",
+                f"{st['cpu_ratio'][platform]:.2f}×",
+                f"≤ {st['cpu_ratio_budget']:g}×",
+                _status(st["cpu_ratio"][platform] <= st["cpu_ratio_budget"]),
+            )
     return rows
 
 
