@@ -308,7 +308,8 @@ class WebChat:
         return await asyncio.shield(task)
 
     async def _turn(self, inbound: InboundMessage) -> Sent:
-        log.info("web: a message of %d chars", len(inbound.text))
+        size = len(inbound.text)
+        log.info("web: a message of %d chars", size)
         try:
             reply = await self._handle(inbound)
         except Exception as exc:  # noqa: BLE001 - the owner gets an answer, the log the kind only

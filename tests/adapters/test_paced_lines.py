@@ -31,11 +31,13 @@ class Network:
 
 
 async def lines_of(network: Network, gap: float = 0.3) -> list[str]:
-    return [line async for line in paced_lines(network.body(), gap=gap, sleep=network.sleep, monotonic=network.monotonic)]
+    return [
+        line async for line in paced_lines(network.body(), gap=gap, sleep=network.sleep, monotonic=network.monotonic)
+    ]
 
 
 async def test_lines_cut_anywhere_by_the_network_come_out_whole():
-    text = "data: {\"a\": \"caf\u00e9 \U0001f44d\"}\r\n\r\ndata: [DONE]\n\n".encode()
+    text = 'data: {"a": "caf\u00e9 \U0001f44d"}\r\n\r\ndata: [DONE]\n\n'.encode()
     for cut in range(1, len(text)):
         network = Network([(0.0, text[:cut]), (0.0, text[cut:])])
         assert await lines_of(network) == ['data: {"a": "caf\u00e9 \U0001f44d"}', "", "data: [DONE]", ""], cut

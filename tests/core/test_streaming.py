@@ -170,3 +170,19 @@ async def test_a_tool_call_mid_answer_shows_only_a_constant_line(boot, provider,
     assert all("SECRET-ARGUMENT" not in text and "recall" not in text for text in shown)
     assert len(provider.requests) == 2, (len(provider.requests), [r.tools for r in provider.requests][:1], shown)
     assert any(copy.STREAM_WORKING in text for text in shown), shown
+
+
+async def test_the_outbox_report_counts_a_streamed_reply_once_among_the_replies_sent(boot, provider, telegram, store):
+    from adapters.storage.outbox import SqliteOutboxStore
+    from core.turn.analytics import _outbox_lines
+
+    companion = await boot()
+    provider.script.append(Completion(LONG))
+    await tell(companion, "a long one")
+    await wait_for(lambda: telegram.sent)
+    await tell(companion, "and a short one")  # answered at once: sent whole
+    await wait_for(lambda: len(telegram.sent) == 2)
+    report = await SqliteOutboxStore(store.database).report(1e12)
+    assert report["deliveries"] == [("reply", "sent", 2)]
+    assert report["streamed"] == 1
+    assert "  of the replies sent, shown while written (streamed): 1" in _outbox_lines(report)
