@@ -369,11 +369,14 @@ async def test_a_long_reply_is_split_in_order_on_paragraph_boundaries(discord_se
     paragraphs = [f"Paragraph {i}. " + "word " * 150 for i in range(8)]  # about 760 characters each
     model.reply_text("\n\n".join(p.strip() for p in paragraphs))
     await discord_server.send_dm(FRIEND, "tell me a long story")
-    await discord_server.wait_until(lambda: len(discord_server.sent) >= 4, what="4 parts")
+    whole = "\n\n".join(p.strip() for p in paragraphs)
+    channel = discord_server.dm_channel_id(FRIEND)
+    # Streamed when the answer takes a while to arrive (a loaded machine), sent whole otherwise:
+    # either way the chat ends up showing it in order, cut at paragraphs.
+    await discord_server.wait_until(lambda: "\n\n".join(discord_server.shown(channel)) == whole, what="the reply")
     await discord_server.settle()
-    parts = [m.content for m in discord_server.sent]
-    assert all(len(p) <= MESSAGE_LIMIT for p in parts)
-    assert "\n\n".join(parts) == "\n\n".join(p.strip() for p in paragraphs)
+    parts = discord_server.shown(channel)
+    assert len(parts) >= 4 and all(len(p) <= MESSAGE_LIMIT for p in parts)
     assert all(p.startswith("Paragraph ") for p in parts)
 
 
