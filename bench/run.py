@@ -361,7 +361,7 @@ def table(results: dict) -> list[str]:
             )
             add(
                 11,
-                f"{platform}: gateway CPU time of a streamed reply (median)",
+                f"{platform}: gateway CPU time of a streamed reply (mean)",
                 f"{streamed['cpu_per_reply_ms']:.0f} ms",
                 f"the same reply sent whole: {whole['cpu_per_reply_ms']:.0f} ms",
                 f"{st['cpu_ratio'][platform]:.2f}×",
