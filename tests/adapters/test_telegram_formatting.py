@@ -46,7 +46,11 @@ async def adapter(
         store,
         provider,
         CompanionConfig(allowed_accounts=frozenset({f"telegram:{USER}"})),
-        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+        # Streaming off: these tests are about how a reply sent whole is cut and formatted, and a
+        # long fake answer (thousands of one-word chunks) may take longer than the 0.4 s that sends
+        # an answer whole on a loaded machine. The streamed cut and formatting are tested with
+        # streaming on in test_telegram_streaming.py (the same 4096 limit, entities in each part).
+        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock(), pacing=None),
     )
     await companion.start()
     adapter = telegram_adapter(telegram, core_link(companion))
