@@ -12,6 +12,7 @@ import itertools
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench._common import median, percentile
@@ -40,73 +41,113 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class _Telegram:
-    """One `companion run` on its own fake Bot API; `turn` sends a message and waits for the final text."""
+class _Side:
+    """One `companion run` on its own fake platform; `turn` sends a message and waits for the final
+    text, noting when the first text appeared, the edits and the child's CPU time."""
 
-    def __init__(self, name: str, api: TimedBotApi, child: ChildProcess) -> None:
-        self.name, self.api, self.child = name, api, child
+    def __init__(self, name: str, child: ChildProcess) -> None:
+        self.name, self.child = name, child
         self.first_text: list[float] = []
         self.edits: list[int] = []
         self.gaps: list[float] = []
         self.cpu: list[float] = []
         self.turns = 0
+
+    async def turn(self) -> None:
+        self.turns += 1
+        expected = _answer(self.turns)
+        sent_before, edits_before = self._counts()
+        cpu = _cpu_seconds(self.child.pid)
+        started = self._clock()
+        await self._send(f"tell me {self.turns}")
+        await self._wait(lambda: self._shows(expected, sent_before, edits_before), f"answer {self.turns}")
+        await asyncio.sleep(0.3)  # the delivery's mark and the lane's end, counted in its CPU time
+        self.cpu.append(_cpu_seconds(self.child.pid) - cpu)
+        self.first_text.append(self._sent_at(sent_before) - started)
+        edits = self._edits()[edits_before:]
+        self.edits.append(len(edits))
+        self.gaps += [b.at - a.at for a, b in itertools.pairwise(edits)]
+
+    # --- the platform's half --------------------------------------------------------------------
+
+    async def ready(self) -> None: ...
+
+    def _counts(self) -> tuple[int, int]: ...
+
+    def _clock(self) -> float: ...
+
+    async def _send(self, text: str) -> None: ...
+
+    async def _wait(self, condition: Callable[[], bool], what: str) -> None: ...
+
+    def _shows(self, expected: str, sent_before: int, edits_before: int) -> bool: ...
+
+    def _sent_at(self, index: int) -> float: ...
+
+    def _edits(self) -> list: ...
+
+
+class _Telegram(_Side):
+    def __init__(self, name: str, api: TimedBotApi, child: ChildProcess) -> None:
+        super().__init__(name, child)
+        self.api = api
 
     async def ready(self) -> None:
         await self.child.wait_until(lambda: bool(self.api.calls_of("getUpdates")), 60, "polling", self.api.wait_for)
 
-    async def turn(self) -> None:
-        self.turns += 1
-        expected = _answer(self.turns)
-        sent_before, edits_before = len(self.api.sent), len(self.api.edits)
-        cpu = _cpu_seconds(self.child.pid)
-        started = time.perf_counter()
-        self.api.send_text(CHAT, CHAT, f"tell me {self.turns}")
+    def _counts(self) -> tuple[int, int]:
+        return len(self.api.sent), len(self.api.edits)
 
-        def done() -> bool:
-            return any(m.text == expected for m in self.api.sent[sent_before:])
+    def _clock(self) -> float:
+        return time.perf_counter()  # TimedBotApi notes its sendMessage times on this clock
 
-        await self.child.wait_until(done, 60, f"answer {self.turns}", self.api.wait_for)
-        await asyncio.sleep(0.3)  # the delivery's mark and the lane's end, counted in its CPU time
-        self.cpu.append(_cpu_seconds(self.child.pid) - cpu)
-        self.first_text.append(self.api.sent_at[sent_before] - started)
-        edits = self.api.edits[edits_before:]
-        self.edits.append(len(edits))
-        self.gaps += [b.at - a.at for a, b in itertools.pairwise(edits)]
+    async def _send(self, text: str) -> None:
+        self.api.send_text(CHAT, CHAT, text)
+
+    async def _wait(self, condition: Callable[[], bool], what: str) -> None:
+        await self.child.wait_until(condition, 60, what, self.api.wait_for)
+
+    def _shows(self, expected: str, sent_before: int, edits_before: int) -> bool:
+        return any(m.text == expected for m in self.api.sent[sent_before:])  # edits shown in place
+
+    def _sent_at(self, index: int) -> float:
+        return self.api.sent_at[index]
+
+    def _edits(self) -> list:
+        return self.api.edits
 
 
-class _Discord:
+class _Discord(_Side):
     def __init__(self, name: str, server: FakeDiscordServer, child: ChildProcess) -> None:
-        self.name, self.server, self.child = name, server, child
-        self.first_text: list[float] = []
-        self.edits: list[int] = []
-        self.gaps: list[float] = []
-        self.cpu: list[float] = []
-        self.turns = 0
+        super().__init__(name, child)
+        self.server = server
 
     async def ready(self) -> None:
         await self.server.wait_for_ready(60)
 
-    async def turn(self) -> None:
-        self.turns += 1
-        expected = _answer(self.turns)
-        sent_before, edits_before = len(self.server.sent), len(self.server.edits)
-        cpu = _cpu_seconds(self.child.pid)
-        started = time.monotonic()  # the fake Discord notes its messages' times on this clock
-        await self.server.send_dm(DISCORD_USER, f"tell me {self.turns}")
+    def _counts(self) -> tuple[int, int]:
+        return len(self.server.sent), len(self.server.edits)
 
-        def done() -> bool:
-            # The final text is the last edit of the streamed message (or the message, sent whole).
-            return any(e.content == expected for e in self.server.edits[edits_before:]) or any(
-                m.content == expected for m in self.server.sent[sent_before:]
-            )
+    def _clock(self) -> float:
+        return time.monotonic()  # the fake Discord notes its messages' times on this clock
 
-        await self.child.wait_until(done, 60, f"answer {self.turns}")
-        await asyncio.sleep(0.3)
-        self.cpu.append(_cpu_seconds(self.child.pid) - cpu)
-        self.first_text.append(self.server.sent[sent_before].at - started)
-        edits = self.server.edits[edits_before:]
-        self.edits.append(len(edits))
-        self.gaps += [b.at - a.at for a, b in itertools.pairwise(edits)]
+    async def _send(self, text: str) -> None:
+        await self.server.send_dm(DISCORD_USER, text)
+
+    async def _wait(self, condition: Callable[[], bool], what: str) -> None:
+        await self.child.wait_until(condition, 60, what)
+
+    def _shows(self, expected: str, sent_before: int, edits_before: int) -> bool:
+        # The final text is the last edit of the streamed message (or the message, sent whole).
+        return any(e.content == expected for e in self.server.edits[edits_before:]) or any(
+            m.content == expected for m in self.server.sent[sent_before:]
+        )
+
+    def _sent_at(self, index: int) -> float:
+        return self.server.sent[index].at
+
+    def _edits(self) -> list:
+        return self.server.edits
 
 
 def _model() -> FakeOpenAIServer:
@@ -128,7 +169,7 @@ def _model() -> FakeOpenAIServer:
     return model
 
 
-def _summary(side: _Telegram | _Discord) -> dict:
+def _summary(side: _Side) -> dict:
     return {
         "first_text_median_s": round(median(side.first_text), 3),
         "first_text_p95_s": round(percentile(side.first_text, 95), 3),
@@ -147,7 +188,7 @@ async def _telegram(turns: int) -> dict:
     async with TimedBotApi(token="1:BENCH-s") as api_s, TimedBotApi(token="2:BENCH-w") as api_w, _model() as model:
         with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
             root = Path(tmp)
-            sides = []
+            sides: list[_Side] = []
             for name, api, edit in (("streamed", api_s, str(EDIT_SECONDS)), ("whole", api_w, "off")):
                 (root / name).mkdir()
                 child = gateway(
@@ -168,7 +209,7 @@ async def _discord(turns: int) -> dict:
     async with FakeDiscordServer() as server_s, FakeDiscordServer() as server_w, _model() as model:
         with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
             root = Path(tmp)
-            sides = []
+            sides: list[_Side] = []
             for name, server, edit in (("streamed", server_s, str(EDIT_SECONDS)), ("whole", server_w, "off")):
                 (root / name).mkdir()
                 child = gateway(
@@ -186,7 +227,7 @@ async def _discord(turns: int) -> dict:
     return {side.name: _summary(side) for side in sides}
 
 
-async def _alternate(sides: list, turns: int) -> None:
+async def _alternate(sides: list[_Side], turns: int) -> None:
     """Start both gateways, one warm-up turn each, then `turns` turns each in alternation; stop them."""
     try:
         for side in sides:
@@ -233,7 +274,7 @@ def run(*, quick: bool = False) -> dict:
     }
 
 
-def _reset(side: _Telegram | _Discord) -> None:
+def _reset(side: _Side) -> None:
     """Forget the warm-up turn's figures."""
     for samples in (side.first_text, side.edits, side.gaps, side.cpu):
         samples.clear()
