@@ -76,6 +76,8 @@ def test_a_group_upgraded_in_the_middle_of_a_turn_gets_its_reply_in_the_supergro
     telegram, model = telegram_servers
     model.responder = answer
     # companion_env shortens the burst window for other wire tests; the upgrade lands in it here.
+    # The HTTP service stays off, as in every wire test that does not test it (its shipped port
+    # would collide between tests run side by side; the moved chat never touches it).
     env = gateway_env(
         tmp_path, telegram, model, COMPANION_BURST_SECONDS=shipped("burst_seconds"), COMPANION_HTTP_PORT="0"
     )

@@ -79,6 +79,20 @@ def reply_sent(db: Path) -> bool:
     return rows(db, "SELECT count(*) FROM deliveries WHERE kind = 'reply' AND status = 'sent'") != [(0,)]
 
 
+def ask_for_a_story(gateway: Running, telegram: FakeTelegramServer) -> None:
+    """Ask for the long answer and wait until it is being shown while written."""
+    telegram.send_text(USER, USER, "tell me a long story")
+    gateway.wait_for(lambda: streaming(telegram), "the answer shown while written")
+
+
+def a_start_and_a_stop(env: dict[str, str]) -> None:
+    """One more start, stopped as soon as it runs (what it finds left to do, it does)."""
+    with Running(env) as gateway:
+        gateway.wait_running()
+        code, stderr = gateway.end(signal.SIGTERM)
+    assert code == 0, stderr
+
+
 def test_a_kill_mid_stream_leaves_one_message_that_the_restart_edits_into_the_one_final_answer(
     tmp_path: Path, servers: tuple[FakeTelegramServer, FakeOpenAIServer]
 ) -> None:
@@ -89,8 +103,7 @@ def test_a_kill_mid_stream_leaves_one_message_that_the_restart_edits_into_the_on
     db = tmp_path / "companion.db"
     with Running(env) as gateway:
         gateway.wait_running()
-        telegram.send_text(USER, USER, "tell me a long story")
-        gateway.wait_for(lambda: streaming(telegram), "the answer shown while written")
+        ask_for_a_story(gateway, telegram)
         code, _ = gateway.end(signal.SIGKILL)
     assert code == -signal.SIGKILL
     [shown] = telegram.sent
@@ -110,10 +123,7 @@ def test_a_kill_mid_stream_leaves_one_message_that_the_restart_edits_into_the_on
     assert rows(db, "SELECT count(*) FROM messages WHERE role = 'assistant'") == [(1,)]
     assert len(model.requests) == 2  # the kill's turn, answered once by the restart
 
-    with Running(env) as gateway:  # a third start finds nothing left to do
-        gateway.wait_running()
-        code, stderr = gateway.end(signal.SIGTERM)
-    assert code == 0, stderr
+    a_start_and_a_stop(env)  # a third start finds nothing left to do
     assert telegram.texts_to(USER) == [after] and len(posts_to(telegram, USER)) == 1
     assert len(model.requests) == 2
 
@@ -128,8 +138,7 @@ def test_a_stop_mid_stream_lets_the_answer_finish_within_the_grace_and_sends_it_
     db = tmp_path / "companion.db"
     with Running(env) as gateway:
         gateway.wait_running()
-        telegram.send_text(USER, USER, "tell me a long story")
-        gateway.wait_for(lambda: streaming(telegram), "the answer shown while written")
+        ask_for_a_story(gateway, telegram)
         code, stderr = gateway.end(signal.SIGTERM)
     assert code == 0, stderr
     assert telegram.texts_to(USER) == [answer]
@@ -143,10 +152,7 @@ def test_a_stop_mid_stream_lets_the_answer_finish_within_the_grace_and_sends_it_
     assert "sendChatAction" in methods[:first_post]
     assert "sendChatAction" not in methods[first_post:]
 
-    with Running(env) as gateway:
-        gateway.wait_running()
-        code, stderr = gateway.end(signal.SIGTERM)
-    assert code == 0, stderr
+    a_start_and_a_stop(env)
     assert telegram.texts_to(USER) == [answer] and len(posts_to(telegram, USER)) == 1
     assert len(model.requests) == 1
 
@@ -161,8 +167,7 @@ def test_a_message_sent_while_an_answer_streams_is_answered_in_the_next_turn_nev
     db = tmp_path / "companion.db"
     with Running(env) as gateway:
         gateway.wait_running()
-        telegram.send_text(USER, USER, "tell me a long story")
-        gateway.wait_for(lambda: streaming(telegram), "the answer shown while written")
+        ask_for_a_story(gateway, telegram)
         telegram.send_text(USER, USER, "oh, and one more thing")
         gateway.wait_for(lambda: len(telegram.texts_to(USER)) == 2, "the second answer")
         gateway.wait_for(
