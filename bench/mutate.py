@@ -1594,6 +1594,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        shown = (text if final else _without_last_cluster(text)).strip()",
         "        shown = text.strip()",
     ),
+    M(
+        "stream-constant-line-replaced-by-a-scrap",  # "(one moment…)" gives way to "Fou"
+        RELIABILITY,
+        "core/turn/streaming.py",
+        "        if (self._stream is None or self._calling) and (",
+        "        if (self._stream is None) and (",
+    ),
+    M(
+        "report-streamed-replies-not-counted",
+        RELIABILITY,
+        "adapters/storage/outbox.py",
+        "status = 'sent' AND streamed_ids IS NOT NULL",
+        "status = 'sent' AND streamed_ids IS NULL",
+    ),
 )
 
 

@@ -181,8 +181,36 @@ async def test_the_outbox_report_counts_a_streamed_reply_once_among_the_replies_
     await tell(companion, "a long one")
     await wait_for(lambda: telegram.sent)
     await tell(companion, "and a short one")  # answered at once: sent whole
-    await wait_for(lambda: len(telegram.sent) == 2)
+    await tell(companion, "and another")
+    await wait_for(lambda: len(telegram.sent) == 3)
     report = await SqliteOutboxStore(store.database).report(1e12)
-    assert report["deliveries"] == [("reply", "sent", 2)]
+    assert report["deliveries"] == [("reply", "sent", 3)]
     assert report["streamed"] == 1
     assert "  of the replies sent, shown while written (streamed): 1" in _outbox_lines(report)
+
+
+async def test_the_constant_tool_line_stays_until_the_next_rounds_words_are_worth_showing(boot, provider, telegram):
+    from core.turn.streaming import USEFUL_CHARS
+    from core.values.model import ToolCall
+
+    companion = await boot()
+    provider.script.append(
+        Completion("Let me look that up first.", tool_calls=(ToolCall("call_1", "recall", '{"query": "lunch"}'),))
+    )
+    provider.script.append(Completion("Found it: nothing about lunch yet, sorry."))
+    answer = provider._answer
+
+    async def slow_second_round(request):
+        if len(provider.requests) == 1:
+            await asyncio.sleep(0.3)  # the tool's round takes a while: the constant line shows meanwhile
+            provider.stream_pause = 0.2  # and its words come slowly enough for each to be shown
+        return await answer(request)
+
+    provider._answer = slow_second_round  # type: ignore[method-assign]
+    await tell(companion, "what did I say about lunch?")
+    await wait_for(lambda: telegram.sent)
+    shown = [text for _, text in telegram.posts_shown + telegram.edits]
+    working = next(i for i, text in enumerate(shown) if copy.STREAM_WORKING in text)
+    # After the line, the next thing shown is the new round's words once they are worth it,
+    # never a scrap of them ("Fou") in place of the line.
+    assert all(copy.STREAM_WORKING in text or len(text.strip()) >= USEFUL_CHARS for text in shown[working:])
