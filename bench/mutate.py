@@ -983,8 +983,15 @@ MUTATIONS: tuple[Mutation, ...] = (
         "web-origin-unchecked",
         PRIVACY,
         "adapters/web/service.py",
-        "        if origin is not None and not self.allowed.allows_origin(origin):",
+        '        if origin is not None and not self.allowed.allows_origin(origin, request.headers.get("Host")):',
         "        if False:",
+    ),
+    M(
+        "web-origin-port-ignored",
+        PRIVACY,
+        "adapters/web/hosts.py",
+        '        return (origin_name.rstrip("."), origin_port or default) == (host_name.rstrip("."), host_port or default)',
+        '        return origin_name.rstrip(".") == host_name.rstrip(".")',
     ),
     M(
         "web-query-string-logged",

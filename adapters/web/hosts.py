@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+# A browser leaves out the port of its scheme's default from both Origin and Host.
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 
 
@@ -96,17 +98,27 @@ class AllowedHosts:
         name = name.rstrip(".")
         return any(name == allowed and (want is None or want == port) for allowed, want in self.entries)
 
-    def allows_origin(self, origin: str) -> bool:
-        """Whether an Origin header (`scheme://host[:port]`) is this service; `null` never is."""
+    def allows_origin(self, origin: str, host_header: str | None) -> bool:
+        """Whether an Origin header (`scheme://host[:port]`) is this request's own origin: http or
+        https, and the very host and port its Host header names (an absent port is the scheme's
+        default on both sides), the Host being one this service answers to. A page on another port
+        of the same host is another origin; `null` never is this one."""
+        if not self.allows_host(host_header) or host_header is None:
+            return False
         try:
             parts = urlsplit(origin.strip())
         except ValueError:
             return False
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/"):
+        if parts.scheme not in _DEFAULT_PORTS or not parts.netloc or parts.path not in ("", "/"):
             return False
         if parts.query or parts.fragment or "@" in parts.netloc:
             return False
-        return self.allows_host(parts.netloc)
+        default = _DEFAULT_PORTS[parts.scheme]
+        origin_name, origin_port = split_host_port(parts.netloc)
+        host_name, host_port = split_host_port(host_header.strip())
+        if not origin_name or not host_name:
+            return False
+        return (origin_name.rstrip("."), origin_port or default) == (host_name.rstrip("."), host_port or default)
 
     @property
     def first(self) -> str:

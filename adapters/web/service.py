@@ -6,7 +6,8 @@ companion, the store) through `request.app[BRIDGE]` (adapters/web/bridge.py); /l
 whether the core's loop still answers (its heartbeat).
 
 Every request, in this order: its Host must be one of COMPANION_HTTP_ALLOWED_HOSTS (400
-otherwise) and its Origin, when it has one, too (403); once the stop began, a state-changing
+otherwise) and its Origin, when it has one, must be this request's own origin: the scheme's
+host and port exactly as its Host header names them, so another port of the same host is refused (403); once the stop began, a state-changing
 request is refused (503: intake stopped); a state-changing request must carry its session's
 CSRF token (403, `WebAuth.csrf_middleware`). Every answer carries headers that keep it to this
 origin (a strict Content-Security-Policy, no framing, no Referer, no caching of pages); no
@@ -231,7 +232,7 @@ class WebService:
             log.info("refused %s %s: a Host header not in COMPANION_HTTP_ALLOWED_HOSTS", request.method, request.path)
             return web.Response(status=400, text="Unknown host: add it to COMPANION_HTTP_ALLOWED_HOSTS.\n")
         origin = request.headers.get("Origin")
-        if origin is not None and not self.allowed.allows_origin(origin):
+        if origin is not None and not self.allowed.allows_origin(origin, request.headers.get("Host")):
             log.info("refused %s %s: another origin", request.method, request.path)
             return web.Response(status=403, text="Requests from other origins are refused.\n")
         return await handler(request)

@@ -50,6 +50,44 @@ async def test_a_request_from_another_origin_is_refused_and_changes_nothing(stor
         assert same.status_code == 303
 
 
+async def test_a_page_on_another_port_or_scheme_of_the_same_host_is_another_origin_and_refused_before_the_csrf_check(
+    store,
+):
+    async with served(store, FakeClock()) as web:
+        await sign_in(web.client, await web.new_code())
+        token = csrf_of((await web.client.get("/")).text)
+        port = httpx.URL(web.service.url).port
+        assert port is not None
+        for origin in (
+            f"http://127.0.0.1:{port + 1}",  # another server on this machine: a page there is not ours
+            "http://127.0.0.1",  # port 80
+            f"https://127.0.0.1:{port + 1}",
+            f"http://localhost:{port}",  # another name than the Host this request came with
+        ):
+            # The page's own CSRF token does not help it: the Origin is refused first.
+            out = await web.client.post("/logout", data={"csrf_token": token}, headers={"Origin": origin})
+            assert out.status_code == 403, origin
+            assert "other origins" in out.text
+        assert len(await store._all("SELECT id FROM web_sessions")) == 1  # still signed in
+        ours = await web.client.post(
+            "/logout", data={"csrf_token": token}, headers={"Origin": f"http://127.0.0.1:{port}"}
+        )
+        assert ours.status_code == 303
+
+
+def test_an_origin_matches_its_hosts_name_and_port_with_the_schemes_default_port_on_both_sides():
+    allowed = AllowedHosts.parse(["companion.example.com", "127.0.0.1"])
+    assert allowed.allows_origin("https://companion.example.com", "companion.example.com")
+    assert allowed.allows_origin("https://companion.example.com:443", "companion.example.com")
+    assert allowed.allows_origin("http://companion.example.com", "companion.example.com:80")
+    assert not allowed.allows_origin("http://companion.example.com", "companion.example.com:443")
+    assert not allowed.allows_origin("https://companion.example.com:8443", "companion.example.com")
+    assert allowed.allows_origin("http://127.0.0.1:8765", "127.0.0.1:8765")
+    assert not allowed.allows_origin("http://127.0.0.1:8766", "127.0.0.1:8765")
+    assert not allowed.allows_origin("http://127.0.0.1:8765", "evil.example:8765")  # an unlisted Host
+    assert not allowed.allows_origin("http://127.0.0.1:8765", None)
+
+
 async def test_a_state_changing_request_without_its_sessions_csrf_token_is_refused_and_changes_nothing(store):
     async with served(store, FakeClock()) as web:
         await sign_in(web.client, await web.new_code())
