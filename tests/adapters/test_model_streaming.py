@@ -72,6 +72,7 @@ RECALL = ToolSpec(
 BY_NAME = pytest.mark.parametrize("shape", ANSWERS, ids=[s.name for s in ANSWERS])
 CANARY = "STREAMCANARY-7c1e"
 PROVIDER_LOG = "adapters.llm.openai_compat"
+PROVIDER_LOGS = (PROVIDER_LOG, "adapters.llm.learned")  # the provider, and what it learns of its server
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def streamed(body: dict) -> bool:
 
 
 def warnings_of(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == PROVIDER_LOG and r.levelno >= logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name in PROVIDER_LOGS and r.levelno >= logging.WARNING]
 
 
 # --- each recorded stream is the completion it is ----------------------------------------------------------
@@ -124,7 +125,7 @@ async def test_each_recorded_stream_is_assembled_into_its_completion(server, pro
     assert completion.truncated == (shape.finish == "length")
     assert (completion.prompt_tokens, completion.completion_tokens) == shape.usage
     assert streamed(server.requests[0]) and len(server.requests) == 1
-    assert provider.streams
+    assert provider.streams(tools=bool(shape.calls))
 
 
 @pytest.mark.parametrize("shape", TEXT_ANSWERS, ids=[s.name for s in TEXT_ANSWERS])
@@ -241,7 +242,7 @@ async def test_a_server_answering_a_streamed_request_in_one_piece_is_not_asked_t
     assert sink.partials == []  # the whole reply goes out as any unstreamed one
     [warning] = warnings_of(caplog)
     assert "does not stream" in warning and "in one piece" in warning
-    assert not provider.streams
+    assert not provider.streams(tools=False)
     assert "stream" not in json.loads(await provider.request_body(ask(), streamed=True))
 
 
@@ -262,7 +263,7 @@ async def test_a_streamed_request_refused_with_a_4xx_the_unstreamed_one_does_not
     assert sink.partials == []
     [warning] = warnings_of(caplog)
     assert "does not stream" in warning and "400" in warning
-    assert not provider.streams and provider.not_streaming_because == "it failed a streamed request with 400"
+    assert provider.not_streaming_because(tools=False) == "it failed a streamed request with 400"
 
 
 async def test_a_4xx_the_unstreamed_request_meets_too_is_not_held_against_streaming(server, provider, caplog) -> None:
@@ -274,7 +275,7 @@ async def test_a_4xx_the_unstreamed_request_meets_too_is_not_held_against_stream
         await provider.complete(ask(), partial=Sink())
 
     assert [streamed(r) for r in server.requests] == [True, False]
-    assert provider.streams and warnings_of(caplog) == []
+    assert provider.streams(tools=False) and warnings_of(caplog) == []
 
 
 async def test_image_input_refused_while_streaming_is_left_out_and_the_answer_still_streams(
@@ -294,7 +295,7 @@ async def test_image_input_refused_while_streaming_is_left_out_and_the_answer_st
     assert isinstance(first["messages"][0]["content"], list) and isinstance(second["messages"][0]["content"], str)
     [warning] = warnings_of(caplog)
     assert "refuses image input" in warning
-    assert provider.streams and not provider.images_accepted
+    assert provider.streams(tools=False) and not provider.images_accepted
 
 
 # --- failures mid-stream -------------------------------------------------------------------------------------
@@ -313,7 +314,7 @@ async def test_a_stream_that_fails_is_a_bad_response_and_is_not_asked_again(serv
 
     assert len(server.requests) == 1 and server.pending == 1
     assert sink.texts == list(itertools.accumulate(shape.deltas))  # what was shown until then
-    assert provider.streams  # a server that streams, and failed
+    assert provider.streams(tools=False)  # a server that streams, and failed
 
 
 async def test_an_error_field_followed_by_done_is_a_failure_not_a_shorter_answer(server, provider) -> None:
@@ -342,7 +343,7 @@ async def test_a_request_over_the_context_reported_in_the_stream_is_too_long(ser
         await provider.complete(ask(), partial=Sink())
 
     assert "exceeds" not in str(caught.value)  # classified by the server's words, said in ours
-    assert provider.streams
+    assert provider.streams(tools=False) and len(server.requests) == 1
 
 
 async def test_a_connection_dropped_mid_stream_is_unavailable_and_not_asked_again(server, provider) -> None:
@@ -367,8 +368,8 @@ async def test_a_finished_answer_whose_stream_ends_without_done_is_read(server, 
     assert completion.text == OPENAI_TEXT.text and completion.prompt_tokens == 60
 
 
-async def test_an_event_that_is_no_chunk_is_a_bad_response(server, provider) -> None:
-    server.reply_stream([OPENAI_TEXT.events[0], '{"choices": [{"index": 0, "delta": {"content": "cut'])
+async def test_an_event_that_is_no_chunk_after_words_were_shown_is_a_bad_response(server, provider) -> None:
+    server.reply_stream([*OPENAI_TEXT.events[:3], '{"choices": [{"index": 0, "delta": {"content": "cut'])
 
     with pytest.raises(ProviderBadResponse, match="not a chat completion chunk"):
         await provider.complete(ask(), partial=Sink())
