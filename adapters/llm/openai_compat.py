@@ -266,7 +266,7 @@ class OpenAICompatibleProvider:
                 if not shown and not _TOO_LONG.search(exc.reported):
                     # llama-cpp-python's answer to `stream: true` with tools and tool_choice "auto":
                     # 200 text/event-stream and a body that ends with no event.
-                    return _Unstreamed(f"a streamed request failed before its answer began: {exc}", request)
+                    return _Unstreamed(str(exc), request)  # our words: counts and kinds only
                 self._raise_stream_failed(exc, request)
             except (httpx.HTTPError, TimeoutError) as exc:
                 if isinstance(exc, httpx.TimeoutException | TimeoutError):

@@ -594,3 +594,21 @@ async def test_a_streamed_reply_ends_as_the_whole_answer_asked_for_once(streamin
 
     assert list(telegram.messages.values()) == [OPENAI_TEXT.text]  # one message, its final edit the answer
     assert len(telegram.posts_shown) == 1 and len(server.requests) == 1
+
+
+async def test_the_context_preview_of_a_server_that_streams_only_without_tools_is_the_next_request_byte_for_byte(
+    streaming_companion, server, store
+) -> None:
+    server.streams_with_tools = False  # llama-cpp-python's chatml-function-calling
+    await tell(streaming_companion, "Hello! I like cooking with lentils.")
+    conversation = await store.conversation_at(ConversationKey("telegram", USER))
+    assert conversation is not None
+
+    preview = await normal_preview(streaming_companion).of(conversation, "And now?")
+    sent = len(server.raw_requests)
+    await tell(streaming_companion, "And now?")
+
+    assert server.raw_requests[sent:] == [preview.body]  # asked once, unstreamed, as the page said
+    assert preview.body is not None
+    body = json.loads(preview.body)
+    assert body["tools"] and "stream" not in body
