@@ -569,37 +569,15 @@ async def test_the_context_preview_of_a_streamed_platform_is_the_streamed_reques
     assert preview.body is not None and streamed(json.loads(preview.body))
 
 
+@pytest.mark.parametrize("streams", ["never", "only-without-tools"])
 async def test_the_context_preview_stops_asking_to_stream_once_the_server_does_not(
-    streaming_companion, server, store
+    streaming_companion, server, store, streams
 ) -> None:
-    server.streaming = False
+    if streams == "never":
+        server.streaming = False
+    else:
+        server.streams_with_tools = False  # llama-cpp-python's chatml-function-calling: a turn's request offers tools
     server.script(completion_json("whole"))
-    await tell(streaming_companion, "Hello! I like cooking with lentils.")
-    conversation = await store.conversation_at(ConversationKey("telegram", USER))
-    assert conversation is not None
-
-    preview = await normal_preview(streaming_companion).of(conversation, "And now?")
-    sent = len(server.raw_requests)
-    await tell(streaming_companion, "And now?")
-
-    assert server.raw_requests[sent] == preview.body
-    assert preview.body is not None and "stream" not in json.loads(preview.body)
-
-
-async def test_a_streamed_reply_ends_as_the_whole_answer_asked_for_once(streaming_companion, server, telegram) -> None:
-    OPENAI_TEXT.script(server, pause=0.05)
-
-    await tell(streaming_companion, "soup?")
-    await wait_for(lambda: telegram.sent)
-
-    assert list(telegram.messages.values()) == [OPENAI_TEXT.text]  # one message, its final edit the answer
-    assert len(telegram.posts_shown) == 1 and len(server.requests) == 1
-
-
-async def test_the_context_preview_of_a_server_that_streams_only_without_tools_is_the_next_request_byte_for_byte(
-    streaming_companion, server, store
-) -> None:
-    server.streams_with_tools = False  # llama-cpp-python's chatml-function-calling
     await tell(streaming_companion, "Hello! I like cooking with lentils.")
     conversation = await store.conversation_at(ConversationKey("telegram", USER))
     assert conversation is not None
@@ -612,3 +590,13 @@ async def test_the_context_preview_of_a_server_that_streams_only_without_tools_i
     assert preview.body is not None
     body = json.loads(preview.body)
     assert body["tools"] and "stream" not in body
+
+
+async def test_a_streamed_reply_ends_as_the_whole_answer_asked_for_once(streaming_companion, server, telegram) -> None:
+    OPENAI_TEXT.script(server, pause=0.05)
+
+    await tell(streaming_companion, "soup?")
+    await wait_for(lambda: telegram.sent)
+
+    assert list(telegram.messages.values()) == [OPENAI_TEXT.text]  # one message, its final edit the answer
+    assert len(telegram.posts_shown) == 1 and len(server.requests) == 1

@@ -42,6 +42,12 @@ def with_tools(text: str = "hello", **kwargs: object) -> CompletionRequest:
     return ask(text, tools=(RECALL,), **kwargs)
 
 
+async def answers(provider: OpenAICompatibleProvider, *requests: CompletionRequest) -> tuple[list[str], Sink]:
+    """Each request completed in turn with one partial sink: the answers' texts, and the sink."""
+    sink = Sink()
+    return [(await provider.complete(request, partial=sink)).text for request in requests], sink
+
+
 # --- llama-cpp-python's chatml-function-calling: it streams only without tools ----------------------------
 
 
@@ -49,25 +55,16 @@ async def test_a_server_that_streams_only_without_tools_answers_every_request_an
     server, provider, caplog
 ) -> None:
     server.streams_with_tools = False
-    server.reply_text("answered unstreamed")
-    server.reply_text("answered unstreamed again")
-    server.reply_text("streamed, without tools")
+    said = ["answered unstreamed", "answered unstreamed again", "streamed, without tools"]
+    server.script(*said)
     caplog.set_level(logging.DEBUG)
-    sink = Sink()
 
-    first = await provider.complete(with_tools(), partial=sink)
-    second = await provider.complete(with_tools(), partial=sink)
-    assert sink.partials == []  # nothing was shown of either: each goes out whole
-    third = await provider.complete(ask(), partial=sink)
+    texts, sink = await answers(provider, with_tools(), with_tools(), ask())
 
-    assert [first.text, second.text, third.text] == [
-        "answered unstreamed",
-        "answered unstreamed again",
-        "streamed, without tools",
-    ]
+    assert texts == said
     # Streamed with tools once; the same request unstreamed; tools never streamed again; without, streamed.
     assert shapes(server) == [(True, True), (False, True), (False, True), (True, False)]
-    assert sink.texts[-1] == "streamed, without tools"
+    assert sink.texts == ["streamed, ", "streamed, without ", "streamed, without tools"]  # the third one only
     [warning] = warnings_of(caplog)
     assert "does not stream a request that offers tools" in warning
     assert "COMPANION_LLM_TOOLS=false" in warning and "COMPANION_STREAM_EDIT_SECONDS=off" in warning
@@ -127,15 +124,12 @@ async def test_a_streamed_request_failing_before_anything_was_shown_is_answered_
     server, provider, caplog, failure
 ) -> None:
     BEFORE_ANYTHING_WAS_SHOWN[failure](server)
-    server.reply_text("answered unstreamed")
-    server.reply_text("and the next one too")
+    server.script("answered unstreamed", "and the next one too")
     caplog.set_level(logging.DEBUG)
-    sink = Sink()
 
-    first = await provider.complete(ask(), partial=sink)
-    second = await provider.complete(ask(), partial=sink)
+    texts, sink = await answers(provider, ask(), ask())
 
-    assert (first.text, second.text) == ("answered unstreamed", "and the next one too")
+    assert texts == ["answered unstreamed", "and the next one too"]
     assert shapes(server) == [(True, False), (False, False), (False, False)]
     assert sink.partials == []
     [warning] = warnings_of(caplog)

@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from core.values import copy
@@ -28,9 +26,9 @@ from tests.bot.test_gateway_discord import FRIEND
 from tests.bot.test_streaming_telegram_wire import USER, said_last, story, stream_env
 from tests.bot.test_web_stream_wire import log_of, ready, spawn, until
 from tests.helpers.fake_openai import FakeOpenAIServer, completion_json, stream_completion
-from tests.helpers.proc import companion_env, run_companion
+from tests.helpers.proc import companion_env
 from tests.helpers.running import Running
-from tests.helpers.web import csrf_of, free_port, sign_in
+from tests.helpers.web import free_port, signed_in_browser, stop_gateway
 from tests.helpers.web_pages import EventStream
 from tests.helpers.wire_platforms import shipped
 
@@ -156,28 +154,17 @@ async def test_a_web_chat_turn_on_a_server_whose_streams_fail_is_answered_and_th
         process = spawn(env, log)
         try:
             await ready(base, process, log)
-            login = run_companion(["web-login"], env)
-            assert login.returncode == 0, login.stderr
-            async with httpx.AsyncClient(base_url=base, timeout=20) as browser:
-                assert (await sign_in(browser, login.stdout.strip().split("#", 1)[1])).status_code == 200
-                csrf = csrf_of((await browser.get("/")).text)
-                async with EventStream(browser) as events:
-                    await events.next("history")
-                    for said in SAID:
-                        sent = await browser.post("/send", json={"text": said}, headers={"X-CSRF-Token": csrf})
-                        assert sent.status_code == 200, sent.text
-                        await until(lambda s=said: f"answer to {s}" in live_texts(events), f"the answer to {said}")
-                    await asyncio.sleep(0.5)  # anything more on its way
-                    replies = [text for text in live_texts(events) if text not in SAID]
-                    assert not [kind for _, kind, _ in events.received if kind == "partial"]  # sent whole
+            async with signed_in_browser(base, env) as (browser, csrf), EventStream(browser) as events:
+                await events.next("history")
+                for said in SAID:
+                    sent = await browser.post("/send", json={"text": said}, headers={"X-CSRF-Token": csrf})
+                    assert sent.status_code == 200, sent.text
+                    await until(lambda s=said: f"answer to {s}" in live_texts(events), f"the answer to {said}")
+                await asyncio.sleep(0.5)  # anything more on its way
+                replies = [text for text in live_texts(events) if text not in SAID]
+                assert not [kind for _, kind, _ in events.received if kind == "partial"]  # sent whole
         finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_gateway(process)
     assert process.returncode == 0, log_of(log)[-3000:]
     assert_answered_once_unstreamed(model, replies, log_of(log))
 
