@@ -600,3 +600,43 @@ async def test_a_streamed_reply_ends_as_the_whole_answer_asked_for_once(streamin
 
     assert list(telegram.messages.values()) == [OPENAI_TEXT.text]  # one message, its final edit the answer
     assert len(telegram.posts_shown) == 1 and len(server.requests) == 1
+
+
+async def test_a_request_over_the_window_streaming_no_event_is_answered_with_half_the_window_still_streamed(
+    streaming_companion, server, telegram, provider
+) -> None:
+    # llama-cpp-python: a streamed request over the model's window ends with no event, and the same
+    # request unstreamed is refused as too long. One long prompt must not turn streaming off.
+    for n in range(6):
+        await tell(streaming_companion, f"story part {n}: " + "once upon a time " * 80)
+    server.window_bytes = len(server.raw_requests[-1]) - 500  # the next full window is over it, half of it not
+    server.reply_text("the answer, streamed")  # short: it goes out whole, streamed or not
+
+    await tell(streaming_companion, "and what did I tell you?")
+    await wait_for(lambda: "the answer, streamed" in [part for _, part, _ in telegram.sent])
+
+    first, unstreamed, halved = [json.loads(raw) for raw in server.raw_requests[-3:]]
+    assert [streamed(first), "stream" in unstreamed, streamed(halved)] == [True, False, True]
+    assert len(server.raw_requests[-1]) < server.window_bytes < len(server.raw_requests[-3])
+    assert provider.streams(tools=True) and provider.streams(tools=False)
+
+
+async def test_a_stream_with_tools_that_finishes_without_words_is_asked_again_without_tools_still_streamed(
+    streaming_companion, server, telegram, provider
+) -> None:
+    # llama-cpp-python with tools and tool_choice "auto", when its model chose `message:`: a stream of
+    # three events, no text, finish_reason "stop". An answer, but no reply: asked again without tools.
+    def chunk(delta: dict, finish: str | None = None) -> str:
+        return json.dumps(
+            {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        )
+
+    server.reply_stream([chunk({"role": "assistant"}), chunk({"content": ""}), chunk({}, "stop")])
+    server.reply_text("words at last")
+
+    await tell(streaming_companion, "hello")
+    await wait_for(lambda: "words at last" in [part for _, part, _ in telegram.sent])
+
+    asked = [json.loads(raw) for raw in server.raw_requests]
+    assert [(streamed(body), bool(body.get("tools"))) for body in asked] == [(True, True), (True, False)]
+    assert provider.streams(tools=True)  # a stream that finished is no failure of streaming

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from core.values.errors import ProviderServerError, ProviderUnavailable
+from core.values.errors import ProviderRequestTooLong, ProviderServerError, ProviderUnavailable
 from core.values.model import ChatMessage, CompletionRequest, ImageInput, Partial
 from tests.adapters.test_model_streaming import RECALL, Sink, streamed, warnings_of
 from tests.adapters.test_openai_provider import ask
@@ -137,16 +137,24 @@ async def test_a_streamed_request_failing_before_anything_was_shown_is_answered_
     assert not provider.streams(tools=False) and provider.streams(tools=True)
 
 
+@pytest.mark.parametrize("failure", ["a-500", "too-long"])
 async def test_when_the_unstreamed_request_fails_too_streaming_is_not_held_against_the_server(
-    server, provider, caplog
+    server, provider, caplog, failure
 ) -> None:
-    server.reply_stream([], done=False)
-    server.reply_status(500, message="the model crashed")
+    if failure == "a-500":
+        server.reply_stream([], done=False)
+        server.reply_status(500, message="the model crashed")
+        raised: type[Exception] = ProviderServerError
+    else:
+        # llama-cpp-python: a request over the window streams no event, and unstreamed is refused 400.
+        server.window_bytes = 10
+        raised = ProviderRequestTooLong  # for the core's retry with half the window
     server.reply_text("streamed again")
     caplog.set_level(logging.DEBUG)
 
-    with pytest.raises(ProviderServerError):
+    with pytest.raises(raised):
         await provider.complete(ask(), partial=Sink())
+    server.window_bytes = None
     later = await provider.complete(ask(), partial=Sink())
 
     assert later.text == "streamed again"

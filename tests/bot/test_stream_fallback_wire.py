@@ -34,8 +34,16 @@ from tests.helpers.wire_platforms import shipped
 
 pytestmark = pytest.mark.wire
 
+
+def like_llama_cpp_python(model: FakeOpenAIServer) -> None:
+    """llama-cpp-python 0.3.36 with chatml-function-calling, as measured: no event to a streamed request
+    offering tools with tool_choice "auto", and no usage in the streams it does send."""
+    model.streams_with_tools = False
+    model.stream_usage = False
+
+
 FAULTS: dict[str, Callable[[FakeOpenAIServer], None]] = {
-    "streams-only-without-tools": lambda model: setattr(model, "streams_with_tools", False),
+    "streams-only-without-tools": like_llama_cpp_python,
     "closes-after-headers": lambda model: setattr(model, "stream_closed_after_headers", True),
 }
 BY_FAULT = pytest.mark.parametrize("fault", FAULTS, ids=list(FAULTS))
