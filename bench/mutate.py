@@ -1083,8 +1083,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "answer-tool-syntax-asked-again-with-tools",
         RELIABILITY,
         "core/turn/responder.py",
-        "                    asked_without_tools = True\n                    request = _round_request(messages, offered, last=True)",
-        "                    asked_without_tools = True\n                    request = _round_request(messages, offered, last=False)",
+        "                    asked_without_tools = True\n"
+        "                    request = _round_request(messages, offered, last=True, private=private)",
+        "                    asked_without_tools = True\n"
+        "                    request = _round_request(messages, offered, last=False, private=private)",
     ),
     M(
         "answer-tool-syntax-recognised-anywhere",  # "only a tool call": a reply that mentions one is sent
@@ -1104,7 +1106,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "tools-offered-although-off",
         RELIABILITY,
         "core/turn/responder.py",
-        "tuple(self._tools.tools_for(conversation, state)) if self._tool_support.enabled else ()",
+        "tuple(self._tools.tools_for(conversation, state)) if self._tool_support.enabled_for(private=private) else ()",
         "tuple(self._tools.tools_for(conversation, state))",
     ),
     M(
@@ -1414,9 +1416,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "stream-not-remembered-as-not-streaming",
         RELIABILITY,
-        "adapters/llm/openai_compat.py",
-        "            self._streams = False\n",
-        "            pass\n",
+        "adapters/llm/learned.py",
+        "        learned.setdefault(trait, why)\n",
+        "        pass\n",
     ),
     M(
         "stream-one-piece-answer-read-as-events",
@@ -1429,15 +1431,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         "stream-4xx-held-against-streaming-before-the-whole-answer",
         RELIABILITY,
         "adapters/llm/openai_compat.py",
-        "            return None, exc.status",
-        '            self._stop_streaming("refused")\n            return None, exc.status',
+        '            return _Unstreamed(f"it failed a streamed request with {exc.status}", request)',
+        '            self._traits.refused(stream_trait(request), request, "refused")\n'
+        '            return _Unstreamed(f"it failed a streamed request with {exc.status}", request)',
     ),
     M(
         "stream-image-refusal-not-streamed-again",
         RELIABILITY,
         "adapters/llm/openai_compat.py",
         "                return await self._complete_streamed(without_images(request), partial)",
-        "                return None, None",
+        '                return _Unstreamed("images", request)',
     ),
     M(
         "stream-too-long-in-stream-unclassified",  # the core's retry with half the window never comes
@@ -1450,16 +1453,16 @@ MUTATIONS: tuple[Mutation, ...] = (
         "stream-timeout-bounds-the-whole-answer",
         RELIABILITY,
         "adapters/llm/openai_compat.py",
-        "                assembly = await read_stream(paced_lines(response.aiter_bytes()), partial)",
+        "                assembly = await read_stream(paced_lines(response.aiter_bytes()), sink)",
         "                assembly = await asyncio.wait_for(\n"
-        "                    read_stream(paced_lines(response.aiter_bytes()), partial), self._timeout\n"
+        "                    read_stream(paced_lines(response.aiter_bytes()), sink), self._timeout\n"
         "                )",
     ),
     M(
         "stream-broken-answer-asked-again",  # the words shown would be shown a second time
         RELIABILITY,
         "adapters/llm/openai_compat.py",
-        "                # Not retried: the answer may be on screen already, and a second one would double it.\n",
+        "                # Not retried: the answer is on screen already, and a second one would double it.\n",
         "                if isinstance(exc, httpx.RemoteProtocolError):\n"
         "                    return await self._complete_streamed(request, partial)\n",
     ),
@@ -1493,6 +1496,149 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if settings.stream_edit_seconds is None:",
         "    if False:",
         also=("tests/bot/test_doctor.py",),
+    ),
+    # --- streaming: a stream that fails before anything was shown (issue 29, point 1) -------------------
+    M(
+        "stream-failed-before-words-not-asked-unstreamed",  # llama-cpp-python with tools: every turn an apology
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "                if not shown and not _TOO_LONG.search(exc.reported):",
+        "                if False:",
+        also=("tests/bot/test_stream_fallback_wire.py",),
+    ),
+    M(
+        "stream-broken-before-words-not-asked-unstreamed",  # a stream closed after its headers: an apology
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "                if not shown:\n",
+        "                if False:\n",
+        also=("tests/bot/test_stream_fallback_wire.py",),
+    ),
+    M(
+        "stream-500-not-asked-unstreamed",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "            if exc.status != 500:",
+        "            if True:",
+    ),
+    M(
+        "stream-words-shown-asked-again-unstreamed",  # the words shown would be shown a second time
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "            shown = True\n",
+        "            pass\n",
+    ),
+    M(
+        "stream-silence-until-the-timeout-asked-again",  # the person would wait a second timeout for nothing
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "                if isinstance(exc, httpx.TimeoutException | TimeoutError):\n                    # Not sent again",
+        "                if shown and isinstance(exc, httpx.TimeoutException | TimeoutError):\n"
+        "                    # Not sent again",
+    ),
+    M(
+        "stream-shapes-learned-as-one",  # a server streaming only without tools would never stream at all
+        RELIABILITY,
+        "adapters/llm/learned.py",
+        "    return Trait.STREAM_WITH_TOOLS if request.tools else Trait.STREAM_WITHOUT_TOOLS",
+        "    return Trait.STREAM_WITHOUT_TOOLS",
+    ),
+    M(
+        "stream-learned-although-the-unstreamed-request-failed-too",
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "        completion = await self._complete_whole(streamed.request)\n"
+        "        self._traits.refused(stream_trait(request), request, streamed.why)\n",
+        "        self._traits.refused(stream_trait(request), request, streamed.why)\n"
+        "        completion = await self._complete_whole(streamed.request)\n",
+    ),
+    M(
+        "stream-learned-warned-for-each-mode",  # one warning per shape and run
+        RELIABILITY,
+        "adapters/llm/learned.py",
+        "        if trait in self._warned:\n            return\n",
+        "        if False:\n            return\n",
+    ),
+    M(
+        "context-preview-streams-every-shape",  # /context would show a streamed request sent unstreamed
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "streamed=streamed and self._traits.allows(stream_trait(prepared), prepared)",
+        "streamed=streamed",
+    ),
+    M(
+        "doctor-stream-probe-offers-no-tools",  # "OK streaming" for a server that streams only without tools
+        RELIABILITY,
+        "adapters/llm/probe.py",
+        "            tools=(PROBE_TOOL,) if tools else (),",
+        "            tools=(),",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-stream-probe-not-given-the-turns-tools",
+        RELIABILITY,
+        "bot/doctor.py",
+        "    stream = await probe.streaming(tools=settings.llm_tools)",
+        "    stream = await probe.streaming(tools=False)",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-streams-only-without-tools-said-ok",
+        RELIABILITY,
+        "adapters/llm/probe.py",
+        "        if why is None:\n",
+        "        if True:\n",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    # --- private turns teach normal mode nothing (issue 29, point 5) ----------------------------------------
+    M(
+        "private-turn-teaches-the-token-ratio",  # a private turn's size would size the next normal window
+        PRIVACY,
+        "core/turn/responder.py",
+        "        if not request.private:\n            self._context.ratio.observe(",
+        "        if True:\n            self._context.ratio.observe(",
+    ),
+    M(
+        "private-turn-request-not-marked",
+        PRIVACY,
+        "core/turn/responder.py",
+        "        private = state.is_private  # the gate's answer, carried by every request of the turn",
+        "        private = False",
+    ),
+    M(
+        "private-summary-fold-request-not-marked",
+        PRIVACY,
+        "core/memory/context.py",
+        "        request = summary_request(context.summary.text, batch, private=state.is_private)",
+        "        request = summary_request(context.summary.text, batch)",
+    ),
+    M(
+        "private-tools-refusal-turns-normal-tools-off",
+        PRIVACY,
+        "core/turn/responder.py",
+        "                self._tool_support.refused(private=private)",
+        "                self._tool_support.refused(private=False)",
+    ),
+    M(
+        "private-request-teaches-the-provider",  # streaming and images learned from private requests
+        PRIVACY,
+        "adapters/llm/learned.py",
+        "        learned = self._private if request.private else self._normal",
+        "        learned = self._normal",
+    ),
+    M(
+        "private-refusal-forgotten-by-private-requests",  # each private turn would fail the same way again
+        RELIABILITY,
+        "adapters/llm/learned.py",
+        "        return not (request.private and trait in self._private)",
+        "        return True",
+    ),
+    M(
+        "private-turn-told-the-image-note-for-normal-mode",
+        PRIVACY,
+        "core/turn/media.py",
+        "told = {(conversation_id, False), (conversation_id, True)} if private else {(conversation_id, False)}",
+        "told = {(conversation_id, False), (conversation_id, True)}",
     ),
     # --- streaming: Discord (adapters/discord/streaming.py, adapter.py, client.py) ---------------------
     M(

@@ -159,14 +159,22 @@ async def _model_lines(settings: Settings, probe: ModelServerProbe, section: Sec
     if settings.stream_edit_seconds is None:
         section.add(INFO, "streaming: off (COMPANION_STREAM_EDIT_SECONDS=off): replies are sent whole")
         return
-    stream = await probe.streaming()
+    # Probed with what a turn's first request carries: its tools (and tool_choice), when they are on.
+    stream = await probe.streaming(tools=settings.llm_tools)
     if stream.ok:
-        section.add(OK, "streaming: the server streams")
+        section.add(OK, f"streaming: the server {stream.seen}")
     elif stream.kind == "stream-failed":
         section.add(
             FAIL,
             f"streaming: {stream.seen}: set COMPANION_STREAM_EDIT_SECONDS=off to send replies whole, "
             "or the server's own log says why",
+        )
+    elif stream.kind == "no-stream-with-tools":
+        section.add(
+            INFO,
+            f"streaming: {stream.seen}: each turn's request offering tools is sent unstreamed, so replies are "
+            f"sent whole; COMPANION_LLM_TOOLS=false gets streaming back ({NO_TOOLS_MEMORY}), or "
+            "COMPANION_STREAM_EDIT_SECONDS=off stops asking the server to stream",
         )
     else:
         section.add(INFO, f"streaming: {stream.seen}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import logging
@@ -14,6 +15,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.llm.images import data_url, fitted, refuses_images, without_images
+from adapters.llm.learned import ServerTraits, Trait, stream_trait
 from adapters.llm.streaming import StreamFailed, arguments_text, paced_lines, read_stream
 from adapters.tls import shared_ssl_context
 from core.ports import PartialSink
@@ -26,7 +28,7 @@ from core.values.errors import (
     ProviderToolsUnsupported,
     ProviderUnavailable,
 )
-from core.values.model import ChatMessage, Completion, CompletionRequest, ToolCall, ToolSpec
+from core.values.model import ChatMessage, Completion, CompletionRequest, Partial, ToolCall, ToolSpec
 from core.values.retry import Attempt, RetryPolicy, retrying
 
 log = logging.getLogger(__name__)
@@ -124,9 +126,15 @@ class OpenAICompatibleProvider:
     Given a `partial` sink, a request is streamed (`stream: true`, server-sent events,
     adapters/llm/streaming.py): the deadline then bounds the wait for the answer to begin, and
     each later wait between events is bounded by `timeout` too, so a slow model's long answer is
-    not cut off while it keeps coming. A server that answers a streamed request in one piece,
-    or fails it with a 4xx that the same request without streaming does not meet, is used
-    without streaming for the rest of the run, after one warning.
+    not cut off while it keeps coming. A streamed request that fails before anything of its answer
+    was handed to the sink (a 4xx or 500, a stream that ends with no event or with an error event,
+    one broken off) is sent again unstreamed: nothing was shown, so nothing doubles. When that one
+    is answered (or a server answers a streamed request in one piece), requests of that shape (with
+    tools, or without: adapters/llm/learned.py) are not streamed again this run, after one warning.
+    Once anything was shown, a failure is never asked again.
+
+    What it learns of the server from a private turn's request (`CompletionRequest.private`) shapes
+    private requests only.
     """
 
     name = "openai-compatible"
@@ -169,17 +177,13 @@ class OpenAICompatibleProvider:
         self._client: httpx.AsyncClient | None = None
         self._closed = False
         self._sleep = asyncio.sleep
-        # False once the server refused image input (COMPANION_LLM_VISION set for a text-only model).
-        self._images_accepted = True
-        # False once the server showed it does not stream: no request asks it to, for the rest of the run.
-        self._streams = True
-        # Why, in our words, once it did (`companion doctor` says it).
-        self.not_streaming_because: str | None = None
+        # What the server refused (streaming per shape, image input), normal and private requests apart.
+        self._traits = ServerTraits()
 
     @property
     def images_accepted(self) -> bool:
-        """False once the server refused image input (`companion doctor` reads it after its probe)."""
-        return self._images_accepted
+        """False once the server refused a normal request's image input (`companion doctor` reads it)."""
+        return self._traits.why(Trait.IMAGES) is None
 
     async def aclose(self) -> None:
         """Close the HTTP client; safe to call twice."""
@@ -188,10 +192,13 @@ class OpenAICompatibleProvider:
         if client is not None:
             await client.aclose()
 
-    @property
-    def streams(self) -> bool:
-        """False once the server showed it does not stream (`companion doctor` may read it)."""
-        return self._streams
+    def streams(self, *, tools: bool) -> bool:
+        """Whether a normal request offering tools (or not) is still streamed (`companion doctor` reads it)."""
+        return self.not_streaming_because(tools=tools) is None
+
+    def not_streaming_because(self, *, tools: bool) -> str | None:
+        """Why, in our words, normal requests of that shape are no longer streamed; None while they are."""
+        return self._traits.why(Trait.STREAM_WITH_TOOLS if tools else Trait.STREAM_WITHOUT_TOOLS)
 
     async def complete(self, request: CompletionRequest, *, partial: PartialSink | None = None) -> Completion:
         """Return one completion for `request`; with `partial`, streamed (see the class).
@@ -200,17 +207,19 @@ class OpenAICompatibleProvider:
             core.values.errors.ProviderError: any failure, translated in `_raise_translated`.
         """
         request = await self._prepared(request)
-        refused: int | None = None
-        if partial is not None and self._streams:
-            streamed, refused = await self._complete_streamed(request, partial)
-            if streamed is not None:
-                return streamed
-            if not self._images_accepted:  # refused while streaming
-                request = without_images(request)
-        completion = await self._complete_whole(request)
-        if refused is not None:
-            # The same request was answered without streaming: streaming was what it refused.
-            self._stop_streaming(f"it failed a streamed request with {refused}")
+        if partial is None or not self._traits.allows(stream_trait(request), request):
+            return await self._complete_whole(request)
+        streamed = await self._complete_streamed(request, partial)
+        if isinstance(streamed, Completion):
+            return streamed
+        log.info(
+            "a streamed request (%s) failed before its answer began (%s); sending it unstreamed",
+            request.purpose,
+            streamed.why,
+        )
+        # Raises when the unstreamed request fails too: then streaming is not what failed, and is kept.
+        completion = await self._complete_whole(streamed.request)
+        self._traits.refused(stream_trait(request), request, streamed.why)
         return completion
 
     async def _complete_whole(self, request: CompletionRequest) -> Completion:
@@ -218,44 +227,68 @@ class OpenAICompatibleProvider:
         response, attempts, request = await self._post_images(body, request)
         return self._whole(response.content, attempts, request)
 
-    async def _complete_streamed(
-        self, request: CompletionRequest, partial: PartialSink
-    ) -> tuple[Completion | None, int | None]:
-        """Stream `request`. Returns the completion; or (None, status) when the server failed the
-        streamed request with a 4xx that may be about streaming (the caller sends it without).
-        A refusal of image input is met here as without streaming: images are left out from then on."""
+    async def _complete_streamed(self, request: CompletionRequest, partial: PartialSink) -> Completion | _Unstreamed:
+        """Stream `request`. Returns the completion; or, when the streamed request failed before
+        anything was handed to `partial` in a way the same request unstreamed may not meet, why (the
+        caller sends it unstreamed). A refusal of image input is met here as without streaming:
+        images are left out from then on."""
         body = self._body(request, streamed=True)
         try:
             response, attempts = await self._post(body, request, stream=True)
         except ProviderRejected as exc:
             if any(m.images for m in request.messages) and refuses_images(exc):
-                self._refuse_images()
+                self._traits.refused(Trait.IMAGES, request, "it refused image input")
                 return await self._complete_streamed(without_images(request), partial)
             if isinstance(exc, ProviderRequestTooLong | ProviderToolsUnsupported) or exc.status in (401, 403):
                 raise
-            return None, exc.status
+            return _Unstreamed(f"it failed a streamed request with {exc.status}", request)
+        except ProviderServerError as exc:
+            # A 500 is never retried (the same request would fail the same way), so the deadline is
+            # not spent; llama-cpp-python answers one when its streamed handler fails before it began.
+            if exc.status != 500:
+                raise
+            return _Unstreamed("it failed a streamed request with 500", request)
+        shown = False
+
+        async def sink(piece: Partial) -> None:
+            nonlocal shown
+            shown = True
+            await partial(piece)
+
         try:
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
                 content = await response.aread()
-                self._stop_streaming("it answered a streamed request in one piece")
-                return self._whole(content, attempts, request), None
+                self._traits.refused(stream_trait(request), request, "it answered a streamed request in one piece")
+                return self._whole(content, attempts, request)
             try:
-                assembly = await read_stream(paced_lines(response.aiter_bytes()), partial)
+                assembly = await read_stream(paced_lines(response.aiter_bytes()), sink)
             except StreamFailed as exc:
+                if not shown and not _TOO_LONG.search(exc.reported):
+                    # llama-cpp-python's answer to `stream: true` with tools and tool_choice "auto":
+                    # 200 text/event-stream and a body that ends with no event.
+                    return _Unstreamed(str(exc), request)  # our words: counts and kinds only
                 self._raise_stream_failed(exc, request)
             except (httpx.HTTPError, TimeoutError) as exc:
-                # Not retried: the answer may be on screen already, and a second one would double it.
                 if isinstance(exc, httpx.TimeoutException | TimeoutError):
+                    # Not sent again, shown or not: headers then silence until the read timeout spent the
+                    # deadline, and a model slow to begin (a long prompt on a CPU) looks just the same, so
+                    # a second request would likely keep the person waiting as long again for nothing, and
+                    # streaming is not held against the server.
                     raise ProviderUnavailable(
                         f"{self._where} stopped sending its answer for {self._timeout:g} s ({type(exc).__name__})"
                     ) from exc
+                if not shown:
+                    return _Unstreamed(
+                        f"it broke off a streamed request before its answer began ({type(exc).__name__})", request
+                    )
+                # Not retried: the answer is on screen already, and a second one would double it.
                 raise ProviderUnavailable(
                     f"{self._where} broke off its answer ({type(exc).__name__}: {_one_line(str(exc)) or 'no detail'})"
                 ) from exc
         finally:
             await response.aclose()
         log.debug("streamed completion (%s): %d chunks", request.purpose, assembly.chunks)
-        return _logged(request, assembly.finish_reason, assembly.completion()), None
+        return _logged(request, assembly.finish_reason, assembly.completion())
 
     def _raise_stream_failed(self, exc: StreamFailed, request: CompletionRequest) -> NoReturn:
         """A stream that failed, as a ProviderError. The error a server reports in its stream (with a
@@ -295,32 +328,17 @@ class OpenAICompatibleProvider:
             ),
         )
 
-    def _stop_streaming(self, why: str) -> None:
-        """No request asks this server to stream any more, for the rest of the run; said once."""
-        if self._streams:
-            self._streams = False
-            self.not_streaming_because = why
-            log.warning("the model server does not stream (%s); replies are sent whole from now on", why)
-
-    def _refuse_images(self) -> None:
-        """No request carries images any more, for the rest of the run; said once."""
-        if self._images_accepted:
-            self._images_accepted = False
-            log.warning(
-                "the model server refuses image input; images are left out from now on "
-                "(set COMPANION_LLM_VISION=false for a model that does not read images)"
-            )
-
     async def request_body(self, request: CompletionRequest, *, streamed: bool = False) -> bytes:
         """core.ports.BaseProvider: the exact body `complete(request)` would POST now (streamed, when
-        given a sink and the server still streams), built by the same two steps (`_prepared`,
-        `_body`); nothing is sent. A refusal the server answers with later (tool_choice, image
-        input, streaming) makes `complete` send once more without them."""
-        return self._body(await self._prepared(request), streamed=streamed and self._streams)
+        given a sink and the server still streams requests of its shape), built by the same two steps
+        (`_prepared`, `_body`); nothing is sent. A refusal the server answers with later (tool_choice,
+        image input, streaming) makes `complete` send once more without them."""
+        prepared = await self._prepared(request)
+        return self._body(prepared, streamed=streamed and self._traits.allows(stream_trait(prepared), prepared))
 
     async def _prepared(self, request: CompletionRequest) -> CompletionRequest:
         # Images (a vision model's input) within the size limits; none once the server refused them.
-        return await fitted(request) if self._images_accepted else without_images(request)
+        return await fitted(request) if self._traits.allows(Trait.IMAGES, request) else without_images(request)
 
     def _body(self, request: CompletionRequest, *, streamed: bool = False) -> bytes:
         payload = _payload(self.model, request, self._max_tokens)
@@ -340,7 +358,7 @@ class OpenAICompatibleProvider:
         except ProviderRejected as exc:
             if not (any(m.images for m in request.messages) and refuses_images(exc)):
                 raise
-            self._refuse_images()
+            self._traits.refused(Trait.IMAGES, request, "it refused image input")
             request = without_images(request)
             response, attempts = await self._post(self._body(request), request)
         return response, attempts, request
@@ -486,6 +504,15 @@ class OpenAICompatibleProvider:
 
 
 # --- helpers --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Unstreamed:
+    """A streamed request that failed before anything of its answer was shown: why, in our words,
+    and the request to send unstreamed (its images left out, if the server refused them meanwhile)."""
+
+    why: str
+    request: CompletionRequest
 
 
 def _payload(model: str, request: CompletionRequest, default_max_tokens: int) -> dict[str, Any]:

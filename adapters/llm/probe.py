@@ -249,25 +249,43 @@ class ModelServerProbe:
                 return Finding(True, "ollama-model-max", "Ollama /api/show (the model's maximum)", value=lengths[0])
         return Finding(False, "not-reported", "the server does not report its context window")
 
-    async def streaming(self) -> Finding:
+    async def streaming(self, *, tools: bool) -> Finding:
         """One streamed request, sent and read as a turn's is (`stream: true`, the usage asked for,
-        the events assembled into an answer); its words are dropped as they come."""
+        the events assembled into an answer; with `tools`, a tool offered with tool_choice "auto", as
+        every turn offers its tools); its words are dropped as they come. When the server does not
+        stream it with a tool offered, once more without: kind "no-stream-with-tools" when that one
+        streams (llama-cpp-python's chatml-function-calling streams only without tools)."""
         request = CompletionRequest(
-            (_SYSTEM, ChatMessage("user", "Reply with the single word OK.")), purpose="probe", max_tokens=8
+            (_SYSTEM, ChatMessage("user", "Reply with the single word OK.")),
+            tools=(PROBE_TOOL,) if tools else (),
+            purpose="probe",
+            max_tokens=8,
         )
 
         async def dropped(partial: Partial) -> None:
             return None
 
+        offering = " offering a tool" if tools else ""
         try:
             await self.provider.complete(request, partial=dropped)
         except ProviderError as exc:
             # The plain chat worked: each streamed turn would fail as this one did.
-            return Finding(False, "stream-failed", f"a streamed request failed: {exc}")
-        if not self.provider.streams:
-            why = self.provider.not_streaming_because or "it did not stream"
+            return Finding(False, "stream-failed", f"a streamed request{offering} failed: {exc}")
+        why = self.provider.not_streaming_because(tools=tools)
+        if why is None:
+            return Finding(
+                True, "ok", "streams" + (", with a tool offered as every turn offers its tools" if tools else "")
+            )
+        if not tools:
             return Finding(False, "no-stream", f"the server does not stream ({why}); replies go out whole")
-        return Finding(True, "ok", "streams")
+        without = await self.streaming(tools=False)
+        if without.ok:
+            return Finding(
+                False, "no-stream-with-tools", f"the server streams only without tools (with a tool offered, {why})"
+            )
+        if without.kind == "no-stream":
+            return Finding(False, "no-stream", f"the server does not stream, with a tool offered ({why}) or without")
+        return without
 
     async def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:

@@ -169,7 +169,7 @@ class ContextAssembler:
             batch.pop()
         if not batch:
             return False
-        request = summary_request(context.summary.text, batch)
+        request = summary_request(context.summary.text, batch, private=state.is_private)
         try:
             completion = await provider.complete(request)
         except ProviderError as exc:
@@ -201,7 +201,7 @@ class ContextAssembler:
         return True
 
 
-def summary_request(previous: str, items: list[TimelineItem]) -> CompletionRequest:
+def summary_request(previous: str, items: list[TimelineItem], *, private: bool = False) -> CompletionRequest:
     lines = [
         copy.PLACEHOLDER if item.is_placeholder else f"{speaker(item.role, person='Person')}: {item.text}"
         for item in items
@@ -212,6 +212,7 @@ def summary_request(previous: str, items: list[TimelineItem]) -> CompletionReque
         purpose="summary",
         temperature=0.2,
         max_tokens=700,  # twelve sentences and a few facts; its own cap, not the reply's
+        private=private,  # a private summary's fold: the provider keeps what it learns from it apart
     )
 
 

@@ -58,18 +58,35 @@ class ToolSupport:
     """Whether the model server takes tools at all, for this process: off from the start with
     COMPANION_LLM_TOOLS=false (what `companion doctor` advises for a model that cannot call them),
     or from the server's first refusal of a request offering tools. Off, every turn runs without
-    tools and memory works through the commands (/help says so)."""
+    tools and memory works through the commands (/help says so).
+
+    A refusal met by a private turn's request turns tools off for private turns only: private
+    turns teach normal mode nothing (a normal turn still offers them until one is refused)."""
 
     def __init__(self, enabled: bool = True) -> None:
         self._enabled = enabled
+        self._private_refused = False
 
     @property
     def enabled(self) -> bool:
+        """Whether normal turns offer tools (/help says when they do not)."""
         return self._enabled
 
-    def refused(self) -> None:
-        """The server refused tools: none are offered from now on; one warning, the first time."""
-        if not self._enabled:
+    def enabled_for(self, *, private: bool) -> bool:
+        """Whether a turn of that mode offers tools: a private one also reads what private turns met."""
+        return self._enabled and not (private and self._private_refused)
+
+    def refused(self, *, private: bool) -> None:
+        """The server refused tools to a request of that mode: none are offered to its mode's turns
+        from now on; one warning, the first time."""
+        if not self.enabled_for(private=private):
+            return
+        if private:
+            self._private_refused = True
+            log.warning(
+                "the model server refused a private turn's request that offers tools; private turns answer "
+                "without tools from now on (`companion doctor` says more)"
+            )
             return
         self._enabled = False
         log.warning(

@@ -242,7 +242,7 @@ class Companion:
         segment_id = state.segment_id
         # Media are read once the mode is known: their text (marker, caption, transcript) is stored
         # in this mode and segment; their bytes are never stored (core/turn/media.py).
-        media = await self.media.read(message, conversation.id) if message.media else None
+        media = await self.media.read(message, conversation.id, private=state.is_private) if message.media else None
         # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
         said = dataclasses.replace(message, text=media.text) if media else message
         composed = await quotes.compose(self.store, conversation, said, visible_segment=segment_id)

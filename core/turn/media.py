@@ -67,13 +67,17 @@ class MediaReader:
         self.transcriber = transcriber
         # Conversations told (in this run) that their captioned images are not read: told once,
         # since the caption is answered anyway. An uncaptioned image still gets its line each time,
-        # as that line is its whole answer. Ids only, one per conversation.
-        self._told_images_unread: set[int] = set()
+        # as that line is its whole answer. Ids only, with whether a private turn was told: a
+        # private turn reads what normal turns were told, never the other way round.
+        self._told_images_unread: set[tuple[int, bool]] = set()
 
-    async def read(self, message: InboundMessage, conversation_id: int | None = None) -> ReadMedia:
+    async def read(
+        self, message: InboundMessage, conversation_id: int | None = None, *, private: bool = False
+    ) -> ReadMedia:
         """Read `message.media`: fetch what this configuration reads, transcribe voice notes.
         Never raises for a media item: what cannot be read becomes a constant note.
-        `conversation_id`: where it was said (the captioned-image note is said once there)."""
+        `conversation_id`: where it was said (the captioned-image note is said once there, once
+        for normal mode and once for private mode: `private`, the gate's answer for the message)."""
         caption = message.text.strip()
         markers: list[str] = []
         images: list[ImageInput] = []
@@ -90,10 +94,11 @@ class MediaReader:
             else:
                 note = copy.MEDIA_NOT_READ.get(item.kind, copy.MEDIA_NOT_READ_OTHER).format(also=self._also())
             if note == copy.IMAGES_NOT_READ and conversation_id is not None:
-                if conversation_id in self._told_images_unread:
+                told = {(conversation_id, False), (conversation_id, True)} if private else {(conversation_id, False)}
+                if told & self._told_images_unread:
                     note = None  # told once already
                 else:
-                    self._told_images_unread.add(conversation_id)
+                    self._told_images_unread.add((conversation_id, private))
             if note is not None and note not in notes:
                 notes.append(note)
         body = "\n".join(part for part in (caption, *transcripts) if part)

@@ -14,9 +14,10 @@ It is exact as of the moment it is built, in the conversation's lane (after ever
 there before it: a turn, a summary fold, a burst's end). What can change the next request after
 it, and so the page must say: anything written to the conversation first (a reminder or nudge,
 the transition line of leaving private mode); a summary fold (`fold_follows`: the next turn queues one, which
-changes the request after it); the token ratio (learned from every normal or private turn of
-any conversation, it decides how much of the window fits); the expiry of a private interval
-(its placeholder goes with it); and a provider that learns its server refuses tools or images.
+changes the request after it); the token ratio (learned from every normal turn of any
+conversation, never from a private one, it decides how much of the window fits); the expiry of a
+private interval (its placeholder goes with it); and a provider that learns, from a normal request,
+that its server refuses tools or images, or does not stream requests of its shape.
 Nothing of the clock enters the request (no time line in the persona: the time is a tool).
 
 Privacy: the preview is never computed in private mode's view, whatever mode the conversation is

@@ -218,10 +218,14 @@ class Responder:
         not typed yet (see `ContextAssembler.assemble`)."""
         context = await self._context.assemble(conversation, state, shrink=shrink, upcoming=upcoming)
         tail = [ChatMessage("system", note)] if note else []
-        # None at all while the server takes no tools (by setting, or since it refused them).
-        offered = tuple(self._tools.tools_for(conversation, state)) if self._tool_support.enabled else ()
+        # None at all while the server takes no tools (by setting, or since it refused them to this mode).
+        private = state.is_private  # the gate's answer, carried by every request of the turn
+        offered = (
+            tuple(self._tools.tools_for(conversation, state)) if self._tool_support.enabled_for(private=private) else ()
+        )
         messages = with_images([*context.messages, *tail], images)
-        return PreparedRequest(context, offered, _round_request(messages, offered, last=self._max_tool_rounds == 0))
+        request = _round_request(messages, offered, last=self._max_tool_rounds == 0, private=private)
+        return PreparedRequest(context, offered, request)
 
     async def finish(
         self,
@@ -293,6 +297,7 @@ class Responder:
         offered = prepared.offered
         messages = list(prepared.request.messages)
         request = prepared.request
+        private = request.private
         segment_id = state.segment_id
         rounds = 0
         asked_without_tools = False
@@ -302,10 +307,11 @@ class Responder:
             except ProviderToolsUnsupported:
                 if not request.tools:
                     raise
-                # Failing every turn would cut the person off from the model: no tools from now on.
-                self._tool_support.refused()
+                # Failing every turn would cut the person off from the model: no tools from now on
+                # (for this mode's turns: a private turn's refusal teaches normal mode nothing).
+                self._tool_support.refused(private=private)
                 offered = ()
-                request = _round_request(messages, offered, last=True)
+                request = _round_request(messages, offered, last=True, private=private)
                 continue
             if not completion.tool_calls or not request.tools:
                 text = completion.text.strip()
@@ -320,7 +326,7 @@ class Responder:
                         conversation.id,
                     )
                     asked_without_tools = True
-                    request = _round_request(messages, offered, last=True)
+                    request = _round_request(messages, offered, last=True, private=private)
                     continue
                 text = text or "…"
                 # A reply stopped at its token limit says so, rather than reading as complete.
@@ -353,7 +359,7 @@ class Responder:
                     )
                 messages.append(ChatMessage("tool", result, tool_call_id=call.id))
             # Out of rounds: one last answer, with no tools to call.
-            request = _round_request(messages, offered, last=rounds >= self._max_tool_rounds)
+            request = _round_request(messages, offered, last=rounds >= self._max_tool_rounds, private=private)
 
     async def _save_run(self, run: RunRecord) -> None:
         try:
@@ -385,8 +391,10 @@ class Responder:
                 prompt_tokens=completion.prompt_tokens,
                 completion_tokens=completion.completion_tokens,
             )
-        # What the server counted teaches the context budget how many tokens a byte costs.
-        self._context.ratio.observe(prompt_bytes(request), completion.prompt_tokens)
+        # What the server counted teaches the context budget how many tokens a byte costs: normal
+        # requests only, for the ratio sizes every normal window (a private turn reads it, never teaches it).
+        if not request.private:
+            self._context.ratio.observe(prompt_bytes(request), completion.prompt_tokens)
         return completion
 
     async def _fold(self, conversation: Conversation, state: ModeState) -> None:
@@ -408,10 +416,12 @@ def _closed(streamed: StreamedAnswer | None) -> int | None:
     return streamed.delivery_id
 
 
-def _round_request(messages: list[ChatMessage], offered: tuple[Tool, ...], *, last: bool) -> CompletionRequest:
+def _round_request(
+    messages: list[ChatMessage], offered: tuple[Tool, ...], *, last: bool, private: bool
+) -> CompletionRequest:
     """One round's request: the messages so far and the tools offered, except in the last round
-    (out of rounds: one last answer, with no tools to call)."""
-    return CompletionRequest(tuple(messages), () if last else tuple(t.spec for t in offered))
+    (out of rounds: one last answer, with no tools to call); `private`: a private turn's."""
+    return CompletionRequest(tuple(messages), () if last else tuple(t.spec for t in offered), private=private)
 
 
 def _failure_words(exc: ProviderError) -> str:

@@ -245,6 +245,9 @@ class CompletionRequest:
     max_tokens: int | None = None
     # The name of one of `tools` the model must call (tool_choice forced); None: the model chooses.
     force_tool: str | None = None
+    # A private turn's request (decided from the mode at the turn's gate and carried): what the
+    # provider and the context budget learn from it never shapes a normal request. Never sent.
+    private: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,7 @@ RECALL = ToolSpec(
 BY_NAME = pytest.mark.parametrize("shape", ANSWERS, ids=[s.name for s in ANSWERS])
 CANARY = "STREAMCANARY-7c1e"
 PROVIDER_LOG = "adapters.llm.openai_compat"
+PROVIDER_LOGS = (PROVIDER_LOG, "adapters.llm.learned")  # the provider, and what it learns of its server
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def streamed(body: dict) -> bool:
 
 
 def warnings_of(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == PROVIDER_LOG and r.levelno >= logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name in PROVIDER_LOGS and r.levelno >= logging.WARNING]
 
 
 # --- each recorded stream is the completion it is ----------------------------------------------------------
@@ -124,7 +125,7 @@ async def test_each_recorded_stream_is_assembled_into_its_completion(server, pro
     assert completion.truncated == (shape.finish == "length")
     assert (completion.prompt_tokens, completion.completion_tokens) == shape.usage
     assert streamed(server.requests[0]) and len(server.requests) == 1
-    assert provider.streams
+    assert provider.streams(tools=bool(shape.calls))
 
 
 @pytest.mark.parametrize("shape", TEXT_ANSWERS, ids=[s.name for s in TEXT_ANSWERS])
@@ -241,7 +242,7 @@ async def test_a_server_answering_a_streamed_request_in_one_piece_is_not_asked_t
     assert sink.partials == []  # the whole reply goes out as any unstreamed one
     [warning] = warnings_of(caplog)
     assert "does not stream" in warning and "in one piece" in warning
-    assert not provider.streams
+    assert not provider.streams(tools=False)
     assert "stream" not in json.loads(await provider.request_body(ask(), streamed=True))
 
 
@@ -262,7 +263,7 @@ async def test_a_streamed_request_refused_with_a_4xx_the_unstreamed_one_does_not
     assert sink.partials == []
     [warning] = warnings_of(caplog)
     assert "does not stream" in warning and "400" in warning
-    assert not provider.streams and provider.not_streaming_because == "it failed a streamed request with 400"
+    assert provider.not_streaming_because(tools=False) == "it failed a streamed request with 400"
 
 
 async def test_a_4xx_the_unstreamed_request_meets_too_is_not_held_against_streaming(server, provider, caplog) -> None:
@@ -274,7 +275,7 @@ async def test_a_4xx_the_unstreamed_request_meets_too_is_not_held_against_stream
         await provider.complete(ask(), partial=Sink())
 
     assert [streamed(r) for r in server.requests] == [True, False]
-    assert provider.streams and warnings_of(caplog) == []
+    assert provider.streams(tools=False) and warnings_of(caplog) == []
 
 
 async def test_image_input_refused_while_streaming_is_left_out_and_the_answer_still_streams(
@@ -294,7 +295,7 @@ async def test_image_input_refused_while_streaming_is_left_out_and_the_answer_st
     assert isinstance(first["messages"][0]["content"], list) and isinstance(second["messages"][0]["content"], str)
     [warning] = warnings_of(caplog)
     assert "refuses image input" in warning
-    assert provider.streams and not provider.images_accepted
+    assert provider.streams(tools=False) and not provider.images_accepted
 
 
 # --- failures mid-stream -------------------------------------------------------------------------------------
@@ -313,7 +314,7 @@ async def test_a_stream_that_fails_is_a_bad_response_and_is_not_asked_again(serv
 
     assert len(server.requests) == 1 and server.pending == 1
     assert sink.texts == list(itertools.accumulate(shape.deltas))  # what was shown until then
-    assert provider.streams  # a server that streams, and failed
+    assert provider.streams(tools=False)  # a server that streams, and failed
 
 
 async def test_an_error_field_followed_by_done_is_a_failure_not_a_shorter_answer(server, provider) -> None:
@@ -342,7 +343,7 @@ async def test_a_request_over_the_context_reported_in_the_stream_is_too_long(ser
         await provider.complete(ask(), partial=Sink())
 
     assert "exceeds" not in str(caught.value)  # classified by the server's words, said in ours
-    assert provider.streams
+    assert provider.streams(tools=False) and len(server.requests) == 1
 
 
 async def test_a_connection_dropped_mid_stream_is_unavailable_and_not_asked_again(server, provider) -> None:
@@ -367,8 +368,8 @@ async def test_a_finished_answer_whose_stream_ends_without_done_is_read(server, 
     assert completion.text == OPENAI_TEXT.text and completion.prompt_tokens == 60
 
 
-async def test_an_event_that_is_no_chunk_is_a_bad_response(server, provider) -> None:
-    server.reply_stream([OPENAI_TEXT.events[0], '{"choices": [{"index": 0, "delta": {"content": "cut'])
+async def test_an_event_that_is_no_chunk_after_words_were_shown_is_a_bad_response(server, provider) -> None:
+    server.reply_stream([*OPENAI_TEXT.events[:3], '{"choices": [{"index": 0, "delta": {"content": "cut'])
 
     with pytest.raises(ProviderBadResponse, match="not a chat completion chunk"):
         await provider.complete(ask(), partial=Sink())
@@ -568,10 +569,14 @@ async def test_the_context_preview_of_a_streamed_platform_is_the_streamed_reques
     assert preview.body is not None and streamed(json.loads(preview.body))
 
 
+@pytest.mark.parametrize("streams", ["never", "only-without-tools"])
 async def test_the_context_preview_stops_asking_to_stream_once_the_server_does_not(
-    streaming_companion, server, store
+    streaming_companion, server, store, streams
 ) -> None:
-    server.streaming = False
+    if streams == "never":
+        server.streaming = False
+    else:
+        server.streams_with_tools = False  # llama-cpp-python's chatml-function-calling: a turn's request offers tools
     server.script(completion_json("whole"))
     await tell(streaming_companion, "Hello! I like cooking with lentils.")
     conversation = await store.conversation_at(ConversationKey("telegram", USER))
@@ -581,8 +586,10 @@ async def test_the_context_preview_stops_asking_to_stream_once_the_server_does_n
     sent = len(server.raw_requests)
     await tell(streaming_companion, "And now?")
 
-    assert server.raw_requests[sent] == preview.body
-    assert preview.body is not None and "stream" not in json.loads(preview.body)
+    assert server.raw_requests[sent:] == [preview.body]  # asked once, unstreamed, as the page said
+    assert preview.body is not None
+    body = json.loads(preview.body)
+    assert body["tools"] and "stream" not in body
 
 
 async def test_a_streamed_reply_ends_as_the_whole_answer_asked_for_once(streaming_companion, server, telegram) -> None:
@@ -593,3 +600,43 @@ async def test_a_streamed_reply_ends_as_the_whole_answer_asked_for_once(streamin
 
     assert list(telegram.messages.values()) == [OPENAI_TEXT.text]  # one message, its final edit the answer
     assert len(telegram.posts_shown) == 1 and len(server.requests) == 1
+
+
+async def test_a_request_over_the_window_streaming_no_event_is_answered_with_half_the_window_still_streamed(
+    streaming_companion, server, telegram, provider
+) -> None:
+    # llama-cpp-python: a streamed request over the model's window ends with no event, and the same
+    # request unstreamed is refused as too long. One long prompt must not turn streaming off.
+    for n in range(6):
+        await tell(streaming_companion, f"story part {n}: " + "once upon a time " * 80)
+    server.window_bytes = len(server.raw_requests[-1]) - 500  # the next full window is over it, half of it not
+    server.reply_text("the answer, streamed")  # short: it goes out whole, streamed or not
+
+    await tell(streaming_companion, "and what did I tell you?")
+    await wait_for(lambda: "the answer, streamed" in [part for _, part, _ in telegram.sent])
+
+    first, unstreamed, halved = [json.loads(raw) for raw in server.raw_requests[-3:]]
+    assert [streamed(first), "stream" in unstreamed, streamed(halved)] == [True, False, True]
+    assert len(server.raw_requests[-1]) < server.window_bytes < len(server.raw_requests[-3])
+    assert provider.streams(tools=True) and provider.streams(tools=False)
+
+
+async def test_a_stream_with_tools_that_finishes_without_words_is_asked_again_without_tools_still_streamed(
+    streaming_companion, server, telegram, provider
+) -> None:
+    # llama-cpp-python with tools and tool_choice "auto", when its model chose `message:`: a stream of
+    # three events, no text, finish_reason "stop". An answer, but no reply: asked again without tools.
+    def chunk(delta: dict, finish: str | None = None) -> str:
+        return json.dumps(
+            {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        )
+
+    server.reply_stream([chunk({"role": "assistant"}), chunk({"content": ""}), chunk({}, "stop")])
+    server.reply_text("words at last")
+
+    await tell(streaming_companion, "hello")
+    await wait_for(lambda: "words at last" in [part for _, part, _ in telegram.sent])
+
+    asked = [json.loads(raw) for raw in server.raw_requests]
+    assert [(streamed(body), bool(body.get("tools"))) for body in asked] == [(True, True), (True, False)]
+    assert provider.streams(tools=True)  # a stream that finished is no failure of streaming

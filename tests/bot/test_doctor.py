@@ -330,9 +330,45 @@ async def test_the_streaming_probe_sends_and_reads_a_streamed_request_as_a_turn_
     report = await doctor(model_settings(tmp_path, model))
 
     assert report.problems == 0
-    assert any("does not stream (it failed a streamed request with 400)" in t for t in lines(report, INFO))
+    assert any(
+        "does not stream, with a tool offered (it failed a streamed request with 400) or without" in t
+        for t in lines(report, INFO)
+    )
     streamed = [body for body in model.requests if body.get("stream")]
     assert streamed and all(body["stream_options"] == {"include_usage": True} for body in streamed)
+
+
+async def test_the_streaming_probe_offers_the_tools_a_turn_offers(tmp_path, model) -> None:
+    await doctor(model_settings(tmp_path, model))
+
+    streamed = [body for body in model.requests if body.get("stream")]
+    assert streamed and all(body["tool_choice"] == "auto" and body["tools"] for body in streamed)
+
+
+async def test_with_tools_off_the_streaming_probe_offers_none(tmp_path, model) -> None:
+    model.streams_with_tools = False  # it would not matter: no turn offers tools
+
+    report = await doctor(model_settings(tmp_path, model, llm_tools=False))
+
+    streamed = [body for body in model.requests if body.get("stream")]
+    assert streamed and not any("tools" in body or "tool_choice" in body for body in streamed)
+    assert "streaming: the server streams" in lines(report, OK)
+
+
+async def test_a_server_that_streams_only_without_tools_is_reported_as_such_never_as_streaming(tmp_path, model) -> None:
+    # llama-cpp-python's chatml-function-calling: `stream: true` with tools and tool_choice "auto" is
+    # an empty stream; the same request unstreamed, or without tools streamed, is answered.
+    model.streams_with_tools = False
+
+    report = await doctor(model_settings(tmp_path, model))
+
+    assert not any(t.startswith("streaming:") for t in lines(report, OK))
+    [line] = [t for t in lines(report, INFO) if t.startswith("streaming:")]
+    assert "streams only without tools" in line and "replies are sent whole" in line
+    assert "COMPANION_LLM_TOOLS=false" in line and "COMPANION_STREAM_EDIT_SECONDS=off" in line
+    assert report.problems == 0  # every turn is answered, whole
+    streamed = [(bool(body.get("tools")), body.get("stream") is True) for body in model.requests if "stream" in body]
+    assert streamed == [(True, True), (False, True)]  # with the turn's tools, then without
 
 
 # --- speech to text and the platforms -------------------------------------------------------------------

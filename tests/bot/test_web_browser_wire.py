@@ -13,7 +13,6 @@ import http.server
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from core.values import copy
 from tests.helpers.browser import chromium_browser, require_chromium
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.proc import companion_env, run_companion
-from tests.helpers.web import free_port
+from tests.helpers.web import free_port, stop_gateway
 
 pytestmark = pytest.mark.wire
 
@@ -138,12 +137,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
                 shots.mkdir()
                 yield Gateway(base, env, folder, model, log, browser, shots)
         finally:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_gateway(process)
 
 
 def _wait_for(base: str, process: subprocess.Popen, log: Path) -> None:

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from tests.helpers.fake_openai import FakeOpenAIServer
-from tests.helpers.proc import companion_env, env_cwd, run_companion
-from tests.helpers.web import csrf_of, free_port, sign_in
+from tests.helpers.proc import companion_env, env_cwd
+from tests.helpers.web import free_port, signed_in_browser, stop_gateway
 from tests.helpers.web_pages import EventStream
 
 pytestmark = pytest.mark.wire
@@ -86,11 +86,7 @@ async def test_a_web_answer_killed_mid_stream_is_answered_once_into_its_bubble_a
         process = spawn(env, log)
         try:
             await ready(base, process, log)
-            login = run_companion(["web-login"], env)
-            assert login.returncode == 0, login.stderr
-            async with httpx.AsyncClient(base_url=base, timeout=20) as browser:
-                assert (await sign_in(browser, login.stdout.strip().split("#", 1)[1])).status_code == 200
-                csrf = csrf_of((await browser.get("/")).text)
+            async with signed_in_browser(base, env) as (browser, csrf):
                 async with EventStream(browser) as events:
                     await events.next("history")
                     sending = asyncio.create_task(
@@ -137,13 +133,7 @@ async def test_a_web_answer_killed_mid_stream_is_answered_once_into_its_bubble_a
                     assert shown_again == [STORY]  # once: in the history, or as the final of its bubble
                     assert not [kind for _, kind, _ in again.received if kind == "partial"]  # not streamed again
         finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_gateway(process)
     assert process.returncode == 0, log_of(log)[-3000:]
     assert len(model.raw_requests) == asked + 1  # the open turn was answered once more, once
     assert rows(tmp_path, "SELECT status, streamed_ids FROM deliveries") == [("sent", bubble)]

@@ -231,6 +231,21 @@ async def test_without_vision_a_conversation_is_told_once_that_captioned_images_
     assert alone is not None and alone.text == copy.IMAGE_NOT_READ_ALONE  # its whole answer, each time
 
 
+async def test_a_private_turn_told_that_images_are_not_read_leaves_normal_mode_to_be_told_too(with_media, provider):
+    # Private turns teach normal mode nothing: not even that this conversation heard the note already.
+    companion = await with_media(vision=False)
+    await say(companion, f"/private {PASSPHRASE}")
+    private = await companion.handle(media_message("my cat", photo(Loader(jpeg_with()))))
+    private_again = await companion.handle(media_message("my cat again", photo(Loader(jpeg_with()))))
+    await say(companion, "/normal")
+    normal = await companion.handle(media_message("my dog", photo(Loader(jpeg_with()))))
+    normal_again = await companion.handle(media_message("my dog again", photo(Loader(jpeg_with()))))
+    assert private is not None and copy.IMAGES_NOT_READ in private.text
+    assert private_again is not None and copy.IMAGES_NOT_READ not in private_again.text  # once per mode
+    assert normal is not None and normal.text.startswith(copy.IMAGES_NOT_READ)
+    assert normal_again is not None and copy.IMAGES_NOT_READ not in normal_again.text
+
+
 async def test_an_edited_caption_of_a_voice_note_keeps_its_transcript(with_media, provider, store):
     companion = await with_media(FakeTranscriber("call the plumber"))
     message = InboundMessage(

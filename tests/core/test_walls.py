@@ -96,6 +96,29 @@ async def test_a_private_summary_never_folds_in_an_earlier_interval(make_compani
     assert all("EARLIER-INTERVAL-CANARY" not in request_text(r) for r in folds)
 
 
+async def test_every_request_of_a_private_turn_and_of_its_summary_fold_is_marked_private_and_no_other(
+    make_companion, provider
+):
+    # What the provider and the context budget learn from a private request must not shape a normal one:
+    # they can keep it apart only if each request says whose it is.
+    companion = await make_companion(budget=SMALL)
+    for i in range(6):
+        await say(companion, f"normal before {i} " + "n" * 60)
+        await fold_all(companion)
+    await say(companion, f"/private {PASSPHRASE}")
+    entered = len(provider.requests)
+    for i in range(6):
+        await say(companion, f"current interval {i} " + "c" * 60)
+        await fold_all(companion)
+    left = len(provider.requests)
+    await say(companion, "/normal")
+    await say(companion, "normal after " + "a" * 60)
+    await fold_all(companion)
+    inside, outside = provider.requests[entered:left], provider.requests[:entered] + provider.requests[left:]
+    assert {r.purpose for r in inside} == {"reply", "summary"} and all(r.private for r in inside)
+    assert {"reply", "summary"} <= {r.purpose for r in outside} and not any(r.private for r in outside)
+
+
 async def test_the_private_persona_exists_only_in_private_prompts(make_companion, provider):
     companion = await make_companion(persona=Persona(private_additions="PRIVATE-PERSONA-MARKER"))
     await say(companion, "normal turn")

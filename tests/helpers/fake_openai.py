@@ -69,6 +69,17 @@ class FakeOpenAIServer(LoopbackServer):
     `stream` is refused with 400, as OpenAI and vLLM refuse it. `stream_refusal`, when set, is the
     answer to every streamed request (OpenAI's 400 to `stream: true` for a model that cannot stream);
     the same request without `stream` is answered as usual. `events_sent` counts the events written.
+
+    Two servers whose streams fail before any event, each answering the same request unstreamed as
+    usual (the scripted answer is kept for it): `streams_with_tools = False` is llama-cpp-python
+    0.3.36 with `--chat_format chatml-function-calling` (as measured on the real server, SmolLM2), whose
+    answer to `stream: true` with `tools` and `tool_choice: "auto"` is 200 text/event-stream and a
+    chunked body that ends at once (`0\r\n\r\n`: no event, no `[DONE]`, the connection kept), while
+    it streams a request without tools or with a forced tool_choice; `stream_closed_after_headers =
+    True` closes the connection of every streamed request right after its headers. Measured on the
+    same server too: `stream_usage = False` sends no usage chunk even when asked, and `window_bytes`
+    makes a request body longer than it a request over the model's window, whose stream ends with no
+    event (with tools or without) and which unstreamed is refused 400 as too long.
     """
 
     def __init__(self, model: str = "fake-model", *, strict: bool = False) -> None:
@@ -76,6 +87,10 @@ class FakeOpenAIServer(LoopbackServer):
         self.strict = strict
         self.streaming = True
         self.stream_refusal: ScriptedResponse | None = None
+        self.streams_with_tools = True
+        self.stream_closed_after_headers = False
+        self.stream_usage = True
+        self.window_bytes: int | None = None
         self.token_seconds = 0.0
         self.events_sent = 0
         self.tools_in_effect: list[bool] = []
@@ -236,6 +251,15 @@ class FakeOpenAIServer(LoopbackServer):
             return _openai_error("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 400)
         if body.get("stream") and self.stream_refusal is not None:
             return _to_response(self.stream_refusal)
+        over_window = self.window_bytes is not None and len(raw) > self.window_bytes
+        if over_window and not body.get("stream"):
+            return _openai_error(LLAMA_CPP_PYTHON_TOO_LONG, 400, param="messages")
+        if body.get("stream") and self.streaming:
+            eventless = not self.streams_with_tools and body.get("tools") and body.get("tool_choice") == "auto"
+            if eventless or over_window:
+                return await self._stream_failing(request, closed=False)
+            if self.stream_closed_after_headers:
+                return await self._stream_failing(request, closed=True)
         tools_in_effect = bool(body.get("tools")) and "tool_choice" in body
         if self.strict:
             self.tools_in_effect.append(tools_in_effect)
@@ -263,7 +287,7 @@ class FakeOpenAIServer(LoopbackServer):
         if body.get("stream") and self.streaming and scripted.status == 200:
             events = scripted.events
             if events is None and isinstance(scripted.body, dict) and scripted.body.get("choices"):
-                usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                usage = bool((body.get("stream_options") or {}).get("include_usage")) and self.stream_usage
                 events = tuple(json.dumps(chunk) for chunk in stream_completion(scripted.body, include_usage=usage))
             if events is not None:
                 pause = self.token_seconds if scripted.pause is None else scripted.pause
@@ -289,6 +313,20 @@ class FakeOpenAIServer(LoopbackServer):
             await response.write_eof()
         except ConnectionError:
             pass  # the client hung up mid-stream (its turn was cut off)
+        return response
+
+    async def _stream_failing(self, request: web.Request, *, closed: bool) -> web.StreamResponse:
+        """The headers of a stream (sent at once), then: the connection closed (`closed`), or the
+        chunked body's end with no event before it (llama-cpp-python's failed streamed handler)."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        if closed:
+            assert request.transport is not None
+            request.transport.abort()
+            raise asyncio.CancelledError  # nothing may be written after the hang-up
+        await response.write_eof()
         return response
 
     async def _transcriptions(self, request: web.Request) -> web.Response:
@@ -329,6 +367,14 @@ class FakeOpenAIServer(LoopbackServer):
         assert self._closing is not None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._closing.wait(), seconds)
+
+
+# llama-cpp-python's answer to an unstreamed request over the model's window (its server's error handler
+# words "Requested tokens (N) exceed context window of N" as OpenAI does).
+LLAMA_CPP_PYTHON_TOO_LONG = (
+    "This model's maximum context length is 4096 tokens. However, you requested 5133 tokens "
+    "(4109 in the messages, 1024 in the completion). Please reduce the length of the messages or completion."
+)
 
 
 def completion_json(

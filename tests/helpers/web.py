@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import re
+import signal
 import socket
+import subprocess
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +22,7 @@ from adapters.web.operators import DatabaseProbe, Operators
 from adapters.web.pages import install_landing
 from adapters.web.service import WebService
 from core.ports import Clock
+from tests.helpers.proc import run_companion
 
 _CSRF = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
 
@@ -94,6 +97,29 @@ async def sign_in(client: httpx.AsyncClient, code: str) -> httpx.Response:
     """What the login page's script does with the code from the link's fragment."""
     token = await login_csrf(client)
     return await client.post("/login", json={"code": code}, headers={"X-CSRF-Token": token})
+
+
+@contextlib.asynccontextmanager
+async def signed_in_browser(base: str, env: dict[str, str]) -> AsyncIterator[tuple[httpx.AsyncClient, str]]:
+    """A browser signed in to the web chat of the `companion run` at `base` (started with `env`), with
+    the link `companion web-login` prints; and the chat page's CSRF token."""
+    login = run_companion(["web-login"], env)
+    assert login.returncode == 0, login.stderr
+    async with httpx.AsyncClient(base_url=base, timeout=20) as browser:
+        assert (await sign_in(browser, login.stdout.strip().split("#", 1)[1])).status_code == 200
+        yield browser, csrf_of((await browser.get("/")).text)
+
+
+def stop_gateway(process: subprocess.Popen) -> None:
+    """Stop a `companion run` as Ctrl-C does (SIGINT); killed if it still runs 30 s later."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def sign_in_blocking(client: httpx.Client, code: str) -> httpx.Response:
