@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
+import re
 import socket
 import sqlite3
 import subprocess
@@ -72,6 +74,8 @@ FAILURE_LINES = {
     "HANDLER_FAILED": copy.HANDLER_FAILED,
 }
 PASS, FAIL, MODEL = "pass", "FAIL", "model"
+# The last line of a traceback in the server's log (a `|`-prefixed copy inside an exception group is not counted).
+ERROR = re.compile(r"^[A-Za-z_.]*(Error|Exception): ")
 # gateway() turns the burst window off for the timing benches; here it is the shipped one.
 SHIPPED_BURST = str(Settings.model_fields["burst_seconds"].default)
 
@@ -155,6 +159,7 @@ class Outcome:
     steps: list[Step]
     exchanges: list[Exchange]
     seconds: float
+    server_errors: dict[str, int]  # the errors the server's log ends a traceback with, and how often
 
     def wire(self) -> dict[str, int]:
         streamed = [e for e in self.exchanges if e.streamed]
@@ -180,7 +185,8 @@ class Run:
         self.weights = weights
         self.workdir = workdir
         self.steps: list[Step] = []
-        self.server = real_env.LlamaServer(weights, model.key, _free_port(), n_ctx=N_CTX, log=workdir / "llama.log")
+        self.log = workdir / "llama.log"
+        self.server = real_env.LlamaServer(weights, model.key, _free_port(), n_ctx=N_CTX, log=self.log)
         self.tap = WireTap(self.server.base_url, timeout=REPLY_SECONDS)
         self.api = FakeTelegramServer(token=TOKEN)
         self.child: ChildProcess | None = None
@@ -507,7 +513,7 @@ class Run:
         return outcomes
 
     async def _run(self, configuration: Configuration) -> Outcome:
-        started = time.perf_counter()
+        started, log_at = time.perf_counter(), self.log.stat().st_size
         self.configuration, self.steps, self.tap.exchanges = configuration, [], []
         self.db = self.workdir / f"{configuration.key}.db"
         try:
@@ -517,7 +523,14 @@ class Run:
                 await self.step(name, getattr(self, method))
         finally:
             await self.stop_gateway()
-        return Outcome(configuration, self.steps, self.tap.exchanges, time.perf_counter() - started)
+        with self.log.open("rb") as log:
+            log.seek(log_at)
+            errors = collections.Counter(
+                re.sub(r"\d+", "N", line)
+                for line in log.read().decode(errors="replace").splitlines()
+                if ERROR.match(line)
+            )
+        return Outcome(configuration, self.steps, self.tap.exchanges, time.perf_counter() - started, dict(errors))
 
 
 def _free_port() -> int:
@@ -538,6 +551,9 @@ def table(model: real_env.Model, versions: dict[str, str], outcome: Outcome) -> 
         f"({wire['asked to stream with tools']} offering tools), "
         f"{wire['streamed']} answered as a stream, {wire['with no event']} of them with no event at all, "
         f"{wire['with an error event']} with an error event",
+        "server log: "
+        + ("; ".join(f"{n}x {error}" for error, n in outcome.server_errors.items()) or "no error")
+        + " (the errors its tracebacks end with)",
         "",
         "| step | result | time | requests (streamed, no event) | note |",
         "|---|---|---|---|---|",
@@ -549,15 +565,11 @@ def table(model: real_env.Model, versions: dict[str, str], outcome: Outcome) -> 
     return "\n".join(lines)
 
 
-def as_json(model: real_env.Model, outcomes: list[Outcome], seconds: float, server_log: str) -> dict[str, Any]:
+def as_json(model: real_env.Model, outcomes: list[Outcome], seconds: float) -> dict[str, Any]:
     return {
         "model": model.key,
         "title": model.title,
         "seconds": round(seconds, 1),
-        # What llama-cpp-python's server says when it ends a stream with no event (llama-findings).
-        "server said streaming tool choice is not supported": server_log.count(
-            "Automatic streaming tool choice is not supported"
-        ),
         "configurations": [
             {
                 "key": o.configuration.key,
@@ -565,6 +577,7 @@ def as_json(model: real_env.Model, outcomes: list[Outcome], seconds: float, serv
                 "settings": o.configuration.settings,
                 "seconds": round(o.seconds, 1),
                 "wire": o.wire(),
+                "server errors": o.server_errors,
                 "steps": [dataclasses.asdict(step) for step in o.steps],
             }
             for o in outcomes
@@ -598,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         for outcome in outcomes:
             print(table(model, versions, outcome), end="\n\n")
         print(f"{model.title}: {seconds:.0f} s in all, the server's start included")
-        results.append(as_json(model, outcomes, seconds, server_log))
+        results.append(as_json(model, outcomes, seconds))
         # The wire as the tap saw it and the server's log (the bench's own made-up conversation), for
         # reading a step again; bench/results/ is gitignored.
         (RESULTS / f"real-server-llama-{key}.log").write_text(server_log)
