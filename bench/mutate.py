@@ -616,6 +616,39 @@ MUTATIONS: tuple[Mutation, ...] = (
         "nonce=part_nonce(delivery.nonce, index),",
         "nonce=None,",
     ),
+    # --- the real-server proof's wire tap (bench/_wire_tap.py, issue 29): it passes what it carries ----
+    M(
+        "wire-tap-gathers-the-answer-first",  # a stream then reaches the companion only at its end
+        RELIABILITY,
+        "bench/_wire_tap.py",
+        "                async for piece in upstream.content.iter_any():",
+        "                for piece in [await upstream.read()]:",
+        also=("tests/bench/test_wire_tap.py",),
+    ),
+    M(
+        "wire-tap-drops-the-content-type",  # the tap of old: the companion never saw a stream
+        RELIABILITY,
+        "bench/_wire_tap.py",
+        "                if name.lower() not in _HOP:",
+        '                if name.lower() not in _HOP | {"content-type"}:',
+        also=("tests/bench/test_wire_tap.py",),
+    ),
+    M(
+        "wire-tap-records-no-stream",  # every stream recorded as an unreadable whole answer
+        RELIABILITY,
+        "bench/_wire_tap.py",
+        '            record = StreamRecord() if content_type.startswith("text/event-stream") else None',
+        "            record = None",
+        also=("tests/bench/test_wire_tap.py",),
+    ),
+    M(
+        "wire-tap-joins-a-repeated-name",  # llama-cpp-python names a forced call in every chunk
+        RELIABILITY,
+        "bench/_wire_tap.py",
+        '        current.name = current.name or function.get("name") or ""',
+        '        current.name += function.get("name") or ""',
+        also=("tests/bench/test_wire_tap.py",),
+    ),
     # --- the gateway's schedule (bot/) -------------------------------------------------------
     M(
         "gateway-expiry-sweep-not-scheduled",  # issue 12 gap
