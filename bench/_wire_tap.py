@@ -267,7 +267,19 @@ class WireTap:
         # The record reads the answer's bytes: asked for as they are (no server here compresses anyway).
         headers["Accept-Encoding"] = "identity"
         url = f"{self.upstream}/{path}" + (f"?{request.query_string}" if request.query_string else "")
-        async with self._session.request(request.method, url, data=body or None, headers=headers) as upstream:
+        try:
+            sent = await self._session.request(request.method, url, data=body or None, headers=headers)
+        except aiohttp.ClientConnectionError:
+            # The server closed the connection without an answer (uvicorn does so after a streamed
+            # handler failed, and the next request on that kept-alive connection meets it): the
+            # companion's side is closed without an answer too, so it meets exactly what it would
+            # meet talking to the server directly (httpx's RemoteProtocolError, which it retries).
+            if exchange is not None:
+                exchange.error = "the server closed the connection without an answer"
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=502)  # never written: the connection is closed already
+        async with sent as upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in _HOP:

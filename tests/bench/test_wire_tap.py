@@ -261,3 +261,32 @@ async def test_the_companion_model_link_streams_through_the_tap(server: FakeOpen
     assert provider.streams and len(seen) > 1
     (exchange,) = tap.exchanges
     assert exchange.asked_to_stream and exchange.streamed and exchange.offers_tools
+
+
+async def test_a_connection_the_server_closes_without_an_answer_is_closed_to_the_client_too() -> None:
+    """As uvicorn does after a streamed handler failed: the next request on that kept-alive connection
+    meets a closed socket. Through the tap the client must meet the same (and may retry as it would),
+    never an answer the server did not give (a 500 or 502 of the tap's own would end the turn)."""
+    closed = 0
+
+    async def close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal closed
+        closed += 1
+        await reader.read(1)
+        writer.close()
+
+    server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    tap = WireTap(f"http://127.0.0.1:{port}/v1", timeout=HANG)
+    await tap.start()
+    try:
+        async with httpx.AsyncClient(timeout=HANG) as client:
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.post(f"{tap.base_url}/chat/completions", json=ASK)
+        (exchange,) = tap.exchanges
+        assert exchange.status == 0 and exchange.error is not None
+        assert closed >= 1
+    finally:
+        await tap.aclose()
+        server.close()
+        await server.wait_closed()
