@@ -1540,6 +1540,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/bot/test_stream_fallback_wire.py",),
     ),
     M(
+        "stream-failed-connection-kept",  # the unstreamed retry meets the connection uvicorn closed: an apology
+        RELIABILITY,
+        "adapters/llm/openai_compat.py",
+        "            if not ended:",
+        "            if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
         "stream-broken-before-words-not-asked-unstreamed",  # a stream closed after its headers: an apology
         RELIABILITY,
         "adapters/llm/openai_compat.py",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import email.utils
 import json
@@ -255,13 +256,16 @@ class OpenAICompatibleProvider:
             shown = True
             await partial(piece)
 
+        ended = False  # the answer ended as an answer: its connection may carry the next request
         try:
             if not response.headers.get("content-type", "").startswith("text/event-stream"):
                 content = await response.aread()
+                ended = True
                 self._traits.refused(stream_trait(request), request, "it answered a streamed request in one piece")
                 return self._whole(content, attempts, request)
             try:
                 assembly = await read_stream(paced_lines(response.aiter_bytes()), sink)
+                ended = True
             except StreamFailed as exc:
                 if not shown and not _TOO_LONG.search(exc.reported):
                     # llama-cpp-python's answer to `stream: true` with tools and tool_choice "auto":
@@ -286,6 +290,8 @@ class OpenAICompatibleProvider:
                     f"{self._where} broke off its answer ({type(exc).__name__}: {_one_line(str(exc)) or 'no detail'})"
                 ) from exc
         finally:
+            if not ended:
+                await _drop_connection(response)
             await response.aclose()
         log.debug("streamed completion (%s): %d chunks", request.purpose, assembly.chunks)
         return _logged(request, assembly.finish_reason, assembly.completion())
@@ -606,6 +612,19 @@ def _logged(request: CompletionRequest, finish_reason: str | None, completion: C
     if completion.truncated:
         log.info("a completion (%s) was cut off at its token limit", request.purpose)
     return completion
+
+
+async def _drop_connection(response: httpx.Response) -> None:
+    """Close the connection that carried a stream which did not end as an answer, so that the pool
+    never hands it out again. A server whose streamed handler failed may close it itself just after
+    the body's last byte (uvicorn does, under llama-cpp-python), and the pool, not having seen that
+    close yet, would give the very next request (the same request unstreamed) a dead connection:
+    httpx's RemoteProtocolError, a retry's back-off, and where no retry is left (`companion doctor`'s
+    probes) a failure the server never caused. A closed socket reads as expired to httpcore's pool."""
+    stream = response.extensions.get("network_stream")
+    if stream is not None:
+        with contextlib.suppress(Exception):
+            await stream.aclose()
 
 
 def _worth_retrying(exc: Exception) -> bool:

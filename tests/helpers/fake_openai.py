@@ -74,7 +74,8 @@ class FakeOpenAIServer(LoopbackServer):
     usual (the scripted answer is kept for it): `streams_with_tools = False` is llama-cpp-python
     0.3.36 with `--chat_format chatml-function-calling` (as measured on the real server, SmolLM2), whose
     answer to `stream: true` with `tools` and `tool_choice: "auto"` is 200 text/event-stream and a
-    chunked body that ends at once (`0\r\n\r\n`: no event, no `[DONE]`, the connection kept), while
+    chunked body that ends at once (`0\r\n\r\n`: no event, no `[DONE]`; the connection then closed
+    at its next request, as uvicorn closes it just after), while
     it streams a request without tools or with a forced tool_choice; `stream_closed_after_headers =
     True` closes the connection of every streamed request right after its headers. Measured on the
     same server too: `stream_usage = False` sends no usage chunk even when asked, and `window_bytes`
@@ -91,6 +92,7 @@ class FakeOpenAIServer(LoopbackServer):
         self.stream_closed_after_headers = False
         self.stream_usage = True
         self.window_bytes: int | None = None
+        self._hang_up_next: set[asyncio.BaseTransport] = set()  # connections closed at their next request
         self.token_seconds = 0.0
         self.events_sent = 0
         self.tools_in_effect: list[bool] = []
@@ -224,6 +226,9 @@ class FakeOpenAIServer(LoopbackServer):
         except ValueError:
             body = None
         number = next(self._ids)
+        if request.transport in self._hang_up_next:  # see `_stream_failing`
+            request.transport.close()
+            raise asyncio.CancelledError  # nothing may be written after the hang-up
         self.raw_requests.append(raw)
         self.requests.append(body)
         self.request_headers.append(CIMultiDict(request.headers))
@@ -327,6 +332,11 @@ class FakeOpenAIServer(LoopbackServer):
             request.transport.abort()
             raise asyncio.CancelledError  # nothing may be written after the hang-up
         await response.write_eof()
+        # uvicorn closes a connection whose ASGI app raised, a moment after the body's end: the
+        # client's pool may hand it out again before it saw the close. The worst case of that race,
+        # every time: the next request on this connection meets a close without an answer.
+        if request.transport is not None:
+            self._hang_up_next.add(request.transport)
         return response
 
     async def _transcriptions(self, request: web.Request) -> web.Response:
