@@ -13,6 +13,13 @@ A reply shown while the model writes it (core/delivery/streams.py) is shown in t
 `open_stream` writes its row (status 'streaming') and shows it there until the turn closes the
 stream; the reply's delivery, written later with the final text, then goes out in that lane as
 the final edit of the messages shown.
+
+Nothing of a private interval goes out after it ended. The store never picks a delivery of an
+ended interval, and the transaction that ends one turns the rows that showed messages into their
+retraction (a constant line that edits them once). A send of an interval's delivery already running
+is bounded by the interval's expiry and cancelled when the interval ends otherwise
+(`interval_ended`, called by the valve); a stream or send the end cut off makes its own row the
+retraction and sends it in the same lane.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from core.delivery.streams import ReplyStream, StreamPacing, StreamShow
 from core.ports import NO_METRICS, BaseSender, BaseStreamer, Clock, Metrics, OutboxStore
@@ -79,6 +86,11 @@ class Outbox:
         self._rand = rand
         self._senders: dict[str, BaseSender] = {}
         self._locks: KeyedLocks[tuple[int, str, str]] = KeyedLocks()
+        # Sends of a private interval's deliveries running now, by conversation (cancelled when one
+        # of its intervals ends), and how many ends each conversation has seen (a send picked before
+        # an end that came while it was being picked does not start).
+        self._interval_sends: dict[int, set[_IntervalSend]] = {}
+        self._ends: dict[int, int] = {}
 
     # --- senders ------------------------------------------------------------
 
@@ -137,12 +149,13 @@ class Outbox:
         if lane is None:
             return True  # sent and pruned long ago
         async with self._locks.of((conversation_id, *lane)):
-            # Picked with the clock: nothing of an interval that has expired (or was forgotten) goes out.
+            ends = self._ends.get(conversation_id, 0)
+            # Picked with the clock: nothing of an interval that has ended (or was forgotten) goes out.
             for delivery in await self._store.pending_of(conversation_id, delivery_id, self._clock.now()):
                 sender = self._senders.get(delivery.target.platform)
                 if sender is None:
                     return False
-                if not await self._send_one(sender, delivery):
+                if not await self._send_one(sender, delivery, ends):
                     return False
             return True
 
@@ -214,6 +227,81 @@ class Outbox:
                 flushed += 1
         return flushed
 
+    # --- the end of an interval ----------------------------------------------------------------
+
+    def interval_ended(self, conversation_id: int | None = None) -> None:
+        """A private interval ended: of `conversation_id` (/normal, /forget private, the idle timeout,
+        an expiry met at a read), or some by expiry (None: the sweep). A send of that conversation's
+        interval still running is cancelled (one past an expiry stops by itself), and the
+        retractions the end wrote are sent now, in the background."""
+        if conversation_id is not None:
+            self._ends[conversation_id] = self._ends.get(conversation_id, 0) + 1
+            for send in self._interval_sends.get(conversation_id, set()):
+                send.end()
+        task = asyncio.get_running_loop().create_task(self._send_retractions(conversation_id))
+        self._handed.add(task)
+        task.add_done_callback(self._sent)
+
+    async def _send_retractions(self, conversation_id: int | None) -> None:
+        for conversation, delivery_id in await self._store.retractions(conversation_id):
+            await self.deliver(conversation, delivery_id)
+
+    async def _retract(
+        self, delivery_id: int, conversation_id: int, target: DeliveryTarget, shown: tuple[str, ...]
+    ) -> None:
+        """Inside the lane: the reply `delivery_id` was cut off by the end of its interval after it
+        showed `shown`: its row becomes their retraction (the store refuses while the interval is
+        open), sent now."""
+        retraction = await self._store.retract(delivery_id, conversation_id, target, shown, self._clock.now())
+        if retraction is None:
+            return
+        log.info(
+            "delivery %s (conversation %s): its interval ended; what it showed is withdrawn",
+            delivery_id,
+            conversation_id,
+        )
+        sender = self._senders.get(target.platform)
+        if sender is not None:
+            await self._send_one(sender, retraction)
+
+    async def _sending(self, sender: BaseSender, delivery: OutboundDelivery, ends: int | None) -> int:
+        """`sender.send_delivery(delivery)`; for a private interval's delivery, only while the interval
+        is open: not after its expiry (a send running then, its own retries included, is cancelled),
+        and cancelled when the interval ends otherwise (`interval_ended`). `ends`: the count of the
+        conversation's ends when the delivery was picked.
+
+        Raises:
+            _IntervalOver: the interval ended before or during the send.
+        """
+        if delivery.segment_id is None:
+            return await sender.send_delivery(delivery)
+        send = _IntervalSend()
+        sends = self._interval_sends.setdefault(delivery.conversation_id, set())
+        sends.add(send)
+        try:
+            left = None if delivery.ends_at is None else delivery.ends_at - self._clock.now()
+            if (left is not None and left <= 0) or (
+                ends is not None and self._ends.get(delivery.conversation_id, 0) != ends
+            ):
+                raise _IntervalOver
+            task = send.start(sender.send_delivery(delivery))
+            try:
+                done, _ = await asyncio.wait({task}, timeout=left)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            if not done:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise _IntervalOver
+            if send.ended and task.cancelled():
+                raise _IntervalOver
+            return task.result()
+        finally:
+            sends.discard(send)
+            if not sends:
+                self._interval_sends.pop(delivery.conversation_id, None)
+
     # --- replies shown while written ----------------------------------------------------------
 
     async def open_stream(self, conversation_id: int, target: DeliveryTarget, segment_id: int | None) -> ReplyStream:
@@ -238,10 +326,17 @@ class Outbox:
             return
         async with self._locks.of((reply.conversation_id, target.platform, target.chat_id)):
             # An earlier delivery of this lane still pending goes first: this reply then goes whole.
-            if stream.closed or not await self._store.may_stream(reply.delivery_id):
+            if stream.closed or not await self._store.may_stream(reply.delivery_id, self._clock.now()):
                 return
-            show = StreamShow(streamer, self._store, pacing, sleep=self._sleep, monotonic=self._monotonic)
+            show = StreamShow(
+                streamer, self._store, pacing, sleep=self._sleep, monotonic=self._monotonic, now=self._clock.now
+            )
             await show.run(stream)
+            if show.ended:
+                # Its interval ended while it was shown: the turn stops at its next text, and what was
+                # shown becomes the constant line, here in its lane, before anything else of it.
+                stream.end()
+                await self._retract(reply.delivery_id, reply.conversation_id, target, tuple(show.ids))
             log.info(
                 "delivery %s (conversation %s) shown while written: %d messages, %d requests",
                 reply.delivery_id,
@@ -266,9 +361,16 @@ class Outbox:
     async def prune(self, keep_seconds: float = 7 * 86400.0) -> int:
         return await self._store.prune_settled(self._clock.now() - keep_seconds)
 
-    async def _send_one(self, sender: BaseSender, delivery: OutboundDelivery) -> bool:
+    async def _send_one(self, sender: BaseSender, delivery: OutboundDelivery, ends: int | None = None) -> bool:
         try:
-            parts = await sender.send_delivery(delivery)
+            parts = await self._sending(sender, delivery, ends)
+        except _IntervalOver:
+            # Nothing more of it goes out; what it showed while written becomes the constant line.
+            log.info(
+                "delivery %s (conversation %s): its interval ended; not sent", delivery.id, delivery.conversation_id
+            )
+            await self._retract(delivery.id, delivery.conversation_id, delivery.target, delivery.streamed)
+            return True
         except DeliveryFailed as exc:
             return await self._failed(delivery, exc.kind, exc.permanent, max(exc.parts_sent, delivery.parts_sent))
         except Exception as exc:  # noqa: BLE001 - an unknown failure is retried, never lost
@@ -323,6 +425,8 @@ class Outbox:
         """The operator's counters; a reply inside a private thread is counted nowhere."""
         if delivery.in_segment:
             return
+        if delivery.retracts:  # what a private answer showed, withdrawn: as private as the answer
+            return
         self._metrics.delivery_settled(delivery.kind, state)
         if reason is not None:
             self._metrics.send_error(reason)
@@ -330,3 +434,24 @@ class Outbox:
     def backoff(self, attempt: int) -> float:
         """Exponential, capped, with jitter: between half and all of base * 2^(attempt-1)."""
         return backoff_delay(attempt, base=self._base_delay, cap=self._max_delay, jitter=0.5, rand=self._rand)
+
+
+class _IntervalOver(Exception):
+    """A private interval's delivery was not sent (or its send was cut off): the interval ended."""
+
+
+class _IntervalSend:
+    """One send of a private interval's delivery, cancelled if the interval ends while it runs."""
+
+    def __init__(self) -> None:
+        self.ended = False
+        self._task: asyncio.Future[int] | None = None
+
+    def start(self, send: Awaitable[int]) -> asyncio.Future[int]:
+        self._task = asyncio.ensure_future(send)
+        return self._task
+
+    def end(self) -> None:
+        self.ended = True
+        if self._task is not None:
+            self._task.cancel()

@@ -91,7 +91,7 @@ async def test_a_delivery_naming_the_open_interval_goes_with_it(store: SqliteSto
     await plant_delivery(store, c, "reply", segment.id)
     await store.close_open_segments(c, NOW + 1, "user")
     await plant_delivery(store, c, "reply", None)  # normal mode again: a normal delivery
-    await store.delete_segments_of(c)
+    await store.delete_segments_of(c, NOW + 2)
     assert [tuple(r) for r in await store._all("SELECT segment_id FROM deliveries")] == [(None,)]
 
 
