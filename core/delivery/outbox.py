@@ -247,12 +247,19 @@ class Outbox:
             await self.deliver(conversation, delivery_id)
 
     async def _retract(
-        self, delivery_id: int, conversation_id: int, target: DeliveryTarget, shown: tuple[str, ...]
+        self,
+        delivery_id: int,
+        conversation_id: int,
+        target: DeliveryTarget,
+        shown: tuple[str, ...],
+        ends_at: float | None,
     ) -> None:
         """Inside the lane: the reply `delivery_id` was cut off by the end of its interval after it
         showed `shown`: its row becomes their retraction (the store refuses while the interval is
-        open), sent now."""
-        retraction = await self._store.retract(delivery_id, conversation_id, target, shown, self._clock.now())
+        open), sent now. `ends_at`: the expiry waited for (the end has come, whatever a clock says
+        a moment later)."""
+        now = self._clock.now() if ends_at is None else max(self._clock.now(), ends_at)
+        retraction = await self._store.retract(delivery_id, conversation_id, target, shown, now)
         if retraction is None:
             return
         log.info(
@@ -280,10 +287,10 @@ class Outbox:
         sends.add(send)
         try:
             left = None if delivery.ends_at is None else delivery.ends_at - self._clock.now()
-            if (left is not None and left <= 0) or (
-                ends is not None and self._ends.get(delivery.conversation_id, 0) != ends
-            ):
-                raise _IntervalOver
+            if left is not None and left <= 0:
+                raise _IntervalOver(expired=True)
+            if ends is not None and self._ends.get(delivery.conversation_id, 0) != ends:
+                raise _IntervalOver(expired=False)
             task = send.start(sender.send_delivery(delivery))
             try:
                 done, _ = await asyncio.wait({task}, timeout=left)
@@ -293,9 +300,9 @@ class Outbox:
             if not done:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-                raise _IntervalOver
+                raise _IntervalOver(expired=True)
             if send.ended and task.cancelled():
-                raise _IntervalOver
+                raise _IntervalOver(expired=False)
             return task.result()
         finally:
             sends.discard(send)
@@ -336,7 +343,7 @@ class Outbox:
                 # Its interval ended while it was shown: the turn stops at its next text, and what was
                 # shown becomes the constant line, here in its lane, before anything else of it.
                 stream.end()
-                await self._retract(reply.delivery_id, reply.conversation_id, target, tuple(show.ids))
+                await self._retract(reply.delivery_id, reply.conversation_id, target, tuple(show.ids), reply.ends_at)
             log.info(
                 "delivery %s (conversation %s) shown while written: %d messages, %d requests",
                 reply.delivery_id,
@@ -364,12 +371,13 @@ class Outbox:
     async def _send_one(self, sender: BaseSender, delivery: OutboundDelivery, ends: int | None = None) -> bool:
         try:
             parts = await self._sending(sender, delivery, ends)
-        except _IntervalOver:
+        except _IntervalOver as over:
             # Nothing more of it goes out; what it showed while written becomes the constant line.
             log.info(
                 "delivery %s (conversation %s): its interval ended; not sent", delivery.id, delivery.conversation_id
             )
-            await self._retract(delivery.id, delivery.conversation_id, delivery.target, delivery.streamed)
+            ends_at = delivery.ends_at if over.expired else None
+            await self._retract(delivery.id, delivery.conversation_id, delivery.target, delivery.streamed, ends_at)
             return True
         except DeliveryFailed as exc:
             return await self._failed(delivery, exc.kind, exc.permanent, max(exc.parts_sent, delivery.parts_sent))
@@ -437,7 +445,12 @@ class Outbox:
 
 
 class _IntervalOver(Exception):
-    """A private interval's delivery was not sent (or its send was cut off): the interval ended."""
+    """A private interval's delivery was not sent (or its send was cut off): the interval ended, by
+    its expiry (`expired`) or otherwise."""
+
+    def __init__(self, *, expired: bool) -> None:
+        super().__init__("expired" if expired else "ended")
+        self.expired = expired
 
 
 class _IntervalSend:

@@ -183,9 +183,13 @@ class StreamShow:
                         break
                     if left is not None and wait > left:
                         continue  # paused until the end
+            left = self._left(stream.reply)
+            if left is not None and left <= 0:  # the end came while it waited: nothing more is sent
+                self.ended = True
+                break
             version = stream.version
             began = self._monotonic()
-            bound = asyncio.timeout(self._left(stream.reply))
+            bound = asyncio.timeout(left)
             try:
                 async with bound:
                     await self._show(stream.reply, self._streamer.pieces(stream.text, final=stream.settled))
