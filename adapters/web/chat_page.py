@@ -81,7 +81,7 @@ def _body(page: Frame, transcript: Transcript) -> str:
 </ol>
 <p id="chat-status" class="status" role="status"></p>
 {composer}
-{"" if page.mode.is_private else _entry(page)}"""
+{_entry(page)}"""
 
 
 def _item(role: str | None, text: str | None, placeholder: bool) -> str:
@@ -93,8 +93,11 @@ def _item(role: str | None, text: str | None, placeholder: bool) -> str:
 
 
 def _entry(page: Frame) -> str:
+    # Drawn in private mode too, hidden there: a page told that private mode ended shows it without
+    # loading again.
     options = "".join(f'<option value="{e}">{e}</option>' for e in EXPIRIES)
-    return f"""<section class="enter-private">
+    hidden = " hidden" if page.mode.is_private else ""
+    return f"""<section class="enter-private" id="enter-private"{hidden}>
 <h2>Private mode</h2>
 <p>Incognito, not a blank slate: I still read what I already know about you, but nothing said there is kept in
 memory, notes or recall, and normal mode sees one placeholder line in its place. It is deleted when its time

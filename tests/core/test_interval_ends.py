@@ -41,6 +41,7 @@ class HeldStreamer(FakeStreamer):
         self._free.set()
         self.waiting = 0
         self.cancelled = 0
+        self.hang_next_edit = False  # the next edit while written waits until cut off (a platform hanging)
 
     @property
     def held(self) -> bool:
@@ -52,6 +53,16 @@ class HeldStreamer(FakeStreamer):
             self._free.clear()
         else:
             self._free.set()
+
+    async def edit(self, reply, message_id: str, text: str) -> None:
+        if reply is not None and self.hang_next_edit:
+            self.hang_next_edit = False
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        await super().edit(reply, message_id, text)
 
     async def send_delivery(self, delivery) -> int:
         if self.down:  # its final edit too
@@ -169,6 +180,22 @@ async def test_a_private_answer_whose_final_send_runs_into_its_expiry_is_cut_off
     await companion.outbox.settle(5)
     assert shown_after(telegram, posts, edits) == [copy.INTERVAL_ENDED_SHOWN]
     assert STORY not in telegram.texts()
+
+
+async def test_an_edit_of_a_private_answer_still_running_at_its_expiry_is_cut_off_there(
+    boot, provider, telegram, store, clock
+):
+    companion = await boot()
+    await enter(companion, f"/private {PASSPHRASE} 10m")
+    clock.advance(EXPIRY - 1)  # the expiry a second away (this clock stands still meanwhile)
+    provider.script.append(Completion(STORY))
+    telegram.hang_next_edit = True  # the platform takes the first edit and never answers
+    turn = asyncio.create_task(tell(companion, "tell me everything"))
+    await wait_for(lambda: telegram.cancelled == 1, what="the edit cut off at the expiry")
+    [(message_id, first)] = telegram.posts_shown
+    await wait_for(lambda: telegram.messages[message_id] == copy.INTERVAL_ENDED_SHOWN, what="the constant line")
+    assert await turn is None
+    assert [text for _, text in telegram.edits] == [copy.INTERVAL_ENDED_SHOWN] and CANARY.startswith(first)
 
 
 @pytest.mark.parametrize("ending", ["/normal", "/forget private"])

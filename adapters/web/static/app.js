@@ -6,8 +6,8 @@
 // message that may hold a secret is not drawn back. A reply the model is still writing grows in one
 // bubble (`partial` events); its final text, formatted, replaces that bubble's text in place. When
 // private mode ends the server says so at once (a `history` frame of normal mode's view): the page
-// draws it in place of everything private (a reply still being written becomes the constant line),
-// then loads itself again.
+// draws it in place of everything private (a reply still being written becomes the constant line)
+// and goes on in normal mode, without loading again (the lane may still hold the answer cut off).
 (function () {
   var meta = document.querySelector('meta[name="csrf-token"]');
   var csrf = meta ? meta.getAttribute("content") : "";
@@ -176,14 +176,20 @@
     });
     var privateBanner = document.getElementById("private-banner");
     if (privateBanner) { privateBanner.remove(); }
+    var entry = document.getElementById("enter-private");
+    if (entry) { entry.hidden = false; }
     countDown(null);
     body.className = "normal";
     body.dataset.mode = pageMode = "normal";
     body.dataset.segment = pageSegment = "";
   }
   function modeChanged(mode, items) {
+    if (pageMode === "private" && mode === "normal" && items) {
+      endPrivate(items);  // drawn in place: the page goes on in normal mode, its events still coming
+      return;
+    }
     events.close();
-    if (pageMode === "private" && mode === "normal") { endPrivate(items); }
+    if (pageMode === "private" && mode === "normal") { endPrivate(null); }
     redraw();
   }
   function newId() {
