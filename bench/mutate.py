@@ -772,8 +772,8 @@ MUTATIONS: tuple[Mutation, ...] = (
         "interval-end-leaves-unsent-replies-pending",
         PRIVACY,
         "adapters/storage/outbox.py",
-        'f" WHERE segment_id IN ({segments}) AND status IN (\'streaming\', \'pending\')",',
-        'f" WHERE 0 AND segment_id IN ({segments}) AND status IN (\'streaming\', \'pending\')",',
+        "f\" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')\",",
+        "f\" WHERE 0 AND segment_id IN ({segments}) AND status IN ('streaming', 'pending')\",",
     ),
     M(
         "valve-close-withdraws-nothing",
@@ -838,7 +838,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         RELIABILITY,
         "adapters/storage/outbox.py",
         "AND e.id < d.id AND {_interval_open('e')})\",",
-        "AND e.id < d.id)\",",
+        'AND e.id < d.id)",',
     ),
     M(
         "stream-edited-past-its-expiry",
@@ -902,6 +902,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/storage/outbox.py",
         '"DELETE FROM deliveries WHERE id = ? AND retracts = 1"',
         '"DELETE FROM deliveries WHERE id = ? AND retracts = 1 AND 0"',
+    ),
+    M(
+        "backup-keeps-withdrawn-lines",
+        PRIVACY,
+        "adapters/storage/backup.py",
+        '        db.execute("DELETE FROM deliveries WHERE retracts = 1")',
+        '        db.execute("DELETE FROM deliveries WHERE retracts = 1 AND 0")',
     ),
     M(
         "answer-of-an-open-interval-withdrawn",
