@@ -946,6 +946,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                    event = await asyncio.wait_for(anext(page), None)",
     ),
     M(
+        "web-end-read-as-still-private",
+        PRIVACY,
+        "core/privacy/valve.py",
+        "        return segment if ends is None or self._clock.now() < ends else None",
+        "        return segment",
+    ),
+    M(
         "web-withdrawn-bubble-drawn-as-a-reply",
         PRIVACY,
         "adapters/web/chat.py",
