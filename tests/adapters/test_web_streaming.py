@@ -192,6 +192,7 @@ async def test_an_open_page_is_told_at_once_that_private_mode_expired_mid_answer
     private_answer = f"{CANARY} " + " ".join(f"secret{n}" for n in range(100))
     async with site_served(store, provider, clock, pacing=QUICK, passphrase_hash=passphrase_hash) as site:
         await site.send(f"/private {PASSPHRASE} 10m")
+        await site.web.settled()  # its answer published before the page opens
         clock.advance(600 - 1)  # the expiry a second away on the clock (which stands still meanwhile)
         server.token_seconds = 0.1  # ten seconds of answer
         server.reply_text(private_answer)
@@ -204,7 +205,9 @@ async def test_an_open_page_is_told_at_once_that_private_mode_expired_mid_answer
             clock.advance(2)  # the interval expires mid-answer
             _, ended = await events.next("history")
             await wait_for(lambda: any(kind == "live" for _, kind, _ in events.received), what="the withdrawn bubble")
-            [withdrawn] = [data for _, kind, data in events.received if kind == "live"]
+            lives = [data for _, kind, data in events.received if kind == "live"]
+            assert len(lives) == 1, lives
+            [withdrawn] = lives
             assert await sending == {"hide_input": False}
         # Normal mode's view, at once: the interval is its placeholder, no word of it is drawn.
         assert (ended["mode"], ended["segment"]) == ("normal", None)
