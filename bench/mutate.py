@@ -857,22 +857,22 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "send-not-cut-at-expiry",
         PRIVACY,
-        "core/delivery/outbox.py",
+        "core/delivery/ends.py",
         "                done, _ = await asyncio.wait({task}, timeout=left)",
         "                done, _ = await asyncio.wait({task}, timeout=None)",
     ),
     M(
         "send-not-cancelled-when-the-interval-ends",
         PRIVACY,
-        "core/delivery/outbox.py",
-        "                send.end()",
-        "                pass",
+        "core/delivery/ends.py",
+        "            send.end()",
+        "            pass",
     ),
     M(
         "send-picked-before-the-end-starts-after-it",
         PRIVACY,
-        "core/delivery/outbox.py",
-        "            if ends is not None and self._ends.get(delivery.conversation_id, 0) != ends:",
+        "core/delivery/ends.py",
+        "            if ends is not None and self.ends(delivery.conversation_id) != ends:",
         "            if False:",
     ),
     M(

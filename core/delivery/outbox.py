@@ -29,8 +29,9 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
+from core.delivery.ends import IntervalOver, IntervalSends
 from core.delivery.streams import ReplyStream, StreamPacing, StreamShow
 from core.ports import NO_METRICS, BaseSender, BaseStreamer, Clock, Metrics, OutboxStore
 from core.values import copy
@@ -86,11 +87,8 @@ class Outbox:
         self._rand = rand
         self._senders: dict[str, BaseSender] = {}
         self._locks: KeyedLocks[tuple[int, str, str]] = KeyedLocks()
-        # Sends of a private interval's deliveries running now, by conversation (cancelled when one
-        # of its intervals ends), and how many ends each conversation has seen (a send picked before
-        # an end that came while it was being picked does not start).
-        self._interval_sends: dict[int, set[_IntervalSend]] = {}
-        self._ends: dict[int, int] = {}
+        # Sends of private intervals' deliveries, each no longer than its interval lives.
+        self._interval_sends = IntervalSends(clock)
 
     # --- senders ------------------------------------------------------------
 
@@ -149,7 +147,7 @@ class Outbox:
         if lane is None:
             return True  # sent and pruned long ago
         async with self._locks.of((conversation_id, *lane)):
-            ends = self._ends.get(conversation_id, 0)
+            ends = self._interval_sends.ends(conversation_id)
             # Picked with the clock: nothing of an interval that has ended (or was forgotten) goes out.
             for delivery in await self._store.pending_of(conversation_id, delivery_id, self._clock.now()):
                 sender = self._senders.get(delivery.target.platform)
@@ -235,9 +233,7 @@ class Outbox:
         interval still running is cancelled (one past an expiry stops by itself), and the
         retractions the end wrote are sent now, in the background."""
         if conversation_id is not None:
-            self._ends[conversation_id] = self._ends.get(conversation_id, 0) + 1
-            for send in self._interval_sends.get(conversation_id, set()):
-                send.end()
+            self._interval_sends.end(conversation_id)
         task = asyncio.get_running_loop().create_task(self._send_retractions(conversation_id))
         self._handed.add(task)
         task.add_done_callback(self._sent)
@@ -270,44 +266,6 @@ class Outbox:
         sender = self._senders.get(target.platform)
         if sender is not None:
             await self._send_one(sender, retraction)
-
-    async def _sending(self, sender: BaseSender, delivery: OutboundDelivery, ends: int | None) -> int:
-        """`sender.send_delivery(delivery)`; for a private interval's delivery, only while the interval
-        is open: not after its expiry (a send running then, its own retries included, is cancelled),
-        and cancelled when the interval ends otherwise (`interval_ended`). `ends`: the count of the
-        conversation's ends when the delivery was picked.
-
-        Raises:
-            _IntervalOver: the interval ended before or during the send.
-        """
-        if delivery.segment_id is None:
-            return await sender.send_delivery(delivery)
-        send = _IntervalSend()
-        sends = self._interval_sends.setdefault(delivery.conversation_id, set())
-        sends.add(send)
-        try:
-            left = None if delivery.ends_at is None else delivery.ends_at - self._clock.now()
-            if left is not None and left <= 0:
-                raise _IntervalOver(expired=True)
-            if ends is not None and self._ends.get(delivery.conversation_id, 0) != ends:
-                raise _IntervalOver(expired=False)
-            task = send.start(sender.send_delivery(delivery))
-            try:
-                done, _ = await asyncio.wait({task}, timeout=left)
-            except asyncio.CancelledError:
-                task.cancel()
-                raise
-            if not done:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                raise _IntervalOver(expired=True)
-            if send.ended and task.cancelled():
-                raise _IntervalOver(expired=False)
-            return task.result()
-        finally:
-            sends.discard(send)
-            if not sends:
-                self._interval_sends.pop(delivery.conversation_id, None)
 
     # --- replies shown while written ----------------------------------------------------------
 
@@ -370,8 +328,8 @@ class Outbox:
 
     async def _send_one(self, sender: BaseSender, delivery: OutboundDelivery, ends: int | None = None) -> bool:
         try:
-            parts = await self._sending(sender, delivery, ends)
-        except _IntervalOver as over:
+            parts = await self._interval_sends.send(sender, delivery, ends)
+        except IntervalOver as over:
             # Nothing more of it goes out; what it showed while written becomes the constant line.
             log.info(
                 "delivery %s (conversation %s): its interval ended; not sent", delivery.id, delivery.conversation_id
@@ -442,29 +400,3 @@ class Outbox:
     def backoff(self, attempt: int) -> float:
         """Exponential, capped, with jitter: between half and all of base * 2^(attempt-1)."""
         return backoff_delay(attempt, base=self._base_delay, cap=self._max_delay, jitter=0.5, rand=self._rand)
-
-
-class _IntervalOver(Exception):
-    """A private interval's delivery was not sent (or its send was cut off): the interval ended, by
-    its expiry (`expired`) or otherwise."""
-
-    def __init__(self, *, expired: bool) -> None:
-        super().__init__("expired" if expired else "ended")
-        self.expired = expired
-
-
-class _IntervalSend:
-    """One send of a private interval's delivery, cancelled if the interval ends while it runs."""
-
-    def __init__(self) -> None:
-        self.ended = False
-        self._task: asyncio.Future[int] | None = None
-
-    def start(self, send: Awaitable[int]) -> asyncio.Future[int]:
-        self._task = asyncio.ensure_future(send)
-        return self._task
-
-    def end(self) -> None:
-        self.ended = True
-        if self._task is not None:
-            self._task.cancel()
