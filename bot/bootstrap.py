@@ -183,6 +183,8 @@ def build_companion(
         passphrase_hash=config.passphrase_hash,
         default_expiry=config.default_expiry,
         idle_seconds=config.private_idle_seconds,
+        # An interval that ends cancels a send of its replies still running and withdraws what they showed.
+        ended=outbox.interval_ended if outbox is not None else None,
     )
     context = ContextAssembler(store, config.persona, config.budget, clock)
     lanes: Lanes[tuple[str, str]] = Lanes()

@@ -200,14 +200,14 @@ class OutboxStore(Protocol):
 
     async def pending_of(self, conversation_id: int, upto: int, now: float) -> list[OutboundDelivery]:
         """The pending deliveries of the lane of `upto` (its conversation, platform and chat) up to
-        it, oldest first; never one whose interval has expired by `now` or was deleted."""
+        it, oldest first; never one whose interval has ended (closed, expired by `now`, deleted)."""
         ...
 
     async def due(
         self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
     ) -> list[tuple[int, int]]:
         """(conversation, newest due delivery id) of each lane with a pending delivery due `now`;
-        never one whose interval has expired by `now` or was deleted."""
+        never one whose interval has ended (closed, expired by `now`, deleted)."""
         ...
 
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None: ...
@@ -231,12 +231,34 @@ class OutboxStore(Protocol):
         self, conversation_id: int, target: DeliveryTarget, now: float, *, segment_id: int | None
     ) -> StreamedReply:
         """Write the delivery row of a reply about to be shown while the model writes it: status
-        'streaming', no text (partial text is stored nowhere), in the interval `segment_id`."""
+        'streaming', no text (partial text is stored nowhere), in the interval `segment_id`, carrying
+        that interval's expiry (`StreamedReply.ends_at`).
+
+        Raises:
+            core.values.errors.IntervalEnded: that interval is no longer open at `now`.
+        """
         ...
 
-    async def may_stream(self, delivery_id: int) -> bool:
+    async def may_stream(self, delivery_id: int, now: float) -> bool:
         """Whether a streaming row may be shown now: it is still streaming (its reply is not written
-        yet) and no earlier delivery of its lane is pending (its messages would come first)."""
+        yet), its interval (if any) is open at `now`, and no earlier delivery of its lane waits to be
+        sent (its messages would come first)."""
+        ...
+
+    async def retract(
+        self, delivery_id: int, conversation_id: int, target: DeliveryTarget, shown: tuple[str, ...], now: float
+    ) -> OutboundDelivery | None:
+        """A private answer's row whose interval ended (by `now`) while it was shown (`shown`: the
+        messages posted) or sent: it becomes their retraction, the constant line that edits them once
+        and belongs to no interval. Nothing changes while its interval is open.
+
+        Returns:
+            The retraction to send, or None (nothing was shown, or the row is settled).
+        """
+        ...
+
+    async def retractions(self, conversation_id: int | None = None) -> list[tuple[int, int]]:
+        """(conversation, delivery) of each retraction waiting to be sent (of one conversation, or all)."""
         ...
 
     async def record_streamed(self, delivery_id: int, message_ids: tuple[str, ...]) -> None:
@@ -562,7 +584,7 @@ class MemoryStore(Protocol):
 class LifetimeStore(Protocol):
     """Forgetting, export and confirmed crossings."""
 
-    async def delete_segments_of(self, conversation_id: int) -> int: ...
+    async def delete_segments_of(self, conversation_id: int, now: float) -> int: ...
 
     async def delete_expired_artifacts(self, now: float) -> int: ...
 

@@ -129,6 +129,10 @@ def _drop_private_rows(db: sqlite3.Connection, now: float | None = None) -> None
     for table in _PRIVATE_TABLES + _CREDENTIAL_TABLES:
         if _has_table(db, table):
             db.execute(f"DELETE FROM {table}")
+    if "retracts" in {row[1] for row in db.execute("PRAGMA table_info(deliveries)")}:
+        # What an ended interval's answer showed, waiting to be withdrawn: which messages it showed is
+        # the interval's too, kept only until the edit is made (0014); a copy does not carry it.
+        db.execute("DELETE FROM deliveries WHERE retracts = 1")
     if now is not None and _has_table(db, "artifacts"):
         db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
     leftovers = db.execute(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import aiosqlite
 
 from adapters.storage.database import Database, inserted_id, present
+from adapters.storage.outbox import end_shown
 from adapters.storage.privacy import Checkpoints, owe_checkpoint
 from core.values.model import Segment
 
@@ -51,8 +52,12 @@ class ModeQueries:
         )
         return segment_of_row(row) if row else None
 
+    # Each end of an interval settles, in its own transaction, the replies of the interval not sent
+    # yet (`end_shown`): nothing more of it goes out, and what it showed is edited once into a constant.
+
     async def close_segment(self, segment_id: int, now: float, reason: str) -> bool:
         async with self._db.tx() as db:
+            await end_shown(db, "SELECT id FROM segments WHERE id = ? AND ended_at IS NULL", (segment_id,), now)
             cur = await db.execute(
                 "UPDATE segments SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
                 (now, reason, segment_id),
@@ -61,6 +66,9 @@ class ModeQueries:
 
     async def close_open_segments(self, conversation_id: int, now: float, reason: str) -> int:
         async with self._db.tx() as db:
+            await end_shown(
+                db, "SELECT id FROM segments WHERE conversation_id = ? AND ended_at IS NULL", (conversation_id,), now
+            )
             cur = await db.execute(
                 "UPDATE segments SET ended_at = ?, end_reason = ? WHERE conversation_id = ? AND ended_at IS NULL",
                 (now, reason, conversation_id),
@@ -89,6 +97,8 @@ class ModeQueries:
                 f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope}", params
             ) as cur:
                 conversations = [row[0] for row in await cur.fetchall()]
+            # Due at once: the retractions are sent as soon as the adapters can send.
+            await end_shown(db, f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0)
             await db.execute(
                 "UPDATE segments SET end_reason = 'restart', restart_at = ?, ended_at = max(started_at,"
                 " last_activity_at,"
@@ -127,6 +137,7 @@ class ModeQueries:
         leaves none of it in the WAL (or, blocked by a reader, is owed and finished by the next
         deletion, sweep or start)."""
         async with self._db.tx() as db:
+            await end_shown(db, "SELECT id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,), now)
             cur = await db.execute("DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
             deleted = cur.rowcount
             if deleted:

@@ -8,20 +8,51 @@ from typing import Any
 import aiosqlite
 
 from adapters.storage.database import Database, inserted_id
+from core.values.copy import INTERVAL_ENDED_SHOWN
+from core.values.errors import IntervalEnded
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
 
 _COLUMNS = (
     "id, conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce, text, parts_sent, attempts,"
-    " message_id, segment_id IS NOT NULL AS in_segment, streamed_ids"
+    " message_id, segment_id IS NOT NULL AS in_segment, streamed_ids, segment_id, retracts,"
+    " (SELECT g.expires_at FROM segments g WHERE g.id = deliveries.segment_id) AS ends_at"
 )
 
+
+def _interval_open(row: str) -> str:
+    """SQL: the delivery `row` (a table name or alias) names no interval, or one that is open now
+    (not ended, not expired by :now, not deleted)."""
+    return (
+        f"({row}.segment_id IS NULL OR EXISTS (SELECT 1 FROM segments g WHERE g.id = {row}.segment_id"
+        " AND g.ended_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > :now)))"
+    )
+
+
 # Nothing is sent for an interval that has ended: a delivery that names an interval is picked only
-# while that interval lives (not expired by :now, not deleted). The minute sweep deletes expired
-# intervals; this predicate, in the query that picks what to send, covers the time until it runs.
-_INTERVAL_LIVES = (
-    "(deliveries.segment_id IS NULL OR EXISTS (SELECT 1 FROM segments g WHERE g.id = deliveries.segment_id"
-    " AND (g.expires_at IS NULL OR g.expires_at > :now)))"
-)
+# while that interval is open (not closed by /normal, the idle timeout or a restart, not expired by
+# :now, not deleted). The transaction that ends an interval settles its rows (`end_shown`); the
+# minute sweep deletes expired intervals; this predicate, in the queries that pick what to send,
+# covers the time until they ran.
+_INTERVAL_OPEN = _interval_open("deliveries")
+
+
+async def end_shown(db: aiosqlite.Connection, segments: str, params: tuple[Any, ...], now: float) -> None:
+    """Inside the transaction that ends the intervals `segments` (SQL selecting their ids, with
+    `params`), before they are closed or deleted: their replies not finally sent are never sent. One
+    that showed messages while written becomes their retraction (it leaves the interval as a pending
+    row holding only the constant INTERVAL_ENDED_SHOWN, which edits those messages once); every
+    other one is settled unsent. Written with the end, so a crash right after it still edits them."""
+    await db.execute(
+        "UPDATE deliveries SET segment_id = NULL, message_id = NULL, status = 'pending', text = ?, retracts = 1,"
+        " parts_sent = 0, attempts = 0, error = NULL, next_attempt_at = ?"
+        f" WHERE segment_id IN ({segments}) AND streamed_ids IS NOT NULL AND status IN ('streaming', 'pending')",
+        (INTERVAL_ENDED_SHOWN, now, *params),
+    )
+    await db.execute(
+        "UPDATE deliveries SET status = 'failed', text = NULL, error = 'interval ended', settled_at = ?"
+        f" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')",
+        (now, *params),
+    )
 
 
 async def insert_delivery(
@@ -72,12 +103,12 @@ class SqliteOutboxStore:
 
     async def pending_of(self, conversation_id: int, upto: int, now: float) -> list[OutboundDelivery]:
         """Pending deliveries of one conversation up to `upto` in the lane of `upto` (the same
-        platform and chat), oldest first: they go out in order. None of an interval that has
-        expired by `now` (or was deleted): a private answer left pending is never sent after its end."""
+        platform and chat), oldest first: they go out in order. None of an interval that has ended
+        (closed, expired by `now`, deleted): a private answer left pending is never sent after its end."""
         rows = await self._db.all(
             f"SELECT {_COLUMNS} FROM deliveries WHERE conversation_id = :c AND status = 'pending' AND id <= :upto"
             " AND (platform, chat_id) = (SELECT platform, chat_id FROM deliveries WHERE id = :upto)"
-            f" AND {_INTERVAL_LIVES} ORDER BY id",
+            f" AND {_INTERVAL_OPEN} ORDER BY id",
             {"c": conversation_id, "upto": upto, "now": now},
         )
         return [_delivery(r) for r in rows]
@@ -88,14 +119,14 @@ class SqliteOutboxStore:
         """(conversation, newest due delivery id) for each lane (conversation, platform, chat) with
         a pending delivery due now on one of `platforms`; one never tried only once it is
         `untried_after` seconds old (its adapter, or the turn's mirror task, is sending it). None of
-        an interval that has expired by `now` (or was deleted)."""
+        an interval that has ended (closed, expired by `now`, deleted)."""
         if not platforms:
             return []
         marks = {f"p{i}": platform for i, platform in enumerate(sorted(platforms))}
         rows = await self._db.all(
             "SELECT conversation_id, max(id) FROM deliveries WHERE status = 'pending' AND next_attempt_at <= :now"
             f" AND (attempts > 0 OR created_at <= :untried) AND platform IN ({', '.join(':' + k for k in marks)})"
-            f" AND {_INTERVAL_LIVES}"
+            f" AND {_INTERVAL_OPEN}"
             " GROUP BY conversation_id, platform, chat_id ORDER BY min(id) LIMIT :limit",
             {"now": now, "untried": now - untried_after, "limit": limit, **marks},
         )
@@ -104,6 +135,7 @@ class SqliteOutboxStore:
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None:
         # Not fsynced: a mark lost to a power cut only sends the reply again (at least once).
         async with self._db.tx(durable=False) as db:
+            await _forget_retraction(db, delivery_id)
             await db.execute(
                 "UPDATE deliveries SET status = 'sent', text = NULL, parts_sent = ?, settled_at = ?, error = NULL"
                 " WHERE id = ? AND status = 'pending'",
@@ -120,6 +152,7 @@ class SqliteOutboxStore:
 
     async def mark_failed(self, delivery_id: int, parts_sent: int, error: str, now: float) -> None:
         async with self._db.tx() as db:
+            await _forget_retraction(db, delivery_id)
             await db.execute(
                 "UPDATE deliveries SET status = 'failed', text = NULL, attempts = attempts + 1, parts_sent = ?,"
                 " error = ?, settled_at = ? WHERE id = ? AND status = 'pending'",
@@ -197,9 +230,25 @@ class SqliteOutboxStore:
         self, conversation_id: int, target: DeliveryTarget, now: float, *, segment_id: int | None
     ) -> StreamedReply:
         """The row of a reply shown while the model writes it: 'streaming', without text (no partial
-        answer is stored), in the interval of its turn (the trigger of 0011 refuses another)."""
+        answer is stored), in the interval of its turn (the trigger of 0011 refuses another), with
+        that interval's expiry, read in the same transaction.
+
+        Raises:
+            IntervalEnded: `segment_id` names an interval that is no longer open by `now`.
+        """
         nonce = secrets.token_hex(8)
         async with self._db.tx() as db:
+            ends_at = None
+            if segment_id is not None:
+                async with db.execute(
+                    "SELECT expires_at FROM segments WHERE id = ? AND ended_at IS NULL"
+                    " AND (expires_at IS NULL OR expires_at > ?)",
+                    (segment_id, now),
+                ) as cur:
+                    segment = await cur.fetchone()
+                if segment is None:
+                    raise IntervalEnded(f"segment {segment_id} ended before its reply was shown")
+                ends_at = segment["expires_at"]
             cur = await db.execute(
                 "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, reply_to, thread_id,"
                 " nonce, status, next_attempt_at, created_at) VALUES (?, ?, 'reply', ?, ?, ?, ?, ?, 'streaming', ?, ?)",
@@ -215,16 +264,87 @@ class SqliteOutboxStore:
                     now,
                 ),
             )
-            return StreamedReply(inserted_id(cur), conversation_id, target, nonce)
+            return StreamedReply(inserted_id(cur), conversation_id, target, nonce, ends_at)
 
-    async def may_stream(self, delivery_id: int) -> bool:
+    async def may_stream(self, delivery_id: int, now: float) -> bool:
+        """Still streaming, its interval (if any) open at `now`, and no earlier delivery of its lane
+        waiting to be sent (one of an ended interval never will be: it holds nothing back)."""
         row = await self._db.one(
-            "SELECT 1 FROM deliveries d WHERE d.id = ? AND d.status = 'streaming' AND NOT EXISTS ("
+            "SELECT 1 FROM deliveries d WHERE d.id = :id AND d.status = 'streaming'"
+            f" AND {_interval_open('d')} AND NOT EXISTS ("
             " SELECT 1 FROM deliveries e WHERE e.conversation_id = d.conversation_id AND e.status = 'pending'"
-            " AND e.platform = d.platform AND e.chat_id = d.chat_id AND e.id < d.id)",
-            (delivery_id,),
+            f" AND e.platform = d.platform AND e.chat_id = d.chat_id AND e.id < d.id AND {_interval_open('e')})",
+            {"id": delivery_id, "now": now},
         )
         return row is not None
+
+    async def retract(
+        self, delivery_id: int, conversation_id: int, target: DeliveryTarget, shown: tuple[str, ...], now: float
+    ) -> OutboundDelivery | None:
+        """The row of a private answer whose interval ended while this process showed it (`shown`:
+        the messages it posted, in order) or sent it becomes their retraction, as `end_shown` makes
+        it, unless its interval is still open (then nothing changes). A row its interval's deletion
+        took with it is written again as the retraction alone. Returns the retraction to send; None
+        when nothing was shown, or the row was settled already."""
+        async with self._db.tx() as db:
+            async with db.execute(
+                f"SELECT status, streamed_ids, retracts, {_INTERVAL_OPEN} AS open FROM deliveries WHERE id = :id",
+                {"id": delivery_id, "now": now},
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None:
+                if row["status"] not in ("streaming", "pending") or (row["open"] and not row["retracts"]):
+                    return None
+                recorded = tuple((row["streamed_ids"] or "").split())
+                ids = shown if len(shown) >= len(recorded) else recorded
+                if not ids:
+                    return None
+                await db.execute(
+                    "UPDATE deliveries SET segment_id = NULL, message_id = NULL, status = 'pending', text = ?,"
+                    " retracts = 1, streamed_ids = ?, parts_sent = 0, attempts = 0, error = NULL, next_attempt_at = ?"
+                    " WHERE id = ?",
+                    (INTERVAL_ENDED_SHOWN, " ".join(ids), now, delivery_id),
+                )
+                retraction = delivery_id
+            else:
+                if not shown:
+                    return None
+                # Gone with its interval (the sweep ran first): only the retraction is written, and only
+                # while no interval is open in the conversation (it belongs to none).
+                cur = await db.execute(
+                    "INSERT INTO deliveries (conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce,"
+                    " text, retracts, streamed_ids, next_attempt_at, created_at)"
+                    " SELECT ?, 'reply', ?, ?, ?, ?, ?, ?, 1, ?, ?, ? WHERE NOT EXISTS ("
+                    " SELECT 1 FROM segments WHERE conversation_id = ? AND ended_at IS NULL)",
+                    (
+                        conversation_id,
+                        target.platform,
+                        target.chat_id,
+                        target.reply_to,
+                        target.thread_id,
+                        secrets.token_hex(8),
+                        INTERVAL_ENDED_SHOWN,
+                        " ".join(shown),
+                        now,
+                        now,
+                        conversation_id,
+                    ),
+                )
+                if cur.rowcount != 1:
+                    return None
+                retraction = inserted_id(cur)
+            async with db.execute(f"SELECT {_COLUMNS} FROM deliveries WHERE id = ?", (retraction,)) as cur:
+                written = await cur.fetchone()
+            return _delivery(written) if written is not None else None
+
+    async def retractions(self, conversation_id: int | None = None) -> list[tuple[int, int]]:
+        """(conversation, id) of each retraction waiting to be sent (of one conversation, or all)."""
+        scope, params = ("", ()) if conversation_id is None else (" AND conversation_id = ?", (conversation_id,))
+        rows = await self._db.all(
+            f"SELECT conversation_id, id FROM deliveries WHERE retracts = 1 AND status = 'pending'{scope} ORDER BY id",
+            params,
+        )
+        return [(r[0], r[1]) for r in rows]
 
     async def record_streamed(self, delivery_id: int, message_ids: tuple[str, ...]) -> None:
         # Fsynced: after a power cut as after a crash, the final send must find the messages to edit.
@@ -274,6 +394,11 @@ class SqliteOutboxStore:
         }
 
 
+async def _forget_retraction(db: aiosqlite.Connection, delivery_id: int) -> None:
+    """A retraction settled is deleted at once: nothing of its interval is kept longer than needed."""
+    await db.execute("DELETE FROM deliveries WHERE id = ? AND retracts = 1", (delivery_id,))
+
+
 def _delivery(row: aiosqlite.Row) -> OutboundDelivery:
     return OutboundDelivery(
         id=row["id"],
@@ -287,4 +412,7 @@ def _delivery(row: aiosqlite.Row) -> OutboundDelivery:
         in_segment=bool(row["in_segment"]),
         message_id=row["message_id"],
         streamed=tuple((row["streamed_ids"] or "").split()),
+        segment_id=row["segment_id"],
+        ends_at=row["ends_at"],
+        retracts=bool(row["retracts"]),
     )

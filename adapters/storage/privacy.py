@@ -12,6 +12,7 @@ from pathlib import Path
 import aiosqlite
 
 from adapters.storage.database import Database, inserted_id
+from adapters.storage.outbox import end_shown
 from adapters.storage.timeline import TimelineQueries
 from core.values.model import TimelineItem
 
@@ -106,9 +107,11 @@ class LifetimeQueries:
         self._timeline = timeline
         self._checkpoints = checkpoints
 
-    async def delete_segments_of(self, conversation_id: int) -> int:
-        """`/forget private`: delete every segment of the conversation now; cascades do the rest."""
+    async def delete_segments_of(self, conversation_id: int, now: float) -> int:
+        """`/forget private`: delete every segment of the conversation now; cascades do the rest (a
+        reply of theirs that showed messages first leaves as their retraction, `end_shown`)."""
         async with self._db.tx() as db:
+            await end_shown(db, "SELECT id FROM segments WHERE conversation_id = ?", (conversation_id,), now)
             cur = await db.execute("DELETE FROM segments WHERE conversation_id = ?", (conversation_id,))
             deleted = cur.rowcount
             if deleted:

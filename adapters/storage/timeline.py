@@ -8,7 +8,7 @@ from adapters.storage.bindings import insert_mirrors
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.memory import insert_run
 from adapters.storage.outbox import insert_delivery
-from core.values.errors import PrivateWriteRefused
+from core.values.errors import IntervalEnded, PrivateWriteRefused
 from core.values.model import (
     Account,
     Conversation,
@@ -188,10 +188,23 @@ class TimelineQueries:
         to `answers`), the pending delivery of `send_text` to `target`, and with `mirror` the
         mirror rows of the exchange (none for a private message or conversation, by the SQL).
         With `stream`, the streaming row of this reply (of this conversation and interval) is
-        that delivery: it gets the text and becomes pending, so its send edits what it showed."""
+        that delivery: it gets the text and becomes pending, so its send edits what it showed.
+
+        Raises:
+            IntervalEnded: `segment_id` names an interval that is no longer open by `now` (closed,
+                expired or deleted while the turn ran): nothing is written, so nothing of it is sent,
+                and a row its end made a retraction keeps the constant line.
+        """
         if run is not None and segment_id is not None:
             raise ValueError("a private turn has no analytics run")
         async with self._db.tx() as db:
+            if segment_id is not None:
+                async with db.execute(
+                    "SELECT 1 FROM segments WHERE id = ? AND ended_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
+                    (segment_id, now),
+                ) as cur:
+                    if await cur.fetchone() is None:
+                        raise IntervalEnded(f"segment {segment_id} ended before its reply was written")
             message_id = None
             if stored_text is not None:
                 mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value

@@ -81,6 +81,8 @@ HISTORY = 200  # items of the transcript a page draws first
 STREAM_LIMIT = 1_000_000
 # Events only the pages open now may show: never stored, so no history holds them.
 PARTIAL = "partial"
+# A private reply's bubbles withdrawn when its interval ended: they show the constant line instead.
+RETRACTION = "retraction"
 
 # Reads a chat's transcript (core.turn.transcript.Transcripts.read).
 TranscriptReader = Callable[[ConversationKey, int], Awaitable[Transcript]]
@@ -106,7 +108,9 @@ class WebEvent:
         kind: reply | reminder | nudge | mirror (an outbox row), answer (an answer that is no outbox
             row), post (a binding's test post), file (an attachment of the answer before it), mode
             (the chat's mode may have changed: read it again; `text` is empty), partial (the text
-            so far of a reply the model is writing, for its bubble `stream[0]`; stored nowhere).
+            so far of a reply the model is writing, for its bubble `stream[0]`; stored nowhere),
+            retraction (the constant line a private reply's bubbles `stream` show once its interval
+            ended before it was finished; a page without them draws nothing).
         text: what to show (a file's name for a file).
         delivery_id: the outbox row it is, if one.
         conversation_id: the conversation the row belongs to (a mirror's is its source).
@@ -385,7 +389,9 @@ class WebChat:
     async def send_delivery(self, delivery: OutboundDelivery) -> int:
         """Publish an outbox row to the open pages: that is its send (one part). A reply shown while
         written (`delivery.streamed`) is published with its bubbles: its final text replaces the
-        partial one where a page shows it (published again after a crash, it replaces it again).
+        partial one where a page shows it (published again after a crash, it replaces it again). A
+        retraction (`delivery.retracts`) is published as such: only a page that shows its bubbles
+        draws its constant line there.
 
         Raises:
             DeliveryFailed: permanent for a chat other than the owner's; transient before `start`
@@ -394,7 +400,7 @@ class WebChat:
         self._check(delivery.target.chat_id, delivery.parts_sent)
         self._publish(
             WebEvent(
-                delivery.kind,
+                RETRACTION if delivery.retracts else delivery.kind,
                 delivery.text,
                 delivery_id=delivery.id,
                 conversation_id=delivery.conversation_id,

@@ -7,7 +7,9 @@ POST /private sends `/private PASSPHRASE [EXPIRY]` from the form's password fiel
 sends `/normal`. The passphrase is only ever in that one POST body: the page never draws it back (the
 field is emptied before the request leaves), the store keeps `/private [redacted]`, and no log line
 holds it (the access log names method, path, status, size and time). A page whose chat changes mode
-draws itself again, so private text leaves the page when private mode ends.
+draws itself again, so private text leaves the page when private mode ends: at once, from the
+`history` frame of normal mode's transcript the event stream sends then (a private answer still being
+written becomes the constant line), and then from the server.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from aiohttp import web
 
 from adapters.web.auth import signed_in
 from adapters.web.bridge import BRIDGE
-from adapters.web.chat import KEY, PARTIAL, Transcript, WebChatError, WebEvent
+from adapters.web.chat import HISTORY, KEY, PARTIAL, Transcript, WebChatError, WebEvent
 from adapters.web.formatting import formatted_html
 from adapters.web.layout import Frame, esc, render
 from adapters.web.service import SERVICE
@@ -40,6 +42,7 @@ from adapters.web.stream import (
     pump,
 )
 from core.turn.transcript import ChatMode
+from core.values.copy import INTERVAL_ENDED_SHOWN
 
 MAX_TEXT = 4000
 EXPIRIES = ("30m", "1h", "2h", "24h", "7d", "never")
@@ -73,12 +76,12 @@ def _body(page: Frame, transcript: Transcript) -> str:
 <button type="submit">Send</button>
 </form>"""
     return f"""<h1 class="hidden">Chat</h1>
-<ol id="messages" class="messages" aria-live="polite" data-placeholder="{esc(PLACEHOLDER_SHOWN)}">
+<ol id="messages" class="messages" aria-live="polite" data-placeholder="{esc(PLACEHOLDER_SHOWN)}" data-ended="{esc(INTERVAL_ENDED_SHOWN)}">
 {items}
 </ol>
 <p id="chat-status" class="status" role="status"></p>
 {composer}
-{"" if page.mode.is_private else _entry(page)}"""
+{_entry(page)}"""
 
 
 def _item(role: str | None, text: str | None, placeholder: bool) -> str:
@@ -90,8 +93,11 @@ def _item(role: str | None, text: str | None, placeholder: bool) -> str:
 
 
 def _entry(page: Frame) -> str:
+    # Drawn in private mode too, hidden there: a page told that private mode ended shows it without
+    # loading again.
     options = "".join(f'<option value="{e}">{e}</option>' for e in EXPIRIES)
-    return f"""<section class="enter-private">
+    hidden = " hidden" if page.mode.is_private else ""
+    return f"""<section class="enter-private" id="enter-private"{hidden}>
 <h2>Private mode</h2>
 <p>Incognito, not a blank slate: I still read what I already know about you, but nothing said there is kept in
 memory, notes or recall, and normal mode sees one placeholder line in its place. It is deleted when its time
@@ -183,7 +189,10 @@ async def _events(request: web.Request) -> web.StreamResponse:
     timezone = await bridge.call(site.core.controls.timezone)
     relay = Relay(bridge)
     modes = functools.partial(site.core.transcripts.mode, KEY)
-    pumping = asyncio.ensure_future(bridge.call(pump, site.core.chat, modes, relay))
+    at_end = functools.partial(site.core.transcripts.at_end, KEY, HISTORY)
+    pumping = asyncio.ensure_future(
+        bridge.call(pump, site.core.chat, modes, relay, at_end=at_end, now=site.core.clock.now)
+    )
     site.streams.add(relay)
     try:
         item = await relay.get()

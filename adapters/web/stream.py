@@ -12,7 +12,10 @@ off a page PAGE_QUEUE events behind. When the handler ends (the browser left, th
 cancelling its `call` cancels the pump on the core's loop, which closes the page there.
 
 A reply shown while the model writes it arrives as `partial` frames (its bubble's id and text so
-far), then as the `live` frame of its final text naming the same bubble. Nothing is replayed by
+far), then as the `live` frame of its final text naming the same bubble. When private mode ends the
+page gets a `history` frame of normal mode's transcript at once, without waiting for the lane (a
+private answer the end cut off may still run there), and a private bubble the end cut off gets the
+`live` frame of its retraction, the constant line. Nothing is replayed by
 event id (a reconnecting browser's Last-Event-ID is not needed): every connection starts with the
 history, which holds every stored reply, a streamed one's final text included; partial text is
 stored nowhere, so a page that connects mid-stream draws the bubble from the next partial frame.
@@ -24,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from adapters.web.bridge import CoreBridge
-from adapters.web.chat import PARTIAL, Transcript, WebChat, WebChatError, WebEvent
+from adapters.web.chat import PARTIAL, RETRACTION, Page, Transcript, WebChat, WebChatError, WebEvent
 from adapters.web.formatting import formatted
 from core.turn.transcript import ChatMode
 
@@ -37,7 +41,12 @@ HEARTBEAT_SECONDS = 15.0  # a comment line keeps proxies from closing an idle st
 LEFT_SECONDS = 1.0  # how often a stream waiting for its next event looks whether its browser left
 RETRY_MS = 1000  # how soon a browser reconnects after the stream ended
 
+END_MARGIN = 0.05  # the pump wakes this long after private mode's end, so the store agrees it ended
+
 ModeReader = Callable[[], Awaitable[ChatMode]]
+# Reads, outside the lane, normal mode's transcript once private mode has ended (core/turn/transcript.py
+# `Transcripts.at_end`), or the mode it is still in.
+EndReader = Callable[[], Awaitable[Transcript | ChatMode]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,28 +97,80 @@ class Relay:
         self._queue.put_nowait(item)
 
 
-async def pump(chat: WebChat, modes: ModeReader, relay: Relay) -> None:
+async def pump(
+    chat: WebChat,
+    modes: ModeReader,
+    relay: Relay,
+    *,
+    at_end: EndReader | None = None,
+    now: Callable[[], float] = time.time,
+) -> None:
     """On the core's loop: one page's transcript, live events and mode changes into `relay`, until
-    the page ends (the chat closed, or the page fell behind) or this is cancelled."""
+    the page ends (the chat closed, or the page fell behind) or this is cancelled.
+
+    When private mode ends, the page gets normal mode's transcript at once (`at_end`, read outside
+    the conversation's lane): by its own time (its expiry, or the idle timeout, at `ChatMode.ends_at`
+    on the `now` clock) the pump wakes for it, even while an answer the end cut off still runs in
+    the lane; ended by a command (/normal, /forget private), it follows that command's answer."""
     try:
         async with chat.open_page() as page:
             mode = page.transcript.state
             relay.put(page.transcript)
-            async for event in page:
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(page), _until_end(mode, now))
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    mode = await _ended(page, mode, relay, at_end, modes)
+                    continue
                 if event.kind != "mode":
                     relay.put(event)
-                if event.kind == PARTIAL:
-                    continue  # a reply being written changes no mode; its final event is read after
+                if event.kind in (PARTIAL, RETRACTION):
+                    continue  # a reply being written (or withdrawn) changes no mode
                 if not (mode.is_private or may_change_the_mode(event)):
                     continue  # a stored answer in normal mode: the mode is as it was
-                now = await modes()
-                if now != mode:
-                    mode = now
-                    relay.put(now)
+                try:
+                    current = await asyncio.wait_for(modes(), _until_end(mode, now))
+                except TimeoutError:  # its lane is busy, and private mode's time is up meanwhile
+                    mode = await _ended(page, mode, relay, at_end, modes)
+                    continue
+                if current == mode:
+                    continue
+                if mode.is_private and not current.is_private:
+                    mode = await _ended(page, mode, relay, at_end, modes)
+                else:
+                    mode = current
+                    relay.put(current)
     except WebChatError as exc:
         relay.put(Refused(str(exc)))
     finally:
         relay.close()
+
+
+def _until_end(mode: ChatMode, now: Callable[[], float]) -> float | None:
+    """Seconds until private mode ends by itself (a little after, so it has); None: no end to wait for."""
+    if not mode.is_private or mode.ends_at is None:
+        return None
+    return max(mode.ends_at - now(), 0.0) + END_MARGIN
+
+
+async def _ended(page: Page, mode: ChatMode, relay: Relay, at_end: EndReader | None, modes: ModeReader) -> ChatMode:
+    """Private mode may have ended: normal mode's transcript to the page if it has (drawn at once,
+    in place of everything private), else the mode it is still in. Returns the page's mode now."""
+    if at_end is None:
+        current = await modes()
+        if current != mode:
+            relay.put(current)
+        return current
+    after = await at_end()
+    if isinstance(after, ChatMode):  # still private: activity moved its idle end
+        if after != mode:
+            relay.put(after)
+        return after
+    page.begin(after)  # from now on, live events leave out what this transcript shows
+    relay.put(after)
+    return after.state
 
 
 def may_change_the_mode(event: WebEvent) -> bool:

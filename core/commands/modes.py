@@ -67,7 +67,7 @@ async def forget_private(call: CommandCall) -> Reply:
     services = call.services
     conversation = call.turn.conversation
     await services.valve.leave(conversation, reason="forget")
-    deleted = await services.store.delete_segments_of(conversation.id)
+    deleted = await services.store.delete_segments_of(conversation.id, services.clock.now())
     one = deleted == 1
     return Reply(
         f"Private mode is off, and {deleted} private interval{'' if one else 's'} "

@@ -13,6 +13,13 @@ A reply shown while the model writes it (core/delivery/streams.py) is shown in t
 `open_stream` writes its row (status 'streaming') and shows it there until the turn closes the
 stream; the reply's delivery, written later with the final text, then goes out in that lane as
 the final edit of the messages shown.
+
+Nothing of a private interval goes out after it ended. The store never picks a delivery of an
+ended interval, and the transaction that ends one turns the rows that showed messages into their
+retraction (a constant line that edits them once). A send of an interval's delivery already running
+is bounded by the interval's expiry and cancelled when the interval ends otherwise
+(`interval_ended`, called by the valve); a stream or send the end cut off makes its own row the
+retraction and sends it in the same lane.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import random
 import time
 from collections.abc import Callable
 
+from core.delivery.ends import IntervalOver, IntervalSends
 from core.delivery.streams import ReplyStream, StreamPacing, StreamShow
 from core.ports import NO_METRICS, BaseSender, BaseStreamer, Clock, Metrics, OutboxStore
 from core.values import copy
@@ -79,6 +87,8 @@ class Outbox:
         self._rand = rand
         self._senders: dict[str, BaseSender] = {}
         self._locks: KeyedLocks[tuple[int, str, str]] = KeyedLocks()
+        # Sends of private intervals' deliveries, each no longer than its interval lives.
+        self._interval_sends = IntervalSends(clock)
 
     # --- senders ------------------------------------------------------------
 
@@ -137,12 +147,13 @@ class Outbox:
         if lane is None:
             return True  # sent and pruned long ago
         async with self._locks.of((conversation_id, *lane)):
-            # Picked with the clock: nothing of an interval that has expired (or was forgotten) goes out.
+            ends = self._interval_sends.ends(conversation_id)
+            # Picked with the clock: nothing of an interval that has ended (or was forgotten) goes out.
             for delivery in await self._store.pending_of(conversation_id, delivery_id, self._clock.now()):
                 sender = self._senders.get(delivery.target.platform)
                 if sender is None:
                     return False
-                if not await self._send_one(sender, delivery):
+                if not await self._send_one(sender, delivery, ends):
                     return False
             return True
 
@@ -214,6 +225,48 @@ class Outbox:
                 flushed += 1
         return flushed
 
+    # --- the end of an interval ----------------------------------------------------------------
+
+    def interval_ended(self, conversation_id: int | None = None) -> None:
+        """A private interval ended: of `conversation_id` (/normal, /forget private, the idle timeout,
+        an expiry met at a read), or some by expiry (None: the sweep). A send of that conversation's
+        interval still running is cancelled (one past an expiry stops by itself), and the
+        retractions the end wrote are sent now, in the background."""
+        if conversation_id is not None:
+            self._interval_sends.end(conversation_id)
+        task = asyncio.get_running_loop().create_task(self._send_retractions(conversation_id))
+        self._handed.add(task)
+        task.add_done_callback(self._sent)
+
+    async def _send_retractions(self, conversation_id: int | None) -> None:
+        for conversation, delivery_id in await self._store.retractions(conversation_id):
+            await self.deliver(conversation, delivery_id)
+
+    async def _retract(
+        self,
+        delivery_id: int,
+        conversation_id: int,
+        target: DeliveryTarget,
+        shown: tuple[str, ...],
+        ends_at: float | None,
+    ) -> None:
+        """Inside the lane: the reply `delivery_id` was cut off by the end of its interval after it
+        showed `shown`: its row becomes their retraction (the store refuses while the interval is
+        open), sent now. `ends_at`: the expiry waited for (the end has come, whatever a clock says
+        a moment later)."""
+        now = self._clock.now() if ends_at is None else max(self._clock.now(), ends_at)
+        retraction = await self._store.retract(delivery_id, conversation_id, target, shown, now)
+        if retraction is None:
+            return
+        log.info(
+            "delivery %s (conversation %s): its interval ended; what it showed is withdrawn",
+            delivery_id,
+            conversation_id,
+        )
+        sender = self._senders.get(target.platform)
+        if sender is not None:
+            await self._send_one(sender, retraction)
+
     # --- replies shown while written ----------------------------------------------------------
 
     async def open_stream(self, conversation_id: int, target: DeliveryTarget, segment_id: int | None) -> ReplyStream:
@@ -238,10 +291,17 @@ class Outbox:
             return
         async with self._locks.of((reply.conversation_id, target.platform, target.chat_id)):
             # An earlier delivery of this lane still pending goes first: this reply then goes whole.
-            if stream.closed or not await self._store.may_stream(reply.delivery_id):
+            if stream.closed or not await self._store.may_stream(reply.delivery_id, self._clock.now()):
                 return
-            show = StreamShow(streamer, self._store, pacing, sleep=self._sleep, monotonic=self._monotonic)
+            show = StreamShow(
+                streamer, self._store, pacing, sleep=self._sleep, monotonic=self._monotonic, now=self._clock.now
+            )
             await show.run(stream)
+            if show.ended:
+                # Its interval ended while it was shown: the turn stops at its next text, and what was
+                # shown becomes the constant line, here in its lane, before anything else of it.
+                stream.end()
+                await self._retract(reply.delivery_id, reply.conversation_id, target, tuple(show.ids), reply.ends_at)
             log.info(
                 "delivery %s (conversation %s) shown while written: %d messages, %d requests",
                 reply.delivery_id,
@@ -266,9 +326,17 @@ class Outbox:
     async def prune(self, keep_seconds: float = 7 * 86400.0) -> int:
         return await self._store.prune_settled(self._clock.now() - keep_seconds)
 
-    async def _send_one(self, sender: BaseSender, delivery: OutboundDelivery) -> bool:
+    async def _send_one(self, sender: BaseSender, delivery: OutboundDelivery, ends: int | None = None) -> bool:
         try:
-            parts = await sender.send_delivery(delivery)
+            parts = await self._interval_sends.send(sender, delivery, ends)
+        except IntervalOver as over:
+            # Nothing more of it goes out; what it showed while written becomes the constant line.
+            log.info(
+                "delivery %s (conversation %s): its interval ended; not sent", delivery.id, delivery.conversation_id
+            )
+            ends_at = delivery.ends_at if over.expired else None
+            await self._retract(delivery.id, delivery.conversation_id, delivery.target, delivery.streamed, ends_at)
+            return True
         except DeliveryFailed as exc:
             return await self._failed(delivery, exc.kind, exc.permanent, max(exc.parts_sent, delivery.parts_sent))
         except Exception as exc:  # noqa: BLE001 - an unknown failure is retried, never lost
@@ -322,6 +390,8 @@ class Outbox:
     def _count(self, delivery: OutboundDelivery, state: str, reason: str | None = None) -> None:
         """The operator's counters; a reply inside a private thread is counted nowhere."""
         if delivery.in_segment:
+            return
+        if delivery.retracts:  # what a private answer showed, withdrawn: as private as the answer
             return
         self._metrics.delivery_settled(delivery.kind, state)
         if reason is not None:

@@ -7,11 +7,16 @@ it posts the text and edits it at most every `edit_seconds`, always with the new
 the states in between are dropped and the buffer is one string. A slow or throttled platform
 costs edits, never the lane's time. The reply's final text is not shown here: it is the
 reply's delivery row, sent (an edit of these messages) by the outbox once this let go.
+
+A private reply carries its interval's expiry (`StreamedReply.ends_at`): nothing is posted or edited
+at or after it. A request still running then is cancelled, and the reply's stream ends (`ended`):
+the outbox makes what it showed the constant line, and the turn stops at its next text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +63,7 @@ class ReplyStream:
         self._version = 0
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
+        self._ended = False
 
     # --- the turn's side ------------------------------------------------------------------
 
@@ -76,7 +82,17 @@ class ReplyStream:
         self._closed.set()
         self._changed.set()
 
+    @property
+    def ended(self) -> bool:
+        """Its interval ended while it was shown: nothing more of the reply may be shown or written."""
+        return self._ended
+
     # --- the outbox's side ----------------------------------------------------------------
+
+    def end(self) -> None:
+        """The reply's interval ended: the showing is over for good (see `ended`)."""
+        self._ended = True
+        self.close()
 
     @property
     def text(self) -> str:
@@ -129,34 +145,60 @@ class StreamShow:
         *,
         sleep: Sleep,
         monotonic: Callable[[], float],
+        now: Callable[[], float],
     ) -> None:
         self._streamer = streamer
         self._store = store
         self._pacing = pacing
         self._sleep = sleep
         self._monotonic = monotonic
+        self._now = now  # the clock the interval's expiry is on (core.ports.Clock.now)
         self.ids: list[str] = []  # the messages shown, in order
         self._shown: list[str] = []  # what each of them shows now
         self.requests = 0  # posts and edits sent
+        self.ended = False  # stopped by the end of the reply's interval
 
     async def run(self, stream: ReplyStream) -> None:
         """Show the stream's newest text until it closes; then keep the pace once more, so the final
-        edit that follows is no sooner than the next one would have been."""
+        edit that follows is no sooner than the next one would have been. A private reply stops at
+        its interval's expiry (`ended`): no request is sent at or after it, and one running then
+        is cancelled."""
         interval = self._pacing.edit_seconds
         last: float | None = None
         version = -1
         while not stream.closed:
+            left = self._left(stream.reply)
+            if left is not None and left <= 0:
+                self.ended = True
+                break
             if stream.version == version:
-                await stream.wait_change(version)
+                with contextlib.suppress(TimeoutError):  # woken at the end: it is looked at first
+                    async with asyncio.timeout(left):
+                        await stream.wait_change(version)
                 continue
             if last is not None:
                 wait = last + interval - self._monotonic()
-                if wait > 0 and not await stream.pause(wait, self._sleep):
-                    break
+                if wait > 0:
+                    if not await stream.pause(_until(wait, left), self._sleep):
+                        break
+                    if left is not None and wait > left:
+                        continue  # paused until the end
+            left = self._left(stream.reply)
+            if left is not None and left <= 0:  # the end came while it waited: nothing more is sent
+                self.ended = True
+                break
             version = stream.version
             began = self._monotonic()
+            bound = asyncio.timeout(left)
             try:
-                await self._show(stream.reply, self._streamer.pieces(stream.text, final=stream.settled))
+                async with bound:
+                    await self._show(stream.reply, self._streamer.pieces(stream.text, final=stream.settled))
+            except TimeoutError:
+                if not bound.expired():
+                    raise
+                log.info("delivery %s: its interval ended while it was shown", stream.reply.delivery_id)
+                self.ended = True
+                break
             except DeliveryThrottled as exc:
                 # The platform said how long to wait: waited here (this lane holds nothing of the
                 # turn's), and the rest of this reply edits more slowly.
@@ -167,7 +209,7 @@ class StreamShow:
                     exc.retry_after,
                     interval,
                 )
-                if not await stream.pause(exc.retry_after, self._sleep):
+                if not await stream.pause(_until(exc.retry_after, self._left(stream.reply)), self._sleep):
                     break
             except DeliveryFailed as exc:
                 log.info("delivery %s: showing it while written stopped (%s)", stream.reply.delivery_id, exc.kind)
@@ -176,10 +218,14 @@ class StreamShow:
                 if self._monotonic() - began > interval:  # a slow platform: fewer edits
                     interval = self._pacing.slower(interval)
             last = self._monotonic()
-        if last is not None:
-            wait = last + interval - self._monotonic()
+        if last is not None and not self.ended:
+            wait = _until(last + interval - self._monotonic(), self._left(stream.reply))
             if wait > 0:
                 await self._sleep(min(wait, interval))
+
+    def _left(self, reply: StreamedReply) -> float | None:
+        """Seconds until the reply's interval ends (None: it has no end set)."""
+        return None if reply.ends_at is None else reply.ends_at - self._now()
 
     async def _show(self, reply: StreamedReply, pieces: list[str]) -> None:
         for index, piece in enumerate(pieces):
@@ -195,3 +241,8 @@ class StreamShow:
             self.requests += 1
             # Before any further edit: after a crash from here on, the final send edits this message.
             await self._store.record_streamed(reply.delivery_id, tuple(self.ids))
+
+
+def _until(seconds: float, left: float | None) -> float:
+    """`seconds`, but no later than the end `left` seconds away (if one is set)."""
+    return seconds if left is None else min(seconds, max(left, 0.0))

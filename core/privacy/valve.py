@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.ports import Clock, ModeStore
@@ -42,8 +43,12 @@ class ModeValve:
         default_expiry: str = "24h",
         idle_seconds: float | None = 30 * 60.0,
         read_timeout: float = 2.0,
+        ended: Callable[[int], None] | None = None,
     ) -> None:
         self._store = store
+        # Told the conversation each time one of its intervals ended here (the outbox: a send of it
+        # still running is cancelled, what it showed is withdrawn). bot/bootstrap.py wires it.
+        self._ended = ended
         self._clock = clock
         self._lockout = Lockout(
             "Private mode entry",
@@ -106,6 +111,7 @@ class ModeValve:
                 await self._store.delete_expired_segments(now)
             except Exception as exc:  # noqa: BLE001 - the sweep retries; the turn must go on in normal mode
                 log.warning("deleting expired segments failed (%s); the sweep retries", type(exc).__name__)
+            self._tell_ended(conversation.id)
             return NormalState(notice="Private mode ended: its time ran out. You are in normal mode now.")
         if self._idle is not None and now - segment.last_activity_at >= self._idle:
             await self._close_quietly(segment, "idle")
@@ -121,6 +127,20 @@ class ModeValve:
         if self._idle is not None:
             ends.append(segment.last_activity_at + self._idle)
         return min(ends) if ends else None
+
+    async def lasting(self, conversation: Conversation) -> Segment | None:
+        """A read that writes nothing, safe outside the conversation's lane: its open segment while
+        that has not ended by itself by now (expiry, idle); None otherwise, and on any failure. It
+        closes nothing: `settle` does, in the lane."""
+        try:
+            segment = await asyncio.wait_for(self._store.open_segment_of(conversation.id), self._read_timeout)
+        except Exception as exc:  # noqa: BLE001 - the failure direction is the point
+            log.warning("mode read failed for conversation %s (%s)", conversation.id, type(exc).__name__)
+            return None
+        if segment is None or not _well_formed(segment) or conversation.id in self._leaving:
+            return None
+        ends = self.ends_at(segment)
+        return segment if ends is None or self._clock.now() < ends else None
 
     # --- entering (verified) ----------------------------------------------
 
@@ -184,6 +204,8 @@ class ModeValve:
             self._leaving.add(conversation.id)
             return True
         self._leaving.discard(conversation.id)
+        if closed > 0:
+            self._tell_ended(conversation.id)
         return closed > 0
 
     async def _retry_leave(self, conversation: Conversation) -> None:
@@ -194,6 +216,7 @@ class ModeValve:
         except Exception:  # noqa: BLE001 - still held in normal mode; the next turn retries
             return
         self._leaving.discard(conversation.id)
+        self._tell_ended(conversation.id)
 
     async def _close_quietly(self, segment: Segment, reason: str) -> None:
         try:
@@ -202,6 +225,17 @@ class ModeValve:
         except Exception as exc:  # noqa: BLE001 - the conversation is held in normal mode until it closes
             log.warning("closing segment %s failed (%s)", segment.id, type(exc).__name__)
             self._leaving.add(segment.conversation_id)
+            return
+        if reason != "expired":  # an expired one is told once deleted (see `settle`)
+            self._tell_ended(segment.conversation_id)
+
+    def _tell_ended(self, conversation_id: int) -> None:
+        if self._ended is None:
+            return
+        try:
+            self._ended(conversation_id)
+        except Exception as exc:  # noqa: BLE001 - the interval ended in the store whatever the listener does
+            log.warning("telling that an interval ended failed (%s)", type(exc).__name__)
 
 
 def _well_formed(segment: Segment) -> bool:

@@ -23,6 +23,7 @@ from core.turn.media import unread_text
 from core.turn.recovery import ClosedByRestart
 from core.turn.responder import LaneKey
 from core.values import copy
+from core.values.errors import IntervalEnded
 from core.values.model import ChatMove, InboundMessage, OpenTurn, Reply, Turn
 from core.values.modes import ModeState, with_notice
 from core.values.retry import Sleep
@@ -136,9 +137,13 @@ class Companion:
     async def sweep(self) -> int:
         """Scheduled: delete expired segments and artifacts past their retention, and finish a
         checkpoint a reader blocked earlier (the store keeps it owed in a durable flag).
-        Idle and expiry also end private mode at read time."""
+        Idle and expiry also end private mode at read time. What an expired interval's answers
+        showed while written is withdrawn (their retractions are sent)."""
         await self.store.delete_expired_artifacts(self.clock.now())
-        return await self.store.delete_expired_segments(self.clock.now())
+        deleted = await self.store.delete_expired_segments(self.clock.now())
+        if deleted and self.outbox is not None:
+            self.outbox.interval_ended()
+        return deleted
 
     def command_list(self) -> list[tuple[str, str]]:
         return [(c.name, c.description) for c in COMMANDS]
@@ -174,7 +179,13 @@ class Companion:
         event = await self._gate.admit(turn)
         if event.kind in (EventKind.COMMAND, EventKind.UNKNOWN_COMMAND, EventKind.MISTYPED):
             await self._flush_burst(conversation.id)  # a burst never spans a command
-        reply = await self._dispatch(turn, event)
+        try:
+            reply = await self._dispatch(turn, event)
+        except IntervalEnded:
+            # Its private interval expired while it was answered: nothing of it is written or sent,
+            # not even an apology (the outbox withdrew what its answer showed).
+            log.info("conversation %s: the interval of a %s ended before its answer", conversation.id, event.kind)
+            return None
         if reply is None:
             return None
         self._recovery.noticed(conversation.id)
@@ -316,7 +327,11 @@ class Companion:
                 log.info("conversation %s: a private burst's interval ended before its answer", conversation.id)
                 return
         turn = dataclasses.replace(burst.turn, restart_notice=self._recovery.restart_notice(conversation.id))
-        reply = await self._responder.answer(turn, burst.state, burst.message_id)
+        try:
+            reply = await self._responder.answer(turn, burst.state, burst.message_id)
+        except IntervalEnded:
+            log.info("conversation %s: a private burst's interval ended while it was answered", conversation.id)
+            return
         self._recovery.noticed(conversation.id)
         log.info("conversation %s: a burst of %d messages answered in one turn", conversation.id, held.count)
         self._hand_over(reply)

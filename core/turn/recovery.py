@@ -166,7 +166,7 @@ class Recovery:
         """Keep an event a restart's interval owns (see `closed_by_restart`): `stored` (its text, or
         None for what is never stored) goes into that interval as a `kind` row, never read, and the
         answer is the constant that says so. `answer_segment`: the interval open now, if one is (the
-        answer belongs to it; else to the closed one). Returns None for a redelivery."""
+        answer belongs to it; else to none). Returns None for a redelivery."""
         conversation, message = turn.conversation, turn.message
         turn = dataclasses.replace(turn, restart_notice=False)  # the answer says it already
         if closed.segment_id is None:
@@ -205,10 +205,12 @@ class Recovery:
             kind,
             closed.segment_id,
         )
+        # The answer is a constant that holds nothing of the interval; it belongs to the interval open
+        # now, if one is, else to none: the closed one sends nothing any more (its end ended its sends).
         return await self._responder.finish(
             turn,
             copy.RESTART_KEPT_PRIVATE,
-            segment_id=answer_segment if answer_segment is not None else closed.segment_id,
+            segment_id=answer_segment,
             answers=message_id if kind == "chat" else None,
             delete_inbound=delete_inbound,
         )

@@ -8,7 +8,9 @@ only the constant `copy.STREAM_WORKING` under the words so far, never its name o
 it shows is what the reply will say: the same lines before the answer (a restart's notice, the
 mode's notice, what the person is told) and the answer itself. Partial text is never stored: the
 row holds none, and nothing here logs it. Opening the row is the only wait it ever makes (the
-database); showing happens in the outbox's lane (core/delivery/streams.py).
+database); showing happens in the outbox's lane (core/delivery/streams.py). When the answer's
+private interval ends while it is shown, the outbox ends the stream, and the next text the model
+writes stops the turn (`IntervalEnded`): nothing more of it is shown, stored or sent.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from core.delivery.outbox import Outbox
 from core.delivery.streams import ReplyStream
 from core.memory.tool_syntax import may_be_tool_call
 from core.values import copy
+from core.values.errors import IntervalEnded
 from core.values.model import DeliveryTarget, Partial
 
 # Visible characters an answer needs before it is worth a message of its own.
@@ -53,7 +56,13 @@ class StreamedAnswer:
         return self._stream.reply.delivery_id if self._stream is not None else None
 
     async def offer(self, partial: Partial) -> None:
-        """The answer so far (this model round's text), from the provider as it streams."""
+        """The answer so far (this model round's text), from the provider as it streams.
+
+        Raises:
+            IntervalEnded: the answer's interval ended (the model call stops here).
+        """
+        if self._stream is not None and self._stream.ended:
+            raise IntervalEnded(f"the interval of delivery {self._stream.reply.delivery_id} ended while it was shown")
         if self._closed:
             return
         if partial.calling:

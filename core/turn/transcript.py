@@ -73,6 +73,20 @@ class Transcripts:
             return ChatMode()
         return await self._lanes.run((key.platform, key.chat_id), lambda: self._mode(conversation))
 
+    async def at_end(self, key: ConversationKey, limit: int) -> Transcript | ChatMode:
+        """When private mode should have ended by itself (its expiry, or the idle timeout): outside
+        the lane, so a turn still running there (an answer the end cut off) holds nothing up, and
+        writing nothing. Normal mode's transcript (every interval its placeholder) if private mode
+        has ended by now; otherwise the mode it is still in (activity moved its idle end)."""
+        conversation = await self._store.conversation_at(key)
+        if conversation is None:
+            return Transcript(None, Mode.NORMAL, ())
+        segment = await self._valve.lasting(conversation)
+        if segment is not None:
+            return ChatMode(Mode.PRIVATE, segment.id, self._valve.ends_at(segment))
+        items = await self._store.view(conversation.id, visible_segment=None, after=0, limit=limit)
+        return Transcript(conversation.id, Mode.NORMAL, tuple(items))
+
     async def _read(self, conversation: Conversation, limit: int) -> Transcript:
         state = await self._settled(conversation)
         # The mode's own view: private rows only of the interval private mode lives in now.

@@ -90,6 +90,11 @@ STREAM_WORKING = "(one moment…)"
 # took it over: the partial words are replaced, not kept.
 STREAM_CUT_OFF = "(This answer was cut off by a restart.)"
 
+# What the messages of a private answer become when its interval ends (expiry, /normal, /forget
+# private, the idle timeout, a restart) before the answer was finally sent: its words are replaced
+# by this line, once, and nothing more of it is posted or edited.
+INTERVAL_ENDED_SHOWN = "(Private mode ended before this answer was finished; its words are not shown any more.)"
+
 RESTART_ENDED_PRIVATE = "I restarted, so private mode ended. You are in normal mode now."
 
 # A message sent before a restart ended private mode, arriving only now (a redelivery, or

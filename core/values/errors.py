@@ -18,6 +18,7 @@ CompanionError
 └── StoreError               the database failed or refused
     ├── MigrationError       the schema cannot be brought to this code's version
     ├── PrivateWriteRefused  a lasting write was attempted while the conversation is private
+    ├── IntervalEnded        a write names a private interval that ended since its event came in
     └── LinkConflict         two people to link both have an account on one platform
 """
 
@@ -129,6 +130,12 @@ class PrivateWriteRefused(StoreError):
     def __init__(self, what: str) -> None:
         super().__init__(f"private mode writes no {what}")
         self.what = what
+
+
+class IntervalEnded(StoreError):
+    """A write names a private interval that has ended (closed, expired or deleted) since its event
+    was admitted: the store refused it and wrote nothing. Nothing more of that interval is written
+    or sent; its turn ends without an answer."""
 
 
 class LinkConflict(StoreError):

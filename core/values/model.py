@@ -156,6 +156,13 @@ class OutboundDelivery:
     # A reply shown while the model wrote it: the platform ids of the messages it streamed into, in
     # order. Its send edits them into the final text (continuing in new messages past them).
     streamed: tuple[str, ...] = ()
+    # The private interval it belongs to (None: normal mode, or a retraction) and that interval's
+    # expiry (None: none set): a send of it must not post anything at or after `ends_at`.
+    segment_id: int | None = None
+    ends_at: float | None = None
+    # The constant line (copy.INTERVAL_ENDED_SHOWN) that replaces, once, the messages a private
+    # answer showed before its interval ended; it belongs to no interval and is counted nowhere.
+    retracts: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +174,9 @@ class StreamedReply:
     conversation_id: int
     target: DeliveryTarget
     nonce: str
+    # The expiry of its private interval (None: normal mode, or no expiry): nothing of it is posted
+    # or edited at or after this moment.
+    ends_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

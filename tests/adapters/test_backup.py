@@ -87,6 +87,25 @@ async def test_a_backup_holds_no_private_row_and_no_private_byte(companion, stor
     assert await all_rows(store, "SELECT count(*) FROM segments") == [(1,)]  # the live database is untouched
 
 
+async def test_a_backup_and_a_restore_carry_no_line_withdrawing_what_an_ended_interval_showed(
+    companion, store, tmp_path
+):
+    await private_history(companion)  # its /normal closed the interval
+    conversation = (await all_rows(store, "SELECT id FROM conversations"))[0][0]
+    await store._planted(  # what /normal left of an answer shown while written, not withdrawn yet
+        "INSERT INTO deliveries (conversation_id, kind, platform, chat_id, nonce, text, retracts, streamed_ids,"
+        " next_attempt_at, created_at) VALUES (?, 'reply', 'terminal', '1', 'n', '(withdrawn)', 1, '7001', 0, 0)",
+        (conversation,),
+    )
+    result = backup(store.path, tmp_path / "backups", retention_days=14)
+    target = tmp_path / "restored" / "companion.db"
+    restore(store.path, target)
+    for copy in (result.path, target):
+        with sqlite3.connect(copy) as db:
+            assert db.execute("SELECT count(*) FROM deliveries WHERE retracts = 1").fetchone() == (0,)
+    assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE retracts = 1") == [(1,)]  # the live one stays
+
+
 async def test_backups_older_than_the_retention_are_pruned(companion, store, tmp_path):
     folder = tmp_path / "backups"
     old = backup(store.path, folder, retention_days=14, now=time.time() - 20 * 86400).path

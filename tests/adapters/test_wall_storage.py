@@ -14,10 +14,13 @@ import pytest
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from core.values import copy
-from core.values.model import ConversationKey, MirrorOf
+from core.values.errors import IntervalEnded
+from core.values.model import ConversationKey, DeliveryTarget, MirrorOf
+from tests.helpers.wall import traces
 
 NOW = 1_800_000_000.0
 CANARY = "WALL-STORE-CANARY-41d"
+TARGET = DeliveryTarget("telegram", "100")
 
 
 async def conversation(store: SqliteStore) -> int:
@@ -91,7 +94,7 @@ async def test_a_delivery_naming_the_open_interval_goes_with_it(store: SqliteSto
     await plant_delivery(store, c, "reply", segment.id)
     await store.close_open_segments(c, NOW + 1, "user")
     await plant_delivery(store, c, "reply", None)  # normal mode again: a normal delivery
-    await store.delete_segments_of(c)
+    await store.delete_segments_of(c, NOW + 2)
     assert [tuple(r) for r in await store._all("SELECT segment_id FROM deliveries")] == [(None,)]
 
 
@@ -154,3 +157,132 @@ async def test_a_mirror_row_copies_the_words_the_person_said_never_the_quote_bef
     assert len(recorded.mirror_ids) == 1
     rows = await store._all("SELECT text FROM deliveries WHERE kind = 'mirror'")
     assert [r[0] for r in rows] == ["[telegram DM] you: what was that?\ncompanion: No idea."]
+
+
+# --- the end of an interval ends what it shows (issue 29) -------------------------------------------
+
+
+async def plant_reply(store: SqliteStore, c: int, segment: int | None, *, shown: str | None, status: str) -> int:
+    """A private answer's row as a turn leaves it: 'streaming' (no text yet) or 'pending' (its final
+    text), with the messages it showed while written (`shown`), if any."""
+    text = None if status == "streaming" else f"the whole answer: {CANARY}"
+    await store._planted(
+        "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, nonce, text, status,"
+        " streamed_ids, next_attempt_at, created_at) VALUES (?, ?, 'reply', 'telegram', '100', 'n', ?, ?, ?, 0, 0)",
+        (c, segment, text, status, shown),
+    )
+    return (await store._one("SELECT max(id) FROM deliveries"))[0]
+
+
+async def end_by(store: SqliteStore, ending: str, c: int, segment: int) -> None:
+    if ending == "close_segment":  # the valve: expired, idle, malformed, a group
+        await store.close_segment(segment, NOW + 1, "idle")
+    elif ending == "close_open_segments":  # /normal
+        await store.close_open_segments(c, NOW + 1, "user")
+    elif ending == "close_crash_open_segments":  # the next start
+        await store.close_crash_open_segments(None, now=NOW + 1)
+    elif ending == "delete_expired_segments":  # the sweep, a read, the start
+        await store.delete_expired_segments(NOW + 61)
+    else:  # /forget private
+        await store.delete_segments_of(c, NOW + 1)
+
+
+ENDINGS = [
+    "close_segment",
+    "close_open_segments",
+    "close_crash_open_segments",
+    "delete_expired_segments",
+    "delete_segments_of",
+]
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+@pytest.mark.parametrize("status", ["streaming", "pending"])
+async def test_every_end_of_an_interval_turns_what_its_unsent_answer_showed_into_one_constant_line(
+    store: SqliteStore, ending: str, status: str
+) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, NOW + 60)
+    shown = await plant_reply(store, c, segment.id, shown="7001 7002", status=status)
+    unshown = await plant_reply(store, c, segment.id, shown=None, status="pending")
+    await end_by(store, ending, c, segment.id)
+    # In the same transaction as the end: it left the interval as the constant line for the messages
+    # shown, due now, holding none of the answer's words; the answer that showed nothing is never sent.
+    rows = await store._all(
+        "SELECT id, segment_id, message_id, status, text, retracts, streamed_ids, parts_sent FROM deliveries ORDER BY id"
+    )
+    retraction = (shown, None, None, "pending", copy.INTERVAL_ENDED_SHOWN, 1, "7001 7002", 0)
+    settled = [tuple(r) for r in rows if r["id"] == unshown]
+    assert [tuple(r) for r in rows if r["id"] == shown] == [retraction]
+    assert settled in ([], [(unshown, segment.id, None, "failed", None, 0, None, 0)])  # or gone with its interval
+    outbox = SqliteOutboxStore(store.database)
+    assert await outbox.due(frozenset({"telegram"}), NOW + 61) == [(c, shown)]
+    assert not (await traces(store, CANARY)).deliveries
+
+
+async def test_a_retraction_is_deleted_once_sent_or_given_up(store: SqliteStore) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, None)
+    first = await plant_reply(store, c, segment.id, shown="7001", status="pending")
+    second = await plant_reply(store, c, segment.id, shown="7002", status="pending")
+    await store.close_open_segments(c, NOW + 1, "user")
+    outbox = SqliteOutboxStore(store.database)
+    await outbox.mark_sent(first, 1, NOW + 2)
+    await outbox.mark_failed(second, 0, "Forbidden", NOW + 2)
+    assert await store._all("SELECT id FROM deliveries") == []  # no trace kept for the week of settled rows
+
+
+async def test_the_outbox_never_picks_a_delivery_whose_interval_was_closed(store: SqliteStore) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, None)
+    await store.close_open_segments(c, NOW + 1, "user")
+    # A row of the interval written past its end's transaction (a careless writer): never sent.
+    await plant_delivery(store, c, "reply", segment.id)
+    (delivery,) = [r[0] for r in await store._all("SELECT id FROM deliveries")]
+    outbox = SqliteOutboxStore(store.database)
+    assert await outbox.due(frozenset({"telegram"}), NOW + 2) == []
+    assert await outbox.pending_of(c, delivery, NOW + 2) == []
+
+
+async def test_a_reply_of_an_ended_interval_holds_back_no_later_stream_and_none_of_it_streams(
+    store: SqliteStore,
+) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, NOW + 60)
+    outbox = SqliteOutboxStore(store.database)
+    private = await outbox.open_stream(c, TARGET, NOW + 1, segment_id=segment.id)
+    assert private.ends_at == NOW + 60  # the expiry, read with the row
+    assert await outbox.may_stream(private.delivery_id, NOW + 59)
+    assert not await outbox.may_stream(private.delivery_id, NOW + 60)  # expired: nothing more is shown
+    await store.close_open_segments(c, NOW + 61, "user")
+    await plant_delivery(store, c, "reply", segment.id)  # left pending in an ended interval (never sent) ...
+    normal = await outbox.open_stream(c, TARGET, NOW + 62, segment_id=None)
+    assert await outbox.may_stream(normal.delivery_id, NOW + 62)  # ... holds back no later reply
+
+
+async def test_no_reply_is_written_or_shown_for_an_interval_that_ended_while_its_turn_ran(store: SqliteStore) -> None:
+    c = await conversation(store)
+    expired = await store.open_segment(c, NOW, NOW + 60)
+    with pytest.raises(IntervalEnded):
+        await store.record_reply(c, CANARY, NOW + 60, stored_text=CANARY, segment_id=expired.id, target=TARGET)
+    with pytest.raises(IntervalEnded):
+        await SqliteOutboxStore(store.database).open_stream(c, TARGET, NOW + 60, segment_id=expired.id)
+    await store.close_open_segments(c, NOW + 61, "user")
+    closed = await store.open_segment(c, NOW + 62, None)
+    await store.close_open_segments(c, NOW + 63, "user")
+    with pytest.raises(IntervalEnded):
+        await store.record_reply(c, CANARY, NOW + 64, stored_text=CANARY, segment_id=closed.id, target=TARGET)
+    assert await store._all("SELECT id FROM deliveries") == []
+    assert await store._all("SELECT id FROM messages WHERE text = ?", (CANARY,)) == []
+
+
+async def test_a_reply_of_an_open_interval_is_never_withdrawn(store: SqliteStore) -> None:
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, NOW + 60)
+    row = await plant_reply(store, c, segment.id, shown="7001", status="pending")
+    outbox = SqliteOutboxStore(store.database)
+    assert await outbox.retract(row, c, TARGET, ("7001",), NOW + 59) is None
+    assert [tuple(r) for r in await store._all("SELECT status, retracts FROM deliveries")] == [("pending", 0)]
+    retraction = await outbox.retract(row, c, TARGET, ("7001", "7002"), NOW + 60)  # expired now
+    assert retraction is not None and retraction.retracts and retraction.segment_id is None
+    assert (retraction.text, retraction.streamed) == (copy.INTERVAL_ENDED_SHOWN, ("7001", "7002"))

@@ -138,7 +138,7 @@ async def test_the_passphrase_form_enters_private_mode_and_the_passphrase_reache
             assert PASSPHRASE not in answer["text"]
             pages = [await page_text(site, path) for path in PAGES]
             chat = pages[0]
-            assert 'type="password" name="passphrase"' not in chat  # the form is gone: private mode is on
+            assert '<section class="enter-private" id="enter-private" hidden>' in chat  # hidden: private mode is on
             await site.post("/normal")
             entry = await page_text(site, "/")
     assert 'type="password" name="passphrase" id="passphrase" required autocomplete="off"' in entry
@@ -192,14 +192,16 @@ async def test_an_open_chat_page_learns_that_private_mode_ended_and_draws_itself
             _, history = await events.next("history")
             assert history["mode"] == "private" and any(CANARY in i.get("text", "") for i in history["items"])
             await site.post("/normal")
-            _, mode = await events.next("mode")
-            assert mode == {"mode": "normal", "segment": None, "ends": None, "remaining": None}
+            # Normal mode's view at once, to draw in place of the private one: the placeholder, no word of it.
+            _, ended = await events.next("history")
+            assert (ended["mode"], ended["segment"]) == ("normal", None)
+            assert {"placeholder": True} in ended["items"] and CANARY not in str(ended)
             # And from the privacy page, which sends no message to the chat:
             await enter_private_mode(site)
             await events.next("mode")
             await site.post("/privacy", {"conversation": str((await web_conversation(site)).id)})
-            _, mode = await events.next("mode")
-            assert mode["mode"] == "normal"
+            _, ended = await events.next("history")
+            assert ended["mode"] == "normal" and CANARY not in str(ended)
 
 
 async def test_a_mistyped_private_command_sent_from_the_page_is_not_drawn_back(

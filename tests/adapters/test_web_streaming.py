@@ -18,6 +18,7 @@ import pytest
 
 from adapters.web.chat import CHAT_ID, KEY, PLATFORM, STREAM_LIMIT
 from core.delivery.streams import StreamPacing
+from core.values import copy
 from core.values.errors import DeliveryFailed
 from core.values.model import DeliveryTarget, StreamedReply
 from tests.conftest import PASSPHRASE
@@ -180,6 +181,55 @@ async def test_a_private_canary_stream_reaches_no_mirror_and_no_database_byte_af
     assert CANARY.encode() not in on_disk(store)
     assert any(r.name.startswith("adapters.web") for r in caplog.records)
     assert not [r for r in caplog.records if CANARY in r.getMessage() or "secret3" in r.getMessage()]
+
+
+async def test_an_open_page_is_told_at_once_that_private_mode_expired_mid_answer_and_its_bubble_is_withdrawn(
+    store, provider, server, clock, passphrase_hash
+):
+    """Issue 29: the page learns the end from the server, at the end, while the answer the end cut off
+    may still be in its lane: normal mode's history (the interval as its placeholder) to draw in place
+    of everything private, and the bubble's constant line; no word of the answer after that."""
+    private_answer = f"{CANARY} " + " ".join(f"secret{n}" for n in range(100))
+    async with site_served(store, provider, clock, pacing=QUICK, passphrase_hash=passphrase_hash) as site:
+        await site.send(f"/private {PASSPHRASE} 10m")
+        await site.web.settled()  # its answer published before the page opens
+        clock.advance(600 - 1)  # the expiry a second away on the clock (which stands still meanwhile)
+        server.token_seconds = 0.1  # ten seconds of answer
+        server.reply_text(private_answer)
+        async with EventStream(site.client) as events:
+            _, history = await events.next("history")
+            assert history["mode"] == "private"
+            sending = asyncio.create_task(site.send("tell me a secret"))
+            _, shown = await events.next("partial")
+            assert CANARY in shown["text"]
+            clock.advance(2)  # the interval expires mid-answer
+            _, ended = await events.next("history")
+            await wait_for(lambda: any(kind == "live" for _, kind, _ in events.received), what="the withdrawn bubble")
+            lives = [data for _, kind, data in events.received if kind == "live"]
+            assert len(lives) == 1, lives
+            [withdrawn] = lives
+            assert await sending == {"hide_input": False}
+        # Normal mode's view, at once: the interval is its placeholder, no word of it is drawn.
+        assert (ended["mode"], ended["segment"]) == ("normal", None)
+        assert ended["items"][-1] == {"placeholder": True} and "secret" not in str(ended)
+        # The bubble shown while written becomes the constant line.
+        assert withdrawn == {"kind": "retraction", "text": copy.INTERVAL_ENDED_SHOWN, "stream": [shown["stream"]]}
+        # After the end: no partial frame, no frame holding a word of the answer.
+        kinds = [kind for _, kind, _ in events.received]
+        last_partial = max(i for i, kind in enumerate(kinds) if kind == "partial")
+        ending = min(
+            i
+            for i, (_, kind, data) in enumerate(events.received)
+            if kind == "live" or (kind == "history" and data["mode"] == "normal")
+        )
+        assert last_partial < ending
+        assert all("secret" not in str(data) for _, _, data in events.received[ending:])
+        await site.web.companion.sweep()
+        await site.web.settled()
+        assert await all_rows(
+            store, "SELECT count(*) FROM deliveries WHERE retracts = 1 OR segment_id IS NOT NULL"
+        ) == [(0,)]
+        assert CANARY.encode() not in on_disk(store)
 
 
 # --- WebChat as a streamer (core.ports.BaseStreamer) ---------------------------------------------------

@@ -42,6 +42,8 @@ HELLO = "Hello from the browser!"
 WALK = "I am planning a walk along the river on Sunday."
 SECRET = f"Only private mode may read this: {CANARY}"
 TEA = "How do I make a proper pot of tea?"
+WHISPER = "Tell me the long secret story, slowly."
+WHISPER_STORY = " ".join(f"hush{n}" for n in range(300)) + "."  # half a minute at ten words a second
 TEA_ANSWER = "**Warm the pot** first, the slow way: " + " ".join(f"sip{n}" for n in range(40)) + " Then `steep` it."
 # What the fake model answers (the screenshots show these); anything else: "Noted."
 REPLIES = {
@@ -49,6 +51,7 @@ REPLIES = {
     WALK: "That sounds lovely. Shall I ask you on Monday how it went?",
     SECRET: "I'm listening. Nothing of this will be kept.",
     TEA: TEA_ANSWER,
+    WHISPER: WHISPER_STORY,
 }
 
 
@@ -312,6 +315,41 @@ def test_a_streamed_answer_grows_in_one_bubble_after_the_typing_dots_and_ends_fo
     page.wait_for_function("() => document.querySelector('#messages li.assistant strong')", timeout=WAIT_MS)
     assert page.locator("#messages li.assistant", has_text="the slow way").count() == 1
     assert "sip20" not in gateway.log_text()  # no partial (nor final) text in any log line
+    page.context.close()
+
+
+def test_a_page_draws_normal_mode_at_once_when_private_mode_expires_mid_answer(gateway):
+    """Issue 29: the server tells the page at the end, while the answer the end cut off was still being
+    written: the page draws normal mode's view in place (the interval as its placeholder, no banner,
+    the bubble as the constant line, the form to enter private mode back), without loading again, so
+    neither its own timer nor a page load waiting for the conversation's lane does it."""
+    page = gateway.signed_in_page()
+    page.fill("#text", f"/private {PASSPHRASE} 6s")  # the form offers half an hour at least; the command any expiry
+    page.press("#text", "Enter")
+    page.wait_for_selector("#private-banner", timeout=WAIT_MS)  # the page loads again, in private mode
+    page.evaluate("window.stillThisPage = true")
+    gateway.model.token_seconds = 0.1
+    try:
+        page.fill("#text", WHISPER)
+        page.press("#text", "Enter")
+        page.wait_for_selector("#messages li.assistant.streaming", timeout=WAIT_MS)
+        assert "hush" in page.locator("#messages li.assistant.streaming").inner_text()
+        page.wait_for_function(
+            "() => !document.getElementById('private-banner') && document.body.classList.contains('normal')",
+            timeout=WAIT_MS,
+        )
+        drawn = page.evaluate(
+            "() => ({same: window.stillThisPage === true, text: document.getElementById('messages').textContent,"
+            " placeholder: document.querySelectorAll('#messages li.placeholder').length,"
+            " withdrawn: [...document.querySelectorAll('#messages li.retracted')].map(li => li.textContent),"
+            " form: getComputedStyle(document.querySelector('.enter-private')).display})"
+        )
+    finally:
+        gateway.model.token_seconds = 0.0
+    assert drawn["same"]  # drawn in place by the server's event: no reload
+    assert "hush" not in drawn["text"] and drawn["placeholder"] >= 1
+    assert drawn["withdrawn"] == [copy.INTERVAL_ENDED_SHOWN]
+    assert drawn["form"] != "none"  # private mode can be entered again from here
     page.context.close()
 
 

@@ -66,5 +66,17 @@ async def deliveries_after(store: SqliteStore, last_id: int) -> list[tuple]:
     return [tuple(r) for r in rows]
 
 
+async def left_of_the_interval(store: SqliteStore, after: int, upto: int, *, restarted: bool) -> list[tuple]:
+    """The outbox rows numbered after `after` up to `upto` still there. `restarted`: a restart ended the
+    interval, and its constant answer to what it kept unread was written after that, in no interval
+    and sent: it is left out (it holds no word, and no row of the interval stands for it)."""
+    rows = [r for r in await deliveries_after(store, after) if r[0] <= upto]
+    if restarted:
+        answers = [r for r in rows if r[2] is None and r[3] == "sent"][:1]
+        assert answers, rows
+        rows = [r for r in rows if r not in answers]
+    return rows
+
+
 async def last_delivery(store: SqliteStore) -> int:
     return (await store._one("SELECT coalesce(max(id), 0) FROM deliveries"))[0]

@@ -4,7 +4,10 @@
 // Text is only ever drawn with textContent (a reply's formatting as elements around it, never as
 // HTML). Nothing typed is kept: the passphrase field is emptied before its request leaves, and a
 // message that may hold a secret is not drawn back. A reply the model is still writing grows in one
-// bubble (`partial` events); its final text, formatted, replaces that bubble's text in place.
+// bubble (`partial` events); its final text, formatted, replaces that bubble's text in place. When
+// private mode ends the server says so at once (a `history` frame of normal mode's view): the page
+// draws it in place of everything private (a reply still being written becomes the constant line)
+// and goes on in normal mode, without loading again (the lane may still hold the answer cut off).
 (function () {
   var meta = document.querySelector('meta[name="csrf-token"]');
   var csrf = meta ? meta.getAttribute("content") : "";
@@ -55,6 +58,7 @@
   if (!list) { return; }
   var status = document.getElementById("chat-status");
   var placeholderText = list.dataset.placeholder || "";
+  var endedText = list.dataset.ended || "";
   var pageMode = body.dataset.mode;
   var pageSegment = body.dataset.segment || "";
 
@@ -153,6 +157,41 @@
   function sameMode(mode, segment) {
     return mode === pageMode && String(segment === null || segment === undefined ? "" : segment) === pageSegment;
   }
+  // Private mode ended: nothing of it stays on the page. `items`: normal mode's view (each interval its
+  // placeholder; without it, one placeholder). A reply the end cut off (still being written, or
+  // withdrawn already) stands as the constant line; what was being sent goes too.
+  function endPrivate(items) {
+    var cut = Array.prototype.map.call(list.querySelectorAll("li.streaming, li.retracted"), function (li) {
+      return li.dataset.stream;
+    });
+    typing(false);
+    list.textContent = "";
+    (items || [{placeholder: true}]).forEach(function (entry) {
+      list.appendChild(entry.placeholder ? item("placeholder", placeholderText) : item(entry.role, entry.text, entry.format));
+    });
+    cut.forEach(function (id) {
+      var li = item("assistant retracted", endedText);
+      li.dataset.stream = id;
+      list.appendChild(li);
+    });
+    var privateBanner = document.getElementById("private-banner");
+    if (privateBanner) { privateBanner.remove(); }
+    var entry = document.getElementById("enter-private");
+    if (entry) { entry.hidden = false; }
+    countDown(null);
+    body.className = "normal";
+    body.dataset.mode = pageMode = "normal";
+    body.dataset.segment = pageSegment = "";
+  }
+  function modeChanged(mode, items) {
+    if (pageMode === "private" && mode === "normal" && items) {
+      endPrivate(items);  // drawn in place: the page goes on in normal mode, its events still coming
+      return;
+    }
+    events.close();
+    if (pageMode === "private" && mode === "normal") { endPrivate(null); }
+    redraw();
+  }
   function newId() {
     if (window.crypto && window.crypto.randomUUID) { return window.crypto.randomUUID(); }
     return Date.now().toString(16) + Math.random().toString(16).slice(2);
@@ -187,7 +226,7 @@
   events.addEventListener("error", function () { status.textContent = "Reconnecting\u2026"; });
   events.addEventListener("history", function (event) {
     var data = JSON.parse(event.data);
-    if (!sameMode(data.mode, data.segment)) { events.close(); redraw(); return; }
+    if (!sameMode(data.mode, data.segment)) { modeChanged(data.mode, data.items); return; }
     // What is being sent stays; a reply being written goes (the history holds it once it is
     // stored, otherwise its next partial event draws it again).
     var pending = Array.prototype.slice.call(list.querySelectorAll(".pending, .typing"));
@@ -216,6 +255,16 @@
     var data = JSON.parse(event.data);
     var ids = data.stream || [];
     var li = ids.length ? bubble(ids[0]) : null;
+    if (data.kind === "retraction") {
+      // A private reply its interval's end cut off: its bubbles show the constant line; a page
+      // without them (drawn since) has nothing to withdraw.
+      ids.slice(1).forEach(function (id) { var extra = bubble(id); if (extra) { extra.remove(); } });
+      if (li) {
+        li.className = "msg assistant retracted";
+        li.textContent = data.text;
+      }
+      return;
+    }
     ids.slice(1).forEach(function (id) { var extra = bubble(id); if (extra) { extra.remove(); } });
     var inPlace = li !== null;
     var follow = atBottom();
@@ -247,7 +296,7 @@
   });
   events.addEventListener("mode", function (event) {
     var data = JSON.parse(event.data);
-    if (!sameMode(data.mode, data.segment)) { events.close(); redraw(); return; }
+    if (!sameMode(data.mode, data.segment)) { modeChanged(data.mode, null); return; }
     var ends = document.getElementById("private-ends");
     if (ends && data.ends) { ends.textContent = data.ends; }
     countDown(data.remaining);
