@@ -50,6 +50,21 @@ async def test_an_edit_never_changes_a_normal_row_while_an_interval_is_open(stor
     assert await text_of(store, normal) == "lunch on Saturday"
 
 
+async def test_a_private_row_edited_in_its_own_interval_never_enters_the_recall_index(store: SqliteStore) -> None:
+    # The person's account has a person (recall is personal): the trigger's privacy predicate is what
+    # keeps the edited words out, not the absence of a person to index them for.
+    c = await conversation(store)
+    segment = await store.open_segment(c, NOW, None)
+    private = await store.add_inbound(
+        c, "private words", NOW, segment_id=segment.id, account_id=None, platform_message_id="1"
+    )
+    assert private is not None
+    assert await store.edit_message(private, segment.id, f"private words with {CANARY}", NOW + 1)
+    assert await text_of(store, private) == f"private words with {CANARY}"  # the edit was applied
+    assert await store._all("SELECT rowid FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == []
+    assert await store._all("SELECT rowid FROM recall_fts WHERE rowid = ?", (private * 4 + 1,)) == []
+
+
 async def test_an_edit_never_changes_a_private_row_once_its_interval_is_closed(store: SqliteStore) -> None:
     c = await conversation(store)
     segment = await store.open_segment(c, NOW, None)
