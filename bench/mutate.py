@@ -36,6 +36,11 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as `python bench/mutate.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._anchors import ListOutOfDate, Place, SourceTree, tree_files
+
 ROOT = Path(__file__).resolve().parent.parent
 FAST_LAYERS = ("tests/core", "tests/adapters")
 PRIVACY = "privacy guard"
@@ -44,20 +49,44 @@ RELIABILITY = "reliability"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Mutation:
-    """Replace `original` (found exactly once in `path`) by `replacement`.
+    """Replace `original` (found exactly once in the source tree, or once `within` a def) by `replacement`.
 
-    `also`: test paths run with this mutation whatever the suite (the tests of a layer outside
-    the fast ones that guard it, e.g. the gateway's schedule)."""
+    `within`: a def's qualified name (`Class.method`, `function`) or a migration's file name, for an
+    original that occurs more than once in the tree. `also`: test paths run with this mutation whatever
+    the suite (the tests of a layer outside the fast ones that guard it, e.g. the gateway's schedule).
+    `path`: the older entries' file, a hint only: never used to find the original, compared with where
+    it is found."""
 
     name: str
     category: str
-    path: str
     original: str
     replacement: str
+    within: str | None = None
     also: tuple[str, ...] = ()
+    path: str | None = None
 
 
-M = Mutation
+def M(
+    name: str,
+    category: str,
+    *texts: str,
+    within: str | None = None,
+    also: tuple[str, ...] = (),
+    path: str | None = None,
+) -> Mutation:
+    """An entry: M(name, category, original, replacement, within=..., also=...).
+
+    The older form M(name, category, path, original, replacement) still reads, its path kept as a hint,
+    so entries written on branches before the anchors merge keep working."""
+    if len(texts) == 3:
+        path, original, replacement = texts
+    elif len(texts) == 2:
+        original, replacement = texts
+    else:
+        raise TypeError(f"{name}: an entry takes an original and a replacement (after an optional path)")
+    return Mutation(name, category, original, replacement, within, tuple(also), path)
+
+
 MUTATIONS: tuple[Mutation, ...] = (
     # --- the valve (core/privacy/valve.py) ---------------------------------------------------------
     M(
@@ -194,6 +223,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        segment = await self._store.open_segment_of(conversation.id)\n"
         '        modes = __import__("core.values.modes", fromlist=["x"])\n'
         "        state = modes.PrivateState(segment) if segment else modes.NORMAL\n",
+        within="Transcripts._settled",
     ),
     M(
         "web-page-keeps-the-passphrase",
@@ -381,6 +411,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "migrations/0003_memory.sql",
         "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
         "WHEN new.kind = 'chat'",
+        within="0003_memory.sql",
     ),
     M(
         "mask-normal-view-reads-private-rows",
@@ -497,6 +528,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/storage/modes.py",
         "            deleted = cur.rowcount\n            if deleted:\n                await owe_checkpoint(db)",
         "            deleted = cur.rowcount",
+        within="ModeQueries.delete_expired_segments",
     ),
     M(
         "store-secure-delete-off",
@@ -518,6 +550,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/storage/backup.py",
         'db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))',
         "pass",
+        within="_drop_private_rows",
     ),
     # --- Telegram: secrets and confirmation order ------------------------------------------
     M(
@@ -526,6 +559,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/telegram/adapter.py",
         "reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))",
         "reply = Reply(HANDLER_FAILED)",
+        within="TelegramAdapter._on_message",
     ),
     M(
         "telegram-passphrase-never-deleted",
@@ -540,6 +574,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/telegram/adapter.py",
         'text = f"{text}\\n\\n{DELETE_SECRET_NOTE}"',
         "text = text",
+        within="TelegramAdapter._on_message",
     ),
     M(
         "telegram-token-in-logs",
@@ -587,6 +622,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/discord/adapter.py",
         "reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))",
         "reply = Reply(HANDLER_FAILED)",
+        within="DiscordAdapter._serve",
     ),
     M(
         "discord-passphrase-never-deleted",
@@ -601,6 +637,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/discord/adapter.py",
         'text = f"{text}\\n\\n{DELETE_SECRET_NOTE}"',
         "text = text",
+        within="DiscordAdapter._deliver",
     ),
     M(
         "discord-mentions-allowed",
@@ -707,6 +744,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "migrations/0010_message_edits.sql",
         "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
         "WHEN new.kind = 'chat'",
+        within="0010_message_edits.sql",
     ),
     M(
         "burst-answered-after-its-interval",
@@ -764,6 +802,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "migrations/0011_private_edges.sql",
         "WHERE s.conversation_id = new.conversation_id AND s.ended_at IS NULL AND s.id IS NOT new.segment_id",
         "WHERE 0",
+        within="0011_private_edges.sql",
     ),
     M(
         "mirror-notice-outside-the-open-interval",
@@ -1204,6 +1243,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/web/auth.py",
         "        if locked is not None:",
         "        if False:",
+        within="WebAuth._exchange",
     ),
     M(
         "web-session-cookie-readable-by-scripts",
@@ -1528,6 +1568,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/telegram/adapter.py",
         "            self._outbox.register_streamer(self._streamer)",
         "            pass",
+        within="TelegramAdapter.start",
     ),
     M(
         "telegram-streamed-reply-posted-again-not-edited",
@@ -1767,6 +1808,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/llm/openai_compat.py",
         "                if not shown:\n",
         "                if False:\n",
+        within="OpenAICompatibleProvider._complete_streamed",
         also=("tests/bot/test_stream_fallback_wire.py",),
     ),
     M(
@@ -1902,6 +1944,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "adapters/discord/adapter.py",
         "            self._outbox.register_streamer(self._streamer)",
         "            pass",
+        within="DiscordAdapter.start",
     ),
     M(
         "discord-stream-429-slept-through",
@@ -2025,6 +2068,7 @@ MUTATIONS: tuple[Mutation, ...] = (
 @dataclasses.dataclass
 class Outcome:
     mutation: Mutation | None  # None: the baseline
+    place: Place | None  # where the mutation was planted
     failing: set[str]
     status: str  # "ran", "timeout", "broken" (pytest did not report)
     seconds: float
@@ -2035,33 +2079,6 @@ class Outcome:
 
     def killed(self, baseline: set[str]) -> bool:
         return self.status != "ran" or bool(self.failing_beyond(baseline))
-
-
-class ListOutOfDate(Exception):
-    """A mutation's original text is not found exactly once: the list must follow the code."""
-
-
-def check(mutation: Mutation, root: Path = ROOT) -> str:
-    """The mutated text of the file; raises ListOutOfDate unless the original occurs exactly once."""
-    path = root / mutation.path
-    if not path.is_file():
-        raise ListOutOfDate(f"{mutation.name}: {mutation.path} does not exist")
-    text = path.read_text(encoding="utf-8")
-    found = text.count(mutation.original)
-    if found != 1:
-        raise ListOutOfDate(f"{mutation.name}: the original text occurs {found} times in {mutation.path}, not once")
-    return text.replace(mutation.original, mutation.replacement)
-
-
-def tree_files(root: Path) -> list[str]:
-    """The files of the tree: tracked, and untracked but not ignored (new tests not committed yet)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=root,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    return [name for name in listed.split("\0") if name and (root / name).is_file()]
 
 
 def copy_tree(root: Path, files: list[str], dest: Path) -> None:
@@ -2080,14 +2097,22 @@ def suite_for(mutation: Mutation | None, suite: list[str]) -> list[str]:
 
 
 def run_one(
-    mutation: Mutation | None, suite: list[str], snapshot: Path, files: list[str], timeout: float, extra: list[str]
+    mutation: Mutation | None,
+    planted: tuple[Place, str] | None,
+    suite: list[str],
+    snapshot: Path,
+    files: list[str],
+    timeout: float,
+    extra: list[str],
 ) -> Outcome:
+    """Run the suite on a copy of the snapshot with `planted` (the place and its file's mutated text) written in."""
     started = time.monotonic()
+    place = planted[0] if planted else None
     with tempfile.TemporaryDirectory(prefix="companion-mutant-") as folder:
         copy = Path(folder) / "tree"
         copy_tree(snapshot, files, copy)
-        if mutation is not None:
-            (copy / mutation.path).write_text(check(mutation, copy), encoding="utf-8")
+        if planted is not None:
+            (copy / planted[0].path).write_text(planted[1], encoding="utf-8")
         junit = Path(folder) / "junit.xml"
         env = {k: v for k, v in os.environ.items() if not k.startswith("COMPANION_")}
         env["PYTHONPATH"] = str(copy)
@@ -2115,14 +2140,14 @@ def run_one(
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _stop(process)
-            return Outcome(mutation, set(), "timeout", time.monotonic() - started, f"over {timeout:.0f} s")
+            return Outcome(mutation, place, set(), "timeout", time.monotonic() - started, f"over {timeout:.0f} s")
         finally:
             _RUNNING.discard(process)
         seconds = time.monotonic() - started
         if not junit.exists():
             tail = output.strip().splitlines()[-3:]
-            return Outcome(mutation, set(), "broken", seconds, " / ".join(tail))
-        return Outcome(mutation, failing_tests(junit), "ran", seconds)
+            return Outcome(mutation, place, set(), "broken", seconds, " / ".join(tail))
+        return Outcome(mutation, place, failing_tests(junit), "ran", seconds)
 
 
 _RUNNING: set[subprocess.Popen[str]] = set()
@@ -2213,29 +2238,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown mutation: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     selected = [m for m in MUTATIONS if not wanted or m.name in wanted]
-    if args.list:
-        for m in selected:
-            print(f"{m.name:55} {m.category:14} {m.path}")
-        print(f"{len(selected)} mutations")
-        return 0
-    try:
-        for m in selected:
-            check(m)
-    except ListOutOfDate as exc:
-        print(f"mutation list out of date: {exc}", file=sys.stderr)
-        return 2
-    if args.check:
-        print(f"{len(selected)} mutations, every original text found exactly once")
-        return 0
+    if args.list or args.check:
+        return list_or_check(selected, SourceTree.of(ROOT), listing=args.list)
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     # One snapshot of the tree at the start: edits to the checkout while this runs change nothing.
+    # The mutations are found in the snapshot, the tree that is run.
     with tempfile.TemporaryDirectory(prefix="companion-snapshot-") as folder:
         snapshot = Path(folder)
         files = tree_files(ROOT)
         copy_tree(ROOT, files, snapshot)
+        tree = SourceTree(snapshot, files)
         try:
-            return run_all(selected, args, extra, snapshot, files)
+            planted = {m.name: tree.mutated(m) for m in selected}
+        except ListOutOfDate as exc:
+            print(f"mutation list out of date: {exc} (python bench/mutate.py --check lists every one)", file=sys.stderr)
+            return 2
+        try:
+            return run_all(selected, planted, args, extra, snapshot, files)
         except KeyboardInterrupt:
             for process in list(_RUNNING):
                 _stop(process)
@@ -2243,13 +2263,44 @@ def main(argv: list[str] | None = None) -> int:
             return 130
 
 
+def list_or_check(selected: list[Mutation], tree: SourceTree, *, listing: bool) -> int:
+    """Find every selected mutation once: --list prints each with where it was found, --check the failures.
+
+    Exit 2 unless every one is found exactly once; a path hint that disagrees is noted, never an error."""
+    failures: list[str] = []
+    for m in selected:
+        try:
+            place = tree.locate(m)
+        except ListOutOfDate as exc:
+            failures.append(str(exc))
+            if listing:
+                print(f"{m.name:55} {m.category:14} NOT FOUND ONCE")
+            continue
+        if listing:
+            print(f"{m.name:55} {m.category:14} {place.path}:{place.line}")
+        if m.path is not None and m.path != place.path:
+            print(f"note: {m.name}: its path hint {m.path} is not used; found in {place.path}", file=sys.stderr)
+    for failure in failures:
+        print(f"mutation list out of date: {failure}", file=sys.stderr)
+    if failures:
+        print(f"{len(failures)} of {len(selected)} mutations not found exactly once", file=sys.stderr)
+        return 2
+    print(f"{len(selected)} mutations" + ("" if listing else ", every original text found exactly once"))
+    return 0
+
+
 def run_all(
-    selected: list[Mutation], args: argparse.Namespace, extra: list[str], snapshot: Path, files: list[str]
+    selected: list[Mutation],
+    planted: dict[str, tuple[Place, str]],
+    args: argparse.Namespace,
+    extra: list[str],
+    snapshot: Path,
+    files: list[str],
 ) -> int:
     baseline: set[str] = set()
     if not args.no_baseline:
         print(f"baseline: {' '.join(args.suite)} on a clean copy ...", flush=True)
-        clean = run_one(None, args.suite, snapshot, files, args.timeout, extra)
+        clean = run_one(None, None, args.suite, snapshot, files, args.timeout, extra)
         if clean.status != "ran":
             print(f"the clean copy did not run ({clean.status}: {clean.detail})", file=sys.stderr)
             return 2
@@ -2261,7 +2312,10 @@ def run_all(
     outcomes: list[Outcome] = []
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs))
     try:
-        futures = {pool.submit(run_one, m, args.suite, snapshot, files, args.timeout, extra): m for m in selected}
+        futures = {
+            pool.submit(run_one, m, planted[m.name], args.suite, snapshot, files, args.timeout, extra): m
+            for m in selected
+        }
         for future in concurrent.futures.as_completed(futures):
             outcome = future.result()
             outcomes.append(outcome)
@@ -2290,7 +2344,7 @@ def write_json(path: Path, outcomes: list[Outcome], baseline: set[str], suite: l
         {
             "name": o.mutation.name,
             "category": o.mutation.category,
-            "path": o.mutation.path,
+            "path": o.place.path if o.place else None,  # where it was found and planted
             "status": o.status,
             "killed": o.killed(baseline),
             "failing": sorted(o.failing_beyond(baseline)),
