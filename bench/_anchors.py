@@ -78,7 +78,12 @@ class SourceTree:
 
     @classmethod
     def of(cls, root: Path) -> SourceTree:
-        return cls(root, tree_files(root))
+        """The tree at `root`: git's files, or every file when it is no checkout (a mutant's copy holds just those)."""
+        try:
+            files = tree_files(root)
+        except (OSError, subprocess.CalledProcessError):
+            files = [p.relative_to(root).as_posix() for d in SEARCHED for p in (root / d).rglob("*") if p.is_file()]
+        return cls(root, files)
 
     def text(self, path: str) -> str:
         if path not in self._texts:

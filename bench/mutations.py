@@ -1753,4 +1753,33 @@ MUTATIONS: tuple[Mutation, ...] = (
         "status = 'sent' AND streamed_ids IS NOT NULL",
         "status = 'sent' AND streamed_ids IS NULL",
     ),
+    # --- the list's own anchors (issue 30): each entry found once, planted where it was found ------------
+    M(
+        "anchors-original-found-twice-accepted",  # the first of two look-alike lines would be mutated
+        RELIABILITY,
+        "        if len(places) > 1:",
+        "        if False:",
+        also=("tests/bench/test_mutation_list.py",),
+    ),
+    M(
+        "anchors-within-a-def-ignored",  # within= would search the whole file, not the def it names
+        RELIABILITY,
+        "            spans = [(d.path, d.start, d.end)]",
+        "            spans = [(d.path, 0, None)]",
+        also=("tests/bench/test_mutation_list.py",),
+    ),
+    M(
+        "anchors-planted-at-the-first-occurrence-in-the-file",  # not inside the def it was found in
+        RELIABILITY,
+        "        return place, text[: place.start] + mutation.replacement + text[end:]",
+        "        return place, text.replace(mutation.original, mutation.replacement, 1)",
+        also=("tests/bench/test_mutation_list.py",),
+    ),
+    M(
+        "anchors-search-the-list-itself",  # every original would be found twice: in the code and in the list
+        RELIABILITY,
+        'NOT_SEARCHED = frozenset({"bench/mutate.py", "bench/mutations.py"})',
+        "NOT_SEARCHED = frozenset()",
+        also=("tests/bench/test_mutation_list.py",),
+    ),
 )
