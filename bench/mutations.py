@@ -1,0 +1,1785 @@
+"""The mutation list: named one-line bugs, each found by its original text in the source tree (docs/mutations.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+PRIVACY = "privacy guard"
+RELIABILITY = "reliability"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mutation:
+    """Replace `original` (found exactly once in the source tree, or once `within` a def) by `replacement`.
+
+    `within`: a def's qualified name (`Class.method`, `function`) or a migration's file name, for an
+    original that occurs more than once in the tree. `also`: test paths run with this mutation whatever
+    the suite (the tests of a layer outside the fast ones that guard it, e.g. the gateway's schedule).
+    `path`: the older entries' file, a hint only: never used to find the original, compared with where
+    it is found."""
+
+    name: str
+    category: str
+    original: str
+    replacement: str
+    within: str | None = None
+    also: tuple[str, ...] = ()
+    path: str | None = None
+
+
+def M(
+    name: str,
+    category: str,
+    *texts: str,
+    within: str | None = None,
+    also: tuple[str, ...] = (),
+    path: str | None = None,
+) -> Mutation:
+    """An entry: M(name, category, original, replacement, within=..., also=...).
+
+    The older form M(name, category, path, original, replacement) still reads, its path kept as a hint,
+    so entries written on branches before the anchors merge keep working."""
+    if len(texts) == 3:
+        path, original, replacement = texts
+    elif len(texts) == 2:
+        original, replacement = texts
+    else:
+        raise TypeError(f"{name}: an entry takes an original and a replacement (after an optional path)")
+    return Mutation(name, category, original, replacement, within, tuple(also), path)
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # --- the valve ---------------------------------------------------------
+    M(
+        "valve-expiry-ignored-at-read",
+        PRIVACY,
+        "if segment.expires_at is not None and now >= segment.expires_at:",
+        "if False:",
+    ),
+    M(
+        "valve-expired-not-deleted-at-read",
+        PRIVACY,
+        "            try:  # its life is over: delete it now rather than at the next sweep\n"
+        "                await self._store.delete_expired_segments(now)",
+        "            try:  # its life is over: delete it now rather than at the next sweep\n                pass",
+    ),
+    M(
+        "valve-group-read-stays-private",
+        PRIVACY,
+        '        if not conversation.is_direct:\n            await self._close_quietly(segment, "group")',
+        '        if False:\n            await self._close_quietly(segment, "group")',
+    ),
+    M(
+        "valve-malformed-segment-stays-private",
+        PRIVACY,
+        "        if not _well_formed(segment):",
+        "        if False:",
+    ),
+    M(
+        "valve-wrong-passphrase-accepted",
+        PRIVACY,
+        "        if not ok:",
+        "        if False:",
+    ),
+    M(
+        "valve-lockout-ignored",
+        PRIVACY,
+        "        if until is not None and now < until:",
+        "        if False:",
+    ),
+    M(
+        "valve-failed-exit-not-held-normal",
+        PRIVACY,
+        "            self._leaving.add(conversation.id)\n            return True",
+        "            return True",
+    ),
+    M(
+        "valve-idle-ignores-activity",  # issue 12 gap: private activity did not extend the idle timeout
+        RELIABILITY,
+        "now - segment.last_activity_at >= self._idle:",
+        "now - segment.started_at >= self._idle:",
+    ),
+    # --- context assembly -----------------------------------------------
+    M(
+        "context-private-pad-in-normal-mode",
+        PRIVACY,
+        "            if state.is_private:\n                private_pad =",
+        "            if True:\n                private_pad =",
+    ),
+    M(
+        "context-private-fold-saved-as-normal-summary",
+        PRIVACY,
+        "        if state.segment_id is not None:\n            await self._store.save_summary(",
+        "        if False:\n            await self._store.save_summary(",
+    ),
+    M(
+        "context-fold-watermark-first-item",  # issue 12 gap: folds re-summarised
+        RELIABILITY,
+        "new = Summary(text or context.summary.text, batch[-1].position)",
+        "new = Summary(text or context.summary.text, batch[0].position)",
+    ),
+    M(
+        "context-window-may-be-empty",
+        RELIABILITY,
+        "if kept and used + cost > budget_tokens:",
+        "if used + cost > budget_tokens:",
+    ),
+    # --- what normal mode sees (issue 23) ------------------------------------
+    M(
+        "preview-in-private-modes-view",
+        PRIVACY,
+        "prepared = await self._responder.prepare(conversation, NORMAL, upcoming=upcoming)",
+        "prepared = await self._responder.prepare(conversation, "
+        '__import__("core.values.modes", fromlist=["x"]).PrivateState(segment) if segment else NORMAL, '
+        "upcoming=upcoming)",
+    ),
+    M(
+        "preview-outside-the-lane",  # a fold queued before the preview would be missed
+        RELIABILITY,
+        "return await self._lanes.run(key, lambda: self._build(conversation, upcoming))",
+        "return await self._build(conversation, upcoming)",
+    ),
+    M(
+        "preview-next-message-added-after-the-fit",  # the window would not make room for it
+        RELIABILITY,
+        "        if upcoming is not None:\n"
+        '            fetched.append(TimelineItem(UPCOMING_POSITION, "user", upcoming))\n'
+        "        ratio = self.ratio.value  # read once, after the reads: the budget and the window use the same\n"
+        "        remaining = self._budget.total_tokens // shrink - estimate_tokens(system, ratio)\n"
+        "        window = _fit(fetched, remaining, ratio)\n",
+        "        ratio = self.ratio.value\n"
+        "        remaining = self._budget.total_tokens // shrink - estimate_tokens(system, ratio)\n"
+        "        window = _fit(fetched, remaining, ratio)\n"
+        "        if upcoming is not None:\n"
+        '            window.append(TimelineItem(UPCOMING_POSITION, "user", upcoming))\n',
+    ),
+    M(
+        "preview-fetch-limit-ignores-the-next-message",
+        RELIABILITY,
+        "limit = self._budget.max_items if upcoming is None else self._budget.max_items - 1",
+        "limit = self._budget.max_items",
+    ),
+    # --- the web chat (issue 23) ---------------------
+    M(
+        "web-history-mode-read-past-the-valve",  # an interval idle past its time would still be shown
+        PRIVACY,
+        "        state = await self._valve.settle(conversation)\n",
+        "        segment = await self._store.open_segment_of(conversation.id)\n"
+        '        modes = __import__("core.values.modes", fromlist=["x"])\n'
+        "        state = modes.PrivateState(segment) if segment else modes.NORMAL\n",
+        within="Transcripts._settled",
+    ),
+    M(
+        "web-page-keeps-the-passphrase",
+        PRIVACY,
+        "hide = carries_secret(inbound.text) or (reply is not None and reply.delete_inbound)",
+        "hide = False",
+    ),
+    M(
+        "web-page-shows-a-message-twice",
+        RELIABILITY,
+        "if item.conversation_id == self.transcript.conversation_id and item.message_id in self._shown:",
+        "if False:",
+    ),
+    M(
+        "web-page-queue-unbounded",
+        RELIABILITY,
+        "        if self._queue.qsize() >= self._size:",
+        "        if False:",
+    ),
+    M(
+        "web-account-not-the-owners",
+        RELIABILITY,
+        '        web_owner=config.web_owner or (config.platforms is not None and "web" in config.platforms),',
+        "        web_owner=config.web_owner,",
+    ),
+    M(
+        "web-any-chat-is-the-owners",
+        RELIABILITY,
+        "        if chat_id != CHAT_ID:\n            raise DeliveryFailed",
+        "        if False:\n            raise DeliveryFailed",
+    ),
+    # --- the web chat's pages (issue 23) -----------------
+    M(
+        "web-memory-page-reads-the-private-pad",
+        PRIVACY,
+        "pad=tuple(await store.normal_pad(person)),",
+        "pad=tuple(await store.private_pad(person)),",
+    ),
+    M(
+        "web-memory-page-lists-private-decisions",
+        PRIVACY,
+        '" WHERE person_id = ? AND segment_id IS NULL ORDER BY id DESC LIMIT ?",',
+        '" WHERE person_id = ? ORDER BY id DESC LIMIT ?",',
+    ),
+    M(
+        "web-privacy-page-lists-an-expired-interval",
+        PRIVACY,
+        '" AND (expires_at IS NULL OR expires_at > ?) ORDER BY id",',
+        '" AND ? IS NOT NULL ORDER BY id",',
+    ),
+    M(
+        "web-note-forgotten-while-private",
+        PRIVACY,
+        '        async with lasting_tx(self._db, origin, "change to memory") as db:\n'
+        '            cur = await db.execute("DELETE FROM notes',
+        '        async with self._db.tx() as db:\n            cur = await db.execute("DELETE FROM notes',
+    ),
+    M(
+        "web-private-banner-missing",
+        PRIVACY,
+        '    if not mode.is_private:\n        return ""',
+        '    if True:\n        return ""',
+    ),
+    M(
+        "web-open-page-not-told-the-mode-changed",  # private text would stay on a page after /normal
+        PRIVACY,
+        "                if current == mode:\n                    continue",
+        "                if True:\n                    continue",
+    ),
+    M(
+        "web-privacy-page-end-not-told-to-open-pages",
+        PRIVACY,
+        "    await request.app[BRIDGE].call(site.core.chat.mode_changed)",
+        "    pass",
+    ),
+    M(
+        "web-passphrase-field-shown-as-typed",
+        PRIVACY,
+        '<input type="password" name="passphrase"',
+        '<input type="text" name="passphrase"',
+    ),
+    M(
+        "web-context-page-redraws-the-body",
+        RELIABILITY,
+        '{esc(preview.body.decode("utf-8"))}',
+        '{esc(__import__("json").dumps(__import__("json").loads(preview.body)))}',
+    ),
+    M(
+        "web-stream-outlives-its-browser",
+        RELIABILITY,
+        "            if request.transport is None or request.transport.is_closing():",
+        "            if False:",
+    ),
+    M(
+        "web-stream-outlives-the-service",
+        RELIABILITY,
+        "        app.on_shutdown.append(site.end_streams)",
+        "        pass",
+    ),
+    M(
+        "web-stream-relay-unbounded",
+        RELIABILITY,
+        "        if item is not _END and self._queue.qsize() >= self._size:",
+        "        if False:",
+    ),
+    M(
+        "web-page-forms-send-a-null-origin",  # every form of the pages would be refused by the Origin check
+        RELIABILITY,
+        'headers={"Referrer-Policy": "same-origin"}',
+        "headers={}",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
+    # --- the core's other walls -----------------------------------------------------------
+    M(
+        "tools-lasting-tools-offered-in-private",
+        PRIVACY,
+        "        if state.is_private:\n            return [t for t in self._tools.values()",
+        "        if False:\n            return [t for t in self._tools.values()",
+    ),
+    M(
+        "commands-lasting-command-runs-in-private",
+        PRIVACY,
+        "if state.is_private and info.refused_while_private(args):",
+        "if False:",
+    ),
+    M(
+        "companion-passphrase-stored-unredacted",
+        PRIVACY,
+        'stored = f"/{info.name} [redacted]" if carries_secret else turn.message.text',
+        "stored = turn.message.text",
+    ),
+    M(
+        "companion-open-private-turn-answered-after-restart",
+        PRIVACY,
+        "        if state.is_private or state.unreadable:\n            return None",
+        "        if state.unreadable:\n            return None",
+    ),
+    M(
+        "secrets-lookalike-command-not-a-secret",
+        PRIVACY,
+        "    return mistyped_secret_command(text)",
+        "    return False",
+    ),
+    # --- storage SQL: masks, pad, segment and recall predicates ---------------------------
+    M(
+        "recall-message-predicate",
+        PRIVACY,
+        "\"   AND (f.source <> 'message' OR (m.mode <> 'private' AND m.segment_id IS NULL))\"",
+        '""',
+    ),
+    M(
+        "recall-pad-predicate",  # issue 12 gap
+        PRIVACY,
+        "\"   AND (f.source <> 'pad' OR (p.mode <> 'private' AND p.segment_id IS NULL))\"",
+        '""',
+    ),
+    M(
+        "recall-index-takes-private-messages",
+        PRIVACY,
+        "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
+        "WHEN new.kind = 'chat'",
+        within="0003_memory.sql",
+    ),
+    M(
+        "mask-normal-view-reads-private-rows",
+        PRIVACY,
+        "\" WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'\"",
+        "\" WHERE conversation_id = :c AND kind = 'chat'\"",
+    ),
+    M(
+        "mask-private-view-reads-other-segments",
+        PRIVACY,
+        "\" WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'\"",
+        "\" WHERE segment_id IS NOT NULL AND conversation_id = :c AND kind = 'chat'\"",
+    ),
+    M(
+        "summary-normal-reads-private-summary",
+        PRIVACY,
+        "\"SELECT text, watermark FROM summaries WHERE conversation_id = ? AND segment_id IS NULL AND mode = 'normal'\"",
+        '"SELECT text, watermark FROM summaries WHERE conversation_id = ? ORDER BY id DESC"',
+    ),
+    M(
+        "pad-normal-pad-reads-private-entries",
+        PRIVACY,
+        "\"SELECT id, text FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND segment_id IS NULL ORDER BY id\"",
+        '"SELECT id, text FROM pad_entries WHERE person_id = ? ORDER BY id"',
+    ),
+    M(
+        "segment-activity-not-extended-by-a-user-message",  # issue 12 gap (one of its three writes)
+        RELIABILITY,
+        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id, said),\n"
+        "            )\n            if cur.rowcount == 0:\n                return None\n            if segment_id is not None:\n",
+        "                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id, said),\n"
+        "            )\n            if cur.rowcount == 0:\n                return None\n            if False:\n",
+    ),
+    M(
+        "capture-private-span-not-skipped",
+        PRIVACY,
+        '" OR EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = messages.conversation_id"',
+        '" OR 0 AND EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = messages.conversation_id"',
+    ),
+    M(
+        "memory-write-while-private",
+        PRIVACY,
+        'async with lasting_tx(self._db, origin, "memory") as db:',
+        "async with self._db.tx() as db:",
+    ),
+    M(
+        "goal-update-while-private",  # issue 12 gap
+        PRIVACY,
+        'async with lasting_tx(self._db, origin, "change to a goal") as db:',
+        "async with self._db.tx() as db:",
+    ),
+    M(
+        "lasting-write-guard-refuses-nothing",
+        PRIVACY,
+        '        "SELECT 1 FROM segments WHERE conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)',
+        '        "SELECT 1 FROM segments WHERE 0 AND conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)',
+    ),
+    M(
+        "link-guard-refuses-nothing",
+        PRIVACY,
+        '        f" WHERE s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",',
+        '        f" WHERE 0 AND s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",',
+    ),
+    M(
+        "forget-while-private",
+        PRIVACY,
+        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
+        '        async with lasting_tx(self._db, origin, "change to memory") as db:',
+        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
+        "        async with self._db.tx() as db:",
+    ),
+    M(
+        "followup-update-while-private",
+        PRIVACY,
+        'async with lasting_tx(self._db, origin, "change to a follow-up") as db:',
+        "async with self._db.tx() as db:",
+    ),
+    M(
+        "segments-left-open-at-start",
+        PRIVACY,
+        'f" WHERE ended_at IS NULL{scope}",',
+        'f" WHERE 0{scope}",',
+    ),
+    M(
+        "restart-message-lands-in-normal-mode",
+        PRIVACY,
+        'return row["id"] if sent_at < row["restart_at"] else None',
+        "return None",
+    ),
+    M(
+        "forget-private-deletes-nothing",
+        PRIVACY,
+        '"DELETE FROM segments WHERE conversation_id = ?"',
+        '"DELETE FROM segments WHERE conversation_id = ? AND 0"',
+    ),
+    M(
+        "expired-segment-deletion-owes-no-checkpoint",
+        PRIVACY,
+        "            deleted = cur.rowcount\n            if deleted:\n                await owe_checkpoint(db)",
+        "            deleted = cur.rowcount",
+        within="ModeQueries.delete_expired_segments",
+    ),
+    M(
+        "store-secure-delete-off",
+        PRIVACY,
+        '    await db.execute("PRAGMA secure_delete = ON")\n',
+        "",
+    ),
+    M(
+        "backup-keeps-segments",
+        PRIVACY,
+        '_PRIVATE_TABLES = ("segments", "crossings")',
+        '_PRIVATE_TABLES = ("crossings",)',
+    ),
+    M(
+        "restore-resurrects-expired-artifacts",  # issue 12 gap
+        PRIVACY,
+        'db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))',
+        "pass",
+        within="_drop_private_rows",
+    ),
+    # --- Telegram: secrets and confirmation order ------------------------------------------
+    M(
+        "telegram-core-failure-keeps-passphrase",
+        PRIVACY,
+        "reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))",
+        "reply = Reply(HANDLER_FAILED)",
+        within="TelegramAdapter._on_message",
+    ),
+    M(
+        "telegram-passphrase-never-deleted",
+        PRIVACY,
+        "if reply.delete_inbound and not await delivery.delete(message.chat_id, message.message_id):",
+        "if reply.delete_inbound and not False:",
+    ),
+    M(
+        "telegram-no-delete-note",
+        PRIVACY,
+        'text = f"{text}\\n\\n{DELETE_SECRET_NOTE}"',
+        "text = text",
+        within="TelegramAdapter._on_message",
+    ),
+    M(
+        "telegram-token-in-logs",
+        PRIVACY,
+        "                record.msg, record.args = message, None",
+        "                pass",
+    ),
+    M(
+        "telegram-confirmed-at-dispatch",  # issue 12 gap: confirmed before it was handled
+        RELIABILITY,
+        "        self._ledger.begin(update.update_id)\n        chat = update.effective_chat",
+        "        self._ledger.finish(update.update_id)\n        chat = update.effective_chat",
+    ),
+    M(
+        "telegram-stored-before-handled",  # issue 12 gap: stored before it was handled
+        RELIABILITY,
+        "                await self._process(update)\n                queue.popleft()\n"
+        "                self._ledger.finish(update.update_id)\n                self._progress.set()\n"
+        "                await self._persist()",
+        "                self._ledger.finish(update.update_id)\n                await self._persist()\n"
+        "                await self._process(update)\n                queue.popleft()\n"
+        "                self._progress.set()",
+    ),
+    M(
+        "telegram-redelivery-handled-again",
+        RELIABILITY,
+        "fresh = [u for u in updates if not self._ledger.is_known(u.update_id)]",
+        "fresh = list(updates)",
+    ),
+    M(
+        "telegram-ledger-settles-past-a-running-update",
+        RELIABILITY,
+        "settled = [i for i in self.above if floor is None or i < floor]",
+        "settled = list(self.above)",
+    ),
+    # --- Discord: secrets, mentions, nonces ----------------------------------------------------
+    M(
+        "discord-core-failure-keeps-passphrase",  # issue 12 gap
+        PRIVACY,
+        "reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))",
+        "reply = Reply(HANDLER_FAILED)",
+        within="DiscordAdapter._serve",
+    ),
+    M(
+        "discord-passphrase-never-deleted",
+        PRIVACY,
+        "        if reply.delete_inbound:\n            # The message carried the passphrase",
+        "        if False:\n            # The message carried the passphrase",
+    ),
+    M(
+        "discord-no-delete-note",
+        PRIVACY,
+        'text = f"{text}\\n\\n{DELETE_SECRET_NOTE}"',
+        "text = text",
+        within="DiscordAdapter._deliver",
+    ),
+    M(
+        "discord-mentions-allowed",
+        RELIABILITY,
+        "NO_MENTIONS = discord.AllowedMentions.none()",
+        "NO_MENTIONS = discord.AllowedMentions.all()",
+    ),
+    M(
+        "discord-retry-without-nonce",
+        RELIABILITY,
+        "nonce=part_nonce(delivery.nonce, index),",
+        "nonce=None,",
+    ),
+    # --- the real-server proof's wire tap (issue 29): it passes what it carries ----
+    M(
+        "wire-tap-gathers-the-answer-first",  # a stream then reaches the companion only at its end
+        RELIABILITY,
+        "                async for piece in upstream.content.iter_any():",
+        "                for piece in [await upstream.read()]:",
+        also=("tests/bench/test_wire_tap.py",),
+    ),
+    M(
+        "wire-tap-drops-the-content-type",  # the tap of old: the companion never saw a stream
+        RELIABILITY,
+        "                if name.lower() not in _HOP:",
+        '                if name.lower() not in _HOP | {"content-type"}:',
+        also=("tests/bench/test_wire_tap.py",),
+    ),
+    M(
+        "wire-tap-records-no-stream",  # every stream recorded as an unreadable whole answer
+        RELIABILITY,
+        '            record = StreamRecord() if content_type.startswith("text/event-stream") else None',
+        "            record = None",
+        also=("tests/bench/test_wire_tap.py",),
+    ),
+    M(
+        "wire-tap-joins-a-repeated-name",  # llama-cpp-python names a forced call in every chunk
+        RELIABILITY,
+        '        current.name = current.name or function.get("name") or ""',
+        '        current.name += function.get("name") or ""',
+        also=("tests/bench/test_wire_tap.py",),
+    ),
+    # --- the gateway's schedule (bot/) -------------------------------------------------------
+    M(
+        "gateway-expiry-sweep-not-scheduled",  # issue 12 gap
+        PRIVACY,
+        '        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),\n',
+        "",
+        also=("tests/bot/test_gateway_sweep.py", "tests/bot/test_scheduler.py"),
+    ),
+    # --- quotes, edits and bursts (issue 15) ---------------------------------------------------
+    M(
+        "quote-reads-private-text",
+        PRIVACY,
+        "CASE WHEN {_READABLE} THEN m.text END AS text",
+        "m.text AS text",
+    ),
+    M(
+        "quote-reads-another-interval",
+        PRIVACY,
+        "(:s IS NOT NULL AND m.segment_id = :s)",
+        "(m.segment_id IS NOT NULL)",
+    ),
+    M(
+        "quote-matches-private-replies",
+        PRIVACY,
+        "AND m.kind = 'chat'\"\n            f\" AND {_READABLE}",
+        "AND m.kind = 'chat'\"\n            f\" AND 1",
+    ),
+    M(
+        "quote-unknown-included-in-direct-chat",
+        PRIVACY,
+        "    if not conversation.is_direct:\n        # The companion's own group replies",
+        "    if True:\n        # The companion's own group replies",
+    ),
+    M(
+        "quote-carries-secret",
+        PRIVACY,
+        "(carries_secret(quoted) or not quoted.strip())",
+        "(not quoted.strip())",
+    ),
+    M(
+        "edit-revives-expired-interval",
+        PRIVACY,
+        '    " (SELECT g.id FROM segments g WHERE g.id = m.segment_id AND (g.expires_at IS NULL OR g.expires_at > :now))))"',
+        '    " (SELECT g.id FROM segments g WHERE g.id = m.segment_id)))"',
+    ),
+    M(
+        "edit-indexes-private-text",
+        PRIVACY,
+        "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
+        "WHEN new.kind = 'chat'",
+        within="0010_message_edits.sql",
+    ),
+    M(
+        "burst-answered-after-its-interval",
+        PRIVACY,
+        "            if current.unreadable or current.segment_id != burst.state.segment_id:",
+        "            if False:",
+    ),
+    M(
+        "burst-spans-a-command",
+        RELIABILITY,
+        "            await self._flush_burst(conversation.id)  # a burst never spans a command",
+        "            pass",
+    ),
+    # --- the wall at the edges (issue 22): one gate, and the SQL behind it --------------------
+    M(
+        "gate-caught-up-command-runs-in-normal-mode",
+        PRIVACY,
+        "if event.restarted is not None and not _private_mode_runs(event):",
+        "if event.restarted is not None and event.kind is EventKind.MESSAGE:",
+    ),
+    M(
+        "edit-typed-while-private-changes-the-normal-row",
+        PRIVACY,
+        "    if stored.segment_id != state.segment_id:\n        if state.is_private:",
+        "    if False:\n        if state.is_private:",
+    ),
+    M(
+        "edit-sql-ignores-the-mode-it-is-made-in",
+        PRIVACY,
+        ' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}",',
+        ' AND {_NOT_EXPIRED}",',
+    ),
+    M(
+        "unknown-command-answer-outside-its-interval",
+        PRIVACY,
+        "turn, UNKNOWN_COMMAND.format(name=event.command.name), segment_id=state.segment_id",
+        "turn, UNKNOWN_COMMAND.format(name=event.command.name)",
+    ),
+    M(
+        "mistyped-answer-outside-its-interval",
+        PRIVACY,
+        "turn, MISTYPED_LOOKALIKE, segment_id=state.segment_id, delete_inbound=True",
+        "turn, MISTYPED_LOOKALIKE, delete_inbound=True",
+    ),
+    M(
+        "delivery-outside-the-open-interval-accepted",
+        PRIVACY,
+        "WHERE s.conversation_id = new.conversation_id AND s.ended_at IS NULL AND s.id IS NOT new.segment_id",
+        "WHERE 0",
+        within="0011_private_edges.sql",
+    ),
+    M(
+        "mirror-notice-outside-the-open-interval",
+        PRIVACY,
+        'segment_id=open_segment["id"] if open_segment is not None else None,',
+        "segment_id=None,",
+    ),
+    M(
+        "outbox-due-picks-an-expired-interval",
+        PRIVACY,
+        '            f" AND {_INTERVAL_OPEN}"\n',
+        "",
+    ),
+    M(
+        "outbox-pending-of-sends-an-expired-interval",
+        PRIVACY,
+        'f" AND {_INTERVAL_OPEN} ORDER BY id",',
+        '" ORDER BY id",',
+    ),
+    # --- the end of an interval ends what it shows (issue 29) --------------------------------------------
+    M(
+        "outbox-sends-a-closed-interval",
+        PRIVACY,
+        '" AND g.ended_at IS NULL AND (g.expires_at IS NULL OR g.expires_at > :now)))"',
+        '" AND (g.expires_at IS NULL OR g.expires_at > :now)))"',
+    ),
+    M(
+        "interval-end-leaves-what-was-shown",
+        PRIVACY,
+        'f" WHERE segment_id IN ({segments}) AND streamed_ids IS NOT NULL',
+        'f" WHERE 0 AND segment_id IN ({segments}) AND streamed_ids IS NOT NULL',
+    ),
+    M(
+        "interval-end-leaves-unsent-replies-pending",
+        PRIVACY,
+        "f\" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')\",",
+        "f\" WHERE 0 AND segment_id IN ({segments}) AND status IN ('streaming', 'pending')\",",
+    ),
+    M(
+        "valve-close-withdraws-nothing",
+        PRIVACY,
+        '            await end_shown(db, "SELECT id FROM segments WHERE id = ? AND ended_at IS NULL", (segment_id,), now)\n',
+        "",
+    ),
+    M(
+        "normal-withdraws-nothing",
+        PRIVACY,
+        "            await end_shown(\n"
+        '                db, "SELECT id FROM segments WHERE conversation_id = ? AND ended_at IS NULL", (conversation_id,), now\n'
+        "            )\n",
+        "",
+    ),
+    M(
+        "restart-close-withdraws-nothing",
+        PRIVACY,
+        '            await end_shown(db, f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0)\n',
+        "",
+    ),
+    M(
+        "expiry-deletion-withdraws-nothing",
+        PRIVACY,
+        '            await end_shown(db, "SELECT id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,), now)\n',
+        "",
+    ),
+    M(
+        "forget-private-withdraws-nothing",
+        PRIVACY,
+        '            await end_shown(db, "SELECT id FROM segments WHERE conversation_id = ?", (conversation_id,), now)\n',
+        "",
+    ),
+    M(
+        "reply-written-into-an-ended-interval",
+        PRIVACY,
+        '"SELECT 1 FROM segments WHERE id = ? AND ended_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",',
+        '"SELECT 1 WHERE ? IS NOT NULL AND ? IS NOT NULL",',
+    ),
+    M(
+        "stream-opened-in-an-ended-interval",
+        PRIVACY,
+        "                if segment is None:\n                    raise IntervalEnded(",
+        "                if segment is None and False:\n                    raise IntervalEnded(",
+    ),
+    M(
+        "stream-shown-past-its-expiry",
+        PRIVACY,
+        "        return row is not None\n\n    async def retract(",
+        "        return True\n\n    async def retract(",
+    ),
+    M(
+        "stream-held-back-by-an-ended-interval",
+        RELIABILITY,
+        "AND e.id < d.id AND {_interval_open('e')})\",",
+        'AND e.id < d.id)",',
+    ),
+    M(
+        "stream-edited-past-its-expiry",
+        PRIVACY,
+        "        return None if reply.ends_at is None else reply.ends_at - self._now()",
+        "        return None",
+    ),
+    M(
+        "stream-request-not-cut-at-expiry",
+        PRIVACY,
+        "            bound = asyncio.timeout(left)",
+        "            bound = asyncio.timeout(None)",
+    ),
+    M(
+        "send-not-cut-at-expiry",
+        PRIVACY,
+        "                done, _ = await asyncio.wait({task}, timeout=left)",
+        "                done, _ = await asyncio.wait({task}, timeout=None)",
+    ),
+    M(
+        "send-not-cancelled-when-the-interval-ends",
+        PRIVACY,
+        "            send.end()",
+        "            pass",
+    ),
+    M(
+        "send-picked-before-the-end-starts-after-it",
+        PRIVACY,
+        "            if ends is not None and self.ends(delivery.conversation_id) != ends:",
+        "            if False:",
+    ),
+    M(
+        "outbox-not-told-that-an-interval-ended",
+        PRIVACY,
+        "        ended=outbox.interval_ended if outbox is not None else None,",
+        "        ended=None,",
+    ),
+    M(
+        "valve-leave-tells-no-one",
+        PRIVACY,
+        "        if closed > 0:\n            self._tell_ended(conversation.id)",
+        "        if False:\n            self._tell_ended(conversation.id)",
+    ),
+    M(
+        "withdrawn-line-counted-in-metrics",
+        PRIVACY,
+        "        if delivery.retracts:  # what a private answer showed, withdrawn",
+        "        if False:  # what a private answer showed, withdrawn",
+    ),
+    M(
+        "withdrawn-line-kept-once-sent",
+        PRIVACY,
+        '"DELETE FROM deliveries WHERE id = ? AND retracts = 1"',
+        '"DELETE FROM deliveries WHERE id = ? AND retracts = 1 AND 0"',
+    ),
+    M(
+        "backup-keeps-withdrawn-lines",
+        PRIVACY,
+        '        db.execute("DELETE FROM deliveries WHERE retracts = 1")',
+        '        db.execute("DELETE FROM deliveries WHERE retracts = 1 AND 0")',
+    ),
+    M(
+        "answer-of-an-open-interval-withdrawn",
+        PRIVACY,
+        'if row["status"] not in ("streaming", "pending") or (row["open"] and not row["retracts"]):',
+        'if row["status"] not in ("streaming", "pending"):',
+    ),
+    M(
+        "turn-apologises-once-its-interval-ended",
+        PRIVACY,
+        "            reply = await self._dispatch(turn, event)\n        except IntervalEnded:",
+        "            reply = await self._dispatch(turn, event)\n        except ModuleNotFoundError:",
+    ),
+    M(
+        "turn-runs-on-once-its-stream-ended",
+        RELIABILITY,
+        "        if self._stream is not None and self._stream.ended:",
+        "        if False:",
+    ),
+    M(
+        "sweep-leaves-withdrawn-lines-unsent",
+        PRIVACY,
+        "        if deleted and self.outbox is not None:\n            self.outbox.interval_ended()",
+        "        if deleted and self.outbox is not None:\n            pass",
+    ),
+    M(
+        "web-page-not-told-at-expiry",
+        PRIVACY,
+        "                    event = await asyncio.wait_for(anext(page), _until_end(mode, now))",
+        "                    event = await asyncio.wait_for(anext(page), None)",
+    ),
+    M(
+        "web-end-read-as-still-private",
+        PRIVACY,
+        "        return segment if ends is None or self._clock.now() < ends else None",
+        "        return segment",
+    ),
+    M(
+        "web-withdrawn-bubble-drawn-as-a-reply",
+        PRIVACY,
+        "                RETRACTION if delivery.retracts else delivery.kind,",
+        "                delivery.kind,",
+    ),
+    M(
+        "restart-answer-kept-in-the-closed-interval",
+        RELIABILITY,
+        "            segment_id=answer_segment,\n            answers=message_id if kind",
+        "            segment_id=answer_segment if answer_segment is not None else closed.segment_id,\n"
+        "            answers=message_id if kind",
+    ),
+    M(
+        "mirror-copies-the-quote-of-a-private-message",
+        PRIVACY,
+        "'you: ' || coalesce(u.said, u.text) || char(10)",
+        "'you: ' || u.text || char(10)",
+    ),
+    M(
+        "mirror-words-not-kept-apart-from-the-quote",
+        PRIVACY,
+        "    return Composed(text, said if lines else None, unread)",
+        "    return Composed(text, None, unread)",
+    ),
+    M(
+        "forward-of-a-private-message-read-by-its-id",
+        PRIVACY,
+        "            return copy.PLACEHOLDER if found.text is None else None",
+        "            return None",
+    ),
+    M(
+        "forward-sent-in-a-private-interval-read",
+        PRIVACY,
+        "    if message.forwarded_at is not None and await store.private_interval_at(",
+        "    if False and await store.private_interval_at(",
+    ),
+    M(
+        "forward-of-a-message-not-kept-read",
+        PRIVACY,
+        "        if not any(_within(message.text, text) for text in readable):",
+        "        if False:",
+    ),
+    M(
+        "telegram-forward-origin-not-named",
+        PRIVACY,
+        "        if sender is not None and _may_be_from_our_chat(origin, sender, bot_id):",
+        "        if False:",
+    ),
+    M(
+        "discord-forward-origin-not-named",
+        PRIVACY,
+        '            "forwarded_chat_id": str(reference.channel_id),',
+        '            "forwarded_chat_id": None,',
+    ),
+    M(
+        "mirror-copies-the-placeholder-of-a-forward",
+        PRIVACY,
+        "    said = copy.FORWARD_UNREAD_SAID if unread else words",
+        "    said = words",
+    ),
+    M(
+        "forward-not-read-never-told",
+        RELIABILITY,
+        "            told = (copy.FORWARD_NOT_READ,)",
+        "            told = ()",
+    ),
+    M(
+        "telegram-edit-read-at-its-message-date",
+        RELIABILITY,
+        "        if edited and message.edit_date is not None:",
+        "        if False:",
+    ),
+    M(
+        "discord-edit-read-at-its-message-date",
+        RELIABILITY,
+        "        if edited and message.edited_at is not None:",
+        "        if False:",
+    ),
+    M(
+        "reply-delivery-depends-on-a-registered-sender",
+        RELIABILITY,
+        "        return self._platforms is None or platform in self._platforms",
+        "        return self._outbox.serves(platform)",
+    ),
+    M(
+        "chat-move-waits-on-its-lane",
+        RELIABILITY,
+        "        return await self._people.chat_moved(platform, old_chat_id, new_chat_id)",
+        "        return await self._lanes.run(\n            _key_of(platform, old_chat_id),\n"
+        "            functools.partial(self._people.chat_moved, platform, old_chat_id, new_chat_id),\n        )",
+    ),
+    M(
+        "stop-leaves-held-bursts-unanswered",
+        RELIABILITY,
+        "            self._burst_quiet(conversation_id, generation)\n\n",
+        "            pass\n\n",
+    ),
+    M(
+        "stop-cancels-sends-in-flight",
+        RELIABILITY,
+        "        if self._handed:\n            await asyncio.wait(set(self._handed), timeout=max(deadline - loop.time(), 0.0))",
+        "        for task in list(self._handed):\n            task.cancel()",
+    ),
+    M(
+        "edit-answered-when-unchanged",
+        RELIABILITY,
+        " AND m.text IS NOT :t",
+        "",
+    ),
+    # --- the HTTP service (issue 23): metrics that count no private turn, sign-in, requests -------------
+    M(
+        "metrics-private-turn-recorded",
+        PRIVACY,
+        "recorder = None if state.is_private else RunRecorder(self._clock, conversation.id, self._metrics)",
+        "recorder = RunRecorder(self._clock, conversation.id, self._metrics)",
+    ),
+    M(
+        "metrics-private-reply-write-timed",
+        PRIVACY,
+        "        if run is not None:  # a normal turn's reply",
+        "        if True:  # a normal turn's reply",
+    ),
+    M(
+        "metrics-private-delivery-counted",
+        PRIVACY,
+        "        if delivery.in_segment:\n            return\n",
+        "        if False:\n            return\n",
+    ),
+    M(
+        "metrics-private-delivery-not-marked",
+        PRIVACY,
+        'in_segment=bool(row["in_segment"]),',
+        "in_segment=False,",
+    ),
+    M(
+        "metrics-private-decision-counted",
+        PRIVACY,
+        "                result.private += 1\n",
+        "                result.private += 1\n                self._counted(decision)\n",
+    ),
+    M(
+        "metrics-label-any-value",
+        PRIVACY,
+        "    return value if value in allowed else OTHER",
+        "    return value",
+    ),
+    M(
+        "web-sign-in-code-reusable",
+        PRIVACY,
+        '"DELETE FROM web_login_codes WHERE code_hash = ? AND expires_at > ? RETURNING id"',
+        '"SELECT id FROM web_login_codes WHERE code_hash = ? AND expires_at > ?"',
+    ),
+    M(
+        "web-sign-in-code-never-expires",
+        PRIVACY,
+        'RETURNING id", (code_hash, now)',
+        'RETURNING id", (code_hash, 0.0)',
+    ),
+    M(
+        "web-signed-out-session-kept-in-memory",
+        PRIVACY,
+        "            self._known = OrderedDict((k, v) for k, v in self._known.items() if v[0] != session.id)\n",
+        "",
+    ),
+    M(
+        "web-known-session-outlives-its-expiry",
+        PRIVACY,
+        "min(now + SESSION_RECHECK_SECONDS, stored.expires_at)",
+        "now + SESSION_RECHECK_SECONDS",
+    ),
+    M(
+        "web-session-never-expires",
+        PRIVACY,
+        'WHERE token_hash = ? AND expires_at > ?", (token_hash, now)',
+        'WHERE token_hash = ? AND expires_at > ?", (token_hash, 0.0)',
+    ),
+    M(
+        "web-sign-in-code-stored-plain",
+        PRIVACY,
+        'await store.save_login_code(secret_hash(code, "login"), now, now + CODE_SECONDS)',
+        "await store.save_login_code(code, now, now + CODE_SECONDS)",
+    ),
+    M(
+        "web-sign-in-not-rate-limited",
+        PRIVACY,
+        "        if locked is not None:",
+        "        if False:",
+        within="WebAuth._exchange",
+    ),
+    M(
+        "web-session-cookie-readable-by-scripts",
+        PRIVACY,
+        '            path="/",\n            httponly=True,',
+        '            path="/",\n            httponly=False,',
+    ),
+    M(
+        "web-csrf-unchecked",
+        PRIVACY,
+        "        if not given or not any(hmac.compare_digest(given.encode(), token.encode()) for token in expected):",
+        "        if False:",
+    ),
+    M(
+        "web-host-unchecked",
+        PRIVACY,
+        '        if not self.allowed.allows_host(request.headers.get("Host")):',
+        "        if False:",
+    ),
+    M(
+        "web-origin-unchecked",
+        PRIVACY,
+        '        if origin is not None and not self.allowed.allows_origin(origin, request.headers.get("Host")):',
+        "        if False:",
+    ),
+    M(
+        "web-origin-port-ignored",
+        PRIVACY,
+        '        return (origin_name.rstrip("."), origin_port or default) == (host_name.rstrip("."), host_port or default)',
+        '        return origin_name.rstrip(".") == host_name.rstrip(".")',
+    ),
+    M(
+        "web-query-string-logged",
+        PRIVACY,
+        "            request.rel_url.path,",
+        "            request.path_qs,",
+    ),
+    M(
+        "web-cors-header-kept",
+        PRIVACY,
+        "        del response.headers[name]  # no CORS, whatever a handler set",
+        "        pass",
+    ),
+    M(
+        "web-exposed-without-allowed-hosts",
+        PRIVACY,
+        "if self.http_port is not None and not self.http_allowed_host_set and not is_loopback(self.http_host):",
+        "if False:",
+        also=("tests/bot/test_settings.py",),
+    ),
+    M(
+        "backup-keeps-web-sessions",
+        PRIVACY,
+        "    for table in _PRIVATE_TABLES + _CREDENTIAL_TABLES:",
+        "    for table in _PRIVATE_TABLES:",
+    ),
+    M(
+        "web-takes-requests-after-the-stop",
+        RELIABILITY,
+        "        if self.stopping and request.method in UNSAFE_METHODS:",
+        "        if False:",
+    ),
+    M(
+        "readyz-ignores-a-stale-telegram-poll",
+        RELIABILITY,
+        "        if waited > self._stale_after:",
+        "        if False:",
+    ),
+    M(
+        "readyz-ignores-a-discord-disconnect",
+        RELIABILITY,
+        '        if self._down:\n            return "gateway disconnected; reconnecting"',
+        '        if False:\n            return "gateway disconnected; reconnecting"',
+    ),
+    M(
+        "readyz-ignores-a-failed-database-write",
+        RELIABILITY,
+        '            self._failure = f"not writable ({type(exc).__name__})"',
+        "            self._failure = None",
+    ),
+    M(
+        "livez-ignores-a-stuck-core-loop",
+        RELIABILITY,
+        '        return f"the event loop has not answered for {waited:.0f} s" if waited > self._live_limit else None',
+        "        return None",
+    ),
+    M(
+        "web-owner-not-linked",
+        RELIABILITY,
+        "        self._owner = owner_accounts | {WEB_OWNER} if web_owner else owner_accounts",
+        "        self._owner = owner_accounts",
+    ),
+    # --- the model's answers and tool support (issue 25) -----------------------------------------------
+    M(
+        "answer-tool-syntax-shown-as-reply",
+        RELIABILITY,
+        "                if only_tool_call(text, self._tools.names) or",
+        "                if False or",
+    ),
+    M(
+        "answer-silence-with-tools-shown-as-reply",  # llama-cpp-python's chatml-function-calling ends a message empty
+        RELIABILITY,
+        " or (not text and request.tools):",
+        " or False:",
+    ),
+    M(
+        "answer-tool-syntax-asked-again-with-tools",
+        RELIABILITY,
+        "                    asked_without_tools = True\n"
+        "                    request = _round_request(messages, offered, last=True, private=private)",
+        "                    asked_without_tools = True\n"
+        "                    request = _round_request(messages, offered, last=False, private=private)",
+    ),
+    M(
+        "answer-tool-syntax-recognised-anywhere",  # "only a tool call": a reply that mentions one is sent
+        RELIABILITY,
+        "            return False\n        found, rest = True, after.strip()",
+        "            return found\n        found, rest = True, after.strip()",
+    ),
+    M(
+        "tools-refusal-forgotten-after-the-turn",
+        RELIABILITY,
+        "        self._enabled = False\n",
+        "        pass\n",
+    ),
+    M(
+        "tools-offered-although-off",
+        RELIABILITY,
+        "tuple(self._tools.tools_for(conversation, state)) if self._tool_support.enabled_for(private=private) else ()",
+        "tuple(self._tools.tools_for(conversation, state))",
+    ),
+    M(
+        "help-silent-when-tools-are-off",
+        RELIABILITY,
+        "    if not services.tools.enabled:",
+        "    if False:",
+    ),
+    M(
+        "tool-schema-says-no-length",  # a grammar-bound model then writes what the handler refuses
+        RELIABILITY,
+        '    return {"type": "string", "maxLength": limit}',
+        '    return {"type": "string"}',
+    ),
+    # --- companion doctor (issue 25): it never writes, never prints a secret, and probes for real -------
+    M(
+        "doctor-leaves-wal-files-behind",
+        RELIABILITY,
+        '    mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"',
+        '    mode = "mode=ro"',
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-prints-a-secret-a-server-echoed",
+        RELIABILITY,
+        "            text = text.replace(secret, WITHHELD)",
+        "            pass",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-tool-probe-not-forced",
+        RELIABILITY,
+        "force_tool=PROBE_TOOL.name",
+        "force_tool=None",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-words-with-tools-unchecked",
+        RELIABILITY,
+        "        if not text or only_tool_call(text, {PROBE_TOOL.name}):",
+        "        if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-context-window-unchecked",
+        RELIABILITY,
+        "    if size < need:",
+        "    if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-intent-unchecked",
+        RELIABILITY,
+        "    if flags & (GATEWAY_MESSAGE_CONTENT | GATEWAY_MESSAGE_CONTENT_LIMITED):",
+        "    if True:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "provider-tools-refusal-unclassified",
+        RELIABILITY,
+        "            if request.tools and code in _TOOLS_REFUSED_STATUSES and _TOOLS_REFUSED.search(error_text):",
+        "            if False:",
+    ),
+    # --- streaming: the web chat (issue 24) ---------
+    M(
+        "web-stream-not-registered",  # the web chat's replies would only ever go whole
+        RELIABILITY,
+        "            self._outbox.register_streamer(self)\n",
+        "            pass\n",
+    ),
+    M(
+        "web-stream-outlives-the-chat",  # a closed chat would still be asked to show replies while written
+        RELIABILITY,
+        "            self._outbox.unregister_streamer(self)\n",
+        "            pass\n",
+    ),
+    M(
+        "web-stream-final-not-in-its-bubble",  # the final would be a second bubble under the partial one
+        RELIABILITY,
+        "                stream=delivery.streamed,\n",
+        "                stream=(),\n",
+    ),
+    M(
+        "web-stream-partial-before-the-page-began",  # a page opened mid-stream would show the answer twice
+        RELIABILITY,
+        "        if event.kind == PARTIAL and not self._begun:",
+        "        if False:",
+    ),
+    M(
+        "web-stream-shows-the-unfinished-grapheme",  # a flag or a family emoji would flicker in halves
+        RELIABILITY,
+        "        return stream_pieces(text, STREAM_LIMIT, final=final)",
+        "        return stream_pieces(text, STREAM_LIMIT, final=True)",
+    ),
+    M(
+        "web-stream-final-drawn-as-a-new-bubble",  # the page's script: the final under the partial text
+        RELIABILITY,
+        "    var li = ids.length ? bubble(ids[0]) : null;",
+        "    var li = null;",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
+    M(
+        "web-stream-final-unformatted",  # the page's script: the final drawn as written, markers and all
+        RELIABILITY,
+        "      draw(li, data.text, data.format);",
+        "      li.textContent = data.text;",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
+    M(
+        "web-stream-typing-never-shown",  # the page's script: nothing but silence until the first words
+        RELIABILITY,
+        "    shown(li);\n    typing(true);",
+        "    shown(li);",
+        also=("tests/bot/test_web_browser_wire.py",),
+    ),
+    M(
+        "web-reply-drawn-as-the-models-html",  # a reply's <script> would be markup (the CSP still blocks it)
+        RELIABILITY,
+        'out.append(html.escape(units[2 * at : 2 * end].decode("utf-16-le", errors="replace"), quote=True))',
+        'out.append(units[2 * at : 2 * end].decode("utf-16-le", errors="replace"))',
+    ),
+    # --- streaming: Telegram (issue 24) --------------------------------------------------------------
+    M(
+        "telegram-stream-not-modified-is-an-error",
+        RELIABILITY,
+        "            if not_modified(exc):\n                return",
+        "            if False:\n                return",
+    ),
+    M(
+        "telegram-stream-429-stops-the-stream",
+        RELIABILITY,
+        "    if isinstance(exc, RetryAfter):\n        return DeliveryThrottled(retry_after_seconds(exc))",
+        "    if False:\n        return DeliveryThrottled(retry_after_seconds(exc))",
+    ),
+    M(
+        "telegram-stream-typing-not-stopped-by-the-first-piece",
+        RELIABILITY,
+        "        self._first_shown(message.chat_id)",
+        "        pass",
+    ),
+    M(
+        "telegram-stream-group-reply-quotes-nothing",
+        RELIABILITY,
+        "        reply_to = quotable(target.reply_to) if index == 0 else None",
+        "        reply_to = None",
+    ),
+    M(
+        "telegram-streamer-not-registered",
+        RELIABILITY,
+        "            self._outbox.register_streamer(self._streamer)",
+        "            pass",
+        within="TelegramAdapter.start",
+    ),
+    M(
+        "telegram-streamed-reply-posted-again-not-edited",
+        RELIABILITY,
+        "            if delivery.streamed:",
+        "            if False:",
+    ),
+    M(
+        "telegram-streamed-final-rendered-whole-not-per-piece",
+        RELIABILITY,
+        "    return tuple(part for piece in pieces for part in telegram_parts(piece, limit))",
+        "    return telegram_parts(markdown, limit)",
+    ),
+    M(
+        "telegram-streamed-final-not-modified-is-an-error",
+        RELIABILITY,
+        '            if "message is not modified" in exc.message.lower():',
+        "            if False:",
+    ),
+    M(
+        "telegram-streamed-final-from-the-first-part-again",
+        RELIABILITY,
+        "        for number in range(start, len(parts)):",
+        "        for number in range(0, len(parts)):",
+    ),
+    M(
+        "telegram-streamed-leftover-messages-kept",
+        RELIABILITY,
+        "            await self.delete(int(chat_id), int(message_id))",
+        "            pass",
+    ),
+    M(
+        "telegram-streamed-deleted-message-fails-the-reply",
+        RELIABILITY,
+        "                return False\n            raise\n        return True",
+        "                raise\n            raise\n        return True",
+    ),
+    M(
+        "telegram-typing-not-held-for-a-burst",
+        RELIABILITY,
+        "            self._typing_until[message.chat_id] = self._monotonic() + self._typing_hold",
+        "            self._typing_done(message.chat_id)",
+        also=(
+            "tests/bot/test_streaming_telegram_wire.py"
+            "::test_a_stop_mid_stream_lets_the_answer_finish_within_the_grace_and_sends_it_once",
+        ),
+    ),
+    # --- streaming: the model link ------------
+    M(
+        "stream-tool-arguments-last-piece-only",
+        RELIABILITY,
+        "            current.arguments.append(arguments_text(function.arguments))",
+        "            current.arguments[:] = [arguments_text(function.arguments)]",
+    ),
+    M(
+        "stream-ollama-calls-numbered-0-merged",
+        RELIABILITY,
+        "        if current is not None and delta.id and current.id and delta.id != current.id and function.name:",
+        "        if False:",
+    ),
+    M(
+        "stream-tool-call-start-not-said",
+        RELIABILITY,
+        "    if began:\n        await partial(Partial(assembly.text, calling=True))",
+        "    if False:\n        await partial(Partial(assembly.text, calling=True))",
+    ),
+    M(
+        "stream-usage-not-kept",
+        RELIABILITY,
+        "        if chunk.usage is not None:\n            self.usage = chunk.usage",
+        "        if False:\n            self.usage = chunk.usage",
+    ),
+    M(
+        "stream-length-not-truncated",
+        RELIABILITY,
+        '            truncated=self.finish_reason == "length",',
+        "            truncated=False,",
+    ),
+    M(
+        "stream-answer-without-finish-accepted",  # Ollama's failed model would read as a shorter answer
+        RELIABILITY,
+        "    if assembly.finish_reason is None:",
+        "    if False:",
+    ),
+    M(
+        "stream-error-event-ignored",
+        RELIABILITY,
+        "    if chunk.error is not None:",
+        "    if False:",
+    ),
+    M(
+        "stream-error-field-ignored",  # llama.cpp of early 2025: `error:` then `data: [DONE]`
+        RELIABILITY,
+        '        if line.startswith("error:"):',
+        '        if line.startswith("never:"):',
+    ),
+    M(
+        "stream-keepalive-comment-read-as-data",
+        RELIABILITY,
+        '        if line.startswith("data:"):\n            data.append(line[5:].removeprefix(" "))',
+        '        if line.startswith(("data:", ":")):\n            data.append(line[5:].removeprefix(" "))',
+    ),
+    M(
+        "stream-surrogate-pair-not-joined",
+        RELIABILITY,
+        '        if "\\ud800" <= text[-1] <= "\\udbff":',
+        "        if False:",
+    ),
+    M(
+        "stream-lone-surrogate-kept",  # a text that cannot be encoded: no platform, no database takes it
+        RELIABILITY,
+        "    if not _SURROGATE.search(text):\n        return text",
+        "    if True:\n        return text",
+    ),
+    M(
+        "stream-not-remembered-as-not-streaming",
+        RELIABILITY,
+        "        learned.setdefault(trait, why)\n",
+        "        pass\n",
+    ),
+    M(
+        "stream-one-piece-answer-read-as-events",
+        RELIABILITY,
+        '            if not response.headers.get("content-type", "").startswith("text/event-stream"):',
+        "            if False:",
+    ),
+    M(
+        "stream-4xx-held-against-streaming-before-the-whole-answer",
+        RELIABILITY,
+        '            return _Unstreamed(f"it failed a streamed request with {exc.status}", request)',
+        '            self._traits.refused(stream_trait(request), request, "refused")\n'
+        '            return _Unstreamed(f"it failed a streamed request with {exc.status}", request)',
+    ),
+    M(
+        "stream-image-refusal-not-streamed-again",
+        RELIABILITY,
+        "                return await self._complete_streamed(without_images(request), partial)",
+        '                return _Unstreamed("images", request)',
+    ),
+    M(
+        "stream-too-long-in-stream-unclassified",  # the core's retry with half the window never comes
+        RELIABILITY,
+        "        if _TOO_LONG.search(exc.reported):",
+        "        if False:",
+    ),
+    M(
+        "stream-timeout-bounds-the-whole-answer",
+        RELIABILITY,
+        "                assembly = await read_stream(paced_lines(response.aiter_bytes()), sink)",
+        "                assembly = await asyncio.wait_for(\n"
+        "                    read_stream(paced_lines(response.aiter_bytes()), sink), self._timeout\n"
+        "                )",
+    ),
+    M(
+        "stream-broken-answer-asked-again",  # the words shown would be shown a second time
+        RELIABILITY,
+        "                # Not retried: the answer is on screen already, and a second one would double it.\n",
+        "                if isinstance(exc, httpx.RemoteProtocolError):\n"
+        "                    return await self._complete_streamed(request, partial)\n",
+    ),
+    M(
+        "stream-server-error-text-in-the-exception",  # the error may quote the model's words
+        PRIVACY,
+        'raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc}") from exc',
+        'raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc} {exc.reported}") from exc',
+    ),
+    M(
+        "doctor-stream-probe-not-a-turns-request",
+        RELIABILITY,
+        "            await self.provider.complete(request, partial=dropped)",
+        "            await self.provider.complete(request)",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-failing-streams-not-a-problem",  # every streamed turn would fail, and the report says all is well
+        RELIABILITY,
+        '    elif stream.kind == "stream-failed":',
+        "    elif False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-streaming-probed-while-off",
+        RELIABILITY,
+        "    if settings.stream_edit_seconds is None:",
+        "    if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    # --- streaming: a stream that fails before anything was shown (issue 29, point 1) -------------------
+    M(
+        "stream-failed-before-words-not-asked-unstreamed",  # llama-cpp-python with tools: every turn an apology
+        RELIABILITY,
+        "                if not shown and not _TOO_LONG.search(exc.reported):",
+        "                if False:",
+        also=("tests/bot/test_stream_fallback_wire.py",),
+    ),
+    M(
+        "stream-failed-connection-kept",  # the unstreamed retry meets the connection uvicorn closed: an apology
+        RELIABILITY,
+        "            if not ended:",
+        "            if False:",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "stream-broken-before-words-not-asked-unstreamed",  # a stream closed after its headers: an apology
+        RELIABILITY,
+        "                if not shown:\n",
+        "                if False:\n",
+        within="OpenAICompatibleProvider._complete_streamed",
+        also=("tests/bot/test_stream_fallback_wire.py",),
+    ),
+    M(
+        "stream-500-not-asked-unstreamed",
+        RELIABILITY,
+        "            if exc.status != 500:",
+        "            if True:",
+    ),
+    M(
+        "stream-words-shown-asked-again-unstreamed",  # the words shown would be shown a second time
+        RELIABILITY,
+        "            shown = True\n",
+        "            pass\n",
+    ),
+    M(
+        "stream-silence-until-the-timeout-asked-again",  # the person would wait a second timeout for nothing
+        RELIABILITY,
+        "                if isinstance(exc, httpx.TimeoutException | TimeoutError):\n                    # Not sent again",
+        "                if shown and isinstance(exc, httpx.TimeoutException | TimeoutError):\n"
+        "                    # Not sent again",
+    ),
+    M(
+        "stream-shapes-learned-as-one",  # a server streaming only without tools would never stream at all
+        RELIABILITY,
+        "    return Trait.STREAM_WITH_TOOLS if request.tools else Trait.STREAM_WITHOUT_TOOLS",
+        "    return Trait.STREAM_WITHOUT_TOOLS",
+    ),
+    M(
+        "stream-learned-although-the-unstreamed-request-failed-too",
+        RELIABILITY,
+        "        completion = await self._complete_whole(streamed.request)\n"
+        "        self._traits.refused(stream_trait(request), request, streamed.why)\n",
+        "        self._traits.refused(stream_trait(request), request, streamed.why)\n"
+        "        completion = await self._complete_whole(streamed.request)\n",
+    ),
+    M(
+        "stream-learned-warned-for-each-mode",  # one warning per shape and run
+        RELIABILITY,
+        "        if trait in self._warned:\n            return\n",
+        "        if False:\n            return\n",
+    ),
+    M(
+        "context-preview-streams-every-shape",  # /context would show a streamed request sent unstreamed
+        RELIABILITY,
+        "streamed=streamed and self._traits.allows(stream_trait(prepared), prepared)",
+        "streamed=streamed",
+    ),
+    M(
+        "doctor-stream-probe-offers-no-tools",  # "OK streaming" for a server that streams only without tools
+        RELIABILITY,
+        "            tools=(PROBE_TOOL,) if tools else (),",
+        "            tools=(),",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-stream-probe-not-given-the-turns-tools",
+        RELIABILITY,
+        "    stream = await probe.streaming(tools=settings.llm_tools)",
+        "    stream = await probe.streaming(tools=False)",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "doctor-streams-only-without-tools-said-ok",
+        RELIABILITY,
+        "        if why is None:\n",
+        "        if True:\n",
+        also=("tests/bot/test_doctor.py",),
+    ),
+    # --- private turns teach normal mode nothing (issue 29, point 5) ----------------------------------------
+    M(
+        "private-turn-teaches-the-token-ratio",  # a private turn's size would size the next normal window
+        PRIVACY,
+        "        if not request.private:\n            self._context.ratio.observe(",
+        "        if True:\n            self._context.ratio.observe(",
+    ),
+    M(
+        "private-turn-request-not-marked",
+        PRIVACY,
+        "        private = state.is_private  # the gate's answer, carried by every request of the turn",
+        "        private = False",
+    ),
+    M(
+        "private-summary-fold-request-not-marked",
+        PRIVACY,
+        "        request = summary_request(context.summary.text, batch, private=state.is_private)",
+        "        request = summary_request(context.summary.text, batch)",
+    ),
+    M(
+        "private-tools-refusal-turns-normal-tools-off",
+        PRIVACY,
+        "                self._tool_support.refused(private=private)",
+        "                self._tool_support.refused(private=False)",
+    ),
+    M(
+        "private-request-teaches-the-provider",  # streaming and images learned from private requests
+        PRIVACY,
+        "        learned = self._private if request.private else self._normal",
+        "        learned = self._normal",
+    ),
+    M(
+        "private-refusal-forgotten-by-private-requests",  # each private turn would fail the same way again
+        RELIABILITY,
+        "        return not (request.private and trait in self._private)",
+        "        return True",
+    ),
+    M(
+        "private-turn-told-the-image-note-for-normal-mode",
+        PRIVACY,
+        "told = {(conversation_id, False), (conversation_id, True)} if private else {(conversation_id, False)}",
+        "told = {(conversation_id, False), (conversation_id, True)}",
+    ),
+    # --- streaming: Discord ---------------------
+    M(
+        "discord-stream-not-registered",
+        RELIABILITY,
+        "            self._outbox.register_streamer(self._streamer)",
+        "            pass",
+        within="DiscordAdapter.start",
+    ),
+    M(
+        "discord-stream-429-slept-through",
+        RELIABILITY,
+        "    if params.response.status == 429 and _RAISE_429.get():",
+        "    if False:",
+    ),
+    M(
+        "discord-stream-request-unbounded",
+        RELIABILITY,
+        "                async with asyncio.timeout(self._timeout):",
+        "                async with asyncio.timeout(None):",
+    ),
+    M(
+        "discord-stream-typing-renewed-after-first-post",
+        RELIABILITY,
+        "        typing = self._typing.pop(channel_id, None)",
+        "        typing = None",
+    ),
+    M(
+        "discord-stream-first-post-not-a-reply",
+        RELIABILITY,
+        "                reference=reference_of(reply.target) if index == 0 else None,  # type: ignore[arg-type]",
+        "                reference=None,",
+    ),
+    M(
+        "discord-stream-post-without-the-parts-nonce",
+        RELIABILITY,
+        "                nonce=part_nonce(reply.nonce, index),",
+        "                nonce=None,",
+    ),
+    M(
+        "discord-streamed-reply-sent-as-new-messages",
+        RELIABILITY,
+        "        if delivery.streamed:\n            return await self._finish_stream(channel, delivery, view)",
+        "        if False:\n            return await self._finish_stream(channel, delivery, view)",
+    ),
+    M(
+        "discord-streamed-reply-cut-unlike-its-stream",
+        RELIABILITY,
+        "        pieces = self._streamer.pieces(delivery.text, final=True)",
+        "        pieces = split_message(delivery.text, MESSAGE_LIMIT)",
+    ),
+    M(
+        "discord-streamed-extra-messages-kept",
+        RELIABILITY,
+        "        for message_id in shown[len(pieces) :]:",
+        "        for message_id in ():",
+    ),
+    M(
+        "discord-streamed-deleted-message-not-replaced",
+        RELIABILITY,
+        "                    if await self._edit_part(channel, shown[index], pieces[index], view=view_here):",
+        "                    if await self._edit_part(channel, shown[index], pieces[index], view=view_here) or True:",
+    ),
+    M(
+        "discord-part-taken-back-by-nonce-not-edited",
+        RELIABILITY,
+        "        if message.content != content:",
+        "        if False:",
+    ),
+    # --- streaming: reading and cutting -------------
+    M(
+        "stream-read-once-a-token",  # a wake-up and a socket read per token: the CPU bench's 2.7x
+        RELIABILITY,
+        "        if waited:\n            await sleep(gap)",
+        "        if False:\n            await sleep(gap)",
+    ),
+    M(
+        "stream-read-waits-for-what-was-received",  # buffered events held back a gap each
+        RELIABILITY,
+        "        waited = monotonic() - asked > BUFFERED",
+        "        waited = True",
+    ),
+    M(
+        "pieces-fast-path-strips-a-joined-space",
+        RELIABILITY,
+        "    if _units(text) <= limit and _clean_start(text):",
+        "    if _units(text) <= limit:",
+    ),
+    M(
+        "pieces-fast-path-shows-the-unfinished-cluster",
+        RELIABILITY,
+        "        shown = (text if final else _without_last_cluster(text)).strip()",
+        "        shown = text.strip()",
+    ),
+    M(
+        "stream-constant-line-replaced-by-a-scrap",  # "(one moment…)" gives way to "Fou"
+        RELIABILITY,
+        "        if (self._stream is None or self._calling) and (",
+        "        if (self._stream is None) and (",
+    ),
+    M(
+        "report-streamed-replies-not-counted",
+        RELIABILITY,
+        "status = 'sent' AND streamed_ids IS NOT NULL",
+        "status = 'sent' AND streamed_ids IS NULL",
+    ),
+    # --- the list's own anchors (issue 30): each entry found once, planted where it was found ------------
+    M(
+        "anchors-original-found-twice-accepted",  # the first of two look-alike lines would be mutated
+        RELIABILITY,
+        "        if len(places) > 1:",
+        "        if False:",
+        also=("tests/bench/test_mutation_list.py",),
+    ),
+    M(
+        "anchors-within-a-def-ignored",  # within= would search the whole file, not the def it names
+        RELIABILITY,
+        "            spans = [(d.path, d.start, d.end)]",
+        "            spans = [(d.path, 0, None)]",
+        also=("tests/bench/test_mutation_list.py",),
+    ),
+    M(
+        "anchors-planted-at-the-first-occurrence-in-the-file",  # not inside the def it was found in
+        RELIABILITY,
+        "        return place, text[: place.start] + mutation.replacement + text[end:]",
+        "        return place, text.replace(mutation.original, mutation.replacement, 1)",
+        also=("tests/bench/test_mutation_list.py",),
+    ),
+    M(
+        "anchors-search-the-list-itself",  # every original would be found twice: in the code and in the list
+        RELIABILITY,
+        'NOT_SEARCHED = frozenset({"bench/mutate.py", "bench/mutations.py"})',
+        "NOT_SEARCHED = frozenset()",
+        also=("tests/bench/test_mutation_list.py",),
+    ),
+)
