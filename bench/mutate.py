@@ -1973,7 +1973,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if message.content != content:",
         "        if False:",
     ),
-    # --- streaming: reading and cutting (adapters/llm/streaming.py, adapters/pieces.py) -------------
+    # --- streaming: reading and cutting (adapters/llm/streaming.py, adapters/rendering/pieces.py) -------------
     M(
         "stream-read-once-a-token",  # a wake-up and a socket read per token: the CPU bench's 2.7x
         RELIABILITY,
@@ -1991,14 +1991,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "pieces-fast-path-strips-a-joined-space",
         RELIABILITY,
-        "adapters/pieces.py",
+        "adapters/rendering/pieces.py",
         "    if _units(text) <= limit and _clean_start(text):",
         "    if _units(text) <= limit:",
     ),
     M(
         "pieces-fast-path-shows-the-unfinished-cluster",
         RELIABILITY,
-        "adapters/pieces.py",
+        "adapters/rendering/pieces.py",
         "        shown = (text if final else _without_last_cluster(text)).strip()",
         "        shown = text.strip()",
     ),

@@ -165,7 +165,7 @@ class FakeStreamer(FakeSender):
         self._ids = 0
 
     def pieces(self, text: str, *, final: bool = False) -> list[str]:
-        from adapters.pieces import stream_pieces
+        from adapters.rendering.pieces import stream_pieces
 
         return stream_pieces(text, self.limit, final=final)
 
