@@ -653,7 +653,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "gateway-expiry-sweep-not-scheduled",  # issue 12 gap
         PRIVACY,
-        "bot/gateway.py",
+        "bot/bootstrap.py",
         '        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),\n',
         "",
         also=("tests/bot/test_gateway_sweep.py", "tests/bot/test_scheduler.py"),
