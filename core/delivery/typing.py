@@ -80,6 +80,11 @@ class TypingService:
         if task is not None:
             task.cancel()
 
+    def showing(self, platform: str, chat_id: str) -> bool:
+        """Whether the chat's indicator is kept up now (waiting for its delay, or renewed)."""
+        task = self._tasks.get((platform, chat_id))
+        return task is not None and not task.done()
+
     def shown(self, streamer: BaseStreamer) -> BaseStreamer:
         """`streamer`, ending its chat's indicator as a reply shown while written posts its first message."""
         return _Shown(streamer, self)
