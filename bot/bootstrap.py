@@ -521,6 +521,10 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
     counters: Metrics = metrics or NO_METRICS
     async with open_companion(settings, chats | {"web"} if web else chats, metrics=counters, web=web) as companion:
         edge = edge_settings(settings)
+        entry = core_entry(companion, counters, edge)
+        # The platforms of three parts, each built on `entry` by its package's builder
+        # (`<app>_platform(entry, edge, ...)`): none yet besides the terminal, which `companion chat` runs.
+        platforms: list[Platform] = []
         adapters = build_adapters(settings, companion, on_fatal, counters)
         service = None
         if web:
@@ -528,16 +532,9 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
             # its pages are the HTTP service's.
             chat = web_chat(companion, stop_grace=settings.stop_grace, metrics=counters)
             adapters.append(chat)
-            service = build_web_service(settings, companion, [(a.name, a.ready) for a in adapters], metrics, chat)
-        yield Assembly(
-            companion,
-            core_entry(companion, counters, edge),
-            [],
-            adapters,
-            scheduled_jobs(settings, companion),
-            service,
-            chats,
-        )
+            intakes: list[BaseIntake] = [*adapters, *(platform.intake for platform in platforms)]
+            service = build_web_service(settings, companion, [(i.name, i.ready) for i in intakes], metrics, chat)
+        yield Assembly(companion, entry, platforms, adapters, scheduled_jobs(settings, companion), service, chats)
 
 
 # --- the command line's tasks ------------------------------------------------------------------

@@ -78,7 +78,7 @@ class CoreEntry:
             refusal = self._companion.refusal(event)
             if refusal is None:
                 return _now(Silent(Silence.REFUSED_BEFORE))
-            return self._waited(self._handoff.deliver(event, refusal))
+            return self._waited(self._hand_off(event, refusal))
         try:
             turn = self._companion.submit(event)
         except LanesClosed:
@@ -116,6 +116,9 @@ class CoreEntry:
             # A button never sends a secret or an unknown command: the answer goes without it.
             log.error("%s: a confirmation that is no known command without a secret was left out", event.platform)
             reply = dataclasses.replace(reply, confirm=None)
+        return await self._hand_off(event, reply)
+
+    async def _hand_off(self, event: InboundMessage, reply: Reply) -> Answered:
         try:
             return await self._handoff.deliver(event, reply)
         except Exception as exc:  # noqa: BLE001 - receive never raises: a row stays for the dispatcher

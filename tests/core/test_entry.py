@@ -85,6 +85,8 @@ async def test_receive_never_raises_and_a_failed_turn_gets_the_one_fallback(boot
     provider.script.append(RuntimeError("a bug in the core"))
     sender.fail_answers = RuntimeError("a platform library bug")
     assert await entry.receive(said("again")) == Answered(None)
+    stranger = InboundMessage("telegram", "999", "999", "hi", is_direct=True, message_id="s1")
+    assert await entry.receive(stranger) == Answered(None)  # its refusal failed to go out, too
 
 
 @pytest.mark.parametrize("deletes", [True, False], ids=["platform-deletes", "platform-cannot-delete"])
