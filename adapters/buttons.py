@@ -5,25 +5,21 @@ after a restart, and an old one gets the core's own answer (the confirmation exp
 A press is the presser typing that command: it is handed to the core as text, and only a known
 command without a secret may come out of a button. A reply that goes out through the outbox gets
 its button when its row is sent (`PendingButtons`); each platform draws the button itself.
+What a button carries is core/values/edge.py's; what a press may send, core.commands.registry's
+`command_of`. The chat adapters use this module until they are split into intake, sender and
+streamer (the core's hand-off then keeps the pending buttons).
 """
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 
-from core.commands.registry import carries_secret, command_info
-from core.values.command_text import parse_command
+from core.commands.registry import command_of as command_of
+from core.values.edge import PREFIX as PREFIX
+from core.values.edge import REMEMBERED
+from core.values.edge import TEMPLATE as TEMPLATE
+from core.values.edge import button_data as edge_button_data
 from core.values.model import Confirmation
-
-PREFIX = "companion:"
-# What a button may send: a command name and at most one plain word (Telegram allows 64 bytes of
-# callback_data, Discord 100 characters of custom_id).
-COMMAND = re.compile(r"/[a-z_]{1,32}(?: [a-z0-9_]{1,16})?")
-TEMPLATE = re.escape(PREFIX) + r"(?P<command>" + COMMAND.pattern + r")"
-# Confirmations kept for outbox rows not sent yet: rows never sent by this process (a restart)
-# must not pile up.
-REMEMBERED = 256
 
 
 def button_data(confirmation: Confirmation) -> str:
@@ -32,23 +28,10 @@ def button_data(confirmation: Confirmation) -> str:
     Raises:
         ValueError: the command is not one a button may send (see `command_of`).
     """
-    data = PREFIX + confirmation.command
+    data = edge_button_data(confirmation)
     if command_of(data) is None:
         raise ValueError("a confirmation's command must be a known command without a secret")
     return data
-
-
-def command_of(data: str | None) -> str | None:
-    """The command a pressed button sends, or None when the data is not one of ours."""
-    if not data or not data.startswith(PREFIX):
-        return None
-    text = data[len(PREFIX) :]
-    if not COMMAND.fullmatch(text) or carries_secret(text):
-        return None
-    command = parse_command(text)
-    if command is None or command_info(command.name) is None:
-        return None
-    return text
 
 
 class PendingButtons:

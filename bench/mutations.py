@@ -1782,4 +1782,89 @@ MUTATIONS: tuple[Mutation, ...] = (
         "NOT_SEARCHED = frozenset()",
         also=("tests/bench/test_mutation_list.py",),
     ),
+    # --- the edge (issue 30): the core's entry and its one hand-off ------------------------------
+    M(
+        "entry-core-failure-keeps-passphrase",
+        PRIVACY,
+        "            result = Reply(copy.HANDLER_FAILED, delete_inbound=secret)",
+        "            result = Reply(copy.HANDLER_FAILED, delete_inbound=False)",
+    ),
+    M(
+        "entry-raises-when-the-hand-off-fails",
+        RELIABILITY,
+        "        except Exception as exc:  # noqa: BLE001 - receive never raises: a row stays for the dispatcher",
+        "        except ModuleNotFoundError as exc:  # noqa: BLE001 - receive never raises: a row stays for the dispatcher",
+    ),
+    M(
+        "entry-secret-confirmation-drawn-as-a-button",
+        PRIVACY,
+        "        if reply.confirm is not None and command_of(PREFIX + reply.confirm.command) is None:",
+        "        if False:",
+    ),
+    M(
+        "entry-held-message-stops-typing",
+        RELIABILITY,
+        "            self._typing.hold(target, self._edge.typing_hold)",
+        "            self._typing.done(event.platform, event.chat_id)",
+    ),
+    M(
+        "entry-caught-up-stranger-refused",
+        RELIABILITY,
+        "            if event.caught_up:",
+        "            if False:",
+    ),
+    M(
+        "entry-event-not-counted-at-intake",
+        RELIABILITY,
+        "        self._metrics.update_received(event.platform)\n",
+        "",
+    ),
+    M(
+        "press-may-send-a-secret-command",
+        PRIVACY,
+        "    if not COMMAND.fullmatch(text) or carries_secret(text):",
+        "    if not COMMAND.fullmatch(text):",
+    ),
+    M(
+        "cut-off-turn-acknowledged",  # the platform would never offer it again: lost across the restart
+        RELIABILITY,
+        "    return not (isinstance(outcome, Silent) and outcome.reason is Silence.CUT_OFF)",
+        "    return True",
+    ),
+    M(
+        "handoff-no-delete-note",
+        PRIVACY,
+        "                    text += note\n",
+        "",
+    ),
+    M(
+        "handoff-note-not-in-row",
+        PRIVACY,
+        "                        await self.outbox.append_text(row, note)",
+        "                        pass",
+    ),
+    M(
+        "handoff-row-answered-directly",  # sent once now and once more by the dispatcher
+        RELIABILITY,
+        "        row = reply.delivery_id if self.outbox is not None else None",
+        "        row = None",
+    ),
+    M(
+        "handoff-answers-of-a-chat-out-of-order",
+        RELIABILITY,
+        "        async with self._chats.of((platform, event.chat_id)):",
+        "        async with KeyedLocks[tuple[str, str]]().of((platform, event.chat_id)):",
+    ),
+    M(
+        "handoff-row-button-left-behind",
+        RELIABILITY,
+        "                    self._extras.expect(row, reply.confirm, target.route)",
+        "                    pass",
+    ),
+    M(
+        "platform-streamer-not-attached",
+        RELIABILITY,
+        "            self.outbox.register_streamer(shown)",
+        "            pass",
+    ),
 )

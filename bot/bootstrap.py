@@ -1,30 +1,57 @@
-"""The composition root: the one place that knows both the core and the adapters."""
+"""The composition root: the one place that knows both the core and the adapters.
+
+Four sections: the core (`build_companion`, `open_companion`, `core_entry`), the web service, the
+gateway's platforms and scheduled jobs (`open_gateway`), and the command line's tasks (the terminal
+chat, the report, web sign-in, backup and restore). bot/gateway.py and bot/cli.py reach the core
+only through what this module hands them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
-from bot.settings import Settings
+from bot.instance import CHAT, RUN, InstanceLock
+from bot.scheduler import Job
+from bot.settings import ConfigError, Settings
 from core.commands.services import CommandServices, CommandSettings
+from core.delivery.handoff import HandOff
 from core.delivery.outbox import Outbox
 from core.delivery.streams import StreamPacing
+from core.delivery.typing import TypingService
 from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.memory.operations import default_tools
 from core.memory.tools import ToolRegistry, ToolSupport
-from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics, SystemClock, Transcriber
+from core.ports import (
+    NO_METRICS,
+    BaseChatAdapter,
+    BaseIntake,
+    BaseProvider,
+    BaseStore,
+    Clock,
+    Metrics,
+    Platform,
+    SystemClock,
+    Transcriber,
+)
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners
 from core.proactive.service import ProactiveConfig, ProactiveService
+from core.turn.analytics import render_report
 from core.turn.commanding import CommandRunner
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig, Parts
 from core.turn.controls import OwnerControls
+from core.turn.entry import CoreEntry
 from core.turn.gate import Gate
 from core.turn.lanes import Lanes
 from core.turn.link import CoreLink, counted
@@ -34,9 +61,12 @@ from core.turn.preview import NormalPreview
 from core.turn.recovery import Recovery
 from core.turn.responder import Responder
 from core.turn.transcript import Transcripts
+from core.values.addresses import is_wildcard
+from core.values.edge import EdgeSettings
 from core.values.retry import Sleep
 
 if TYPE_CHECKING:
+    from adapters.storage.backup import BackupResult
     from adapters.web.chat import WebChat
     from adapters.web.metrics import PrometheusMetrics
     from adapters.web.service import WebService
@@ -172,11 +202,14 @@ def build_companion(
     transcriber: Transcriber | None = None,
     burst_sleep: Sleep = asyncio.sleep,
     metrics: Metrics = NO_METRICS,
+    edge: EdgeSettings | None = None,
 ) -> Companion:
     """Every part of the companion, built once and handed to what needs it: the only place that
-    wires the core together (the gateway, `companion chat`, the tests and the benches all use it)."""
+    wires the core together (the gateway, `companion chat`, the tests and the benches all use it).
+    `edge`: the settings every platform shares (default: the shipped ones, with the config's stop grace)."""
     config = config or CompanionConfig()
     clock = clock or SystemClock()
+    typing = TypingService(edge or EdgeSettings(stop_grace=config.stop_grace))
     valve = ModeValve(
         store,
         clock,
@@ -244,6 +277,8 @@ def build_companion(
         media=MediaReader(vision=config.vision, transcriber=transcriber),
         lanes=lanes,
         gate=Gate(valve, recovery),
+        handoff=HandOff(outbox, typing),
+        typing=typing,
         outbox=outbox,
         # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
         proactive=(
@@ -312,6 +347,19 @@ def core_link(companion: Companion, metrics: Metrics = NO_METRICS) -> CoreLink:
     )
 
 
+def edge_settings(settings: Settings) -> EdgeSettings:
+    """What every platform shares (retries, the stop, typing), with the shipped defaults; the stop
+    grace is COMPANION_STOP_GRACE."""
+    return EdgeSettings(stop_grace=settings.stop_grace)
+
+
+def core_entry(companion: Companion, metrics: Metrics = NO_METRICS, edge: EdgeSettings | None = None) -> CoreEntry:
+    """The core's entry every platform's intake hands events to (core.ports.ChatCore), on the
+    companion's hand-off and typing indicator; every inbound event is counted in `metrics`, whatever its mode."""
+    parts = companion.parts
+    return CoreEntry(companion, parts.handoff, parts.typing, metrics=metrics, edge=edge)
+
+
 def build_metrics(settings: Settings) -> PrometheusMetrics | None:
     """The operator's counters, served at GET /metrics: only with the HTTP service on."""
     if settings.http_port is None:
@@ -361,3 +409,225 @@ def build_web_service(
 def stream_pacing(edit_seconds: float | None) -> StreamPacing | None:
     """How replies are shown while written (COMPANION_STREAM_EDIT_SECONDS; None: sent whole)."""
     return None if edit_seconds is None else StreamPacing(edit_seconds=edit_seconds)
+
+
+# --- the gateway: its platforms and scheduled jobs ------------------------------------------------
+
+
+def build_adapters(
+    settings: Settings,
+    companion: Companion,
+    on_fatal: Callable[[str], None] | None = None,
+    metrics: Metrics = NO_METRICS,
+) -> list[BaseChatAdapter]:
+    """The Telegram and Discord adapters (the web chat is added beside the HTTP service). Each
+    platform library is imported only when its adapter is configured; every adapter takes the same
+    CoreLink. `on_fatal(line)`: the platform refused the configuration while running (a
+    revoked token); the gateway stops."""
+    adapters: list[BaseChatAdapter] = []
+    link = core_link(companion, metrics)
+    # By the time an adapter closes, the core's stop has finished or cut off every turn; what the
+    # adapter still waits for then (a reply's last steps) is bounded by the same grace.
+    if settings.telegram_token:
+        from adapters.telegram import TelegramAdapter
+
+        adapters.append(
+            TelegramAdapter(
+                settings.telegram_token.get_secret_value(),
+                link,
+                base_url=settings.telegram_base_url,
+                on_fatal=on_fatal,
+                stop_grace=settings.stop_grace,
+            )
+        )
+    if settings.discord_token:
+        from adapters.discord import DiscordAdapter
+
+        adapters.append(
+            DiscordAdapter(
+                settings.discord_token.get_secret_value(),
+                link,
+                api_base=settings.discord_api_base,
+                gateway_url=settings.discord_gateway_url,
+                on_fatal=on_fatal,
+                stop_grace=settings.stop_grace,
+                outage_limit=settings.discord_outage_seconds or None,
+            )
+        )
+    return adapters
+
+
+def scheduled_jobs(settings: Settings, companion: Companion) -> list[Job]:
+    """What the gateway runs on a schedule, at the intervals the settings give."""
+    jobs = [
+        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),
+        Job("capture", settings.capture_seconds, companion.capture.run_once),
+    ]
+    if companion.outbox is not None:
+        jobs.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
+        jobs.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
+    if companion.proactive is not None:
+        jobs.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
+    return jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Assembly:
+    """What `companion run` supervises, built and not yet started (bot/gateway.py starts and stops it).
+
+    Attributes:
+        companion: the core, started (crash semantics applied).
+        entry: the core's entry, which the platforms' intakes hand their events to.
+        platforms: the platforms of three parts, attached to `entry` once their intake started.
+        adapters: the chat adapters not yet split into three parts (they take the CoreLink); the
+            web chat's among them when the HTTP service is on.
+        jobs: the scheduled jobs.
+        service: the HTTP service (None: COMPANION_HTTP_PORT is off).
+        chats: the chat platforms configured (Telegram, Discord), without the web chat.
+    """
+
+    companion: Companion
+    entry: CoreEntry
+    platforms: list[Platform]
+    adapters: list[BaseChatAdapter]
+    jobs: list[Job]
+    service: WebService | None
+    chats: frozenset[str]
+
+    @property
+    def intakes(self) -> list[BaseIntake]:
+        """Everything that takes events, in start order."""
+        return [*self.adapters, *(platform.intake for platform in self.platforms)]
+
+    def answer_what_was_left(self) -> asyncio.Task[int]:
+        """Once the platforms can send: the turns the last process was cut off in are answered, and
+        the deliveries it left are sent (both in the background; a stop waits for the sends)."""
+        task = asyncio.get_running_loop().create_task(self.companion.answer_open_turns(), name="answer-open-turns")
+        if self.companion.outbox is not None:
+            self.companion.outbox.dispatch_in_background()
+        return task
+
+
+@asynccontextmanager
+async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> AsyncIterator[Assembly]:
+    """Store, provider and core opened (closed in reverse, also on failure), and every configured
+    platform, job and the HTTP service built around them. `on_fatal(line)`: a platform refused the
+    configuration while running (a revoked token)."""
+    web = settings.http_port is not None
+    chats = frozenset(
+        name for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token)) if token
+    )
+    metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
+    counters: Metrics = metrics or NO_METRICS
+    async with open_companion(settings, chats | {"web"} if web else chats, metrics=counters, web=web) as companion:
+        edge = edge_settings(settings)
+        entry = core_entry(companion, counters, edge)
+        # The platforms of three parts, each built on `entry` by its package's builder
+        # (`<app>_platform(entry, edge, ...)`): none yet besides the terminal, which `companion chat` runs.
+        platforms: list[Platform] = []
+        adapters = build_adapters(settings, companion, on_fatal, counters)
+        service = None
+        if web:
+            # The web chat is an adapter like the others (started, stopped and closed with them);
+            # its pages are the HTTP service's.
+            chat = web_chat(companion, stop_grace=settings.stop_grace, metrics=counters)
+            adapters.append(chat)
+            intakes: list[BaseIntake] = [*adapters, *(platform.intake for platform in platforms)]
+            service = build_web_service(settings, companion, [(i.name, i.ready) for i in intakes], metrics, chat)
+        yield Assembly(companion, entry, platforms, adapters, scheduled_jobs(settings, companion), service, chats)
+
+
+# --- the command line's tasks ------------------------------------------------------------------
+
+
+async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """`companion chat`: the terminal as a platform on the core's entry until end of input, then the
+    work it started finishes (a summary fold) and today's capture runs (the gateway schedules it)."""
+    from adapters.terminal import terminal_platform
+
+    # Before the store opens: a second chat's start-up would close the first one's private segment.
+    with InstanceLock(settings.db_path, CHAT):
+        async with open_companion(settings, frozenset({"terminal"})) as companion:
+            edge = edge_settings(settings)
+            entry = core_entry(companion, edge=edge)
+            terminal = terminal_platform(entry, edge, stdin=stdin, stdout=stdout)
+            entry.attach(terminal)  # it needs no connection: its answers print from the first line on
+            await terminal.intake.start()
+            await terminal.intake.wait_lost()  # the end of input
+            await terminal.intake.aclose()
+            await companion.drain()  # let a pending summary fold finish first
+            entry.detach(terminal)
+            await companion.capture.run_once()
+    return 0
+
+
+async def report(settings: Settings) -> str:
+    """`companion report`: the structural report of normal turns and deliveries (counts, errors,
+    latencies; no text)."""
+    from adapters.storage.outbox import SqliteOutboxStore
+    from adapters.storage.sqlite import SqliteStore
+
+    async with SqliteStore(settings.db_path) as store:
+        rows = await store.report_rows()
+        rows.update(await SqliteOutboxStore(store.database).report(time.time()))
+        rows.update(await store.proactive.report())
+    return render_report(rows)
+
+
+async def issue_web_login(settings: Settings, url: str | None) -> tuple[str, float]:
+    """`companion web-login`: store a new sign-in code's hash and return the link that carries the
+    code, with how many seconds it is valid. Takes no instance lock: it works beside a running
+    `companion run` (one short write).
+
+    Raises:
+        ConfigError: the HTTP service is off, or `url` is not an address alone.
+    """
+    from adapters.storage.sqlite import SqliteStore
+    from adapters.storage.web import WebQueries
+    from adapters.web.auth import CODE_SECONDS, issue_login_code
+    from adapters.web.hosts import AllowedHosts
+
+    if settings.http_port is None:
+        raise ConfigError("COMPANION_HTTP_PORT: the web service is off; set a port (the default is 8765) to sign in")
+    if url is not None:
+        if not re.fullmatch(r"https?://[^\s/?#]+/?", url):
+            raise ConfigError("companion web-login --url: give the address alone, like https://companion.example.com")
+        base = url.rstrip("/")
+    else:
+        host = settings.http_host
+        if is_wildcard(host):  # listening everywhere: a name it answers to
+            host = AllowedHosts.parse(settings.http_allowed_host_set).first
+        base = f"http://{f'[{host}]' if ':' in host else host}:{settings.http_port}"
+    async with SqliteStore(settings.db_path) as store:
+        code = await issue_login_code(WebQueries(store.database), time.time())
+    # The code goes after `#`: a browser never sends the fragment, so no server log, proxy or Referer sees it.
+    return f"{base}/login#{code}", CODE_SECONDS
+
+
+def backup(settings: Settings, path: Path, *, folder: bool) -> BackupResult:
+    """`companion backup`: a snapshot without any private row, old backups pruned (into the folder
+    `path` when `folder`, else the file `path`)."""
+    from adapters.storage.backup import backup as write_backup
+
+    return write_backup(settings.db_path, path, folder=folder, retention_days=settings.backup_retention_days)
+
+
+def restore(settings: Settings, path: Path) -> None:
+    """`companion restore`: replace the database with a backup, then bring it to this code's schema
+    (private rows dropped and expiry applied). Nothing may serve from the database meanwhile: it
+    takes both roles' locks."""
+    from adapters.storage.backup import restore as restore_backup
+
+    with (
+        InstanceLock(settings.db_path, RUN, purpose="restore"),
+        InstanceLock(settings.db_path, CHAT, purpose="restore"),
+    ):
+        restore_backup(path, settings.db_path)
+        asyncio.run(_apply_migrations(settings))
+
+
+async def _apply_migrations(settings: Settings) -> None:
+    from adapters.storage.sqlite import SqliteStore
+
+    async with SqliteStore(settings.db_path):
+        pass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import sys
 from pathlib import Path
 
@@ -66,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
         _check_db_path(settings.db_path, must_be_sqlite=args.command != "restore")
         if args.command == "chat":
-            return asyncio.run(_chat(settings))
+            from bot.bootstrap import run_terminal_chat
+
+            return asyncio.run(run_terminal_chat(settings))
         if args.command == "report":
             return asyncio.run(_report(settings))
         if args.command == "web-login":
@@ -121,97 +122,36 @@ def _check_db_path(path: Path, *, must_be_sqlite: bool) -> None:
         raise ConfigError(f"COMPANION_DB_PATH: the folder {folder} is not writable")
 
 
-async def _chat(settings) -> int:
-    from adapters.terminal import TerminalChat
-    from bot.bootstrap import open_companion
-    from bot.instance import CHAT, InstanceLock
-
-    # Before the store opens: a second chat's start-up would close the first one's private segment.
-    with InstanceLock(settings.db_path, CHAT):
-        async with open_companion(settings, frozenset({"terminal"})) as companion:
-            await TerminalChat(companion.handle).run()
-            await companion.drain()  # let a pending summary fold finish first
-            await companion.capture.run_once()  # the gateway does this on a schedule
-    return 0
-
-
 def _backup_or_restore(settings, command: str, where: str) -> int:
-    from adapters.storage.backup import backup, restore
+    from bot.bootstrap import backup, restore
 
     path = Path(where)
     if command == "backup":
         folder = where.endswith(("/", "\\")) or path.is_dir() or not path.suffix
-        result = backup(settings.db_path, path, folder=folder, retention_days=settings.backup_retention_days)
+        result = backup(settings, path, folder=folder)
         print(
             f"backup written to {result.path} ({result.size} bytes, no private rows); "
             f"{len(result.pruned)} backups older than {settings.backup_retention_days:g} days pruned"
         )
         return 0
-    from bot.instance import CHAT, RUN, InstanceLock
-
-    # Both roles' locks: nothing may serve from the database while it is replaced.
-    with (
-        InstanceLock(settings.db_path, RUN, purpose="restore"),
-        InstanceLock(settings.db_path, CHAT, purpose="restore"),
-    ):
-        restore(path, settings.db_path)
-        asyncio.run(_apply_migrations(settings))
+    restore(settings, path)
     print(f"restored {path} into {settings.db_path}; private rows dropped and expiry applied")
     return 0
 
 
-async def _apply_migrations(settings) -> None:
-    from adapters.storage.sqlite import SqliteStore
-
-    async with SqliteStore(settings.db_path):
-        pass
-
-
 async def _report(settings) -> int:
-    import time
+    from bot.bootstrap import report
 
-    from adapters.storage.outbox import SqliteOutboxStore
-    from adapters.storage.sqlite import SqliteStore
-    from core.turn.analytics import render_report
-
-    async with SqliteStore(settings.db_path) as store:
-        rows = await store.report_rows()
-        rows.update(await SqliteOutboxStore(store.database).report(time.time()))
-        rows.update(await store.proactive.report())
-        print(render_report(rows))
+    print(await report(settings))
     return 0
 
 
 async def _web_login(settings, url: str | None) -> int:
-    """Store a new sign-in code's hash and print the link that carries the code. Takes no instance
-    lock: it works beside a running `companion run` (one short write)."""
-    import time
+    from bot.bootstrap import issue_web_login
 
-    from adapters.storage.sqlite import SqliteStore
-    from adapters.storage.web import WebQueries
-    from adapters.web.auth import CODE_SECONDS, issue_login_code
-    from adapters.web.hosts import AllowedHosts, is_wildcard
-    from bot.settings import ConfigError
-
-    if settings.http_port is None:
-        raise ConfigError("COMPANION_HTTP_PORT: the web service is off; set a port (the default is 8765) to sign in")
-    if url is not None:
-        if not re.fullmatch(r"https?://[^\s/?#]+/?", url):
-            raise ConfigError("companion web-login --url: give the address alone, like https://companion.example.com")
-        base = url.rstrip("/")
-    else:
-        host = settings.http_host
-        if is_wildcard(host):  # listening everywhere: a name it answers to
-            host = AllowedHosts.parse(settings.http_allowed_host_set).first
-        base = f"http://{f'[{host}]' if ':' in host else host}:{settings.http_port}"
-    async with SqliteStore(settings.db_path) as store:
-        code = await issue_login_code(WebQueries(store.database), time.time())
-    # The code goes after `#`: a browser never sends the fragment, so no server log, proxy or Referer sees it.
-    print(f"{base}/login#{code}")
-    print(
-        f"Open it within {int(CODE_SECONDS // 60)} minutes, in the browser to sign in; it works once.",
-        file=sys.stderr,
-    )
+    link, valid = await issue_web_login(settings, url)
+    print(link)
+    print(f"Open it within {int(valid // 60)} minutes, in the browser to sign in; it works once.", file=sys.stderr)
     return 0
 
 

@@ -1,7 +1,7 @@
 """`python -m bot.healthcheck`: the Dockerfile's HEALTHCHECK. GET /livez of the HTTP service; exit 0 when
 it answers 200, 1 otherwise (and 0 when COMPANION_HTTP_PORT turns the service off: nothing to ask).
 
-Standard library only (and adapters/web/hosts.py, which is too), so that a check every 30 seconds costs a bare interpreter and no curl is
+Standard library only (and core/values/addresses.py, which is too), so that a check every 30 seconds costs a bare interpreter and no curl is
 needed in the image. It reads the environment (as Docker passes the settings), not `.env`; the Host
 header it sends is one the service answers to (the first of COMPANION_HTTP_ALLOWED_HOSTS, else
 localhost).
@@ -13,7 +13,7 @@ import http.client
 import os
 import sys
 
-from adapters.web.hosts import is_wildcard  # standard library only, like this module
+from core.values.addresses import is_wildcard  # standard library only, like this module
 
 TIMEOUT = 5.0
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from adapters.web.hosts import is_host_name, is_loopback, split_host_port
+from core.values.addresses import is_host_name, is_loopback, split_host_port
 
 _ACCOUNT = re.compile(r"^(telegram|discord|web):[A-Za-z0-9_.-]{1,64}$")
 # What each platform's ids look like: a Telegram user id is a positive integer, a Discord id a

@@ -26,7 +26,7 @@ from adapters.discord.context import forwarded_text, reply_context
 from adapters.discord.interactions import DiscordInteractions, confirm_view
 from adapters.discord.media import media_of
 from adapters.discord.streaming import DiscordStreamer, part_nonce, reference_of
-from adapters.text import split_message
+from adapters.rendering.text import split_message
 from core.commands.registry import carries_secret
 from core.turn.link import CoreLink
 from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED

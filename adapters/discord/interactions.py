@@ -33,7 +33,7 @@ from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from adapters.buttons import PREFIX, REMEMBERED, TEMPLATE, PendingButtons, button_data, command_of
 from adapters.discord.client import MESSAGE_LIMIT, NO_MENTIONS, PLATFORM
-from adapters.text import split_message
+from adapters.rendering.text import split_message
 from core.commands.call import Command
 from core.commands.registry import command_info
 from core.delivery.outbox import Outbox

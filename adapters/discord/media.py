@@ -8,7 +8,7 @@ import logging
 import aiohttp
 import discord
 
-from core.turn.media import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
+from core.values.edge import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
 from core.values.errors import MediaUnavailable
 from core.values.model import Media, MediaLoader
 

@@ -27,7 +27,7 @@ import aiohttp
 import discord
 
 from adapters.discord.client import MESSAGE_LIMIT, NO_MENTIONS, PLATFORM, CompanionClient, Throttled, raising_429
-from adapters.pieces import stream_pieces
+from adapters.rendering.pieces import stream_pieces
 from core.values.errors import DeliveryFailed, DeliveryThrottled
 from core.values.model import DeliveryTarget, StreamedReply
 

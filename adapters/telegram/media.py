@@ -9,7 +9,7 @@ from telegram import Message, PhotoSize
 from telegram.error import TelegramError
 from telegram.ext import ExtBot, filters
 
-from core.turn.media import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
+from core.values.edge import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
 from core.values.errors import MediaUnavailable
 from core.values.model import Media, MediaLoader
 

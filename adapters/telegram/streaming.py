@@ -19,9 +19,10 @@ from collections.abc import Callable
 from telegram import Bot, ReplyParameters
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from adapters.pieces import stream_pieces
+from adapters.rendering.pieces import stream_pieces
+from adapters.rendering.text import sendable
 from adapters.telegram.delivery import is_permanent, retry_after_seconds
-from adapters.telegram.text import MAX_MESSAGE_LENGTH, sendable
+from adapters.telegram.text import MAX_MESSAGE_LENGTH
 from core.values.errors import DeliveryFailed, DeliveryThrottled
 from core.values.model import StreamedReply
 

@@ -5,20 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from adapters.text import split_message as _split
+from adapters.rendering.text import split_message as _split
 
 MAX_MESSAGE_LENGTH = 4096  # Telegram's limit, counted here in UTF-16 code units (never fewer than characters)
 
 
 def split_message(text: str, limit: int = MAX_MESSAGE_LENGTH) -> list[str]:
     """Split `text` into non-empty parts of at most `limit` UTF-16 code units, in order
-    (paragraph, line, sentence, word boundaries; see adapters.text)."""
+    (paragraph, line, sentence, word boundaries; see adapters.rendering.text)."""
     return _split(text, limit)
-
-
-def sendable(text: str) -> str:
-    """Plain text Telegram accepts: with no parse mode, only unencodable lone surrogates need replacing."""
-    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,10 +48,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from adapters.buttons import PendingButtons
-from adapters.pieces import stream_pieces
+from adapters.rendering.pieces import stream_pieces
 from core.commands.registry import carries_secret
 from core.turn.link import CoreLink
-from core.turn.transcript import Transcript
 from core.values.copy import HANDLER_FAILED
 from core.values.errors import DeliveryFailed
 from core.values.model import (
@@ -64,6 +63,7 @@ from core.values.model import (
     Reply,
     StreamedReply,
 )
+from core.values.transcript import Transcript
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from adapters.web.stream import (
     partial_data,
     pump,
 )
-from core.turn.transcript import ChatMode
 from core.values.copy import INTERVAL_ENDED_SHOWN
+from core.values.transcript import ChatMode
 
 MAX_TEXT = 4000
 EXPIRIES = ("30m", "1h", "2h", "24h", "7d", "never")

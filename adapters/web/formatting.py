@@ -1,4 +1,4 @@
-"""A reply's Markdown as the pages draw it: rendered as on Telegram (adapters/telegram/formatting.py),
+"""A reply's Markdown as the pages draw it: rendered as on Telegram (adapters/rendering/markdown.py),
 into plain text and entities (bold, italic, strikethrough, spoiler, code, pre with its language,
 links, blockquotes; headings bold, lists with text markers). The page's script turns them into
 elements around text nodes (a live reply, the history it draws); `formatted_html` does the same on
@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 
-from adapters.telegram.formatting import RenderedEntity, render
+from adapters.rendering.markdown import RenderedEntity, render
 
 _TAGS = {
     "bold": "strong",

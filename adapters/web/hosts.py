@@ -1,67 +1,18 @@
-"""Host names: what the service may listen on and which Host and Origin headers it answers.
-
-Standard library only, so that the settings can check COMPANION_HTTP_HOST and
-COMPANION_HTTP_ALLOWED_HOSTS without loading the web server.
-"""
+"""Which Host and Origin headers the service answers (what a host name is: core/values/addresses.py)."""
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+# Re-exported: what a host name is moved to the values, where bot/settings.py reads it too.
+from core.values.addresses import is_host_name as is_host_name
+from core.values.addresses import is_loopback as is_loopback
+from core.values.addresses import is_wildcard as is_wildcard
+from core.values.addresses import split_host_port
+
 # A browser leaves out the port of its scheme's default from both Origin and Host.
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (an address, or `localhost`) is reachable from this machine only."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def is_wildcard(host: str) -> bool:
-    """0.0.0.0 or ::, which listen on every address."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_unspecified
-    except ValueError:
-        return False
-
-
-def is_host_name(value: str) -> bool:
-    """An IP address, or a DNS name of letters, digits and hyphens."""
-    try:
-        ipaddress.ip_address(value.strip("[]"))
-        return True
-    except ValueError:
-        pass
-    labels = value.lower().rstrip(".").split(".")
-    return 0 < len(value) <= 253 and all(_LABEL.match(label) for label in labels)
-
-
-def split_host_port(item: str) -> tuple[str | None, int | None]:
-    """`name`, `name:port`, `[v6]`, `[v6]:port` or a bare IPv6 address; (None, None) when it
-    cannot be read. The name comes back lower case, without brackets."""
-    if item.startswith("["):
-        name, bracket, rest = item[1:].partition("]")
-        if not bracket or (rest and not rest.startswith(":")):
-            return None, None
-        port = rest[1:]
-    elif item.count(":") == 1:
-        name, _, port = item.partition(":")
-    else:
-        name, port = item, ""
-    if not port:
-        return name.lower(), None
-    if not port.isdigit():
-        return None, None
-    return name.lower(), int(port)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 from aiohttp import web
 
 from adapters.web.auth import CSRF_FIELD
-from core.turn.transcript import ChatMode
 from core.values.durations import format_moment
+from core.values.transcript import ChatMode
 
 STATIC = Path(__file__).with_name("static")
 ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}

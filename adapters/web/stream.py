@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from adapters.web.bridge import CoreBridge
 from adapters.web.chat import PARTIAL, RETRACTION, Page, Transcript, WebChat, WebChatError, WebEvent
 from adapters.web.formatting import formatted
-from core.turn.transcript import ChatMode
+from core.values.transcript import ChatMode
 
 RELAY_SIZE = 200
 HEARTBEAT_SECONDS = 15.0  # a comment line keeps proxies from closing an idle stream

@@ -14,6 +14,7 @@ from core.commands.nudges import cooldown_command, nudges_command, quiet_command
 from core.memory import operations as memory
 from core.values import copy
 from core.values.command_text import first_word, looks_like, parse_command
+from core.values.edge import COMMAND, PREFIX, CommandSpec
 from core.values.model import Reply
 
 
@@ -142,6 +143,25 @@ _SECRET_NAMES = tuple(c.name for c in COMMANDS if c.secret)
 
 def command_info(name: str) -> Command | None:
     return _BY_NAME.get(name)
+
+
+def command_specs() -> tuple[CommandSpec, ...]:
+    """The commands as a platform shows them (a command menu, slash commands), in the table's order."""
+    return tuple(CommandSpec(c.name, c.usage, c.description, c.secret) for c in COMMANDS)
+
+
+def command_of(data: str | None) -> str | None:
+    """The command a pressed button sends (its data, core.values.edge.button_data), or None when the
+    data is not one of ours: only a known command without a secret may come out of a button."""
+    if not data or not data.startswith(PREFIX):
+        return None
+    text = data[len(PREFIX) :]
+    if not COMMAND.fullmatch(text) or carries_secret(text):
+        return None
+    command = parse_command(text)
+    if command is None or command_info(command.name) is None:
+        return None
+    return text
 
 
 # --- what may carry a secret ----------------------------------------------------------------

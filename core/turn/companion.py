@@ -1,9 +1,10 @@
-"""The companion's front door: one inbound message in, its reply out, the same for every platform.
+"""The companion's turns: one inbound message in, its typed result out, the same for every platform.
 
 Each chat has one lane (core/turn/lanes.py): its messages, edits, commands, a burst's end and a
 cut-off turn are handled there in order. The lane stores, asks the model and writes the reply with
-its delivery row; it sends nothing. The caller (an adapter) hands the reply's delivery to the
-outbox; work nobody waits for (a burst's end, a cut-off turn) hands its own.
+its delivery row; it sends nothing. A turn ends in a `Reply`, `Held` (for the rest of its burst)
+or `Silent` with a reason; the core's entry (core/turn/entry.py) hands the reply off, and work
+nobody waits for (a burst's end, a cut-off turn) is handed off here (core/delivery/handoff.py).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ import time
 
 from core.commands.registry import COMMANDS, carries_secret
 from core.turn import edits, quotes
-from core.turn.bursts import BurstWindow, Held, HeldTurn
+from core.turn.bursts import BurstWindow, HeldTurn
+from core.turn.bursts import Held as HeldBurst
 from core.turn.config import CompanionConfig, Parts
 from core.turn.gate import Event, EventKind
 from core.turn.media import unread_text
 from core.turn.recovery import ClosedByRestart
 from core.turn.responder import LaneKey
 from core.values import copy
+from core.values.edge import Held, Silence, Silent
 from core.values.errors import IntervalEnded
 from core.values.model import ChatMove, InboundMessage, OpenTurn, Reply, Turn
 from core.values.modes import ModeState, with_notice
@@ -53,6 +56,7 @@ class Companion:
         self.media = parts.media
         self.outbox = parts.outbox
         self.proactive = parts.proactive
+        self._handoff = parts.handoff
         self._people = parts.people
         self._recovery = parts.recovery
         self._responder = parts.responder
@@ -102,7 +106,7 @@ class Companion:
             functools.partial(self._recovery.answer_cut_off, open_turn),
         )
         if reply is not None:
-            self._hand_over(reply)
+            self._handoff.later(conversation.platform, conversation.chat_id, reply)
 
     async def finish_turns(self, grace: float) -> int:
         """The stop: answer every burst still held, let each lane finish what it holds within
@@ -115,12 +119,15 @@ class Companion:
         """The core's part of a stop, after intake stopped and before connections close: the turns
         finish (`finish_turns`), then the outbox sends what they wrote, all within `grace` seconds
         (the outbox keeps a fifth of it, at most FLUSH_SECONDS)."""
-        flush = min(FLUSH_SECONDS, grace / 5)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        await self.finish_turns(grace - flush)
+        await self.finish_turns(grace - flush_share(grace))
+        await self.flush(deadline - loop.time())
+
+    async def flush(self, grace: float) -> None:
+        """The stop's last step in the core: the outbox sends what the turns wrote, within `grace` seconds."""
         if self.outbox is not None:
-            await self.outbox.flush(deadline - loop.time())
+            await self.outbox.flush(grace)
 
     async def drain(self) -> None:
         """Let the work this companion started finish, and keep working after: held bursts are
@@ -153,6 +160,10 @@ class Companion:
     def is_allowed(self, message: InboundMessage) -> bool:
         return self._people.is_allowed(message)
 
+    def refusal(self, message: InboundMessage) -> Reply | None:
+        """The answer to someone not allowed (nothing of it is stored): once per account and run, then None."""
+        return self._people.refusal(message)
+
     def accounts_changed(self) -> None:
         self._people.accounts_changed()
 
@@ -164,14 +175,26 @@ class Companion:
 
     # --- the turn ---------------------------------------------------------
 
+    def submit(self, message: InboundMessage) -> asyncio.Future[Reply | Held | Silent]:
+        """Queue the turn of one inbound message on its conversation's lane, without suspending (so
+        the order of these calls is the lane's order); the future gets its result. Only the core's
+        entry calls it (core/turn/entry.py), once it decided the sender may talk with the companion.
+
+        Raises:
+            core.turn.lanes.LanesClosed: the stop closed the lanes.
+        """
+        return self._lanes.submit(_key_of(message.platform, message.chat_id), lambda: self._turn(message))
+
     async def handle(self, message: InboundMessage) -> Reply | None:
-        """Answer one inbound message. Returns None when the companion stays silent (a redelivered
-        message, a repeated refusal, a message held for the rest of its burst)."""
+        """The turn without the edge (the core's tests and bench/turn.py): answer one inbound message.
+        Returns None when the companion stays silent (a redelivered message, a repeated refusal, a
+        message held for the rest of its burst). A platform's events go through the core's entry."""
         if not self.is_allowed(message):
             return self._people.refusal(message)
-        return await self._lanes.run(_key_of(message.platform, message.chat_id), lambda: self._turn(message))
+        result = await self._lanes.run(_key_of(message.platform, message.chat_id), lambda: self._turn(message))
+        return result if isinstance(result, Reply) else None
 
-    async def _turn(self, message: InboundMessage) -> Reply | None:
+    async def _turn(self, message: InboundMessage) -> Reply | Held | Silent:
         started = time.perf_counter()
         account, conversation = await self._people.resolve(message)
         turn = Turn(message, account, conversation, restart_notice=self._recovery.restart_notice(conversation.id))
@@ -185,9 +208,9 @@ class Companion:
             # Its private interval expired while it was answered: nothing of it is written or sent,
             # not even an apology (the outbox withdrew what its answer showed).
             log.info("conversation %s: the interval of a %s ended before its answer", conversation.id, event.kind)
-            return None
-        if reply is None:
-            return None
+            return Silent(Silence.INTERVAL_ENDED)
+        if not isinstance(reply, Reply):
+            return reply
         self._recovery.noticed(conversation.id)
         log.info(
             "conversation %s: %s of %d chars answered with %d chars in %.0f ms",
@@ -199,16 +222,18 @@ class Companion:
         )
         return reply
 
-    async def _dispatch(self, turn: Turn, event: Event) -> Reply | None:
+    async def _dispatch(self, turn: Turn, event: Event) -> Reply | Held | Silent:
         state, kind = event.state, event.kind
         # Every answer below is written in the interval the event was made in (state.segment_id): the
         # schema (0011) refuses a delivery of a conversation with an open interval that does not name it.
         if event.restarted is not None and not _private_mode_runs(event):
             return await self._keep_unread(turn, event, event.restarted)
         if kind is EventKind.EDIT:
-            return await edits.answer_edit(turn, state, store=self.store, clock=self.clock, responder=self._responder)
+            edited = await edits.answer_edit(turn, state, store=self.store, clock=self.clock, responder=self._responder)
+            return _or_silent(edited, Silence.NO_ANSWER)  # applied or dropped, without an answer
         if kind is EventKind.COMMAND and event.info is not None and event.command is not None:
-            return await self._commands.run(turn, event.info, event.command.args, state)
+            ran = await self._commands.run(turn, event.info, event.command.args, state)
+            return _or_silent(ran, Silence.STORED_ALREADY)  # a redelivered command ran already
         if kind is EventKind.MISTYPED:
             # Not stored, not sent to the model, not quoted: it may carry the passphrase or a code.
             return await self._responder.finish(
@@ -225,7 +250,7 @@ class Companion:
             )
         return await self._chat(turn, state)
 
-    async def _keep_unread(self, turn: Turn, event: Event, closed: ClosedByRestart) -> Reply | None:
+    async def _keep_unread(self, turn: Turn, event: Event, closed: ClosedByRestart) -> Reply | Silent:
         """An event made inside an interval a restart closed since: kept there unread (a message is
         not read, a command is not run, an edit is not applied). Only a command private mode itself
         runs (/mode, /normal, /private, /forget private ...) runs now, in the mode the conversation
@@ -233,7 +258,7 @@ class Companion:
         message = turn.message
         if event.kind is EventKind.EDIT:
             log.info("conversation %s: an edit made before the restart was dropped", turn.conversation.id)
-            return None
+            return Silent(Silence.NO_ANSWER)
         secret = carries_secret(message.text)
         if event.kind is EventKind.MESSAGE:
             stored: str | None = unread_text(message)  # media: markers and caption only, nothing fetched
@@ -244,11 +269,12 @@ class Companion:
             command = event.command
             stored = f"/{command.name} [redacted]" if (secret and command is not None) else message.text
             row = "command"
-        return await self._recovery.keep_unread(
+        kept = await self._recovery.keep_unread(
             turn, closed, stored=stored, kind=row, answer_segment=event.state.segment_id, delete_inbound=secret
         )
+        return _or_silent(kept, Silence.STORED_ALREADY)  # None: stored already (a redelivery)
 
-    async def _chat(self, turn: Turn, state: ModeState) -> Reply | None:
+    async def _chat(self, turn: Turn, state: ModeState) -> Reply | Held | Silent:
         conversation, message = turn.conversation, turn.message
         segment_id = state.segment_id
         # Media are read once the mode is known: their text (marker, caption, transcript) is stored
@@ -269,7 +295,7 @@ class Companion:
         )
         if message_id is None:
             log.info("conversation %s: message %s is stored already", conversation.id, message.message_id)
-            return None
+            return Silent(Silence.STORED_ALREADY)
         # Forwarded words normal mode may not read: the person is told once (per conversation and
         # run) to type again what should be known. Never stored, so never mirrored.
         told: tuple[str, ...] = ()
@@ -282,7 +308,7 @@ class Companion:
         if self._bursts.enabled and self._responder.delivers(message.platform):
             if plain:
                 self._bursts.hold(conversation.id, HeldTurn(turn, state, message_id))
-                return None
+                return Held(self._bursts.seconds)
             await self._flush_burst(conversation.id)
         if media is not None and not media.answerable:  # a sticker, a photo the model cannot see ...
             return await self._responder.finish(
@@ -317,7 +343,7 @@ class Companion:
         if held is not None:
             await self._reply_to_burst(held)
 
-    async def _reply_to_burst(self, held: Held[HeldTurn]) -> None:
+    async def _reply_to_burst(self, held: HeldBurst[HeldTurn]) -> None:
         burst = held.item
         conversation = burst.turn.conversation
         if burst.state.is_private:
@@ -334,12 +360,17 @@ class Companion:
             return
         self._recovery.noticed(conversation.id)
         log.info("conversation %s: a burst of %d messages answered in one turn", conversation.id, held.count)
-        self._hand_over(reply)
+        message = burst.turn.message
+        self._handoff.later(message.platform, message.chat_id, reply)
 
-    def _hand_over(self, reply: Reply) -> None:
-        """A reply nobody waits for goes to the outbox's lanes (sent and marked there)."""
-        if reply.delivery_id is not None and reply.conversation_id is not None and self.outbox is not None:
-            self.outbox.hand_over(reply.conversation_id, reply.delivery_id)
+
+def flush_share(grace: float) -> float:
+    """The part of a stop's `grace` kept for the outbox's flush, after the turns (at most FLUSH_SECONDS)."""
+    return min(FLUSH_SECONDS, grace / 5)
+
+
+def _or_silent(reply: Reply | None, reason: Silence) -> Reply | Silent:
+    return reply if reply is not None else Silent(reason)
 
 
 def _private_mode_runs(event: Event) -> bool:

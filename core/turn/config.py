@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.delivery.handoff import HandOff
 from core.delivery.outbox import Outbox
+from core.delivery.typing import TypingService
 from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.ports import BaseProvider, BaseStore, Clock
@@ -73,5 +75,8 @@ class Parts:
     media: MediaReader
     lanes: Lanes[LaneKey]
     gate: Gate
+    # The edge: where answers are handed off (core/delivery/handoff.py) and the typing indicator.
+    handoff: HandOff
+    typing: TypingService
     outbox: Outbox | None = None
     proactive: ProactiveService | None = None

@@ -16,17 +16,14 @@ from dataclasses import dataclass
 
 from core.ports import Transcriber
 from core.values import copy
+from core.values.edge import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
 from core.values.errors import MediaUnavailable, TranscriptionFailed
 from core.values.model import ChatMessage, ImageInput, InboundMessage, Media
 
 log = logging.getLogger(__name__)
 
-# Telegram's Bot API serves files of at most 20 MB (getFile); Discord attachments get the same cap.
-MAX_MEDIA_BYTES = 20 * 1024 * 1024
 IMAGE_KINDS = frozenset({"photo"})
 AUDIO_KINDS = frozenset({"voice", "audio"})
-# What a vision model is sent; anything else is read as not an image.
-IMAGE_MIME_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
 
 
 @dataclass(frozen=True, slots=True)

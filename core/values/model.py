@@ -54,6 +54,13 @@ class InboundMessage:
     forwarded_message_id: str | None = None
     forwarded_at: float | None = None
     edited: bool = False  # a new version of the message `message_id` names
+    # What only the edge knows of an event, kept in memory (never stored): the interaction an answer
+    # must go to (a Discord slash command or button press: its id); `text` is a pressed button's raw
+    # data, which the core's entry reads as the command it carries; read from the platform's history
+    # after a restart (a stranger's message caught up this way gets no refusal).
+    route: str | None = None
+    pressed: bool = False
+    caught_up: bool = False
 
     @property
     def key(self) -> ConversationKey:
@@ -135,6 +142,9 @@ class DeliveryTarget:
     chat_id: str
     reply_to: str | None = None
     thread_id: str | None = None
+    # The interaction the message answers (Discord), in memory only: the hand-off gives it to the
+    # first send of a row; a retry or the next start sends to the chat (never stored).
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +173,9 @@ class OutboundDelivery:
     # The constant line (copy.INTERVAL_ENDED_SHOWN) that replaces, once, the messages a private
     # answer showed before its interval ended; it belongs to no interval and is counted nowhere.
     retracts: bool = False
+    # A button under its last part, given by the hand-off to the first send of the row only (in
+    # memory: a retry or the next start sends it without; the typed command still works).
+    confirm: Confirmation | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from adapters.discord import MESSAGE_LIMIT, DiscordAdapter, DiscordStartError
 from adapters.llm.openai_compat import OpenAICompatibleProvider
+from adapters.rendering.text import split_message, text_length
 from adapters.storage.outbox import SqliteOutboxStore
-from adapters.text import split_message, text_length
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
@@ -89,7 +89,7 @@ def last_user_text(request: dict) -> str:
     return [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
 
 
-# --- the splitter (adapters/text.py) ----------------------------------------------
+# --- the splitter (adapters/rendering/text.py) ----------------------------------------------
 
 
 def _visible(text: str) -> str:

@@ -20,9 +20,9 @@ import regex
 from adapters.discord import MESSAGE_LIMIT
 from adapters.discord.streaming import DiscordStreamer, part_nonce
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.pieces import stream_pieces
+from adapters.rendering.pieces import stream_pieces
+from adapters.rendering.text import text_length
 from adapters.storage.outbox import SqliteOutboxStore
-from adapters.text import text_length
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.delivery.streams import StreamPacing

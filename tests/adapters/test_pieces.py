@@ -1,4 +1,4 @@
-"""Where a streamed reply is cut into messages (adapters/pieces.py): a reply that fits one message
+"""Where a streamed reply is cut into messages (adapters/rendering/pieces.py): a reply that fits one message
 is shown as written, trimmed as the cuts would trim it, holding back its last grapheme cluster
 while it is still written; a joined space (whitespace a modifier attaches to) is never split."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.pieces import stream_pieces
+from adapters.rendering.pieces import stream_pieces
 
 
 @pytest.mark.parametrize(

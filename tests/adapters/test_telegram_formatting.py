@@ -299,7 +299,7 @@ def test_a_link_telegram_cannot_open_stays_as_its_text() -> None:
 
 
 def test_text_the_renderer_cannot_take_goes_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
-    import adapters.telegram.formatting as formatting
+    import adapters.rendering.markdown as formatting
 
     def broken(source: str) -> None:
         raise RuntimeError("renderer bug")

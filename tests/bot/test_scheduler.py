@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bot.gateway import scheduled_jobs
+from bot.bootstrap import scheduled_jobs
 from bot.scheduler import Job, SchedulerService
 from bot.settings import load_settings
 from tests.conftest import PASSPHRASE

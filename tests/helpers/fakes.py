@@ -165,7 +165,7 @@ class FakeStreamer(FakeSender):
         self._ids = 0
 
     def pieces(self, text: str, *, final: bool = False) -> list[str]:
-        from adapters.pieces import stream_pieces
+        from adapters.rendering.pieces import stream_pieces
 
         return stream_pieces(text, self.limit, final=final)
 
@@ -197,3 +197,77 @@ class FakeStreamer(FakeSender):
         for message_id in delivery.streamed[len(pieces) :]:
             self.messages.pop(message_id, None)  # deleted
         return len(pieces)
+
+
+class FakeChatSender(FakeStreamer):
+    """A platform's sending half as the core's hand-off and typing service use it (core.ports.ChatSender),
+    and its streaming half: `answers` records what was sent without a row, as (target, text, confirm,
+    file names); `deleted` the message ids deleted (`deletes` False: the platform cannot, as in a
+    Discord DM); `typing` one chat id per typing request; `buttons` the button each row's send
+    carried. `answer_pauses`: seconds the next answers take to go out, one each (a slow platform)."""
+
+    def __init__(self, name: str = "telegram", limit: int = 4096, *, typing_every: float | None = 0.01) -> None:
+        super().__init__(name, limit)
+        self.typing_every = typing_every
+        self.deletes = True
+        self.answers: list[tuple] = []
+        self.deleted: list[str | None] = []
+        self.typing: list[str] = []
+        self.buttons: dict[int, object] = {}
+        self.answer_pauses: list[float] = []
+        self.fail_answers: Exception | None = None
+
+    async def send_answer(self, target, text: str, *, confirm=None, files=()) -> None:
+        if self.answer_pauses:
+            await asyncio.sleep(self.answer_pauses.pop(0))
+        if self.fail_answers is not None:
+            raise self.fail_answers
+        self.answers.append((target, text, confirm, tuple(f.filename for f in files)))
+
+    async def delete(self, target, message_id: str | None) -> bool:
+        if not self.deletes:
+            return False
+        self.deleted.append(message_id)
+        return True
+
+    async def show_typing(self, target) -> None:
+        self.typing.append(target.chat_id)
+
+    async def send_delivery(self, delivery) -> int:
+        self.buttons[delivery.id] = delivery.confirm
+        return await super().send_delivery(delivery)
+
+    def answer_texts(self) -> list[str]:
+        return [text for _, text, _, _ in self.answers]
+
+
+class FakeIntake:
+    """An intake with no connection (core.ports.BaseIntake): a test hands events to the core itself."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.taking = False
+        self._lost = asyncio.Event()
+
+    async def start(self) -> None:
+        self.taking = True
+
+    async def stop_intake(self) -> None:
+        self.taking = False
+
+    async def aclose(self) -> None:
+        self.taking = False
+
+    async def wait_lost(self) -> str:
+        await self._lost.wait()
+        return f"{self.name}: lost"
+
+    def ready(self) -> str | None:
+        return None if self.taking else "not taking"
+
+
+def fake_platform(sender: FakeChatSender, *, streams: bool = False):
+    """A platform of three parts on `sender` (its streamer too, with `streams`), for the core's entry."""
+    from core.ports import Platform
+
+    return Platform(sender.name, FakeIntake(sender.name), sender, streamer=sender if streams else None)

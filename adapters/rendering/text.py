@@ -16,6 +16,11 @@ _BOUNDARIES = (
 )
 
 
+def sendable(text: str) -> str:
+    """Plain text a platform accepts: with no parse mode, only unencodable lone surrogates need replacing."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def text_length(text: str) -> int:
     """Length in UTF-16 code units: what Telegram counts, and never less than what Discord counts."""
     return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)

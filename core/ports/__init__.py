@@ -1,4 +1,5 @@
-"""Ports the core depends on; adapters implement them, tests pass fakes of the same shape."""
+"""Ports the core depends on; adapters implement them, tests pass fakes of the same shape. A chat
+platform's three parts are in core/ports/chat.py, re-exported here."""
 
 from __future__ import annotations
 
@@ -6,6 +7,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
+from core.ports.chat import AdapterStateStore as AdapterStateStore
+from core.ports.chat import BaseChatAdapter as BaseChatAdapter
+from core.ports.chat import BaseIntake as BaseIntake
+from core.ports.chat import BaseSender as BaseSender
+from core.ports.chat import BaseStreamer as BaseStreamer
+from core.ports.chat import ChatCore as ChatCore
+from core.ports.chat import ChatSender as ChatSender
+from core.ports.chat import Platform as Platform
 from core.values.model import (
     Account,
     Binding,
@@ -96,98 +105,6 @@ class Transcriber(Protocol):
 
     async def aclose(self) -> None:
         """Release connections; safe to call twice."""
-        ...
-
-
-class BaseChatAdapter(Protocol):
-    """A platform the companion talks through (Telegram, Discord, terminal, web)."""
-
-    name: str
-
-    async def start(self) -> None:
-        """Connect and begin delivering inbound messages to the handler."""
-        ...
-
-    async def stop_intake(self) -> None:
-        """The first step of a stop: take no new inbound message or event; what runs goes on, and
-        the connection stays open so that what the last turns wrote can still be sent."""
-        ...
-
-    async def aclose(self) -> None:
-        """Stop receiving, let what runs end (bounded), disconnect; safe to call twice."""
-        ...
-
-    async def wait_lost(self) -> str:
-        """Wait until the platform connection is lost for good (the library's own reconnects gave
-        up, or could not have helped); return one line naming the platform and why. The gateway
-        then stops the process so that a supervisor starts a fresh one."""
-        ...
-
-    def ready(self) -> str | None:
-        """For GET /readyz: None while connected and taking messages; else a few words saying
-        what is not (never an id, a token or anything a message said)."""
-        ...
-
-
-class BaseSender(Protocol):
-    """The sending half of a chat adapter, used by the outbox (core.delivery.outbox.Outbox)."""
-
-    name: str
-
-    async def send_delivery(self, delivery: OutboundDelivery) -> int:
-        """Send `delivery.text` from part `delivery.parts_sent` on, in order.
-
-        Returns:
-            The number of parts of the whole text now sent.
-        Raises:
-            core.values.errors.DeliveryFailed: with `permanent` when sending again cannot help, and
-                `parts_sent` counting the parts that did go out.
-        """
-        ...
-
-    async def send_text(self, chat_id: str, text: str) -> str:
-        """Send `text` to a chat now, without an outbox row (the one test post that verifies a
-        binding before it is stored), split to the platform's limit.
-
-        Returns:
-            The platform's id of the first message sent.
-        Raises:
-            core.values.errors.DeliveryFailed: the chat cannot be posted in, or the platform failed.
-        """
-        ...
-
-
-class BaseStreamer(Protocol):
-    """The streaming half of a chat adapter: shows a reply while the model writes it
-    (core.delivery.streams.StreamShow calls it from the outbox's lane, never from a conversation's).
-    The reply's final text is its delivery, sent by `BaseSender.send_delivery`."""
-
-    name: str
-
-    def pieces(self, text: str, *, final: bool = False) -> list[str]:
-        """`text` as the messages it shows in, each within the platform's limit, cut only where the
-        final reply is cut too (between grapheme clusters, outside code fences); while not `final`,
-        what may still change (an unfinished grapheme cluster at the end) is held back."""
-        ...
-
-    async def post(self, reply: StreamedReply, text: str, index: int) -> str:
-        """Send `text` as the `index`-th message of a streamed reply (plain, unformatted); the
-        first one ends the typing indicator of its chat.
-
-        Returns:
-            The platform's id of the message.
-        Raises:
-            core.values.errors.DeliveryThrottled: the platform asked to wait `retry_after` seconds.
-            core.values.errors.DeliveryFailed: anything else (the stream stops; the final send copes).
-        """
-        ...
-
-    async def edit(self, reply: StreamedReply, message_id: str, text: str) -> None:
-        """Replace the text of a message of a streamed reply; "not modified" is success.
-
-        Raises:
-            core.values.errors.DeliveryThrottled, core.values.errors.DeliveryFailed: as `post`.
-        """
         ...
 
 
@@ -358,16 +275,6 @@ class NoMetrics:
 
 
 NO_METRICS = NoMetrics()
-
-
-class AdapterStateStore(Protocol):
-    """Key/value state for adapters (offsets, cursors); never message content. It survives a
-    crash of the process; a power cut may lose the last write, which only makes the platform
-    deliver again (and the inbox makes a redelivery a no-op)."""
-
-    async def get_adapter_state(self, name: str) -> str | None: ...
-
-    async def set_adapter_state(self, name: str, value: str, now: float) -> None: ...
 
 
 class TimelineStore(Protocol):

@@ -1,7 +1,7 @@
 """Where a reply shown while written is cut into messages: the same cuts while it streams and when final.
 
 A streamed reply fills a message, then continues into the next one. Each cut is chosen as
-adapters/text.py chooses them (a paragraph, a line, a sentence, a word, in that order), only
+adapters/rendering/text.py chooses them (a paragraph, a line, a sentence, a word, in that order), only
 between grapheme clusters (an emoji with joiners, a flag, a letter with its accents stays whole)
 and only outside a code fence, unless one fence is longer than a whole message: then the piece
 closes the fence and the next one opens it again with its language. A cut depends only on the
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.text import _BOUNDARIES, _separator
+from adapters.rendering.text import _BOUNDARIES, _separator
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})([^`\n]*)$")
 
