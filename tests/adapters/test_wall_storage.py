@@ -1,8 +1,7 @@
 """The wall at the edges (issue 22), in the SQL itself: what the store refuses whoever calls it.
 
 Each test plants the state a careless caller could reach and shows the statement (or the schema)
-refuses it; the end-to-end tests through the platform libraries are in test_wall_telegram.py and
-test_wall_discord.py.
+refuses it; the end-to-end tests through the platform libraries are in test_platform_wall.py.
 """
 
 from __future__ import annotations

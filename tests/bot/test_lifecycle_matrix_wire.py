@@ -1,9 +1,12 @@
-"""The lifecycle matrix (issue 21): `companion run`, a real subprocess on the fake Telegram or Discord,
-stopped (SIGTERM) or killed (SIGKILL) at each step of a turn, in a DM and in a group, then started
-again: every message is answered exactly once. The steps: a burst held (stored, waiting for the rest
-of the burst), the model answering (within the stop grace, or past it), the reply written but refused
-by the platform (502) or hung on, and (SIGKILL only) the platform having taken the reply while its
-answer has not reached us.
+"""The lifecycle matrix (issue 21): `companion run`, a real subprocess on the fake Telegram or Discord
+or serving the web chat, stopped (SIGTERM) or killed (SIGKILL) at each step of a turn, in a DM and in
+a group, then started again: every message is answered exactly once. The steps: a burst held (stored,
+waiting for the rest of the burst), the model answering (within the stop grace, or past it), the reply
+written but refused by the platform (502) or hung on, and (SIGKILL only) the platform having taken the
+reply while its answer has not reached us. Each platform runs the cells it has (issue 30): the web
+chat is one direct chat, and its send is a publish to the pages open in the gateway's process, which
+nothing outside can refuse, hold or take; so it runs the burst and model steps, in its DM, with no
+platform fault.
 
 Run with the defaults as shipped: COMPANION_BURST_SECONDS is not touched, and neither is
 COMPANION_STOP_GRACE, except in the cells that must wait the whole grace out (the model or the
@@ -24,18 +27,13 @@ import pytest
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.platforms import Fault, Where, WirePlatform
+from tests.helpers.platforms.discord import DiscordWire
+from tests.helpers.platforms.telegram import TelegramWire
+from tests.helpers.platforms.web import WebWire
 from tests.helpers.proc import companion_env
 from tests.helpers.running import Running
-from tests.helpers.wire_platforms import (
-    USER,
-    DiscordWire,
-    Fault,
-    TelegramWire,
-    Where,
-    WirePlatform,
-    rows,
-    shipped,
-)
+from tests.helpers.wire_platforms import rows, shipped
 
 pytestmark = pytest.mark.wire
 
@@ -65,6 +63,8 @@ def _grace(platform: str, how: signal.Signals, step: str, where: str) -> str:
     return shipped("stop_grace")
 
 
+WIRES = {"telegram": TelegramWire, "discord": DiscordWire, "web": WebWire}  # each with its `wheres` and `faults`
+
 CELLS = [
     pytest.param(
         platform,
@@ -77,9 +77,10 @@ CELLS = [
         if _grace(platform, how, step, where) != SHORT_GRACE and (how, step) in WAITS_OUT_THE_GRACE
         else [],
     )
-    for platform in ("telegram", "discord")
+    for platform, wire in WIRES.items()
     for (how, step) in LEFT
-    for where in ("dm", "group")
+    for where in wire.wheres
+    if step not in FAULTS or FAULTS[step] in wire.faults
 ]
 
 
@@ -91,14 +92,20 @@ def model() -> Iterator[FakeOpenAIServer]:
 
 
 @pytest.fixture
-def wire(request: pytest.FixtureRequest) -> Iterator[WirePlatform]:
-    """The fake platform of the cell (parametrised indirectly), one server for both processes."""
+def platform(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WirePlatform]:
+    """The platform of the cell (parametrised indirectly), one fake server for both processes."""
     if request.param == "telegram":
         with FakeTelegramServer.run_in_thread() as telegram:
             yield TelegramWire(telegram)
-    else:
+    elif request.param == "discord":
         with FakeDiscordServer.run_in_thread() as discord_server:
             yield DiscordWire(discord_server)
+    else:
+        web = WebWire(tmp_path)
+        try:
+            yield web
+        finally:
+            web.close()
 
 
 def answer(body: dict) -> str:
@@ -112,7 +119,7 @@ def lifecycle_env(
 ) -> dict[str, str]:
     settings: dict[str, str] = {
         "COMPANION_LLM_BASE_URL": model.base_url,
-        "COMPANION_ALLOWED_USERS": ",".join(f"{w.name}:{USER}" for w in wires),
+        "COMPANION_ALLOWED_USERS": ",".join(w.account for w in wires if w.account is not None),
         "COMPANION_LOG_LEVEL": "INFO",
         # companion_env shortens the burst window for the other wire tests; these run it as shipped,
         # since the window is one of the steps a stop can land in.
@@ -141,36 +148,36 @@ def settled(db: Path) -> bool:
     ) == [(1,)]
 
 
-@pytest.mark.parametrize(("wire", "how", "step", "where"), CELLS, indirect=["wire"])
+@pytest.mark.parametrize(("platform", "how", "step", "where"), CELLS, indirect=["platform"])
 def test_every_message_is_answered_exactly_once_across_a_stop_at_any_step_of_its_turn(
-    wire: WirePlatform, model: FakeOpenAIServer, tmp_path: Path, how: signal.Signals, step: str, where: Where
+    platform: WirePlatform, model: FakeOpenAIServer, tmp_path: Path, how: signal.Signals, step: str, where: Where
 ) -> None:
     db = tmp_path / "companion.db"
-    grace = _grace(wire.name, how, step, where)
-    env = lifecycle_env(tmp_path, model, wire, grace=grace)
+    grace = _grace(platform.name, how, step, where)
+    env = lifecycle_env(tmp_path, model, platform, grace=grace)
     said = ["first of two", "second of two"] if step == "burst" else ["hello"]
     with Running(env) as gateway:
         gateway.wait_running()
         if step.startswith("model"):
             model.reply_delay(MODEL_SECONDS if step == "model" else float(grace) + 30.0)
         elif step in FAULTS:
-            wire.fault(FAULTS[step])
+            platform.fault(FAULTS[step])
         for text in said:
-            wire.say(where, text)
+            platform.say(where, text)
         if step == "burst":
             gateway.wait_for(lambda: open_turns(db) == len(said), "the burst stored")
             assert not model.requests, "the burst window passed before the signal: this cell proves nothing"
         elif step.startswith("model"):
             gateway.wait_for(lambda: len(model.requests) == 1, "the model asked")
         else:
-            gateway.wait_for(wire.faulted, f"a send meeting the fault ({FAULTS[step]})")
+            gateway.wait_for(platform.faulted, f"a send meeting the fault ({FAULTS[step]})")
         code, stderr = gateway.end(how, timeout=float(shipped("stop_grace")) + 30)
     if how == signal.SIGTERM:
         assert code == 0, stderr
 
     # What the stop left, step by step.
     left = LEFT[(how, step)]
-    replies = wire.replies(where)
+    replies = platform.replies(where)
     if left == "answered":
         assert rows(db, "SELECT kind, status FROM deliveries") == [("reply", "sent")]
         assert len(replies) == 1
@@ -182,7 +189,7 @@ def test_every_message_is_answered_exactly_once_across_a_stop_at_any_step_of_its
         assert rows(db, "SELECT kind, status FROM deliveries") == [("reply", "pending")]
         assert len(replies) == (1 if left == "taken, not marked" else 0)
 
-    wire.release()
+    platform.release()
     asked = len(model.requests)
     with Running(env) as gateway:
         gateway.wait_running()
@@ -197,12 +204,12 @@ def test_every_message_is_answered_exactly_once_across_a_stop_at_any_step_of_its
     ((reply,),) = rows(db, "SELECT text FROM messages WHERE role = 'assistant'")
     assert reply.startswith("answer to ") and reply.endswith(said[-1])
     assert rows(db, "SELECT kind, status FROM deliveries") == [("reply", "sent")]
-    if left == "taken, not marked" and wire.name == "telegram":
+    if left == "taken, not marked" and platform.name == "telegram":
         # The documented at-least-once window: the Bot API has no idempotency key.
-        assert wire.replies(where) == [reply, reply]
+        assert platform.replies(where) == [reply, reply]
     else:
-        assert wire.replies(where) == [reply]
-    if left == "taken, not marked" and isinstance(wire, DiscordWire):
+        assert platform.replies(where) == [reply]
+    if left == "taken, not marked" and isinstance(platform, DiscordWire):
         # Sent again after the restart, with the same nonce: Discord returned the first message.
-        first, again = wire.posts(where)
+        first, again = platform.posts(where)
         assert first == again

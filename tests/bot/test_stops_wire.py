@@ -13,9 +13,12 @@ import pytest
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.platforms import USER
+from tests.helpers.platforms.discord import DiscordWire
+from tests.helpers.platforms.telegram import TelegramWire
 from tests.helpers.proc import companion_env
 from tests.helpers.running import Running
-from tests.helpers.wire_platforms import USER, DiscordWire, TelegramWire, rows, shipped
+from tests.helpers.wire_platforms import rows, shipped
 
 pytestmark = pytest.mark.wire
 

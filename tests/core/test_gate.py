@@ -2,7 +2,7 @@
 everything it writes belongs to that mode's interval, whatever the event's kind.
 
 The core runs for real on a real SQLite store, with an outbox whose far end is a FakeSender (the
-same flows through python-telegram-bot and discord.py are in tests/adapters/test_wall_*.py).
+same flows through python-telegram-bot, discord.py and the web chat are in tests/adapters/test_platform_wall.py).
 """
 
 from __future__ import annotations
