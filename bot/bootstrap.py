@@ -532,9 +532,7 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
             chat = web_chat(companion, entry, edge)
             platforms.append(chat)
             intakes: list[BaseIntake] = [*adapters, *(platform.intake for platform in platforms)]
-            service = build_web_service(
-                settings, companion, [(i.name, i.ready) for i in intakes], metrics, chat.intake
-            )
+            service = build_web_service(settings, companion, [(i.name, i.ready) for i in intakes], metrics, chat.intake)
         yield Assembly(companion, entry, platforms, adapters, scheduled_jobs(settings, companion), service, chats)
 
 

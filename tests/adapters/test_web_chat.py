@@ -277,6 +277,26 @@ async def test_no_message_text_reaches_the_logs_even_at_debug(store, provider, s
         assert CANARY not in record.getMessage() and PASSPHRASE not in record.getMessage()
 
 
+async def test_a_passphrase_typed_in_the_web_chat_is_dropped_by_the_page_and_the_owner_is_not_asked_to_delete_it(
+    store, provider, server, clock, passphrase_hash
+):
+    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web, web.chat.open_page() as page:
+        entered = await web.chat.send(f"/private {PASSPHRASE}")
+        answer = await next_event(page)
+
+    assert entered.hide_input
+    assert copy.DELETE_SECRET_NOTE not in answer.text  # nothing of it is left on a page to delete
+
+
+async def test_a_message_the_stop_cut_off_is_refused_so_the_page_may_send_it_again(store, provider, server, clock):
+    async with web_side(store, provider, clock) as web:
+        await web.companion.finish_turns(0.1)  # the stop closed the conversations' lanes
+        with pytest.raises(WebChatStopped):
+            await web.chat.send("cut off by the stop")
+
+    assert await all_rows(store, "SELECT text FROM messages") == []
+
+
 async def test_a_mistyped_private_command_is_not_kept_by_the_page(store, provider, server, clock, passphrase_hash):
     async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web:
         mistyped = await web.chat.send(f"/privte {PASSPHRASE}")

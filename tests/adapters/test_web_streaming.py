@@ -1,5 +1,5 @@
 """Replies shown in the web chat while the model writes them (issue 24, point 5): the real core, store,
-outbox and WebChat behind a real WebService on 127.0.0.1, the real model client against the fake model
+outbox and web chat behind a real WebService on 127.0.0.1, the real model client against the fake model
 server streaming one word every `token_seconds`, and GET /events read as a browser reads it.
 
 A streamed answer is one bubble: `partial` frames carry its id and the text so far, then the reply's
@@ -232,7 +232,7 @@ async def test_an_open_page_is_told_at_once_that_private_mode_expired_mid_answer
         assert CANARY.encode() not in on_disk(store)
 
 
-# --- WebChat as a streamer (core.ports.BaseStreamer) ---------------------------------------------------
+# --- the web chat's streamer (core.ports.BaseStreamer) ------------------------------------------------
 
 
 def test_a_web_reply_streams_into_one_bubble_holding_back_its_last_grapheme_until_final():
