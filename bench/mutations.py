@@ -172,8 +172,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-page-keeps-the-passphrase",
         PRIVACY,
-        "hide = carries_secret(inbound.text) or (reply is not None and reply.delete_inbound)",
-        "hide = False",
+        "        return Sent(hide_input=not isinstance(outcome, Held) and outcome.secret)",
+        "        return Sent(hide_input=False)",
+    ),
+    M(
+        "web-cut-off-message-taken-as-sent",  # the page would keep a message nothing answers or stored
+        RELIABILITY,
+        "        if not acknowledged(outcome):",
+        "        if False:",
+    ),
+    M(
+        "web-secret-left-for-the-owner-to-delete",  # every passphrase's answer would ask to delete a line no page keeps
+        RELIABILITY,
+        "        return True",
+        "        return False",
+        within="WebSender.delete",
     ),
     M(
         "web-page-shows-a-message-twice",
@@ -1244,14 +1257,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-stream-not-registered",  # the web chat's replies would only ever go whole
         RELIABILITY,
-        "            self._outbox.register_streamer(self)\n",
-        "            pass\n",
+        "streamer=WebStreamer(hub))",
+        "streamer=None)",
     ),
     M(
         "web-stream-outlives-the-chat",  # a closed chat would still be asked to show replies while written
         RELIABILITY,
-        "            self._outbox.unregister_streamer(self)\n",
-        "            pass\n",
+        "                self.outbox.unregister_streamer(shown)",
+        "                pass",
     ),
     M(
         "web-stream-final-not-in-its-bubble",  # the final would be a second bubble under the partial one

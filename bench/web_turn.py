@@ -1,8 +1,8 @@
 """10. A web chat turn against a terminal turn, in the same process, with a zero-latency model.
 
 One companion on one store serves both: the web chat through the real HTTP service and its pages
-(`WebService` on its own thread, the pages bot/bootstrap.py installs, the web chat as the outbox's
-sender for `web`), and the terminal's turns straight through `Companion.handle()` (what the
+(`WebService` on its own thread, the pages bot/bootstrap.py installs, the web chat attached to the
+core's entry as a platform), and the terminal's turns straight through `Companion.handle()` (what the
 terminal chat calls for each line). A web turn is timed where a browser would see it: an HTTP
 client on a thread and event loop of its own (as a browser is another process) POSTs the message to
 /send with its session cookie and CSRF token, and the turn ends when the answer arrives on the
@@ -32,10 +32,11 @@ from adapters.web.hosts import AllowedHosts
 from adapters.web.pages import install_site
 from adapters.web.service import WebService
 from bench._common import ZeroLatencyProvider, median, ms, percentile, ratio
-from bot.bootstrap import build_companion, web_chat, web_core
+from bot.bootstrap import build_companion, core_entry, web_chat, web_core
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
+from core.values.edge import EdgeSettings
 from core.values.model import InboundMessage
 
 TARGET_RATIO = 1.5
@@ -135,15 +136,17 @@ async def _measure(turns: int, warmup: int, block: int) -> dict:
         outbox = Outbox(SqliteOutboxStore(store.database), SystemClock(), platforms=web)
         companion = build_companion(store, provider, CompanionConfig(platforms=web), outbox=outbox)
         await companion.start()
-        chat = web_chat(companion)
-        await chat.start()
+        entry = core_entry(companion)
+        chat = web_chat(companion, entry, EdgeSettings())
+        await chat.intake.start()
+        entry.attach(chat)
         queries = WebQueries(store.database)
         service = WebService(
             "127.0.0.1",
             0,
             AllowedHosts.default("127.0.0.1"),
             WebAuth(queries, SystemClock()),
-            routes=[install_site(web_core(companion, chat))],
+            routes=[install_site(web_core(companion, chat.intake))],
         )
         await service.start()
         browser = _Browser(service.url)
@@ -175,7 +178,8 @@ async def _measure(turns: int, warmup: int, block: int) -> dict:
         finally:
             browser.close()
             await service.aclose()
-            await chat.aclose()
+            entry.detach(chat)
+            await chat.intake.aclose()
             await companion.drain()
             await store.aclose()
     web_med, term_med = median(samples["web"]), median(samples["terminal"])

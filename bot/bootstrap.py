@@ -67,7 +67,7 @@ from core.values.retry import Sleep
 
 if TYPE_CHECKING:
     from adapters.storage.backup import BackupResult
-    from adapters.web.chat import WebChat
+    from adapters.web.chat import WebIntake, WebPlatform
     from adapters.web.metrics import PrometheusMetrics
     from adapters.web.service import WebService
     from adapters.web.site import WebCore
@@ -302,11 +302,11 @@ def transcripts(companion: Companion) -> Transcripts:
     return Transcripts(parts.store, parts.valve, parts.lanes)
 
 
-def web_chat(companion: Companion, *, stop_grace: float = 25.0, metrics: Metrics = NO_METRICS) -> WebChat:
-    """The web chat's core-facing adapter; the HTTP service's routes call it."""
-    from adapters.web.chat import WebChat
+def web_chat(companion: Companion, entry: CoreEntry, edge: EdgeSettings) -> WebPlatform:
+    """The web chat as a platform on the core's entry; the HTTP service's chat routes call its intake."""
+    from adapters.web.chat import web_platform
 
-    return WebChat(core_link(companion, metrics), transcripts(companion).read, stop_grace=stop_grace)
+    return web_platform(entry, edge, transcripts=transcripts(companion).read)
 
 
 def owner_controls(companion: Companion) -> OwnerControls:
@@ -327,7 +327,7 @@ def owner_controls(companion: Companion) -> OwnerControls:
     )
 
 
-def web_core(companion: Companion, chat: WebChat) -> WebCore:
+def web_core(companion: Companion, chat: WebIntake) -> WebCore:
     """What the web chat's pages need of the core."""
     from adapters.web.site import WebCore
 
@@ -374,7 +374,7 @@ def build_web_service(
     companion: Companion,
     checks: Sequence[tuple[str, Callable[[], str | None]]],
     metrics: PrometheusMetrics | None,
-    chat: WebChat | None = None,
+    chat: WebIntake | None = None,
 ) -> WebService:
     """The HTTP service of `companion run` on the companion's database: sign-in, the operator
     endpoints (`checks`: each configured adapter's `ready()`) and the web chat's pages (`chat`; without
@@ -479,8 +479,7 @@ class Assembly:
         companion: the core, started (crash semantics applied).
         entry: the core's entry, which the platforms' intakes hand their events to.
         platforms: the platforms of three parts, attached to `entry` once their intake started.
-        adapters: the chat adapters not yet split into three parts (they take the CoreLink); the
-            web chat's among them when the HTTP service is on.
+        adapters: the chat adapters not yet split into three parts (they take the CoreLink).
         jobs: the scheduled jobs.
         service: the HTTP service (None: COMPANION_HTTP_PORT is off).
         chats: the chat platforms configured (Telegram, Discord), without the web chat.
@@ -523,17 +522,17 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
         edge = edge_settings(settings)
         entry = core_entry(companion, counters, edge)
         # The platforms of three parts, each built on `entry` by its package's builder
-        # (`<app>_platform(entry, edge, ...)`): none yet besides the terminal, which `companion chat` runs.
+        # (`<app>_platform(entry, edge, ...)`).
         platforms: list[Platform] = []
         adapters = build_adapters(settings, companion, on_fatal, counters)
         service = None
         if web:
-            # The web chat is an adapter like the others (started, stopped and closed with them);
-            # its pages are the HTTP service's.
-            chat = web_chat(companion, stop_grace=settings.stop_grace, metrics=counters)
-            adapters.append(chat)
+            # The web chat is a platform like the others (started, attached, stopped and closed with
+            # them); its pages are the HTTP service's.
+            chat = web_chat(companion, entry, edge)
+            platforms.append(chat)
             intakes: list[BaseIntake] = [*adapters, *(platform.intake for platform in platforms)]
-            service = build_web_service(settings, companion, [(i.name, i.ready) for i in intakes], metrics, chat)
+            service = build_web_service(settings, companion, [(i.name, i.ready) for i in intakes], metrics, chat.intake)
         yield Assembly(companion, entry, platforms, adapters, scheduled_jobs(settings, companion), service, chats)
 
 

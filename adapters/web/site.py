@@ -11,7 +11,7 @@ from aiohttp import web
 
 from adapters.web.auth import SESSION_KEY
 from adapters.web.bridge import BRIDGE
-from adapters.web.chat import KEY, WebChat
+from adapters.web.chat import KEY, WebIntake
 from adapters.web.layout import Frame
 from adapters.web.stream import Relay
 from core.ports import Clock
@@ -27,14 +27,14 @@ class WebCore:
     """What the pages need of the core (bot/bootstrap.py `web_core`), all of it on the core's loop.
 
     Attributes:
-        chat: the owner's web chat (adapters/web/chat.py).
+        chat: the owner's web chat, its intake (adapters/web/chat/intake.py).
         transcripts: its history and mode as the mode reads them (core/turn/transcript.py).
         preview: the next normal-mode request of each conversation (core/turn/preview.py).
         controls: the memory, settings and privacy pages' reads and commands (core/turn/controls.py).
         clock: the one clock.
     """
 
-    chat: WebChat
+    chat: WebIntake
     transcripts: Transcripts
     preview: NormalPreview
     controls: OwnerControls

@@ -1,13 +1,13 @@
 """The web chat's live events as server-sent events, carried from the core's event loop to the service's.
 
-WebChat lives on the core's loop (its pages' queues belong to that loop); the HTTP service answers on
-a loop of its own, in its own thread. One GET /events holds one `Relay`. On the core's loop `pump`
-(started by the handler through `CoreBridge.call`) opens a page (`WebChat.open_page`), puts its
+The web chat lives on the core's loop (its pages' queues belong to that loop); the HTTP service answers
+on a loop of its own, in its own thread. One GET /events holds one `Relay`. On the core's loop `pump`
+(started by the handler through `CoreBridge.call`) opens a page (`WebIntake.open_page`), puts its
 transcript into the relay, then each live event, and the chat's mode again whenever it changed;
 every put crosses to the service's loop through `CoreBridge.notify` (a plain call handed over
 thread-safely). On the service's loop the handler takes them from the relay and writes them as SSE
 frames. Neither side waits for the other: the relay is bounded, and a browser that falls RELAY_SIZE
-events behind is cut off (its EventSource reconnects and draws the history afresh), as WebChat cuts
+events behind is cut off (its EventSource reconnects and draws the history afresh), as the chat cuts
 off a page PAGE_QUEUE events behind. When the handler ends (the browser left, the service stops),
 cancelling its `call` cancels the pump on the core's loop, which closes the page there.
 
@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from adapters.web.bridge import CoreBridge
-from adapters.web.chat import PARTIAL, RETRACTION, Page, Transcript, WebChat, WebChatError, WebEvent
+from adapters.web.chat import PARTIAL, RETRACTION, Page, Transcript, WebChatError, WebEvent, WebIntake
 from adapters.web.formatting import formatted
 from core.values.transcript import ChatMode
 
@@ -98,7 +98,7 @@ class Relay:
 
 
 async def pump(
-    chat: WebChat,
+    chat: WebIntake,
     modes: ModeReader,
     relay: Relay,
     *,

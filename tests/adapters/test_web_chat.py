@@ -11,10 +11,11 @@ import logging
 
 import pytest
 
-from adapters.web.chat import PLATFORM, USER, TooManyPages, WebChat, WebChatStopped
-from bot.bootstrap import core_link, transcripts
+from adapters.web.chat import PLATFORM, USER, TooManyPages, WebChatStopped, web_platform
+from bot.bootstrap import transcripts
 from core.turn.people import WEB_OWNER as WEB_ACCOUNT
 from core.values import copy
+from core.values.edge import EdgeSettings
 from core.values.errors import DeliveryFailed
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
@@ -200,13 +201,14 @@ async def test_a_confirmation_comes_with_its_reply_as_a_button_whose_command_the
 
 async def test_a_page_that_falls_behind_is_closed_and_the_others_keep_every_event(store, provider, server, clock):
     async with web_side(store, provider, clock) as web:
-        chat = WebChat(core_link(web.companion), transcripts(web.companion).read, page_queue=2)
+        other = web_platform(web.entry, EdgeSettings(), transcripts=transcripts(web.companion).read, page_queue=2)
+        chat = other.intake
         await chat.start()
         try:
             async with chat.open_page() as slow, chat.open_page() as quick:
                 got = []
                 for n in range(3):
-                    await chat.send_text("owner", f"post {n}")
+                    await other.sender.send_text("owner", f"post {n}")
                     got += quick.ready()
                 assert [e.text for e in got] == ["post 0", "post 1", "post 2"]
                 assert slow.overflowed and chat.pages == 1
@@ -218,14 +220,15 @@ async def test_a_page_that_falls_behind_is_closed_and_the_others_keep_every_even
 async def test_only_the_owners_chat_exists_on_the_web(store, provider, server, clock):
     async with web_side(store, provider, clock) as web:
         with pytest.raises(DeliveryFailed) as refused:
-            await web.chat.send_text("someone-else", "a binding's test post")
+            await web.sender.send_text("someone-else", "a binding's test post")
 
     assert refused.value.permanent
 
 
 async def test_pages_are_bounded(store, provider, server, clock):
     async with web_side(store, provider, clock) as web:
-        chat = WebChat(core_link(web.companion), transcripts(web.companion).read, max_pages=1)
+        other = web_platform(web.entry, EdgeSettings(), transcripts=transcripts(web.companion).read, max_pages=1)
+        chat = other.intake
         await chat.start()
         try:
             async with chat.open_page():
@@ -272,6 +275,26 @@ async def test_no_message_text_reaches_the_logs_even_at_debug(store, provider, s
     assert any(r.name.startswith("adapters.web") for r in caplog.records)
     for record in caplog.records:
         assert CANARY not in record.getMessage() and PASSPHRASE not in record.getMessage()
+
+
+async def test_a_passphrase_typed_in_the_web_chat_is_dropped_by_the_page_and_the_owner_is_not_asked_to_delete_it(
+    store, provider, server, clock, passphrase_hash
+):
+    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web, web.chat.open_page() as page:
+        entered = await web.chat.send(f"/private {PASSPHRASE}")
+        answer = await next_event(page)
+
+    assert entered.hide_input
+    assert copy.DELETE_SECRET_NOTE not in answer.text  # nothing of it is left on a page to delete
+
+
+async def test_a_message_the_stop_cut_off_is_refused_so_the_page_may_send_it_again(store, provider, server, clock):
+    async with web_side(store, provider, clock) as web:
+        await web.companion.finish_turns(0.1)  # the stop closed the conversations' lanes
+        with pytest.raises(WebChatStopped):
+            await web.chat.send("cut off by the stop")
+
+    assert await all_rows(store, "SELECT text FROM messages") == []
 
 
 async def test_a_mistyped_private_command_is_not_kept_by_the_page(store, provider, server, clock, passphrase_hash):

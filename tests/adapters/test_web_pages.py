@@ -1,5 +1,5 @@
 """The web chat's pages (adapters/web/*_page.py) over a real WebService on 127.0.0.1, with the real
-core, store, outbox, WebChat and model client (against the fake model server), driven with httpx as
+core, store, outbox, web chat and model client (against the fake model server), driven with httpx as
 the pages' forms and script drive them. The browser itself: tests/bot/test_web_browser_wire.py."""
 
 from __future__ import annotations

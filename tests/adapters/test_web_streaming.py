@@ -1,5 +1,5 @@
 """Replies shown in the web chat while the model writes them (issue 24, point 5): the real core, store,
-outbox and WebChat behind a real WebService on 127.0.0.1, the real model client against the fake model
+outbox and web chat behind a real WebService on 127.0.0.1, the real model client against the fake model
 server streaming one word every `token_seconds`, and GET /events read as a browser reads it.
 
 A streamed answer is one bubble: `partial` frames carry its id and the text so far, then the reply's
@@ -232,13 +232,13 @@ async def test_an_open_page_is_told_at_once_that_private_mode_expired_mid_answer
         assert CANARY.encode() not in on_disk(store)
 
 
-# --- WebChat as a streamer (core.ports.BaseStreamer) ---------------------------------------------------
+# --- the web chat's streamer (core.ports.BaseStreamer) ------------------------------------------------
 
 
 def test_a_web_reply_streams_into_one_bubble_holding_back_its_last_grapheme_until_final():
-    from adapters.web.chat import WebChat
+    from adapters.web.chat import WebStreamer
 
-    chat = WebChat.__new__(WebChat)
+    chat = WebStreamer.__new__(WebStreamer)
     flag = "\U0001f1eb\U0001f1f7"  # a flag: two code points, one grapheme cluster
     long = "word " * 30_000
     assert chat.pieces(f"Bonjour {flag}") == ["Bonjour"]
@@ -253,12 +253,12 @@ async def test_a_stream_is_shown_only_in_the_owners_running_web_chat(store, prov
         reply = StreamedReply(1, 1, DeliveryTarget(PLATFORM, where), "nonce")
         if where != CHAT_ID:
             with pytest.raises(DeliveryFailed) as refused:
-                await web.chat.post(reply, "text", 0)
+                await web.streamer.post(reply, "text", 0)
             assert refused.value.permanent
             assert page.ready() == []
         else:
-            bubble = await web.chat.post(reply, "so far", 0)
-            await web.chat.edit(reply, bubble, "so far, more")
+            bubble = await web.streamer.post(reply, "so far", 0)
+            await web.streamer.edit(reply, bubble, "so far, more")
             assert [(e.kind, e.text, e.stream) for e in page.ready()] == [
                 ("partial", "so far", (bubble,)),
                 ("partial", "so far, more", (bubble,)),
@@ -266,7 +266,7 @@ async def test_a_stream_is_shown_only_in_the_owners_running_web_chat(store, prov
         assert web.outbox.streams(PLATFORM)
     assert not web.outbox.streams(PLATFORM)  # closed: replies go whole (a pending row) until the next start
     with pytest.raises(DeliveryFailed):
-        await web.chat.edit(reply, "r1-0", "after the close")
+        await web.streamer.edit(reply, "r1-0", "after the close")
 
 
 async def test_a_reply_is_drawn_formatted_but_never_as_the_models_html(store, provider, server, clock):

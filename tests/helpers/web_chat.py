@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from adapters.storage.outbox import SqliteOutboxStore
-from adapters.web.chat import Page, WebChat, WebEvent
-from bot.bootstrap import build_companion, web_chat
+from adapters.web.chat import Page, WebEvent, WebIntake, WebPlatform, WebSender, WebStreamer
+from bot.bootstrap import build_companion, core_entry, web_chat
 from core.delivery.outbox import SHIPPED_PACING, Outbox
 from core.delivery.streams import StreamPacing
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
+from core.turn.entry import CoreEntry
+from core.values.edge import EdgeSettings
 
 WEB = frozenset({"web"})
 
@@ -21,7 +23,21 @@ WEB = frozenset({"web"})
 @dataclass
 class WebSide:
     companion: Companion
-    chat: WebChat
+    entry: CoreEntry
+    platform: WebPlatform
+
+    @property
+    def chat(self) -> WebIntake:
+        """What the chat's pages call: send, open_page, history."""
+        return self.platform.intake
+
+    @property
+    def sender(self) -> WebSender:
+        return self.platform.sender
+
+    @property
+    def streamer(self) -> WebStreamer:
+        return self.platform.streamer
 
     @property
     def outbox(self) -> Outbox:
@@ -35,8 +51,9 @@ class WebSide:
 
 @contextlib.asynccontextmanager
 async def web_side(store, provider, clock, **config) -> AsyncIterator[WebSide]:
-    """A started companion serving the web chat (and any other `platforms` given), and its WebChat.
-    `pacing`: how replies are shown while written (the shipped pacing unless given; None: off)."""
+    """A started companion serving the web chat (and any other `platforms` given), and the web chat
+    attached to its entry as the gateway attaches it. `pacing`: how replies are shown while written
+    (the shipped pacing unless given; None: off)."""
     platforms = config.pop("platforms", WEB)
     pacing: StreamPacing | None = config.pop("pacing", SHIPPED_PACING)
     outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0, platforms=platforms, pacing=pacing)
@@ -44,12 +61,16 @@ async def web_side(store, provider, clock, **config) -> AsyncIterator[WebSide]:
         store, provider, CompanionConfig(platforms=platforms, **config), clock=clock, outbox=outbox
     )
     await companion.start()
-    chat = web_chat(companion, stop_grace=5.0)
-    await chat.start()
+    edge = EdgeSettings(stop_grace=5.0)
+    entry = core_entry(companion, edge=edge)
+    platform = web_chat(companion, entry, edge)
+    await platform.intake.start()
+    entry.attach(platform)
     try:
-        yield WebSide(companion, chat)
+        yield WebSide(companion, entry, platform)
     finally:
-        await chat.aclose()
+        entry.detach(platform)
+        await platform.intake.aclose()
         await companion.drain()
 
 

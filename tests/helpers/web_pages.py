@@ -1,4 +1,4 @@
-"""The web chat's pages in a test: the real core, store, outbox and WebChat (tests/helpers/web_chat.py)
+"""The web chat's pages in a test: the real core, store, outbox and the web chat (tests/helpers/web_chat.py)
 behind a real WebService on 127.0.0.1 with the pages bot/bootstrap.py installs, a signed-in httpx
 client, and a reader of the server-sent events."""
 

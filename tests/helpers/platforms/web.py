@@ -1,4 +1,4 @@
-"""The web chat as the tests drive it: the real WebChat in this process with a page open on it, as a
+"""The web chat as the tests drive it: the real web chat in this process with a page open on it, as a
 browser keeps one (in process), and `companion run` serving it, signed in with `companion web-login`
 and sent messages by POST /send as the page's script sends them (in a subprocess)."""
 
@@ -15,17 +15,45 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 
-from adapters.web.chat import PARTIAL, Page, WebChat, WebEvent
-from bot.bootstrap import web_chat
+from adapters.web.chat import PARTIAL, Page, WebEvent, WebIntake
+from bot.bootstrap import core_entry, web_chat
 from core.turn.companion import Companion
 from core.turn.people import WEB_OWNER
 from core.turn.recovery import SENT_AT_MARGIN
+from core.values.edge import EdgeSettings
 from core.values.model import Confirmation
 from tests.helpers.platforms import HAS, Fault, Where
 from tests.helpers.proc import companion_env, run_companion
 from tests.helpers.waiting import wait_for
 from tests.helpers.web import csrf_of, free_port, sign_in_blocking
 from tests.helpers.wire_platforms import rows
+
+
+class AttachedWebChat:
+    """The web chat on the companion's entry, started and stopped as bot/gateway.py does it: the
+    intake starts, then the platform is attached; the stop lets the last turns finish (the core's
+    stop), detaches it, then closes its pages."""
+
+    name = "web"
+
+    def __init__(self, companion: Companion) -> None:
+        self.edge = EdgeSettings(stop_grace=5.0)
+        self.entry = core_entry(companion, edge=self.edge)
+        self.platform = web_chat(companion, self.entry, self.edge)
+
+    @property
+    def chat(self) -> WebIntake:
+        return self.platform.intake
+
+    async def start(self) -> None:
+        await self.chat.start()
+        self.entry.attach(self.platform)
+
+    async def aclose(self) -> None:
+        await self.chat.stop_intake()
+        await self.entry.stop(self.edge.stop_grace)
+        self.entry.detach(self.platform)
+        await self.chat.aclose()
 
 
 class WebDriver:
@@ -53,13 +81,13 @@ class WebDriver:
     async def __aexit__(self, *exc_info: object) -> None:
         pass
 
-    def build(self, companion: Companion) -> WebChat:
-        return web_chat(companion, stop_grace=5.0)
+    def build(self, companion: Companion) -> AttachedWebChat:
+        return AttachedWebChat(companion)
 
     async def attach(self, adapter: Any) -> None:
-        self.chat: WebChat = adapter
+        self.chat: WebIntake = adapter.chat
         self._stack = contextlib.AsyncExitStack()
-        page = await self._stack.enter_async_context(adapter.open_page())
+        page = await self._stack.enter_async_context(self.chat.open_page())
         self._reader = asyncio.create_task(self._read(page))
 
     async def detach(self) -> None:
