@@ -11,7 +11,7 @@ import sys
 import pytest
 
 # Telegram, Discord and the web chat join as they are split into intake, sender and streamer.
-PLATFORMS = ["adapters.terminal"]
+PLATFORMS = ["adapters.terminal", "adapters.discord"]
 COUNT = (
     "import json, sys, importlib; importlib.import_module(sys.argv[1]); "
     "print(json.dumps(sorted(m for m in sys.modules if m == 'core' or m.startswith('core.'))))"

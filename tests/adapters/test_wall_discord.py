@@ -10,19 +10,18 @@ from typing import Any
 
 import pytest
 
-from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.backup import backup
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.turn.recovery import SENT_AT_MARGIN
 from core.values import copy
 from tests.conftest import PASSPHRASE
-from tests.helpers.adapters import discord_adapter
+from tests.helpers.adapters import PlatformRun, discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.reader import files_holding
@@ -50,7 +49,7 @@ class Gateway:
     def __init__(self, discord_server, model, store, clock, passphrase_hash) -> None:
         self.discord_server, self.model, self.store, self.clock = discord_server, model, store, clock
         self.passphrase_hash = passphrase_hash
-        self.running: list[tuple[DiscordAdapter, Companion, OpenAICompatibleProvider]] = []
+        self.running: list[tuple[PlatformRun, Companion, OpenAICompatibleProvider]] = []
 
     async def start(self, **config: Any) -> Companion:
         provider = OpenAICompatibleProvider(self.model.base_url, max_retries=0)
@@ -64,7 +63,7 @@ class Gateway:
             outbox=Outbox(SqliteOutboxStore(self.store.database), self.clock, base_delay=0.01, max_delay=0.01),
         )
         await companion.start()
-        adapter = discord_adapter(self.discord_server, core_link(companion))
+        adapter = discord_adapter(self.discord_server, companion)
         self.running.append((adapter, companion, provider))
         await adapter.start()
         return companion
