@@ -140,10 +140,11 @@ async def _turn_cost(turns: int, warmup: int, block: int) -> dict:
 
 
 async def _dispatch_throughput(rows: int) -> dict:
-    """Mirror rows sent by `Outbox.dispatch_due` through the real DiscordAdapter (discord.py) to the
+    """Mirror rows sent by `Outbox.dispatch_due` through the real Discord sender (discord.py) to the
     fake Discord on 127.0.0.1, against discord.py's own `channel.send` of as many messages."""
-    from adapters.discord import DiscordAdapter
-    from core.turn.link import CoreLink
+    from adapters.discord import discord_platform
+    from core.values.edge import EdgeSettings
+    from tests.helpers.adapters import PlatformRun, core_for
     from tests.helpers.fake_discord import FakeDiscordServer
 
     async with FakeDiscordServer() as server:
@@ -159,9 +160,11 @@ async def _dispatch_throughput(rows: int) -> dict:
             async def unused(message: InboundMessage) -> None:
                 return None
 
-            adapter = DiscordAdapter(
-                server.token, CoreLink(unused, outbox=outbox), api_base=server.api_base, gateway_url=server.gateway_url
+            entry = core_for(unused, outbox=outbox)
+            platform = discord_platform(
+                entry, EdgeSettings(), token=server.token, api_base=server.api_base, gateway_url=server.gateway_url
             )
+            adapter = PlatformRun(platform, entry)  # its sender takes the outbox's rows once started
             await adapter.start()
             try:
                 conversation = await store.ensure_conversation(
@@ -187,7 +190,7 @@ async def _dispatch_throughput(rows: int) -> dict:
                 dispatched = time.perf_counter() - t0
                 assert len(server.sent) == total, (len(server.sent), total)
                 # The baseline: discord.py's own sends of as many messages, to the same channels, in order.
-                client = adapter._client
+                client = adapter.client
                 assert client is not None
                 targets = [client.get_partial_messageable(c) for c in channels]
                 t0 = time.perf_counter()

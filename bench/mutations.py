@@ -520,25 +520,26 @@ MUTATIONS: tuple[Mutation, ...] = (
         "settled = list(self.above)",
     ),
     # --- Discord: secrets, mentions, nonces ----------------------------------------------------
-    M(
-        "discord-core-failure-keeps-passphrase",  # issue 12 gap
-        PRIVACY,
-        "reply = Reply(HANDLER_FAILED, delete_inbound=carries_secret(inbound.text))",
-        "reply = Reply(HANDLER_FAILED)",
-        within="DiscordAdapter._serve",
-    ),
+    # (Its failure fallback and the note asking to delete a secret are the core's now, written once:
+    # entry-core-failure-keeps-passphrase and handoff-no-delete-note.)
     M(
         "discord-passphrase-never-deleted",
         PRIVACY,
-        "        if reply.delete_inbound:\n            # The message carried the passphrase",
-        "        if False:\n            # The message carried the passphrase",
+        "            await message.delete()",
+        "            pass",
+        within="DiscordSender.delete",
     ),
     M(
-        "discord-no-delete-note",
-        PRIVACY,
-        'text = f"{text}\\n\\n{DELETE_SECRET_NOTE}"',
-        "text = text",
-        within="DiscordAdapter._deliver",
+        "discord-dm-secret-delete-tried",  # a request Discord refuses, where the note is the answer
+        RELIABILITY,
+        "        if client is None or message_id is None or int(target.chat_id) in self._connection.dm_channels:",
+        "        if client is None or message_id is None:",
+    ),
+    M(
+        "discord-slash-command-secret-deleted-as-a-message",  # its options are no message in the channel
+        RELIABILITY,
+        "        if target.route is not None:\n            return True  # a slash command's options",
+        "        if False:\n            return True  # a slash command's options",
     ),
     M(
         "discord-mentions-allowed",
@@ -551,6 +552,43 @@ MUTATIONS: tuple[Mutation, ...] = (
         RELIABILITY,
         "nonce=part_nonce(delivery.nonce, index),",
         "nonce=None,",
+    ),
+    # --- Discord: interactions, the catch-up's cursors ----------------------------------------------
+    M(
+        "discord-ephemeral-answer-falls-back-to-the-channel",
+        PRIVACY,
+        "                permanent = route.ephemeral and not route.direct",
+        "                permanent = False",
+    ),
+    M(
+        "discord-ephemeral-answer-of-an-unknown-interaction-sent-to-the-channel",
+        PRIVACY,
+        "        if route is None and confined(name):",
+        "        if False:",
+    ),
+    M(
+        "discord-silent-slash-command-keeps-thinking",
+        RELIABILITY,
+        "            if isinstance(outcome, Silent) and thinking:",
+        "            if False:",
+    ),
+    M(
+        "discord-cut-off-dm-acknowledged",  # its cursor moves past it: the next start never reads it again
+        RELIABILITY,
+        "            if not acknowledged(await outcome):",
+        "            if not (await outcome and True):",
+    ),
+    M(
+        "discord-live-dm-before-the-ones-sent-while-down",
+        RELIABILITY,
+        "            if self._held is not None:  # after the DMs sent while down",
+        "            if False:  # after the DMs sent while down",
+    ),
+    M(
+        "discord-dm-caught-up-and-delivered-handed-in-twice",
+        RELIABILITY,
+        "        if self._cursors.handled(channel, message) or message <= self._handed.get(channel, 0):",
+        "        if self._cursors.handled(channel, message):",
     ),
     # --- the real-server proof's wire tap (issue 29): it passes what it carries ----
     M(
@@ -1665,9 +1703,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "discord-stream-not-registered",
         RELIABILITY,
-        "            self._outbox.register_streamer(self._streamer)",
-        "            pass",
-        within="DiscordAdapter.start",
+        "        streamer=DiscordStreamer(lambda: connection.client, timeout=stream_timeout),",
+        "        streamer=None,",
     ),
     M(
         "discord-stream-429-slept-through",
@@ -1682,10 +1719,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                async with asyncio.timeout(None):",
     ),
     M(
-        "discord-stream-typing-renewed-after-first-post",
+        "discord-stream-typing-renewed-after-first-post",  # the core's, for every platform now
         RELIABILITY,
-        "        typing = self._typing.pop(channel_id, None)",
-        "        typing = None",
+        "        if index == 0:\n            self._typing.done(reply.target.platform, reply.target.chat_id)",
+        "        if False:\n            self._typing.done(reply.target.platform, reply.target.chat_id)",
     ),
     M(
         "discord-stream-first-post-not-a-reply",
@@ -1708,7 +1745,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "discord-streamed-reply-cut-unlike-its-stream",
         RELIABILITY,
-        "        pieces = self._streamer.pieces(delivery.text, final=True)",
+        "        pieces = stream_pieces(delivery.text, MESSAGE_LIMIT, final=True)  # as DiscordStreamer.pieces",
         "        pieces = split_message(delivery.text, MESSAGE_LIMIT)",
     ),
     M(

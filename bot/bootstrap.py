@@ -420,7 +420,7 @@ def build_adapters(
     on_fatal: Callable[[str], None] | None = None,
     metrics: Metrics = NO_METRICS,
 ) -> list[BaseChatAdapter]:
-    """The Telegram and Discord adapters (the web chat is added beside the HTTP service). Each
+    """The Telegram adapter (Discord is a platform of three parts; the web chat is added beside the HTTP service). Each
     platform library is imported only when its adapter is configured; every adapter takes the same
     CoreLink. `on_fatal(line)`: the platform refused the configuration while running (a
     revoked token); the gateway stops."""
@@ -438,20 +438,6 @@ def build_adapters(
                 base_url=settings.telegram_base_url,
                 on_fatal=on_fatal,
                 stop_grace=settings.stop_grace,
-            )
-        )
-    if settings.discord_token:
-        from adapters.discord import DiscordAdapter
-
-        adapters.append(
-            DiscordAdapter(
-                settings.discord_token.get_secret_value(),
-                link,
-                api_base=settings.discord_api_base,
-                gateway_url=settings.discord_gateway_url,
-                on_fatal=on_fatal,
-                stop_grace=settings.stop_grace,
-                outage_limit=settings.discord_outage_seconds or None,
             )
         )
     return adapters
@@ -522,8 +508,22 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
         edge = edge_settings(settings)
         entry = core_entry(companion, counters, edge)
         # The platforms of three parts, each built on `entry` by its package's builder
-        # (`<app>_platform(entry, edge, ...)`).
+        # (`<app>_platform(entry, edge, ...)`); the terminal is `companion chat`'s.
         platforms: list[Platform] = []
+        if settings.discord_token:
+            from adapters.discord import discord_platform
+
+            platforms.append(
+                discord_platform(
+                    entry,
+                    edge,
+                    token=settings.discord_token.get_secret_value(),
+                    api_base=settings.discord_api_base,
+                    gateway_url=settings.discord_gateway_url,
+                    on_fatal=on_fatal,
+                    outage_limit=settings.discord_outage_seconds or None,
+                )
+            )
         adapters = build_adapters(settings, companion, on_fatal, counters)
         service = None
         if web:

@@ -2,10 +2,12 @@
 
 Discord does not replay to a new gateway session what was sent before it, so DMs sent to the
 bot while the gateway was down are read from each known DM channel's history at start
-(`GET /channels/{id}/messages?after=<cursor>`, paging), oldest first, and handled like any
-message. The cursor of a DM channel is the id of the newest message handled there; it is kept
-in the adapter state (ids only) and only moves forward, so a message is handled once even when
-the gateway delivers it too (and the inbox key makes a second handling a no-op anyway).
+(`GET /channels/{id}/messages?after=<cursor>`, paging), oldest first, and handed to the core like
+any message, before the live DMs that came meanwhile. The cursor of a DM channel is the id of the
+newest message handled there; it is kept in the adapter state (ids only), only moves forward, and
+moves only once the core acknowledged a message (core.values.edge.acknowledged: not a turn the stop
+cut off, which the next start reads again), so a message is handled once even when the gateway
+delivers it too (and the inbox key makes a second handling a no-op anyway).
 
 A DM channel is known once a DM was handled in it after this feature existed; there is no other
 safe starting point: the inbox cannot be one, since a private interval that expired took its
@@ -16,11 +18,12 @@ mode.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import discord
 
@@ -75,54 +78,55 @@ class DmCursors:
                 log.warning("discord: storing the DM cursors failed (%s)", type(exc).__name__)
 
 
+# What the intake does with one channel's caught-up DMs: (channel id, the DMs oldest first, the newest
+# message id read there); it hands them to the core and moves the cursor as their outcomes come.
+Take = Callable[[int, list[InboundMessage], int], None]
+
+
 async def catch_up(
     client: discord.Client,
     cursors: DmCursors,
     *,
     to_inbound: Callable[[discord.Message], InboundMessage | None],
-    is_allowed: Callable[[InboundMessage], bool],
-    serve: Callable[[discord.Message, InboundMessage], Awaitable[None]],
+    take: Take,
     limit: int = CATCH_UP_LIMIT,
 ) -> int:
-    """Handle the DMs each known DM channel received after its cursor, oldest first: from
-    allowed users only, never the bot's own, at most `limit` per channel (the newest; the
-    older ones are skipped, and counted in the log). Returns how many were handled."""
-    handled = 0
+    """Read the DMs each known DM channel received after its cursor and give them to `take`, oldest
+    first, marked `caught_up` (the core answers no stranger late): never the bot's own, at most
+    `limit` per channel (the newest; the older ones are skipped, and counted in the log). Returns
+    how many were given."""
+    taken = 0
     for channel_id, after in sorted(cursors.channels().items()):
         try:
-            handled += await _catch_up_channel(client, cursors, channel_id, after, to_inbound, is_allowed, serve, limit)
+            taken += await _catch_up_channel(client, channel_id, after, to_inbound, take, limit)
         except (discord.HTTPException, OSError, TimeoutError) as exc:
             log.warning("discord: catching up DM channel %s failed (%s)", channel_id, type(exc).__name__)
-    return handled
+    return taken
 
 
 async def _catch_up_channel(
     client: discord.Client,
-    cursors: DmCursors,
     channel_id: int,
     after: int,
     to_inbound: Callable[[discord.Message], InboundMessage | None],
-    is_allowed: Callable[[InboundMessage], bool],
-    serve: Callable[[discord.Message, InboundMessage], Awaitable[None]],
+    take: Take,
     limit: int,
 ) -> int:
     channel = await client.fetch_channel(channel_id)
     if not isinstance(channel, discord.DMChannel):
         return 0
-    kept: deque[tuple[discord.Message, InboundMessage]] = deque(maxlen=limit)
+    kept: deque[InboundMessage] = deque(maxlen=limit)
     seen = answerable = newest = 0
     async for message in channel.history(limit=None, after=discord.Object(after), oldest_first=True):
         seen += 1
         newest = max(newest, message.id)
         inbound = to_inbound(message)  # None for the bot's own messages and system messages
-        if inbound is None or not inbound.is_direct or not is_allowed(inbound):
+        if inbound is None or not inbound.is_direct:
             continue
         answerable += 1
-        kept.append((message, inbound))
-    for message, inbound in kept:
-        await serve(message, inbound)
+        kept.append(dataclasses.replace(inbound, caught_up=True))
     if newest:
-        await cursors.advance(channel_id, newest)  # what was skipped is never to be handled
+        take(channel_id, list(kept), newest)  # what was skipped is never to be handled
     if seen:
         log.info(
             "discord: DM channel %s: %d messages since the last handled one, %d to answer, %d answered now,"

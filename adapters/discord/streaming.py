@@ -9,7 +9,7 @@ message it answers. An edit is `PATCH /channels/{id}/messages/{id}`; Discord has
 modified" error (an edit to the same text is a 200).
 
 Nothing here may hold the lane long: the reply's final edit waits behind it. discord.py sleeps
-through a 429 itself and sends the request again; for these requests the adapter's HTTP client
+through a 429 itself and sends the request again; for these requests the platform's HTTP client
 ends it at once instead (adapters/discord/client.py `raising_429`) and it becomes
 `DeliveryThrottled(retry_after)`: the lane waits that long (or until the answer is written) with
 the newest text, and edits more slowly from then on. Every request is also bounded in time
@@ -56,26 +56,20 @@ def reference_of(target: DeliveryTarget) -> discord.MessageReference | None:
 
 
 class DiscordStreamer:
-    """The streaming half of the Discord adapter (registered with the outbox next to its sender).
+    """The streaming half of the Discord platform (core.ports.BaseStreamer; the core ends the chat's
+    typing indicator before a reply's first post).
 
     Args:
-        client: the adapter's connected client, or None while it is not started.
-        first_post: called with the channel id just before the first message of a reply is posted:
-            the adapter stops renewing the typing indicator there (a message ends it on Discord).
+        client: the connection's client, or None while it is not open.
         timeout: seconds one post or edit may take before the showing stops.
     """
 
     name = PLATFORM
 
     def __init__(
-        self,
-        client: Callable[[], CompanionClient | None],
-        *,
-        first_post: Callable[[int], Awaitable[None]],
-        timeout: float = STREAM_REQUEST_SECONDS,
+        self, client: Callable[[], CompanionClient | None], *, timeout: float = STREAM_REQUEST_SECONDS
     ) -> None:
         self._client = client
-        self._first_post = first_post
         self._timeout = timeout
 
     def pieces(self, text: str, *, final: bool = False) -> list[str]:
@@ -83,8 +77,6 @@ class DiscordStreamer:
 
     async def post(self, reply: StreamedReply, text: str, index: int) -> str:
         channel = self._channel(reply.target.chat_id)
-        if index == 0:
-            await self._first_post(channel.id)
         # discord.py's overloads of send() omit the None that its implementation accepts.
         message = await self._request(
             reply,

@@ -1,4 +1,4 @@
-"""DiscordAdapter: the real discord.py client and the real core against a fake Discord and a fake model server."""
+"""Discord as a platform (its intake, sender and streamer): the real discord.py client and the real core against a fake Discord and a fake model server."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.discord import MESSAGE_LIMIT, DiscordAdapter, DiscordStartError
+from adapters.discord import MESSAGE_LIMIT, DiscordStartError, discord_platform
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.rendering.text import split_message, text_length
 from adapters.storage.outbox import SqliteOutboxStore
-from bot.bootstrap import build_companion
+from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
-from core.turn.link import CoreLink
 from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED, NOT_ALLOWED
+from core.values.edge import EdgeSettings
 from core.values.errors import CompanionError, StoreError
 from core.values.model import Attachment, InboundMessage, Reply
 from tests.conftest import PASSPHRASE
-from tests.helpers.adapters import discord_adapter
+from tests.helpers.adapters import PlatformRun, core_for, discord_adapter
 from tests.helpers.fake_discord import MESSAGE_CONTENT, FakeDiscordServer, RestFault
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.logs import logging_policy
@@ -70,7 +70,7 @@ async def core(store, model, passphrase_hash):
 
 @pytest.fixture
 async def adapter(discord_server, core):
-    adapter = discord_adapter(discord_server, CoreLink(core.handle, outbox=core.outbox))
+    adapter = discord_adapter(discord_server, core)
     await adapter.start()
     yield adapter
     await adapter.aclose()
@@ -140,7 +140,22 @@ def test_split_counts_characters_outside_the_basic_plane_as_two_units():
 # --- start-up ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["adapter", "catchup", "client", "context", "interactions", "media", "streaming"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "buttons",
+        "catchup",
+        "client",
+        "connection",
+        "context",
+        "intake",
+        "interactions",
+        "media",
+        "routes",
+        "sender",
+        "streaming",
+    ],
+)
 def test_the_adapter_package_uses_the_discord_library_not_itself(name):
     import importlib
 
@@ -162,7 +177,7 @@ async def test_start_requests_the_message_content_intent_and_returns_once_ready(
 
 async def test_a_token_without_the_message_content_intent_stops_start_up_with_one_clear_line(core):
     async with FakeDiscordServer(privileged_intents=0) as server:
-        adapter = discord_adapter(server, CoreLink(core.handle))
+        adapter = discord_adapter(server, core)
         with pytest.raises(DiscordStartError) as raised:
             await adapter.start()
         await adapter.aclose()
@@ -173,7 +188,7 @@ async def test_a_token_without_the_message_content_intent_stops_start_up_with_on
 
 
 async def test_an_invalid_token_stops_start_up_with_one_clear_line(discord_server, core):
-    adapter = discord_adapter(discord_server, CoreLink(core.handle), token="not-the-token")
+    adapter = discord_adapter(discord_server, core, token="not-the-token")
     with pytest.raises(DiscordStartError) as raised:
         await adapter.start()
     message = str(raised.value)
@@ -183,7 +198,11 @@ async def test_an_invalid_token_stops_start_up_with_one_clear_line(discord_serve
 
 
 async def test_an_unreachable_api_stops_start_up_naming_the_variable(core, unused_port):
-    adapter = DiscordAdapter("token", CoreLink(core.handle), api_base=f"http://127.0.0.1:{unused_port}/api/v10")
+    entry = core_entry(core)
+    platform = discord_platform(
+        entry, EdgeSettings(), token="token", api_base=f"http://127.0.0.1:{unused_port}/api/v10"
+    )
+    adapter = PlatformRun(platform, entry)
     with pytest.raises(DiscordStartError) as raised:
         await adapter.start()
     assert "COMPANION_DISCORD_API_BASE" in str(raised.value) and "\n" not in str(raised.value)
@@ -192,7 +211,7 @@ async def test_an_unreachable_api_stops_start_up_naming_the_variable(core, unuse
 
 async def test_an_api_base_without_the_version_stops_start_up_saying_so(discord_server, core):
     adapter = discord_adapter(
-        discord_server, CoreLink(core.handle), api_base=f"http://127.0.0.1:{discord_server.port}/api", gateway_url=None
+        discord_server, core, api_base=f"http://127.0.0.1:{discord_server.port}/api", gateway_url=None
     )
     with pytest.raises(DiscordStartError) as raised:
         await adapter.start()
@@ -202,9 +221,7 @@ async def test_an_api_base_without_the_version_stops_start_up_saying_so(discord_
 
 
 async def test_an_unreachable_gateway_stops_start_up_naming_the_variable(discord_server, core, unused_port):
-    adapter = discord_adapter(
-        discord_server, CoreLink(core.handle), gateway_url=f"ws://127.0.0.1:{unused_port}/gateway"
-    )
+    adapter = discord_adapter(discord_server, core, gateway_url=f"ws://127.0.0.1:{unused_port}/gateway")
     with pytest.raises(DiscordStartError) as raised:
         await adapter.start()
     message = str(raised.value)
@@ -214,7 +231,7 @@ async def test_an_unreachable_gateway_stops_start_up_naming_the_variable(discord
 
 async def test_a_gateway_that_never_sends_ready_stops_start_up_naming_the_variable(discord_server, core):
     discord_server.silent_gateway = True
-    adapter = discord_adapter(discord_server, CoreLink(core.handle), ready_timeout=0.5)
+    adapter = discord_adapter(discord_server, core, ready_timeout=0.5)
     with pytest.raises(DiscordStartError) as raised:
         await adapter.start()
     message = str(raised.value)
@@ -223,7 +240,7 @@ async def test_a_gateway_that_never_sends_ready_stops_start_up_naming_the_variab
 
 
 async def test_the_gateway_is_asked_from_the_api_base_when_not_configured(discord_server, core):
-    adapter = discord_adapter(discord_server, CoreLink(core.handle), gateway_url=None)
+    adapter = discord_adapter(discord_server, core, gateway_url=None)
     await adapter.start()
     try:
         assert ("GET", "/api/v10/gateway/bot", 200) in discord_server.requests
@@ -446,7 +463,7 @@ async def test_attachments_are_sent_with_the_last_part(discord_server):
     async def handler(message: InboundMessage) -> Reply:
         return Reply("Here is your export.", attachments=[Attachment("export.txt", b"line one\n")])
 
-    adapter = discord_adapter(discord_server, CoreLink(handler))
+    adapter = discord_adapter(discord_server, core_for(handler))
     await adapter.start()
     try:
         await discord_server.send_dm(FRIEND, "/export")
@@ -464,7 +481,7 @@ async def test_no_discord_object_reaches_the_core(discord_server):
     async def handler(message: InboundMessage) -> None:
         seen.append(message)
 
-    adapter = discord_adapter(discord_server, CoreLink(handler))
+    adapter = discord_adapter(discord_server, core_for(handler))
     await adapter.start()
     try:
         await discord_server.send_dm(FRIEND, "hello")
@@ -498,7 +515,7 @@ async def test_a_dropped_gateway_connection_resumes_and_keeps_answering(discord_
 
 
 async def test_closing_lets_a_turn_in_flight_finish_sending(discord_server, model, core):
-    adapter = discord_adapter(discord_server, CoreLink(core.handle))
+    adapter = discord_adapter(discord_server, core)
     await adapter.start()
     model.reply_delay(0.4, "Made it.")
     await discord_server.send_dm(FRIEND, "quick, before you go")
@@ -575,7 +592,7 @@ async def test_when_the_core_fails_the_passphrase_message_is_still_deleted(disco
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
 
-    adapter = discord_adapter(discord_server, CoreLink(failing))
+    adapter = discord_adapter(discord_server, core_for(failing))
     await adapter.start()
     try:
         message_id = await discord_server.send_guild_message(FRIEND, text)
@@ -591,7 +608,7 @@ async def test_when_the_core_fails_the_passphrase_message_is_still_deleted(disco
 
 async def test_message_text_never_reaches_the_logs_even_at_debug(discord_server, model, core, caplog):
     caplog.set_level(logging.DEBUG)
-    adapter = discord_adapter(discord_server, CoreLink(core.handle))
+    adapter = discord_adapter(discord_server, core)
     with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG: discord.py's payload logs stay off
         await adapter.start()
         try:
@@ -611,7 +628,7 @@ async def test_message_text_never_reaches_the_logs_even_at_debug(discord_server,
 async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_restart(
     discord_server, model, store, core, passphrase_hash
 ):
-    adapter = discord_adapter(discord_server, CoreLink(core.handle, outbox=core.outbox), stop_grace=0.05)
+    adapter = discord_adapter(discord_server, core, stop_grace=0.05)
     await adapter.start()
     model.reply_delay(30)  # the model is slower than the stop's grace period
     await discord_server.send_dm(FRIEND, "are you still there?")
@@ -626,7 +643,7 @@ async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_re
         store, provider, core.config, outbox=Outbox(SqliteOutboxStore(store.database), SystemClock())
     )
     await restarted.start()
-    again = discord_adapter(discord_server, CoreLink(restarted.handle, outbox=restarted.outbox))
+    again = discord_adapter(discord_server, restarted)
     await again.start()
     try:
         model.reply_text("Yes, I'm here.")

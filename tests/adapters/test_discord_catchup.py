@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
@@ -20,11 +19,10 @@ from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
-from core.turn.link import CoreLink
 from core.turn.recovery import SENT_AT_MARGIN
 from core.values.copy import NOT_ALLOWED, RESTART_KEPT_PRIVATE
 from tests.conftest import PASSPHRASE
-from tests.helpers.adapters import discord_adapter
+from tests.helpers.adapters import PlatformRun, discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 
@@ -40,7 +38,7 @@ async def discord_server() -> AsyncIterator[FakeDiscordServer]:
         yield server
 
 
-Start = Callable[..., Awaitable[DiscordAdapter]]
+Start = Callable[..., Awaitable[PlatformRun]]
 
 
 @pytest.fixture
@@ -49,7 +47,7 @@ async def start(
 ) -> AsyncIterator[Start]:
     """A process start: a new Companion on the one store (its start closes what the last one left
     open) and a new adapter. Calling it again stops the one running first, as a restart does."""
-    running: list[tuple[DiscordAdapter, Companion, OpenAICompatibleProvider]] = []
+    running: list[tuple[PlatformRun, Companion, OpenAICompatibleProvider]] = []
 
     async def stop() -> None:
         while running:
@@ -58,7 +56,7 @@ async def start(
             await companion.drain()
             await provider.aclose()
 
-    async def make(**options: object) -> DiscordAdapter:
+    async def make(**options: object) -> PlatformRun:
         await stop()
         provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
         companion = build_companion(
@@ -68,8 +66,7 @@ async def start(
             outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
         )
         await companion.start()
-        link = CoreLink(companion.handle, is_allowed=companion.is_allowed, outbox=companion.outbox, state=store)
-        adapter = discord_adapter(discord_server, link, retry_delays=(0.01,), **options)
+        adapter = discord_adapter(discord_server, companion, retry_delays=(0.01,), **options)
         running.append((adapter, companion, provider))
         await adapter.start()
         return adapter
@@ -231,3 +228,44 @@ async def test_a_dm_sent_while_down_keeps_what_it_replies_to(
     await wait_past_the_restart_margin()
     assert await answered(discord_server, FRIEND, 2) == ["Noted.", "Wednesday it is."]
     assert user_texts(model.requests[-1])[-1] == "(replying to: the plumber comes on tuesday)\nmake that wednesday"
+
+
+async def a_known_dm(start: Start, server: FakeDiscordServer, model: FakeOpenAIServer, **options: object) -> None:
+    """Start, and have the friend's DM answered once: its channel is known (a cursor is stored)."""
+    await start(**options)
+    model.reply_text("Hello!")
+    await server.send_dm(FRIEND, "hello")
+    assert await answered(server, FRIEND, 1) == ["Hello!"]
+
+
+async def test_a_dm_waiting_behind_a_turn_the_stop_cut_off_is_answered_after_the_restart(
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer
+) -> None:
+    await a_known_dm(start, discord_server, model, stop_grace=0.3)
+    model.reply_delay(30)  # slower than the stop's grace
+    await discord_server.send_dm(FRIEND, "a slow question")
+    await discord_server.wait_until(lambda: len(model.requests) == 2, what="the slow turn")
+    await discord_server.send_dm(FRIEND, "and one more thing")  # waits in its lane behind the slow turn
+    await discord_server.settle()
+    await start.stop()  # type: ignore[attr-defined]  # both cut off: neither is acknowledged
+
+    model.forget_script()
+    model.reply_text("One more thing, then.")
+    await start()
+    assert await answered(discord_server, FRIEND, 2) == ["Hello!", "One more thing, then."]
+    assert user_texts(model.requests[-1])[-1] == "and one more thing"
+
+
+async def test_a_dm_sent_while_down_and_delivered_by_the_gateway_at_the_start_too_is_answered_once(
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer
+) -> None:
+    await a_known_dm(start, discord_server, model)
+    await start.stop()  # type: ignore[attr-defined]
+
+    unknown = discord_server.post_dm_while_offline(FRIEND, "/whatisthis")  # answered, never stored
+    await start()
+    # The gateway delivers it too (as a resume could) while it is caught up, before its answer went out.
+    await discord_server.send_message_create(discord_server.messages[unknown])
+    await wait_past_the_restart_margin()
+    before_the_later_turn = await after_a_later_turn(discord_server, model)
+    assert len(before_the_later_turn) == 2 and before_the_later_turn[1].startswith("I don't know /whatisthis")

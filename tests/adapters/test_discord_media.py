@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from adapters.discord import DiscordAdapter
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.llm.transcribe import OpenAICompatibleTranscriber
 from adapters.storage.outbox import SqliteOutboxStore
@@ -17,10 +16,9 @@ from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
-from core.turn.link import CoreLink
 from core.values import copy
 from tests.conftest import PASSPHRASE
-from tests.helpers.adapters import discord_adapter
+from tests.helpers.adapters import PlatformRun, discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, leaked, ogg_with, png_with
@@ -41,7 +39,7 @@ async def model() -> AsyncIterator[FakeOpenAIServer]:
         yield server
 
 
-Start = Callable[..., Awaitable[DiscordAdapter]]
+Start = Callable[..., Awaitable[PlatformRun]]
 
 
 @pytest.fixture
@@ -50,7 +48,7 @@ async def start(
 ) -> AsyncIterator[Start]:
     closers: list[Callable[[], Awaitable[None]]] = []
 
-    async def make(*, vision: bool = False, stt: bool = False) -> DiscordAdapter:
+    async def make(*, vision: bool = False, stt: bool = False) -> PlatformRun:
         provider = OpenAICompatibleProvider(model.base_url, max_retries=0, timeout=5.0)
         transcriber = OpenAICompatibleTranscriber(model.base_url, None, "whisper-test", timeout=5.0) if stt else None
         companion = build_companion(
@@ -63,7 +61,7 @@ async def start(
             transcriber=transcriber,
         )
         await companion.start()
-        adapter = discord_adapter(discord_server, CoreLink(companion.handle, outbox=companion.outbox))
+        adapter = discord_adapter(discord_server, companion)
         await adapter.start()
         closers.extend([provider.aclose, companion.drain, adapter.aclose])
         if transcriber is not None:

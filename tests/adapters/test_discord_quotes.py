@@ -11,7 +11,6 @@ from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
-from core.turn.link import CoreLink
 from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.adapters import discord_adapter
@@ -44,7 +43,7 @@ async def adapter(discord_server, store, model, passphrase_hash):
         outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
     )
     await companion.start()
-    adapter = discord_adapter(discord_server, CoreLink(companion.handle, outbox=companion.outbox))
+    adapter = discord_adapter(discord_server, companion)
     await adapter.start()
     yield adapter
     await adapter.aclose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 from pathlib import Path
@@ -15,9 +16,10 @@ from core.commands.export import CONFIRM_WINDOW
 from core.commands.registry import COMMANDS
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
-from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
-from core.turn.link import CoreLink
+from core.values.copy import DELETE_SECRET_NOTE, NOT_ALLOWED
+from core.values.errors import DeliveryFailed
+from core.values.model import DeliveryTarget, OutboundDelivery
 from tests.conftest import PASSPHRASE
 from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
@@ -26,6 +28,7 @@ from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.logs import logging_policy
 
 FRIEND = 111  # allowed: discord:111
+STRANGER = 222
 CONFIRM = "companion:/export confirm"
 
 
@@ -64,15 +67,10 @@ async def core(store, model, passphrase_hash, clock):
 
 @pytest.fixture
 async def adapter(discord_server, core):
-    adapter = discord_adapter(discord_server, commanding(core))
+    adapter = discord_adapter(discord_server, core)
     await adapter.start()
     yield adapter
     await adapter.aclose()
-
-
-def commanding(core: Companion) -> CoreLink:
-    """The core with its commands (synced as slash commands) and its outbox."""
-    return CoreLink(core.handle, tuple(core.command_list()), outbox=core.outbox)
 
 
 def db_rows(store, sql: str) -> list[tuple]:
@@ -239,6 +237,57 @@ async def test_an_ephemeral_answer_that_cannot_be_sent_never_becomes_a_channel_m
     assert discord_server.sent == []
 
 
+async def test_an_ephemeral_answer_whose_interaction_is_not_known_any_more_is_never_sent_to_the_channel(
+    discord_server, adapter
+):
+    channel = DeliveryTarget("discord", str(discord_server.guild_channel_id))
+    ephemeral = OutboundDelivery(
+        id=1,
+        conversation_id=1,
+        kind="reply",
+        target=dataclasses.replace(channel, route="4242:ephemeral"),  # its interaction: forgotten, or another run's
+        nonce="0123456789abcdef",
+        text="Only you may read this.",
+        parts_sent=0,
+        attempts=0,
+    )
+    with pytest.raises(DeliveryFailed) as failed:
+        await adapter.send_delivery(ephemeral)
+    assert failed.value.permanent and discord_server.sent == []
+    # An answer everyone in the channel may read goes to the channel instead, as a retry of it does.
+    public = dataclasses.replace(
+        ephemeral,
+        id=2,
+        nonce="fedcba9876543210",
+        text="Anyone may read this.",
+        target=dataclasses.replace(channel, route="4243"),
+    )
+    assert await adapter.send_delivery(public) == 1
+    assert [m.content for m in discord_server.sent] == ["Anyone may read this."]
+
+
+async def test_a_secret_slash_command_asks_to_delete_nothing_and_deletes_nothing(discord_server, adapter):
+    interactions = discord_server.interactions
+    in_dm = await interactions.slash_command(FRIEND, "private", {"passphrase": PASSPHRASE})
+    _, answer = await interactions.wait_for_responses(in_dm, 2)
+    # The passphrase was a command option, never a message in the chat: there is nothing to delete.
+    assert "private" in answer.content.lower() and DELETE_SECRET_NOTE not in answer.content
+    in_guild = await interactions.slash_command(FRIEND, "private", {"passphrase": PASSPHRASE}, in_guild=True)
+    _, refused = await interactions.wait_for_responses(in_guild, 2)
+    assert "one-to-one" in refused.content and DELETE_SECRET_NOTE not in refused.content
+    assert not any(method == "DELETE" and "/channels/" in path for method, path, _ in discord_server.requests)
+
+
+async def test_a_slash_command_the_core_answers_with_silence_leaves_no_thinking_message(discord_server, adapter):
+    interactions = discord_server.interactions
+    first = await interactions.slash_command(STRANGER, "help")
+    _, refusal = await interactions.wait_for_responses(first, 2)
+    assert refusal.content == NOT_ALLOWED
+    again = await interactions.slash_command(STRANGER, "help")  # refused once already: not answered again
+    callback, gone = await interactions.wait_for_responses(again, 2)
+    assert (callback.type, gone.kind) == (5, "delete")
+
+
 # --- the fake is as strict as Discord ------------------------------------------------------
 
 
@@ -280,7 +329,7 @@ async def test_an_interaction_answered_too_late_runs_nothing_and_the_fake_takes_
 ):
     import aiohttp
 
-    adapter = discord_adapter(discord_server, CoreLink(core.handle, (("help", "What I can do"),)))
+    adapter = discord_adapter(discord_server, core)
     await adapter.start()
     try:
         interactions = discord_server.interactions
@@ -314,7 +363,7 @@ async def test_neither_the_passphrase_nor_the_interaction_token_reaches_the_logs
     discord_server, core, caplog
 ):
     caplog.set_level(logging.DEBUG)
-    adapter = discord_adapter(discord_server, commanding(core))
+    adapter = discord_adapter(discord_server, core)
     with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG
         await adapter.start()
         try:
@@ -331,7 +380,7 @@ async def test_neither_the_passphrase_nor_the_interaction_token_reaches_the_logs
 
 async def test_when_the_commands_cannot_be_synced_start_up_goes_on_and_typed_commands_work(discord_server, core):
     discord_server.fail_next("PUT", "/applications/{application_id}/commands", 403)
-    adapter = discord_adapter(discord_server, commanding(core))
+    adapter = discord_adapter(discord_server, core)
     await adapter.start()
     try:
         assert discord_server.interactions.commands == []

@@ -28,7 +28,6 @@ from core.delivery.outbox import Outbox
 from core.delivery.streams import StreamPacing
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
-from core.turn.link import CoreLink
 from core.values.errors import DeliveryFailed, DeliveryThrottled
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
 from tests.helpers.adapters import discord_adapter
@@ -83,7 +82,7 @@ async def core(store, model, passphrase_hash):
 @pytest.fixture
 async def adapter(discord_server, core):
     # Typing renewed often, so that a renewal after the first message would show.
-    adapter = discord_adapter(discord_server, CoreLink(core.handle, outbox=core.outbox), typing_interval=0.1)
+    adapter = discord_adapter(discord_server, core, typing_every=0.1)
     await adapter.start()
     yield adapter
     await adapter.aclose()
@@ -282,7 +281,7 @@ async def test_the_final_send_edits_the_messages_shown_continues_past_them_and_a
 ):
     dm = discord_server.dm_channel_id(FRIEND)
     reply = _reply(dm)
-    streamer = adapter._streamer
+    streamer = adapter.streamer
     shown = (await streamer.post(reply, "one0 one1", 0), await streamer.post(reply, "two0", 1))
     pieces = streamer.pieces(THREE, final=True)
     assert len(pieces) == 3
@@ -301,7 +300,7 @@ async def test_the_final_send_edits_the_messages_shown_continues_past_them_and_a
 async def test_the_final_send_deletes_messages_shown_past_a_shorter_answer(discord_server, adapter):
     dm = discord_server.dm_channel_id(FRIEND)
     reply = _reply(dm)
-    streamer = adapter._streamer
+    streamer = adapter.streamer
     shown = tuple([await streamer.post(reply, f"partial {n}", n) for n in range(3)])
     assert await adapter.send_delivery(_final(reply, "In the end, a short answer.", shown)) == 1
     assert discord_server.shown(dm) == ["In the end, a short answer."]
@@ -315,7 +314,7 @@ async def test_a_message_the_stream_posted_but_no_row_recorded_is_taken_back_by_
 ):
     dm = discord_server.dm_channel_id(FRIEND)
     reply = _reply(dm)
-    streamer = adapter._streamer
+    streamer = adapter.streamer
     recorded = await streamer.post(reply, "one0", 0)
     await streamer.post(reply, "two0 two1", 1)  # posted; the process died before its id was recorded
     await streamer.post(reply, "three0", 2)
@@ -327,7 +326,7 @@ async def test_a_message_the_stream_posted_but_no_row_recorded_is_taken_back_by_
 async def test_a_reply_never_shown_takes_back_a_message_its_stream_posted_unrecorded(discord_server, adapter):
     dm = discord_server.dm_channel_id(FRIEND)
     reply = _reply(dm)
-    await adapter._streamer.post(reply, "Half an ans", 0)  # the only post, lost before it was recorded
+    await adapter.streamer.post(reply, "Half an ans", 0)  # the only post, lost before it was recorded
     assert await adapter.send_delivery(_final(reply, "Half an answer, then all of it.", ())) == 1
     assert discord_server.shown(dm) == ["Half an answer, then all of it."] and len(discord_server.sent) == 1
 
@@ -335,7 +334,7 @@ async def test_a_reply_never_shown_takes_back_a_message_its_stream_posted_unreco
 async def test_a_shown_message_deleted_meanwhile_is_sent_again_as_a_new_one(discord_server, adapter):
     channel = discord_server.guild_channel_id
     reply = _reply(channel)
-    shown = (await adapter._streamer.post(reply, "some words", 0),)
+    shown = (await adapter.streamer.post(reply, "some words", 0),)
     del discord_server.messages[int(shown[0])]  # a moderator deleted it
     assert await adapter.send_delivery(_final(reply, "All the words.", shown)) == 1
     assert discord_server.shown(channel) == ["All the words."] and len(discord_server.sent) == 2
@@ -347,7 +346,7 @@ async def test_a_shown_message_deleted_meanwhile_is_sent_again_as_a_new_one(disc
 async def test_an_edit_discord_refuses_is_a_failure_and_a_429_a_wait(discord_server, adapter):
     channel = discord_server.guild_channel_id
     reply = _reply(channel)
-    streamer = adapter._streamer
+    streamer = adapter.streamer
     message_id = await streamer.post(reply, "first words", 0)
     with pytest.raises(DeliveryFailed) as refused:
         await streamer.edit(reply, message_id, "x" * 2001)
@@ -370,9 +369,9 @@ async def test_a_429_on_a_post_is_a_wait_and_a_post_that_hangs_stops_the_showing
     reply = _reply(channel)
     discord_server.fail_next("POST", "/channels/{channel_id}/messages", RestFault(status=429, retry_after=3.0))
     with pytest.raises(DeliveryThrottled) as throttled:
-        await adapter._streamer.post(reply, "first words", 0)
+        await adapter.streamer.post(reply, "first words", 0)
     assert throttled.value.retry_after == 3.0 and discord_server.sent == []
-    streamer = DiscordStreamer(lambda: adapter._client, first_post=_nothing, timeout=0.3)
+    streamer = DiscordStreamer(lambda: adapter.client, timeout=0.3)
     discord_server.hold_messages = True
     try:
         with pytest.raises(DeliveryFailed) as hung:
@@ -383,7 +382,3 @@ async def test_a_429_on_a_post_is_a_wait_and_a_post_that_hangs_stops_the_showing
     message_id = await streamer.post(reply, "first words", 0)
     assert discord_server.message_posts[-1] == (channel, part_nonce(reply.nonce, 0))
     assert discord_server.shown(channel) == ["first words"] and message_id == str(discord_server.sent[0].id)
-
-
-async def _nothing(_channel: int) -> None:
-    await asyncio.sleep(0)

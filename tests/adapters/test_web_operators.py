@@ -13,7 +13,7 @@ import httpx
 from adapters.web.operators import PROBE_LIMIT, DatabaseProbe
 from core.turn.link import CoreLink
 from core.values.errors import StoreError
-from tests.helpers.adapters import discord_adapter, telegram_adapter
+from tests.helpers.adapters import core_for, discord_adapter, telegram_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.fakes import FakeClock
@@ -124,7 +124,7 @@ async def test_readyz_is_503_naming_telegram_when_its_long_poll_has_not_complete
 
 async def test_readyz_is_503_naming_discord_while_its_gateway_is_disconnected(store):
     async with FakeDiscordServer() as discord_server:
-        adapter = discord_adapter(discord_server, CoreLink(nothing))
+        adapter = discord_adapter(discord_server, core_for(nothing))
         await adapter.start()
         try:
             async with served(store, FakeClock(), checks=[("discord", adapter.ready)]) as web:

@@ -9,11 +9,9 @@ import sqlite3
 
 import pytest
 
-from adapters.discord import DiscordAdapter
 from bot.gateway import _first_loss
-from core.turn.link import CoreLink
 from tests.bot.test_gateway_discord import discord_env
-from tests.helpers.adapters import discord_adapter
+from tests.helpers.adapters import PlatformRun, core_for, discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.running import Running
 
@@ -79,11 +77,11 @@ async def discord_server():
         yield server
 
 
-async def started(server: FakeDiscordServer, fatal: list[str], **options) -> DiscordAdapter:
+async def started(server: FakeDiscordServer, fatal: list[str], **options) -> PlatformRun:
     async def handler(message):
         return None
 
-    adapter = discord_adapter(server, CoreLink(handler), on_fatal=fatal.append, **options)
+    adapter = discord_adapter(server, core_for(handler), on_fatal=fatal.append, **options)
     await adapter.start()
     return adapter
 

@@ -6,11 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import ClassVar, Literal
 
-from adapters.discord import DiscordAdapter
-from bot.bootstrap import core_link
 from core.turn.companion import Companion
 from core.turn.recovery import SENT_AT_MARGIN
-from tests.helpers.adapters import DISCORD_TIMINGS, discord_adapter
+from tests.helpers.adapters import DISCORD_TIMINGS, PlatformRun, discord_adapter
 from tests.helpers.fake_discord import API_PREFIX, FakeDiscordServer
 from tests.helpers.platforms import HAS, USER, ChatAppDriver, Fault, Origin, Where, hung_up
 
@@ -39,8 +37,8 @@ class DiscordDriver(ChatAppDriver):
         self.server = FakeDiscordServer()
         self.mirror_chat = f"discord:{self.server.guild_channel_id}"
 
-    def build(self, companion: Companion) -> DiscordAdapter:
-        return discord_adapter(self.server, core_link(companion))
+    def build(self, companion: Companion) -> PlatformRun:
+        return discord_adapter(self.server, companion)
 
     async def post(
         self, text: str, *, reply_to: str | None = None, quote: str | None = None, forward: Origin | None = None
