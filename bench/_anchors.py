@@ -57,14 +57,15 @@ def searched(path: str) -> bool:
 
 
 def tree_files(root: Path) -> list[str]:
-    """The files of the tree: tracked, and untracked but not ignored (new code not committed yet)."""
+    """The files of the tree: tracked, and untracked but not ignored (new code not committed yet); each
+    once (during a merge, a conflicted file is listed once per stage)."""
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         cwd=root,
         capture_output=True,
         check=True,
     ).stdout.decode()
-    return [name for name in listed.split("\0") if name and (root / name).is_file()]
+    return list(dict.fromkeys(name for name in listed.split("\0") if name and (root / name).is_file()))
 
 
 class SourceTree:
