@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-# Telegram, Discord and the web chat join as they are split into intake, sender and streamer.
-PLATFORMS = ["adapters.terminal"]
+# Discord and the web chat join as they are split into intake, sender and streamer.
+PLATFORMS = ["adapters.terminal", "adapters.telegram"]
 COUNT = (
     "import json, sys, importlib; importlib.import_module(sys.argv[1]); "
     "print(json.dumps(sorted(m for m in sys.modules if m == 'core' or m.startswith('core.'))))"

@@ -14,14 +14,13 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.backup import backup
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values import copy
-from tests.helpers.adapters import telegram_adapter
+from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.reader import files_holding
@@ -55,7 +54,7 @@ class Gateway:
     def __init__(self, telegram, model, store, clock, passphrase_hash) -> None:
         self.telegram, self.model, self.store, self.clock = telegram, model, store, clock
         self.passphrase_hash = passphrase_hash
-        self.running: list[tuple[TelegramAdapter, Companion, OpenAICompatibleProvider]] = []
+        self.running: list[tuple[AttachedPlatform, Companion, OpenAICompatibleProvider]] = []
 
     async def start(self, **config: Any) -> Companion:
         provider = OpenAICompatibleProvider(self.model.base_url, "sk-test", "test-model", timeout=5.0, max_retries=0)
@@ -70,7 +69,7 @@ class Gateway:
             outbox=outbox,
         )
         await companion.start()
-        adapter = telegram_adapter(self.telegram, core_link(companion))
+        adapter = telegram_adapter(self.telegram, core_entry(companion))
         await adapter.start()
         self.running.append((adapter, companion, provider))
         return companion
