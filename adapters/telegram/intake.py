@@ -108,11 +108,6 @@ class TelegramIntake:
     # --- lifecycle ------------------------------------------------------------------------
 
     @property
-    def username(self) -> str:
-        """The bot's @username (without the @), known after start()."""
-        return self._connection.bot.username
-
-    @property
     def _state_key(self) -> str:
         # Keyed by bot id: update ids of another bot (a changed token) say nothing about this one.
         return f"telegram:offset:{self._connection.bot.id}"

@@ -441,6 +441,45 @@ async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
         await adapter.aclose()
 
 
+async def test_updates_the_stop_cut_off_stay_unconfirmed_and_are_answered_after_the_restart(
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+) -> None:
+    entered = asyncio.Event()
+
+    async def stuck(message: InboundMessage) -> Reply | None:
+        entered.set()
+        await asyncio.Event().wait()  # past any grace: the stop cuts it off
+        return None
+
+    core = core_for(stuck, state=store)
+    adapter = telegram_adapter(telegram, core, sleep=sleep)
+    await adapter.start()
+    try:
+        telegram.send_text(USER, USER, "one")
+        async with asyncio.timeout(10):
+            await entered.wait()
+        telegram.send_text(USER, USER, "two")  # queued in the conversation's lane behind "one"
+        polls = len(telegram.get_updates_offsets)
+        await telegram.wait_for(lambda: len(telegram.get_updates_offsets) >= polls + 2)  # "two" was fetched
+    finally:
+        # The gateway's stop: intake, then the core within its grace (it cuts both off), then the close.
+        await adapter.platform.intake.stop_intake()
+        await core.stop(0.2)
+        await adapter.aclose()
+    assert telegram.pending_updates == 2  # neither confirmed: Telegram offers both again
+
+    async def answering(message: InboundMessage) -> Reply | None:
+        return Reply(f"re: {message.text}")
+
+    again = telegram_adapter(telegram, core_for(answering, state=store), sleep=sleep)
+    await again.start()
+    try:
+        await telegram.wait_for(lambda: telegram.pending_updates == 0)
+    finally:
+        await again.aclose()
+    assert telegram.texts_to(USER) == ["re: one", "re: two"]
+
+
 async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_nor_skipped(
     new_adapter: AdapterFactory,
     companion: Companion,
