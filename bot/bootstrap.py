@@ -420,26 +420,11 @@ def build_adapters(
     on_fatal: Callable[[str], None] | None = None,
     metrics: Metrics = NO_METRICS,
 ) -> list[BaseChatAdapter]:
-    """The Telegram adapter (Discord is a platform of three parts; the web chat is added beside the HTTP service). Each
-    platform library is imported only when its adapter is configured; every adapter takes the same
-    CoreLink. `on_fatal(line)`: the platform refused the configuration while running (a
+    """No chat adapter is left here: Telegram and Discord are platforms of three parts, built in
+    `open_gateway`, and the web chat is added beside the HTTP service. Kept until the CoreLink goes.
+    `on_fatal(line)`: the platform refused the configuration while running (a
     revoked token); the gateway stops."""
     adapters: list[BaseChatAdapter] = []
-    link = core_link(companion, metrics)
-    # By the time an adapter closes, the core's stop has finished or cut off every turn; what the
-    # adapter still waits for then (a reply's last steps) is bounded by the same grace.
-    if settings.telegram_token:
-        from adapters.telegram import TelegramAdapter
-
-        adapters.append(
-            TelegramAdapter(
-                settings.telegram_token.get_secret_value(),
-                link,
-                base_url=settings.telegram_base_url,
-                on_fatal=on_fatal,
-                stop_grace=settings.stop_grace,
-            )
-        )
     return adapters
 
 
@@ -510,6 +495,13 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
         # The platforms of three parts, each built on `entry` by its package's builder
         # (`<app>_platform(entry, edge, ...)`); the terminal is `companion chat`'s.
         platforms: list[Platform] = []
+        if settings.telegram_token:
+            from adapters.telegram import telegram_platform
+
+            token = settings.telegram_token.get_secret_value()
+            platforms.append(
+                telegram_platform(entry, edge, token=token, base_url=settings.telegram_base_url, on_fatal=on_fatal)
+            )
         if settings.discord_token:
             from adapters.discord import discord_platform
 

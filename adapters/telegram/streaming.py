@@ -1,12 +1,12 @@
 """Replies shown on Telegram while the model writes them: a post, edits, and the formatted final edit.
 
-`TelegramStreamer` is the adapter's streaming half (core.ports.BaseStreamer), called from the
+`TelegramStreamer` is the platform's streaming part (core.ports.BaseStreamer), called from the
 outbox's lane of the reply's chat (core/delivery/streams.py): it posts the first piece of the
 reply as plain text (the Markdown as written, quoting the person's message in a group as the
 final reply would), then edits it with newer text. Each call is one request: the lane paces
 them, and a 429 is handed back as `DeliveryThrottled(retry_after)` for the lane to wait out.
 
-The final send of such a reply (`Delivery.finish_streamed`) edits those messages into
+The final send of such a reply (`TelegramSender.send_delivery`) edits those messages into
 `formatting.streamed_parts` of the final text: cut where `pieces(final=True)` cuts it, each piece
 rendered to entities on its own, so message i of the stream becomes part i of the reply.
 """
@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from telegram import Bot, ReplyParameters
+from telegram import ReplyParameters
 from telegram.error import BadRequest, RetryAfter, TelegramError
+from telegram.ext import ExtBot
 
 from adapters.rendering.pieces import stream_pieces
 from adapters.rendering.text import sendable
-from adapters.telegram.delivery import is_permanent, retry_after_seconds
-from adapters.telegram.text import MAX_MESSAGE_LENGTH
+from adapters.telegram.connection import TelegramConnection, is_permanent, retry_after_seconds
+from adapters.telegram.text import MAX_MESSAGE_LENGTH, quotable
 from core.values.errors import DeliveryFailed, DeliveryThrottled
 from core.values.model import StreamedReply
 
@@ -38,18 +39,20 @@ class TelegramStreamer:
     """core.ports.BaseStreamer for Telegram.
 
     Args:
-        bot: the started bot (its requests go through the adapter's connection pool).
+        connection: the bot's connection (its requests share the sender's connection pool).
         moved_to: the supergroup a group was upgraded to, if it was (the stream follows it).
-        first_shown: called with the chat id once a reply's first message is out (the typing
-            indicator of that chat stops).
     """
 
     name = "telegram"
 
-    def __init__(self, bot: Bot, *, moved_to: Callable[[str], int | None], first_shown: Callable[[int], None]) -> None:
-        self._bot = bot
+    def __init__(self, connection: TelegramConnection, *, moved_to: Callable[[str], int | None]) -> None:
+        self._connection = connection
         self._moved_to = moved_to
-        self._first_shown = first_shown
+
+    def _bot(self) -> ExtBot:
+        if not self._connection.started:  # closed: the final send (a row) copes later
+            raise DeliveryFailed("not started", permanent=False, parts_sent=0)
+        return self._connection.bot
 
     def pieces(self, text: str, *, final: bool = False) -> list[str]:
         return stream_pieces(sendable(text), MAX_MESSAGE_LENGTH, final=final)
@@ -63,18 +66,17 @@ class TelegramStreamer:
             chat_id, reply_to, thread_id = moved, None, None
         quote = ReplyParameters(reply_to, allow_sending_without_reply=True) if reply_to else None
         try:
-            message = await self._bot.send_message(
+            message = await self._bot().send_message(
                 chat_id, sendable(text), reply_parameters=quote, message_thread_id=thread_id
             )
         except TelegramError as exc:
             raise _failure(exc) from exc
-        self._first_shown(message.chat_id)
         return str(message.message_id)
 
     async def edit(self, reply: StreamedReply, message_id: str, text: str) -> None:
         chat_id: int | str = self._moved_to(reply.target.chat_id) or reply.target.chat_id
         try:
-            await self._bot.edit_message_text(sendable(text), chat_id=chat_id, message_id=int(message_id))
+            await self._bot().edit_message_text(sendable(text), chat_id=chat_id, message_id=int(message_id))
         except TelegramError as exc:
             if not_modified(exc):
                 return
@@ -88,8 +90,3 @@ def _failure(exc: TelegramError) -> DeliveryFailed:
         return DeliveryThrottled(retry_after_seconds(exc))
     log.info("telegram: a streamed message's request failed (%s)", type(exc).__name__)
     return DeliveryFailed(type(exc).__name__, permanent=is_permanent(exc), parts_sent=0)
-
-
-def quotable(reply_to: str | None) -> int | None:
-    """A message id to quote; none for a message of a chat upgraded since ("old chat id/id")."""
-    return int(reply_to) if reply_to and reply_to.isdigit() else None

@@ -62,3 +62,8 @@ def group_text(
     if mentions and min(e.offset for e in mentions) == 0:
         cleaned = cleaned.lstrip(",:;").strip()  # "@bot, how are you" -> "how are you"
     return cleaned or text.strip()  # a bare "@bot" is a greeting: answer it as written
+
+
+def quotable(reply_to: str | None) -> int | None:
+    """A message id to quote; none for a message of a chat upgraded since ("old chat id/id")."""
+    return int(reply_to) if reply_to and reply_to.isdigit() else None

@@ -10,8 +10,7 @@ import sys
 
 import pytest
 
-# Telegram joins as it is split into intake, sender and streamer.
-PLATFORMS = ["adapters.terminal", "adapters.discord", "adapters.web.chat"]
+PLATFORMS = ["adapters.telegram", "adapters.discord", "adapters.terminal", "adapters.web.chat"]
 COUNT = (
     "import json, sys, importlib; importlib.import_module(sys.argv[1]); "
     "print(json.dumps(sorted(m for m in sys.modules if m == 'core' or m.startswith('core.'))))"

@@ -1,4 +1,4 @@
-"""TelegramAdapter: the real python-telegram-bot Application and core against fake Bot API and model servers."""
+"""Telegram's three parts: the real python-telegram-bot Application and core against fake Bot API and model servers."""
 
 from __future__ import annotations
 
@@ -19,24 +19,23 @@ from adapters.telegram import (
     HANDLER_FAILED,
     MAX_MESSAGE_LENGTH,
     Entity,
-    TelegramAdapter,
     TelegramStartError,
     UpdateLedger,
     group_text,
     split_message,
 )
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
-from core.turn.link import CoreLink
 from core.values import copy
 from core.values.copy import RESTART_KEPT_PRIVATE
+from core.values.edge import EdgeSettings
 from core.values.errors import StoreError
 from core.values.model import Attachment, InboundMessage, Reply
-from tests.helpers.adapters import telegram_adapter
+from tests.helpers.adapters import AttachedPlatform, core_for, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.logs import logging_policy
@@ -69,7 +68,7 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
         yield server
 
 
-CompanionFactory = Callable[[], Awaitable[Companion]]
+CompanionFactory = Callable[..., Awaitable[Companion]]
 
 
 @pytest.fixture
@@ -79,7 +78,7 @@ async def new_companion(
     """A started Companion on the shared store; calling it again is what a restarted process does."""
     opened: list[tuple[Companion, OpenAICompatibleProvider]] = []
 
-    async def make() -> Companion:
+    async def make(**build_options: object) -> Companion:
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
         companion = build_companion(
             store,
@@ -88,6 +87,7 @@ async def new_companion(
                 allowed_accounts=frozenset({f"telegram:{USER}", f"telegram:{OTHER}"}), passphrase_hash=passphrase_hash
             ),
             outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+            **build_options,  # type: ignore[arg-type]
         )
         await companion.start()
         opened.append((companion, provider))
@@ -109,7 +109,7 @@ def sleep() -> RecordingSleep:
     return RecordingSleep()
 
 
-AdapterFactory = Callable[..., Awaitable[TelegramAdapter]]
+AdapterFactory = Callable[..., Awaitable[AttachedPlatform]]
 
 
 @pytest.fixture
@@ -117,10 +117,10 @@ async def new_adapter(
     telegram: FakeTelegramServer, sleep: RecordingSleep, new_companion: CompanionFactory
 ) -> AsyncIterator[AdapterFactory]:
     """Adapters on the fake server; they close before the companions (they depend on them) do."""
-    made: list[TelegramAdapter] = []
+    made: list[AttachedPlatform] = []
 
-    async def make(companion: Companion, **options: object) -> TelegramAdapter:
-        adapter = telegram_adapter(telegram, core_link(companion), sleep=sleep, **options)
+    async def make(companion: Companion, **options: object) -> AttachedPlatform:
+        adapter = telegram_adapter(telegram, core_entry(companion), sleep=sleep, **options)
         made.append(adapter)
         await adapter.start()
         return adapter
@@ -131,7 +131,7 @@ async def new_adapter(
 
 
 @pytest.fixture
-async def adapter(new_adapter: AdapterFactory, companion: Companion) -> TelegramAdapter:
+async def adapter(new_adapter: AdapterFactory, companion: Companion) -> AttachedPlatform:
     return await new_adapter(companion)
 
 
@@ -169,7 +169,7 @@ def user_texts(request: dict) -> list[str]:
 
 
 async def test_a_conversation_is_answered_through_send_message(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     model.reply_text("Hello! How are you today?")
     assert await say(telegram, "hi there") == "Hello! How are you today?"
@@ -182,7 +182,7 @@ async def test_a_conversation_is_answered_through_send_message(
 
 
 async def test_commands_are_registered_with_short_descriptions(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, companion: Companion
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, companion: Companion
 ) -> None:
     assert [c["command"] for c in telegram.commands] == [name for name, _ in companion.command_list()]
     assert {"help", "private", "normal", "mode"} <= {c["command"] for c in telegram.commands}
@@ -191,14 +191,14 @@ async def test_commands_are_registered_with_short_descriptions(
 
 @pytest.mark.parametrize("command", ["/help", "/mode", "/normal", "/private", "/start"])
 async def test_each_command_answers_exactly_as_in_the_terminal_chat(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, companion: Companion, command: str
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, companion: Companion, command: str
 ) -> None:
     terminal = await companion.handle(InboundMessage("terminal", "terminal", "owner", command, is_direct=True))
     assert await say(telegram, command) == terminal.text
 
 
 async def test_a_typing_action_is_shown_while_the_model_works_on_a_slow_answer(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     model.reply_text("Thought about it.", delay=1.0)
     await say(telegram, "a hard question")
@@ -208,7 +208,7 @@ async def test_a_typing_action_is_shown_while_the_model_works_on_a_slow_answer(
 
 
 async def test_different_chats_run_concurrently_and_each_chat_stays_in_order(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     async def respond(body: dict) -> str:
         last = user_texts(body)[-1]
@@ -229,7 +229,7 @@ async def test_different_chats_run_concurrently_and_each_chat_stays_in_order(
 
 
 async def test_a_long_reply_is_split_on_paragraphs_in_order(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     paragraphs = [f"Paragraph {n}. " + ("word " * 600).strip() for n in range(4)]  # ~3000 chars each
     model.reply_text("\n\n".join(paragraphs))
@@ -240,7 +240,7 @@ async def test_a_long_reply_is_split_on_paragraphs_in_order(
 
 
 async def test_markdown_becomes_entities_and_other_markup_characters_arrive_unchanged(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     tricky = "Use *stars*, _under_scores_, [brackets](not a link), <b>tags</b> & `ticks`"
     model.reply_text(tricky)
@@ -252,7 +252,7 @@ async def test_markdown_becomes_entities_and_other_markup_characters_arrive_unch
 
 
 async def test_flood_control_retry_after_is_honoured_and_the_reply_is_sent_once(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, sleep: RecordingSleep
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, sleep: RecordingSleep
 ) -> None:
     telegram.fail_next("sendMessage", 429, retry_after=3)
     model.reply_text("worth the wait")
@@ -264,7 +264,7 @@ async def test_flood_control_retry_after_is_honoured_and_the_reply_is_sent_once(
 
 @pytest.mark.parametrize("status", [500, 502, 503])
 async def test_a_5xx_is_retried_with_backoff_until_the_reply_is_sent(
-    adapter: TelegramAdapter,
+    adapter: AttachedPlatform,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
     sleep: RecordingSleep,
@@ -278,7 +278,7 @@ async def test_a_5xx_is_retried_with_backoff_until_the_reply_is_sent(
 
 
 async def test_a_part_already_sent_is_not_sent_again_when_a_later_part_is_retried(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     paragraphs = ["First part. " + "a" * 4000, "Second part. " + "b" * 4000]
     model.reply_text("\n\n".join(paragraphs))
@@ -292,7 +292,7 @@ async def test_a_part_already_sent_is_not_sent_again_when_a_later_part_is_retrie
 
 
 async def test_an_unknown_user_is_refused_once_and_nothing_of_it_is_stored(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     secret = "stranger-words-4c2"
     assert await say(telegram, f"hello, {secret}", chat=STRANGER, user=STRANGER) == copy.NOT_ALLOWED
@@ -307,7 +307,7 @@ async def test_an_unknown_user_is_refused_once_and_nothing_of_it_is_stored(
 
 
 async def test_in_a_group_it_answers_only_when_mentioned_or_replied_to(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     for ignored in ["hello everyone", "/help@some_other_bot", "what does @someone_else think"]:
         telegram.send_text(GROUP, USER, ignored, chat_type="supergroup")
@@ -326,7 +326,7 @@ async def test_in_a_group_it_answers_only_when_mentioned_or_replied_to(
 
 
 async def test_private_mode_is_refused_in_a_group_with_the_reason(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     message = telegram.send_text(GROUP, USER, f"/private@{BOT} sesame", chat_type="supergroup")
     reply = (await telegram.wait_for_sent(1))[0].text
@@ -340,7 +340,7 @@ async def test_private_mode_is_refused_in_a_group_with_the_reason(
 
 
 async def test_private_mode_flow_deletes_the_passphrase_and_keeps_the_canary_out_of_normal_requests(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     assert (await say(telegram, "a normal hello")).startswith("fake reply")
     before = len(telegram.sent)
@@ -362,7 +362,7 @@ async def test_private_mode_flow_deletes_the_passphrase_and_keeps_the_canary_out
 
 
 async def test_passphrase_message_is_deleted_after_a_failed_attempt(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer
 ) -> None:
     before = len(telegram.sent)
     message = telegram.send_text(USER, USER, "/private not-the-passphrase")
@@ -375,7 +375,7 @@ async def test_passphrase_message_is_deleted_after_a_failed_attempt(
 
 
 async def test_when_the_passphrase_message_cannot_be_deleted_the_reply_asks_the_user_to(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer
 ) -> None:
     telegram.fail_next("deleteMessage", 400, description="Bad Request: message can't be deleted")
     reply = await say(telegram, "/private sesame")
@@ -418,7 +418,7 @@ async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
         await release.wait()
         return Reply("handled")
 
-    adapter = telegram_adapter(telegram, CoreLink(slow, state=store), sleep=sleep)
+    adapter = telegram_adapter(telegram, core_for(slow, state=store), sleep=sleep)
     key = f"telegram:offset:{telegram.bot_id}"
     await adapter.start()
     try:
@@ -439,6 +439,45 @@ async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
     finally:
         release.set()
         await adapter.aclose()
+
+
+async def test_updates_the_stop_cut_off_stay_unconfirmed_and_are_answered_after_the_restart(
+    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+) -> None:
+    entered = asyncio.Event()
+
+    async def stuck(message: InboundMessage) -> Reply | None:
+        entered.set()
+        await asyncio.Event().wait()  # past any grace: the stop cuts it off
+        return None
+
+    core = core_for(stuck, state=store)
+    adapter = telegram_adapter(telegram, core, sleep=sleep)
+    await adapter.start()
+    try:
+        telegram.send_text(USER, USER, "one")
+        async with asyncio.timeout(10):
+            await entered.wait()
+        telegram.send_text(USER, USER, "two")  # queued in the conversation's lane behind "one"
+        polls = len(telegram.get_updates_offsets)
+        await telegram.wait_for(lambda: len(telegram.get_updates_offsets) >= polls + 2)  # "two" was fetched
+    finally:
+        # The gateway's stop: intake, then the core within its grace (it cuts both off), then the close.
+        await adapter.platform.intake.stop_intake()
+        await core.stop(0.2)
+        await adapter.aclose()
+    assert telegram.pending_updates == 2  # neither confirmed: Telegram offers both again
+
+    async def answering(message: InboundMessage) -> Reply | None:
+        return Reply(f"re: {message.text}")
+
+    again = telegram_adapter(telegram, core_for(answering, state=store), sleep=sleep)
+    await again.start()
+    try:
+        await telegram.wait_for(lambda: telegram.pending_updates == 0)
+    finally:
+        await again.aclose()
+    assert telegram.texts_to(USER) == ["re: one", "re: two"]
 
 
 async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_nor_skipped(
@@ -496,7 +535,7 @@ async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_i
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
 
-    adapter = telegram_adapter(telegram, CoreLink(failing, state=store), sleep=sleep)
+    adapter = telegram_adapter(telegram, core_for(failing, state=store), sleep=sleep)
     await adapter.start()
     try:
         message = telegram.send_text(USER, USER, text)
@@ -513,7 +552,7 @@ async def test_when_the_core_fails_and_the_passphrase_cannot_be_deleted_the_apol
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
 
-    adapter = telegram_adapter(telegram, CoreLink(failing, state=store), sleep=sleep)
+    adapter = telegram_adapter(telegram, core_for(failing, state=store), sleep=sleep)
     telegram.fail_next("deleteMessage", 400, description="Bad Request: message can't be deleted")
     await adapter.start()
     try:
@@ -531,7 +570,7 @@ async def test_attachments_of_a_reply_are_sent_as_documents_after_its_text(
     async def exporting(message: InboundMessage) -> Reply | None:
         return Reply("Here is your export.", attachments=[Attachment("export.txt", b"normal notes")])
 
-    adapter = telegram_adapter(telegram, CoreLink(exporting, state=store), sleep=sleep)
+    adapter = telegram_adapter(telegram, core_for(exporting, state=store), sleep=sleep)
     await adapter.start()
     try:
         telegram.send_text(USER, USER, "/export")
@@ -565,7 +604,7 @@ async def test_an_unreachable_bot_api_server_stops_start_up_naming_the_base_url(
 
 
 async def test_neither_the_token_nor_message_text_reaches_the_logs(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG: python-telegram-bot's payload logs stay off
@@ -588,7 +627,7 @@ def offsets_passed(telegram: FakeTelegramServer, update_id: int) -> bool:
 
 
 async def test_an_update_python_telegram_bot_cannot_parse_is_confirmed_and_the_next_message_is_answered(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     await telegram.wait_for_polling()
     poison = telegram.send_unparsable(USER, USER, f"{CANARY} unparsable")
@@ -599,7 +638,7 @@ async def test_an_update_python_telegram_bot_cannot_parse_is_confirmed_and_the_n
 
 
 async def test_an_unparsable_update_confirms_no_update_before_it_that_is_still_being_answered(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     release = asyncio.Event()
 
@@ -623,7 +662,7 @@ async def test_an_unparsable_update_confirms_no_update_before_it_that_is_still_b
 
 
 async def test_an_unparsable_update_is_logged_by_id_and_size_never_by_its_content(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     with logging_policy("DEBUG"):  # COMPANION_LOG_LEVEL=DEBUG
@@ -638,7 +677,7 @@ async def test_an_unparsable_update_is_logged_by_id_and_size_never_by_its_conten
 
 
 async def test_an_answer_that_is_not_json_is_refused_without_its_body_reaching_the_log(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     with logging_policy("DEBUG"):
@@ -653,7 +692,7 @@ async def test_an_answer_that_is_not_json_is_refused_without_its_body_reaching_t
 
 
 async def test_the_token_stays_out_of_the_logs_when_requests_fail_and_are_retried(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="httpx")  # whatever another test configured
@@ -666,7 +705,7 @@ async def test_the_token_stays_out_of_the_logs_when_requests_fail_and_are_retrie
     assert telegram.token not in lines  # ... without the token in its URL
 
 
-async def test_start_and_aclose_are_safe_to_call_twice(adapter: TelegramAdapter, telegram: FakeTelegramServer) -> None:
+async def test_start_and_aclose_are_safe_to_call_twice(adapter: AttachedPlatform, telegram: FakeTelegramServer) -> None:
     await adapter.start()
     assert len(telegram.calls_of("getMe")) == 1
     await adapter.aclose()
@@ -753,9 +792,9 @@ def test_group_text_strips_a_mention_after_characters_outside_the_basic_plane() 
 
 
 async def test_a_persistent_409_conflict_is_named_once_per_streak_and_polling_goes_on(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="adapters.telegram.adapter")
+    caplog.set_level(logging.INFO, logger="adapters.telegram.intake")
 
     def named() -> list[logging.LogRecord]:
         return [r for r in caplog.records if "another instance is polling this bot token" in r.getMessage()]
@@ -796,7 +835,7 @@ def _rows_mentioning(path: Path, needles: list[str]) -> list[tuple]:
 
 
 async def test_a_reply_telegram_refuses_for_longer_than_every_retry_is_kept_and_sent_once_when_it_is_back(
-    adapter: TelegramAdapter,
+    adapter: AttachedPlatform,
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
@@ -820,7 +859,7 @@ async def test_a_reply_telegram_refuses_for_longer_than_every_retry_is_kept_and_
 
 
 async def test_a_blocked_bot_gives_up_on_the_reply_and_records_why(
-    adapter: TelegramAdapter,
+    adapter: AttachedPlatform,
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
@@ -856,7 +895,7 @@ async def test_a_redelivered_update_is_not_stored_or_answered_again(
 
 
 async def test_a_reply_pending_while_the_bot_api_is_unreachable_is_delivered_once_when_it_returns(
-    adapter: TelegramAdapter,
+    adapter: AttachedPlatform,
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
@@ -888,17 +927,17 @@ async def wait_for_rows(store: SqliteStore, sql: str, timeout: float = 10.0) -> 
 
 
 async def test_a_quick_answer_costs_no_typing_action(
-    new_adapter: AdapterFactory, companion: Companion, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    new_adapter: AdapterFactory, new_companion: CompanionFactory, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     # "Quick" is shorter than typing_delay: a long one, so that a loaded machine is still quick enough.
-    await new_adapter(companion, typing_delay=30.0)
+    await new_adapter(await new_companion(edge=EdgeSettings(typing_delay=30.0)))
     model.reply_text("Quick.")
     assert await say(telegram, "an easy one") == "Quick."
     assert telegram.chat_actions == []
 
 
 async def test_a_long_reply_resumed_after_an_outage_is_marked_sent_with_all_its_parts_each_sent_once(
-    adapter: TelegramAdapter,
+    adapter: AttachedPlatform,
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,

@@ -10,15 +10,14 @@ import pytest
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion, core_entry
 from core.commands.export import CONFIRM_WINDOW
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from tests.conftest import PASSPHRASE
-from tests.helpers.adapters import telegram_adapter
+from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_telegram import FakeTelegramServer
 
 USER = 111
@@ -53,8 +52,8 @@ async def companion(store, model, passphrase_hash, clock) -> AsyncIterator[Compa
 
 
 @pytest.fixture
-async def adapter(telegram, companion) -> AsyncIterator[TelegramAdapter]:
-    adapter = telegram_adapter(telegram, core_link(companion))
+async def adapter(telegram, companion) -> AsyncIterator[AttachedPlatform]:
+    adapter = telegram_adapter(telegram, core_entry(companion))
     await adapter.start()
     yield adapter
     await adapter.aclose()

@@ -14,13 +14,12 @@ from hypothesis import strategies as st
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from adapters.telegram import TelegramAdapter
 from adapters.telegram.formatting import render, split_rendered
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
-from tests.helpers.adapters import telegram_adapter
+from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.chat import all_rows
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer, SentMessage, check_message
@@ -39,7 +38,7 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
 @pytest.fixture
 async def adapter(
     telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
-) -> AsyncIterator[TelegramAdapter]:
+) -> AsyncIterator[AttachedPlatform]:
     """The real adapter and core; replies go out through the outbox, as in the gateway."""
     provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
     companion = build_companion(
@@ -53,7 +52,7 @@ async def adapter(
         outbox=Outbox(SqliteOutboxStore(store.database), SystemClock(), pacing=None),
     )
     await companion.start()
-    adapter = telegram_adapter(telegram, core_link(companion))
+    adapter = telegram_adapter(telegram, core_entry(companion))
     await adapter.start()
     try:
         yield adapter
@@ -119,7 +118,7 @@ print("hi")
 
 
 async def test_a_reply_with_every_markdown_feature_arrives_as_entities_and_is_stored_as_markdown(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     model.reply_text(EVERY_FEATURE)
     [message] = await replies(telegram, "plan my day")
@@ -151,7 +150,7 @@ async def test_a_reply_with_every_markdown_feature_arrives_as_entities_and_is_st
 
 
 async def test_a_long_reply_splits_at_4096_with_an_emoji_family_whole_and_every_entity_inside_its_part(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     # One bold run with no space to split on, the family straddling code unit 4096.
     model.reply_text("**" + "a" * 4090 + FAMILY + "b" * 100 + "**")
@@ -163,7 +162,7 @@ async def test_a_long_reply_splits_at_4096_with_an_emoji_family_whole_and_every_
 
 
 async def test_a_code_block_longer_than_a_message_arrives_as_two_pre_blocks_with_its_language(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     lines = [f"value_{n} = {n} * 2" for n in range(400)]  # about 7600 code units
     model.reply_text("Here:\n\n```python\n" + "\n".join(lines) + "\n```")
@@ -177,7 +176,7 @@ async def test_a_code_block_longer_than_a_message_arrives_as_two_pre_blocks_with
 
 
 async def test_entities_telegram_refuses_send_the_part_once_more_as_plain_text_and_the_log_has_no_text(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     refusal = "Bad Request: can't parse entities: Can't find end of the entity starting at byte offset 3"
     telegram.fail_next("sendMessage", 400, description=refusal)
@@ -193,7 +192,7 @@ async def test_entities_telegram_refuses_send_the_part_once_more_as_plain_text_a
 
 
 async def test_a_400_that_is_not_about_entities_is_not_sent_again_plain(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     telegram.fail_next("sendMessage", 400, description="Bad Request: chat not found")
     model.reply_text("Some **bold** words")
@@ -274,7 +273,7 @@ def test_splitting_never_breaks_a_grapheme_and_every_entity_lies_valid_inside_it
 
 
 async def test_a_mirror_to_a_telegram_chat_is_rendered_too(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer
 ) -> None:
     group = -100500
     telegram.send_text(USER, USER, f"/mirror telegram:{group}")

@@ -14,14 +14,13 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.llm.transcribe import OpenAICompatibleTranscriber
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
-from tests.helpers.adapters import telegram_adapter
+from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, jpeg_with, leaked, ogg_with
@@ -44,7 +43,7 @@ async def model() -> AsyncIterator[FakeOpenAIServer]:
         yield server
 
 
-Start = Callable[..., Awaitable[TelegramAdapter]]
+Start = Callable[..., Awaitable[AttachedPlatform]]
 
 
 @pytest.fixture
@@ -54,7 +53,7 @@ async def start(
     """Start the companion and its Telegram adapter, with vision and speech to text as asked."""
     closers: list[Callable[[], Awaitable[None]]] = []
 
-    async def make(*, vision: bool = False, stt: bool = False) -> TelegramAdapter:
+    async def make(*, vision: bool = False, stt: bool = False) -> AttachedPlatform:
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
         transcriber = (
             OpenAICompatibleTranscriber(model.base_url, "sk-stt", "whisper-test", timeout=5.0) if stt else None
@@ -69,7 +68,7 @@ async def start(
             transcriber=transcriber,
         )
         await companion.start()
-        adapter = telegram_adapter(telegram, core_link(companion))
+        adapter = telegram_adapter(telegram, core_entry(companion))
         await adapter.start()
         closers.extend([provider.aclose, companion.drain, adapter.aclose])
         if transcriber is not None:

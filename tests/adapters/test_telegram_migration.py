@@ -11,14 +11,13 @@ import pytest
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore, insert_delivery
 from adapters.storage.sqlite import SqliteStore
-from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values.model import ConversationKey, DeliveryTarget
-from tests.helpers.adapters import telegram_adapter
+from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 
@@ -49,8 +48,8 @@ async def companion(store: SqliteStore, model: FakeOpenAIServer) -> AsyncIterato
 
 
 @pytest.fixture
-async def adapter(telegram: FakeTelegramServer, companion: Companion) -> AsyncIterator[TelegramAdapter]:
-    adapter = telegram_adapter(telegram, core_link(companion))
+async def adapter(telegram: FakeTelegramServer, companion: Companion) -> AsyncIterator[AttachedPlatform]:
+    adapter = telegram_adapter(telegram, core_entry(companion))
     await adapter.start()
     yield adapter
     await adapter.aclose()
@@ -91,7 +90,7 @@ def sends_to(telegram: FakeTelegramServer, chat: int) -> int:
 
 
 async def test_a_group_reply_refused_as_migrated_arrives_once_in_the_supergroup_and_the_conversation_goes_on_there(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     model.reply_text("Hello, group.")
     assert await say_in_group(telegram, OLD, "the plan is a picnic") == "Hello, group."
@@ -120,7 +119,7 @@ async def test_a_group_reply_refused_as_migrated_arrives_once_in_the_supergroup_
 
 
 async def test_the_upgrade_service_messages_re_key_the_conversation_before_anything_is_sent(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     model.reply_text("Hello, group.")
     old_message = telegram.send_text(OLD, USER, f"@{BOT} remember the picnic", chat_type="group")
@@ -140,7 +139,7 @@ async def test_the_upgrade_service_messages_re_key_the_conversation_before_anyth
 
 
 async def test_a_late_message_of_the_old_group_handled_after_the_move_joins_the_moved_conversation(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     model.reply_text("Hello, group.")
     assert await say_in_group(telegram, OLD, "the plan is a picnic") == "Hello, group."
@@ -159,7 +158,7 @@ async def test_a_late_message_of_the_old_group_handled_after_the_move_joins_the_
 
 
 async def test_a_conversation_begun_in_the_supergroup_before_the_move_was_known_is_merged_into_the_older_one(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     telegram.send_text(USER, USER, f"/mirror telegram:{OLD}")
     await telegram.wait_for(lambda: len(telegram.texts_to(USER)) == 1)

@@ -12,15 +12,14 @@ import pytest
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from adapters.telegram import TelegramAdapter
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values import copy
-from tests.helpers.adapters import telegram_adapter
+from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 
@@ -61,7 +60,7 @@ async def start(
     telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, window: ReleasedSleep
 ) -> AsyncIterator[Start]:
     """A companion and its Telegram adapter on the fake servers (`burst_seconds` 0 unless given)."""
-    opened: list[tuple[TelegramAdapter, Companion, OpenAICompatibleProvider]] = []
+    opened: list[tuple[AttachedPlatform, Companion, OpenAICompatibleProvider]] = []
 
     async def make(burst_seconds: float = 0.0) -> Companion:
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
@@ -77,7 +76,7 @@ async def start(
             burst_sleep=window,
         )
         await companion.start()
-        adapter = telegram_adapter(telegram, core_link(companion))
+        adapter = telegram_adapter(telegram, core_entry(companion))
         await adapter.start()
         opened.append((adapter, companion, provider))
         return companion

@@ -17,9 +17,8 @@ from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.rendering.pieces import stream_pieces
 from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
-from adapters.telegram import TelegramAdapter
 from adapters.telegram.formatting import render
-from bot.bootstrap import build_companion, core_link
+from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.delivery.streams import StreamPacing
 from core.ports import SystemClock
@@ -29,7 +28,7 @@ from core.turn.config import CompanionConfig
 from core.values import copy
 from core.values.errors import DeliveryFailed, DeliveryThrottled
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
-from tests.helpers.adapters import telegram_adapter
+from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer, SentMessage, check_message
 
@@ -67,9 +66,9 @@ async def companion(store: SqliteStore, model: FakeOpenAIServer) -> AsyncIterato
 
 
 @pytest.fixture
-async def adapter(telegram: FakeTelegramServer, companion: Companion) -> AsyncIterator[TelegramAdapter]:
+async def adapter(telegram: FakeTelegramServer, companion: Companion) -> AsyncIterator[AttachedPlatform]:
     # Typing renewed often: were it not stopped by the first piece, it would show during the stream.
-    adapter = telegram_adapter(telegram, core_link(companion), typing_interval=0.2)
+    adapter = telegram_adapter(telegram, core_entry(companion), typing_interval=0.2)
     await adapter.start()
     yield adapter
     await adapter.aclose()
@@ -94,7 +93,7 @@ def requests_times(telegram: FakeTelegramServer, chat: int) -> list[float]:
 
 
 async def test_a_reply_is_posted_early_and_edited_at_most_once_per_edit_interval(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     answer = story(60)
     model.token_seconds = TOKEN_SECONDS  # 60 words: about three seconds of writing
@@ -119,7 +118,7 @@ async def test_a_reply_is_posted_early_and_edited_at_most_once_per_edit_interval
 
 
 async def test_a_429_on_an_edit_is_waited_out_and_the_rest_of_the_reply_edits_more_slowly(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     answer = story(100)
     model.token_seconds = TOKEN_SECONDS  # five seconds of writing
@@ -141,7 +140,7 @@ async def test_a_429_on_an_edit_is_waited_out_and_the_rest_of_the_reply_edits_mo
 
 
 async def test_an_edit_that_changes_nothing_is_success_so_a_final_send_done_again_changes_nothing(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     answer = story(40)
     model.token_seconds = TOKEN_SECONDS
@@ -161,7 +160,7 @@ async def test_an_edit_that_changes_nothing_is_success_so_a_final_send_done_agai
     assert telegram.texts_to(USER) == [answer] and len(telegram.calls_of("sendMessage")) == 1
     # The streamer's own edit of a message to what it shows: success too.
     reply = StreamedReply(row[0], row[1], DeliveryTarget("telegram", str(USER)), row[2])
-    await adapter._streamer.edit(reply, str(message.message_id), answer)  # type: ignore[union-attr]
+    await adapter.streamer.edit(reply, str(message.message_id), answer)  # type: ignore[union-attr]
 
 
 def formatted_answer(paragraphs: int) -> str:
@@ -173,7 +172,7 @@ def formatted_answer(paragraphs: int) -> str:
 
 
 async def test_a_6000_character_answer_continues_in_a_second_message_with_valid_entities_in_both(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     answer = formatted_answer(32)
     assert 5800 <= len(answer) <= 6500
@@ -198,7 +197,7 @@ async def test_a_6000_character_answer_continues_in_a_second_message_with_valid_
 
 
 async def test_a_tool_call_in_the_middle_of_an_answer_shows_only_the_constant_line(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
 ) -> None:
     model.token_seconds = TOKEN_SECONDS
     model.reply_tool_call(
@@ -216,7 +215,7 @@ async def test_a_tool_call_in_the_middle_of_an_answer_shows_only_the_constant_li
 
 @pytest.mark.parametrize("chat", ["direct", "group"])
 async def test_a_streamed_reply_quotes_the_message_in_a_group_as_a_whole_reply_would(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, chat: str
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, chat: str
 ) -> None:
     answer = story(30)
     model.token_seconds = TOKEN_SECONDS
@@ -237,11 +236,11 @@ async def test_a_streamed_reply_quotes_the_message_in_a_group_as_a_whole_reply_w
 
 
 async def test_a_final_text_shorter_than_what_was_shown_deletes_the_messages_left_over(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer, companion: Companion
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, companion: Companion
 ) -> None:
     target = DeliveryTarget("telegram", str(USER))
     reply = StreamedReply(7, 1, target, "n")
-    streamer = adapter._streamer
+    streamer = adapter.streamer
     assert streamer is not None
     shown = [await streamer.post(reply, text, index) for index, text in enumerate(["a" * 4000, "b" * 1000])]
     delivery = OutboundDelivery(7, 1, "reply", target, "n", "the **whole** answer, short after all", 0, 0)
@@ -252,24 +251,24 @@ async def test_a_final_text_shorter_than_what_was_shown_deletes_the_messages_lef
 
 
 async def test_a_streamed_message_the_person_deleted_gets_its_part_as_a_new_message(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer
 ) -> None:
     target = DeliveryTarget("telegram", str(USER))
     reply = StreamedReply(8, 1, target, "n")
-    assert adapter._streamer is not None
-    shown = await adapter._streamer.post(reply, "the beginning", 0)
-    await adapter._bot.delete_message(USER, int(shown))  # as the person could
+    assert adapter.streamer is not None
+    shown = await adapter.streamer.post(reply, "the beginning", 0)
+    await adapter.bot.delete_message(USER, int(shown))  # as the person could
     delivery = OutboundDelivery(8, 1, "reply", target, "n", "the beginning and the end", 0, 0, streamed=(shown,))
     assert await adapter.send_delivery(delivery) == 1
     assert telegram.texts_to(USER) == ["the beginning and the end"]
 
 
 async def test_the_streamer_hands_flood_control_back_with_its_wait_and_other_refusals_as_failures(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer
 ) -> None:
     target = DeliveryTarget("telegram", str(USER))
     reply = StreamedReply(9, 1, target, "n")
-    streamer = adapter._streamer
+    streamer = adapter.streamer
     assert streamer is not None
     shown = await streamer.post(reply, "first words", 0)
     await streamer.edit(reply, shown, "first words")  # "message is not modified": success
@@ -288,13 +287,13 @@ async def test_the_streamer_hands_flood_control_back_with_its_wait_and_other_ref
 
 
 async def test_a_final_send_cut_off_after_some_parts_counts_them_and_goes_on_from_the_next_one(
-    adapter: TelegramAdapter, telegram: FakeTelegramServer
+    adapter: AttachedPlatform, telegram: FakeTelegramServer
 ) -> None:
     target = DeliveryTarget("telegram", str(USER))
     reply = StreamedReply(10, 1, target, "n")
-    assert adapter._streamer is not None
+    assert adapter.streamer is not None
     text = "**First** paragraph. " + "a" * 4060 + "\n\nThe second paragraph, past the first message."
-    shown = await adapter._streamer.post(reply, text[:200], 0)  # only the first piece was shown
+    shown = await adapter.streamer.post(reply, text[:200], 0)  # only the first piece was shown
     delivery = OutboundDelivery(10, 1, "reply", target, "n", text, 0, 0, streamed=(shown,))
     telegram.fail_next("sendMessage", 400, description="Bad Request: chat not found")
     with pytest.raises(DeliveryFailed) as failed:

@@ -12,6 +12,7 @@ import httpx
 
 from adapters.web.operators import PROBE_LIMIT, DatabaseProbe
 from core.turn.link import CoreLink
+from core.values.edge import EdgeSettings
 from core.values.errors import StoreError
 from tests.helpers.adapters import core_for, discord_adapter, telegram_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
@@ -100,7 +101,7 @@ async def test_readyz_is_503_naming_telegram_when_its_long_poll_has_not_complete
     caplog.set_level(logging.WARNING, logger="adapters.telegram")
     clock = Monotonic()
     async with FakeTelegramServer() as telegram:
-        adapter = telegram_adapter(telegram, CoreLink(nothing), monotonic=clock, backoff=0.01)
+        adapter = telegram_adapter(telegram, core_for(nothing), monotonic=clock, edge=EdgeSettings(send_backoff=0.01))
         await adapter.start()
         try:
             async with served(store, FakeClock(), checks=[("telegram", adapter.ready)]) as web:

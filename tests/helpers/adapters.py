@@ -1,11 +1,10 @@
-"""One builder per platform: a real adapter pointed at its fake server, with the tests' quick timings.
+"""One builder per platform: its real parts pointed at its fake server, with the tests' quick timings.
 
-`link` is what the gateway gives an adapter not yet split into three parts:
-`bot.bootstrap.core_link(companion)`, or a `CoreLink(handler, ...)` around a handler a test writes
-itself. A platform of three parts (Discord) takes the core's entry instead: a companion (its entry is
-made here), or `core_for(handler)`, a real entry whose turn is a handler the test writes; it runs as
-the gateway runs it (`PlatformRun`). Any option overrides the defaults (`token=` a wrong token,
-`gateway_url=None` to have it asked from the API base).
+Every chat platform is three parts on the core's entry: a companion (its entry is made here, for
+Discord), `bot.bootstrap.core_entry(companion)` (Telegram), or `core_for(handler)`, a real entry
+whose turn is a handler the test writes. Telegram runs as `AttachedPlatform` (without the core's
+stop, so a test keeps its companion), Discord as the gateway runs it (`PlatformRun`). Any option
+overrides the defaults (`token=` a wrong token, `gateway_url=None` to have it asked from the API base).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from adapters.discord import discord_platform
-from adapters.telegram import TelegramAdapter
+from adapters.telegram import telegram_platform
 from bot.bootstrap import core_entry
 from core.delivery.handoff import HandOff
 from core.delivery.outbox import Outbox
@@ -24,9 +23,8 @@ from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.turn.entry import CoreEntry
 from core.turn.lanes import Lanes
-from core.turn.link import CoreLink
 from core.values.edge import EdgeSettings, Held, Silence, Silent
-from core.values.model import InboundMessage, Reply
+from core.values.model import InboundMessage, OutboundDelivery, Reply
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 
@@ -34,12 +32,55 @@ TELEGRAM_TIMINGS: dict[str, Any] = {"poll_timeout": 2.0, "repoll_interval": 0.05
 DISCORD_TIMINGS: dict[str, Any] = {"guild_ready_timeout": 0.05, "retry_delays": (0.01, 0.01), "ready_timeout": 10.0}
 
 
+class AttachedPlatform:
+    """A platform's three parts on a core's entry, started and closed as the gateway does it, but
+    without the core's stop (a test keeps using its companion after a close):
+    `start` starts the intake and attaches the platform; `aclose` stops the intake, lets it wait for
+    the outcomes still coming and close its connection, then detaches the platform."""
+
+    def __init__(self, platform: Platform, core: CoreEntry) -> None:
+        self.platform = platform
+        self.core = core
+
+    @property
+    def streamer(self) -> Any:
+        return self.platform.streamer
+
+    @property
+    def bot(self) -> Any:
+        return self.platform.intake._connection.bot  # type: ignore[attr-defined]
+
+    async def start(self) -> None:
+        await self.platform.intake.start()
+        self.core.attach(self.platform)  # no await since the start: nothing could be answered before
+
+    async def aclose(self) -> None:
+        await self.platform.intake.stop_intake()
+        await self.platform.intake.aclose()
+        self.core.detach(self.platform)
+
+    def ready(self) -> str | None:
+        return self.platform.intake.ready()
+
+    async def wait_lost(self) -> str:
+        return await self.platform.intake.wait_lost()
+
+    async def send_delivery(self, delivery: OutboundDelivery) -> int:
+        return await self.platform.sender.send_delivery(delivery)
+
+
 def telegram_adapter(
-    server: FakeTelegramServer, link: CoreLink, *, token: str | None = None, **options: Any
-) -> TelegramAdapter:
-    """A TelegramAdapter on `server` (not started)."""
+    server: FakeTelegramServer,
+    core: CoreEntry,
+    *,
+    token: str | None = None,
+    edge: EdgeSettings | None = None,
+    **options: Any,
+) -> AttachedPlatform:
+    """Telegram's three parts on `server`, handing updates to `core` (not started)."""
     options = {"base_url": server.base_url, **TELEGRAM_TIMINGS, **options}
-    return TelegramAdapter(server.token if token is None else token, link, **options)
+    token = server.token if token is None else token
+    return AttachedPlatform(telegram_platform(core, edge or EdgeSettings(), token=token, **options), core)
 
 
 def discord_adapter(

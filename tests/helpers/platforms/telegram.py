@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
-from adapters.telegram import TelegramAdapter
-from bot.bootstrap import core_link
+from bot.bootstrap import core_entry
 from core.turn.companion import Companion
-from tests.helpers.adapters import telegram_adapter
+from core.values.edge import EdgeSettings
+from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.platforms import HAS, USER, ChatAppDriver, Fault, Origin, Where, hung_up
 
@@ -28,14 +28,14 @@ class TelegramDriver(ChatAppDriver):
     serves = None
     mirror_chat = f"telegram:{MIRROR_CHAT}"
     forward_names: ClassVar[Mapping[str, str]] = {"person": "Me", "companion": "C", "someone": "Bob"}
-    send_tries = 5  # TelegramAdapter's max_attempts, as built
+    send_tries = EdgeSettings().send_attempts  # the sender's tries of one send, as built
     date_step = 1.6  # Telegram's dates are whole seconds: past the restart's margin
 
     def __init__(self) -> None:
         self.server = FakeTelegramServer(username=BOT)
 
-    def build(self, companion: Companion) -> TelegramAdapter:
-        return telegram_adapter(self.server, core_link(companion))
+    def build(self, companion: Companion) -> AttachedPlatform:
+        return telegram_adapter(self.server, core_entry(companion))
 
     async def post(
         self, text: str, *, reply_to: str | None = None, quote: str | None = None, forward: Origin | None = None
