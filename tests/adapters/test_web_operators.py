@@ -11,7 +11,6 @@ import time
 import httpx
 
 from adapters.web.operators import PROBE_LIMIT, DatabaseProbe
-from core.turn.link import CoreLink
 from core.values.edge import EdgeSettings
 from core.values.errors import StoreError
 from tests.helpers.adapters import core_for, discord_adapter, telegram_adapter
