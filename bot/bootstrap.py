@@ -32,7 +32,6 @@ from core.memory.operations import default_tools
 from core.memory.tools import ToolRegistry, ToolSupport
 from core.ports import (
     NO_METRICS,
-    BaseChatAdapter,
     BaseIntake,
     BaseProvider,
     BaseStore,
@@ -54,7 +53,6 @@ from core.turn.controls import OwnerControls
 from core.turn.entry import CoreEntry
 from core.turn.gate import Gate
 from core.turn.lanes import Lanes
-from core.turn.link import CoreLink, counted
 from core.turn.media import MediaReader
 from core.turn.people import People
 from core.turn.preview import NormalPreview
@@ -334,19 +332,6 @@ def web_core(companion: Companion, chat: WebIntake) -> WebCore:
     return WebCore(chat, transcripts(companion), normal_preview(companion), owner_controls(companion), companion.clock)
 
 
-def core_link(companion: Companion, metrics: Metrics = NO_METRICS) -> CoreLink:
-    """What every chat adapter gets from `companion` (the gateway, the tests and the benches all use it);
-    every inbound event it hands over is counted in `metrics`, whatever its mode."""
-    return CoreLink(
-        handle=counted(companion.handle, metrics),
-        commands=tuple(companion.command_list()),
-        is_allowed=companion.is_allowed,
-        chat_moved=companion.chat_moved,
-        outbox=companion.outbox,
-        state=companion.store,
-    )
-
-
 def edge_settings(settings: Settings) -> EdgeSettings:
     """What every platform shares (retries, the stop, typing), with the shipped defaults; the stop
     grace is COMPANION_STOP_GRACE."""
@@ -414,20 +399,6 @@ def stream_pacing(edit_seconds: float | None) -> StreamPacing | None:
 # --- the gateway: its platforms and scheduled jobs ------------------------------------------------
 
 
-def build_adapters(
-    settings: Settings,
-    companion: Companion,
-    on_fatal: Callable[[str], None] | None = None,
-    metrics: Metrics = NO_METRICS,
-) -> list[BaseChatAdapter]:
-    """No chat adapter is left here: Telegram and Discord are platforms of three parts, built in
-    `open_gateway`, and the web chat is added beside the HTTP service. Kept until the CoreLink goes.
-    `on_fatal(line)`: the platform refused the configuration while running (a
-    revoked token); the gateway stops."""
-    adapters: list[BaseChatAdapter] = []
-    return adapters
-
-
 def scheduled_jobs(settings: Settings, companion: Companion) -> list[Job]:
     """What the gateway runs on a schedule, at the intervals the settings give."""
     jobs = [
@@ -450,7 +421,6 @@ class Assembly:
         companion: the core, started (crash semantics applied).
         entry: the core's entry, which the platforms' intakes hand their events to.
         platforms: the platforms of three parts, attached to `entry` once their intake started.
-        adapters: the chat adapters not yet split into three parts (they take the CoreLink).
         jobs: the scheduled jobs.
         service: the HTTP service (None: COMPANION_HTTP_PORT is off).
         chats: the chat platforms configured (Telegram, Discord), without the web chat.
@@ -459,7 +429,6 @@ class Assembly:
     companion: Companion
     entry: CoreEntry
     platforms: list[Platform]
-    adapters: list[BaseChatAdapter]
     jobs: list[Job]
     service: WebService | None
     chats: frozenset[str]
@@ -467,7 +436,7 @@ class Assembly:
     @property
     def intakes(self) -> list[BaseIntake]:
         """Everything that takes events, in start order."""
-        return [*self.adapters, *(platform.intake for platform in self.platforms)]
+        return [platform.intake for platform in self.platforms]
 
     def answer_what_was_left(self) -> asyncio.Task[int]:
         """Once the platforms can send: the turns the last process was cut off in are answered, and
@@ -516,16 +485,15 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
                     outage_limit=settings.discord_outage_seconds or None,
                 )
             )
-        adapters = build_adapters(settings, companion, on_fatal, counters)
         service = None
         if web:
             # The web chat is a platform like the others (started, attached, stopped and closed with
             # them); its pages are the HTTP service's.
             chat = web_chat(companion, entry, edge)
             platforms.append(chat)
-            intakes: list[BaseIntake] = [*adapters, *(platform.intake for platform in platforms)]
+            intakes: list[BaseIntake] = [platform.intake for platform in platforms]
             service = build_web_service(settings, companion, [(i.name, i.ready) for i in intakes], metrics, chat.intake)
-        yield Assembly(companion, entry, platforms, adapters, scheduled_jobs(settings, companion), service, chats)
+        yield Assembly(companion, entry, platforms, scheduled_jobs(settings, companion), service, chats)
 
 
 # --- the command line's tasks ------------------------------------------------------------------

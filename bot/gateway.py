@@ -36,7 +36,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     `wait_failed()` ends, whichever comes first; everything is closed in reverse order.
 
     With COMPANION_HTTP_PORT on, the HTTP service (sign-in, probes, metrics, the web chat) listens
-    before the adapters start and closes after them; with no platform configured it serves alone.
+    before the platforms start and closes after them; with no platform configured it serves alone.
 
     Returns:
         The exit code: 0 stopped by a signal; 2 a platform refused the configuration while
@@ -78,12 +78,6 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         stack.push_async_callback(_close_all, intakes)
         tasks: list[asyncio.Task[Any]] = []
         stack.push_async_callback(_finish_tasks, tasks)
-        for adapter in gateway.adapters:
-            if not await _unless_stopped(adapter.start(), stop):
-                log.info("stopped while adapter %s was starting", adapter.name)
-                await _stop(settings, gateway, scheduler)
-                return 0
-            log.info("adapter %s started", adapter.name)
         for platform in gateway.platforms:
             if not await _unless_stopped(platform.intake.start(), stop):
                 log.info("stopped while platform %s was starting", platform.name)

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 from core.ports.chat import AdapterStateStore as AdapterStateStore
-from core.ports.chat import BaseChatAdapter as BaseChatAdapter
 from core.ports.chat import BaseIntake as BaseIntake
 from core.ports.chat import BaseSender as BaseSender
 from core.ports.chat import BaseStreamer as BaseStreamer
@@ -27,7 +26,6 @@ from core.values.model import (
     EditableMessage,
     FollowUp,
     Goal,
-    InboundMessage,
     MirrorOf,
     Note,
     OpenTurn,
@@ -43,7 +41,6 @@ from core.values.model import (
     QuotedMessage,
     RecallHit,
     RecordedReply,
-    Reply,
     RunRecord,
     Segment,
     StreamedReply,
@@ -192,10 +189,6 @@ class OutboxStore(Protocol):
         showed a message become pending deliveries of `text` (their messages are edited into it);
         the others are deleted. Returns (conversation, delivery) of the pending ones."""
         ...
-
-
-# What an adapter calls with each inbound message (Companion.handle).
-MessageHandler = Callable[[InboundMessage], Awaitable[Reply | None]]
 
 
 class Clock(Protocol):

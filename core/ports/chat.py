@@ -91,10 +91,6 @@ class BaseIntake(Protocol):
         ...
 
 
-# The chat adapters not yet split into three parts (Telegram, Discord, the web chat) have this shape.
-BaseChatAdapter = BaseIntake
-
-
 class BaseSender(Protocol):
     """The sending half of a platform, used by the outbox (core.delivery.outbox.Outbox)."""
 

@@ -15,7 +15,7 @@ import functools
 import logging
 import time
 
-from core.commands.registry import COMMANDS, carries_secret
+from core.commands.registry import carries_secret
 from core.turn import edits, quotes
 from core.turn.bursts import BurstWindow, HeldTurn
 from core.turn.bursts import Held as HeldBurst
@@ -151,9 +151,6 @@ class Companion:
         if deleted and self.outbox is not None:
             self.outbox.interval_ended()
         return deleted
-
-    def command_list(self) -> list[tuple[str, str]]:
-        return [(c.name, c.description) for c in COMMANDS]
 
     # --- access and chats -------------------------------------------------
 

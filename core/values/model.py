@@ -131,7 +131,7 @@ class Reply:
     # adapter hands it to the outbox (send, then mark) instead of sending `text` itself.
     delivery_id: int | None = None
     conversation_id: int | None = None
-    confirm: Confirmation | None = None  # a button under the reply (adapters/buttons.py)
+    confirm: Confirmation | None = None  # a button under the reply (core.values.edge.button_data)
 
 
 @dataclass(frozen=True, slots=True)

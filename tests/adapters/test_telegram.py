@@ -25,6 +25,7 @@ from adapters.telegram import (
     split_message,
 )
 from bot.bootstrap import build_companion, core_entry
+from core.commands.registry import command_specs
 from core.delivery.outbox import Outbox
 from core.ports import SystemClock
 from core.privacy.secrets import hash_passphrase
@@ -184,7 +185,7 @@ async def test_a_conversation_is_answered_through_send_message(
 async def test_commands_are_registered_with_short_descriptions(
     adapter: AttachedPlatform, telegram: FakeTelegramServer, companion: Companion
 ) -> None:
-    assert [c["command"] for c in telegram.commands] == [name for name, _ in companion.command_list()]
+    assert [c["command"] for c in telegram.commands] == [spec.name for spec in command_specs()]
     assert {"help", "private", "normal", "mode"} <= {c["command"] for c in telegram.commands}
     assert all(0 < len(c["description"]) <= 256 for c in telegram.commands)
 

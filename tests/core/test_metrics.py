@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.bootstrap import core_link
+from bot.bootstrap import core_entry
 from core.turn.companion import Companion
 from core.values.model import InboundMessage, Reply
 from tests.conftest import PASSPHRASE
@@ -120,9 +120,12 @@ async def test_a_failed_send_of_a_normal_reply_is_counted_by_reason(companion, m
 
 
 async def test_every_update_is_counted_at_intake_alike_in_both_modes(companion, metrics):
-    handle = core_link(companion, metrics).handle
+    entry = core_entry(companion, metrics)
     for text in ("hello", f"/private {PASSPHRASE}", f"{CANARY} words", "/normal"):
-        await tell(companion, text, handle)
+        message = InboundMessage(
+            "telegram", USER, USER, text, is_direct=True, message_id=f"m{next(_ids)}", sent_at=companion.clock.now()
+        )
+        await entry.receive(message)
     assert metrics.named("update_received") == [("telegram",)] * 4
 
 

@@ -15,7 +15,7 @@ from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.sqlite import SqliteStore
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.ports import BaseChatAdapter, Clock
+from core.ports import Clock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -57,6 +57,14 @@ class Origin:
     of: str | None = None
 
 
+class Running(Protocol):
+    """A platform as a driver builds it for the harness: started, then closed in the gateway's order."""
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
 class ChatDriver(Protocol):
     """One platform's chat as a person uses it, on its fake server (or in this process, for the web).
 
@@ -75,11 +83,11 @@ class ChatDriver(Protocol):
     send_tries: int
     date_step: float
 
-    def build(self, companion: Companion) -> BaseChatAdapter:
+    def build(self, companion: Companion) -> Running:
         """The platform's adapter for `companion`, on the fake server with quick timings (not started)."""
         ...
 
-    async def attach(self, adapter: BaseChatAdapter) -> None:
+    async def attach(self, adapter: Running) -> None:
         """After the adapter started (the web chat opens its page here)."""
         ...
 
@@ -145,7 +153,7 @@ class ChatAppDriver:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.server.aclose()
 
-    async def attach(self, adapter: BaseChatAdapter) -> None:
+    async def attach(self, adapter: Running) -> None:
         pass
 
     async def detach(self) -> None:
@@ -181,7 +189,7 @@ class PlatformGateway:
     ) -> None:
         self.driver, self.model, self.store, self.clock = driver, model, store, clock
         self.passphrase_hash = passphrase_hash
-        self.running: list[tuple[BaseChatAdapter, Companion, OpenAICompatibleProvider]] = []
+        self.running: list[tuple[Running, Companion, OpenAICompatibleProvider]] = []
 
     async def start(self, **config: Any) -> Companion:
         driver = self.driver
