@@ -79,20 +79,23 @@ class CoreEntry:
             if refusal is None:
                 return _now(Silent(Silence.REFUSED_BEFORE))
             return self._waited(self._hand_off(event, refusal))
+        # Whether the event carries a secret, decided once here: its fallback and its silence keep to it.
+        secret = carries_secret(event.text)
         try:
             turn = self._companion.submit(event)
         except LanesClosed:
-            return _now(Silent(Silence.CUT_OFF, secret=carries_secret(event.text)))
+            return _now(Silent(Silence.CUT_OFF, secret=secret))
         self._typing.begin(DeliveryTarget(event.platform, event.chat_id, thread_id=event.thread_id))
-        return self._waited(self._outcome(event, turn))
+        return self._waited(self._outcome(event, turn, secret))
 
     async def chat_moved(self, platform: str, old_chat_id: str, new_chat_id: str) -> None:
         """core.ports.ChatCore.chat_moved (Companion.chat_moved)."""
         await self._companion.chat_moved(platform, old_chat_id, new_chat_id)
 
-    async def _outcome(self, event: InboundMessage, turn: asyncio.Future[Reply | Held | Silent]) -> Outcome:
+    async def _outcome(
+        self, event: InboundMessage, turn: asyncio.Future[Reply | Held | Silent], secret: bool
+    ) -> Outcome:
         await asyncio.wait({turn})  # the lane's cancel (a stop) is an outcome here, not a failure
-        secret = carries_secret(event.text)
         result: Reply | Held | Silent
         if turn.cancelled():
             result = Silent(Silence.CUT_OFF)
