@@ -1519,10 +1519,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "stream-timeout-bounds-the-whole-answer",
         RELIABILITY,
-        "                assembly = await read_stream(paced_lines(response.aiter_bytes()), sink)",
-        "                assembly = await asyncio.wait_for(\n"
-        "                    read_stream(paced_lines(response.aiter_bytes()), sink), self._timeout\n"
-        "                )",
+        "                assembly = await read_stream(paced_lines(chunks), sink)",
+        "                assembly = await asyncio.wait_for(read_stream(paced_lines(chunks), sink), self._timeout)",
     ),
     M(
         "stream-broken-answer-asked-again",  # the words shown would be shown a second time
@@ -1572,6 +1570,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if not ended:",
         "            if False:",
         also=("tests/bot/test_doctor.py",),
+    ),
+    M(
+        "stream-answer-connection-not-kept",  # the body left unread after [DONE]: a new connection every turn
+        RELIABILITY,
+        "                ended = await _read_to_end(chunks)",
+        "                ended = True",
     ),
     M(
         "stream-broken-before-words-not-asked-unstreamed",  # a stream closed after its headers: an apology

@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import httpx
@@ -264,8 +265,11 @@ class OpenAICompatibleProvider:
                 self._traits.refused(stream_trait(request), request, "it answered a streamed request in one piece")
                 return self._whole(content, attempts, request)
             try:
-                assembly = await read_stream(paced_lines(response.aiter_bytes()), sink)
-                ended = True
+                chunks = response.aiter_bytes()
+                assembly = await read_stream(paced_lines(chunks), sink)
+                # `data: [DONE]` comes just before the body's end: read on to it, or the pool closes
+                # the connection (a new handshake every turn; TLS's with a remote server).
+                ended = await _read_to_end(chunks)
             except StreamFailed as exc:
                 if not shown and not _TOO_LONG.search(exc.reported):
                     # llama-cpp-python's answer to `stream: true` with tools and tool_choice "auto":
@@ -612,6 +616,27 @@ def _logged(request: CompletionRequest, finish_reason: str | None, completion: C
     if completion.truncated:
         log.info("a completion (%s) was cut off at its token limit", request.purpose)
     return completion
+
+
+# What a stream may still carry after its answer ended, read so that its connection is kept.
+_AFTER_ANSWER_BYTES = 64 * 1024
+_AFTER_ANSWER_SECONDS = 1.0
+
+
+async def _read_to_end(chunks: AsyncIterator[bytes]) -> bool:
+    """Read what is left of a stream whose answer ended (the chunked body's last chunk, as a rule
+    already received); False if the server sends more than a little, or goes on past a second,
+    and the caller drops the connection instead."""
+    left = _AFTER_ANSWER_BYTES
+    try:
+        async with asyncio.timeout(_AFTER_ANSWER_SECONDS):
+            async for chunk in chunks:
+                left -= len(chunk)
+                if left < 0:
+                    return False
+    except (httpx.HTTPError, TimeoutError):
+        return False
+    return True
 
 
 async def _drop_connection(response: httpx.Response) -> None:

@@ -183,6 +183,18 @@ async def test_keep_alive_comments_are_skipped(server, provider) -> None:
     assert completion.text == OPENAI_TEXT.text
 
 
+async def test_a_stream_that_ended_as_an_answer_leaves_its_connection_for_the_next_request(server, provider) -> None:
+    """`data: [DONE]` is not the body's end: the link reads on to it, so that the pool keeps the connection
+    (a connection made again every turn costs a handshake a turn, a TLS one with a remote server)."""
+    for number in range(3):
+        server.reply_text(f"answer {number}")
+        completion = await provider.complete(ask(), partial=Sink())
+        assert completion.text == f"answer {number}"
+
+    assert all(streamed(body) for body in server.requests)
+    assert len(server.connections) == 3 and len(set(server.connections)) == 1
+
+
 # --- the fake model's own streams: a token rate, tool-call deltas in pieces -------------------------------------
 
 

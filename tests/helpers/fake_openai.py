@@ -99,6 +99,8 @@ class FakeOpenAIServer(LoopbackServer):
         self.requests: list[Any] = []
         self.raw_requests: list[bytes] = []
         self.request_headers: list[CIMultiDict[str]] = []
+        # The client's end of the connection each chat request came on (its address and port).
+        self.connections: list[object] = []
         self.responder: Responder | None = None
         # Media: every image_url part received ((mime, bytes)), every transcription request, and
         # the answers of the next transcriptions (a text, or a ScriptedResponse for a failure).
@@ -230,6 +232,7 @@ class FakeOpenAIServer(LoopbackServer):
             request.transport.close()
             raise asyncio.CancelledError  # nothing may be written after the hang-up
         self.raw_requests.append(raw)
+        self.connections.append(request.transport.get_extra_info("peername") if request.transport else None)
         self.requests.append(body)
         self.request_headers.append(CIMultiDict(request.headers))
         if not isinstance(body, dict):
