@@ -1917,4 +1917,113 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            self.outbox.register_streamer(shown)",
         "            pass",
     ),
+    # --- crypto-shredding: sealing and the key folder (issue 31; not wired into an engine yet) ----------
+    M(
+        "sealing-nonce-reused",  # GCM under one key with a repeated nonce leaks the XOR of texts, and the key's tag
+        PRIVACY,
+        "        nonce = secrets.token_bytes(NONCE_BYTES)",
+        "        nonce = bytes(NONCE_BYTES)",
+    ),
+    M(
+        "sealing-associated-data-dropped",  # a value moved to another column or interval would open there
+        PRIVACY,
+        '    return f"{field}:{segment_id}".encode("ascii")',
+        '    return b""',
+    ),
+    M(
+        "keys-shred-without-overwrite",  # unlink alone leaves the key's bytes in the freed blocks
+        PRIVACY,
+        "        _overwrite(fd, os.fstat(fd).st_size)",
+        "        pass",
+    ),
+    M(
+        "keys-shred-zeros-not-synced",  # after a power cut the key's bytes would be back in its blocks
+        PRIVACY,
+        "        _sync_file(fd)",
+        "        pass",
+        within="_shred_file",
+    ),
+    M(
+        "keys-expiry-not-parsed-from-the-name",  # every key read as never expiring
+        PRIVACY,
+        '    return KeyName(match["key_id"], None if expires == NEVER else int(expires))',
+        '    return KeyName(match["key_id"], None)',
+    ),
+    M(
+        "keys-named-to-outlive-the-interval",
+        PRIVACY,
+        "    return None if expires_at is None else math.floor(expires_at)",
+        "    return None if expires_at is None else math.ceil(expires_at)",
+    ),
+    M(
+        "keys-zeroed-file-loads-as-a-key",  # a shred cut off after its overwrite would leave a key that loads
+        PRIVACY,
+        "    if len(data) != KEY_BYTES or not any(data):",
+        "    if len(data) != KEY_BYTES:",
+    ),
+    M(
+        "keys-short-file-loads-as-a-key",  # a create cut off mid-write would leave half a key that loads
+        PRIVACY,
+        "    if len(data) != KEY_BYTES or not any(data):",
+        "    if not any(data):",
+    ),
+    M(
+        "keys-shredded-key-kept-in-memory",
+        PRIVACY,
+        "            self._keys.pop(name.key_id, None)",
+        "            pass",
+    ),
+    M(
+        "keys-shred-of-a-gone-file-keeps-the-key-in-memory",
+        PRIVACY,
+        "            self._keys.pop(key_id, None)",
+        "            pass",
+    ),
+    M(
+        "keys-orphans-kept-at-reconcile",
+        PRIVACY,
+        "                orphan = name.key_id not in live",
+        "                orphan = False",
+    ),
+    M(
+        "keys-folder-readable-by-others-accepted",
+        PRIVACY,
+        "        if info.st_mode & 0o077:",
+        "        if False:",
+    ),
+    M(
+        "keys-doctor-accepts-keys-in-the-data-directory",
+        PRIVACY,
+        "    if data_directory is not None and place.is_relative_to(data_directory.resolve()):",
+        "    if False:",
+    ),
+    M(
+        "keys-doctor-silent-on-copy-on-write",
+        PRIVACY,
+        "    if kind in COPY_ON_WRITE:",
+        "    if False:",
+    ),
+    # The folder's fsyncs: what a power cut would do is not testable here; the order of the calls is
+    # (test_create_and_shred_sync_the_key_and_its_folder_before_they_return).
+    M(
+        "keys-folder-not-synced-after-create",  # a power cut could lose the name of a key a segment names
+        RELIABILITY,
+        "            _sync_folder(self.path)",
+        "            pass",
+        within="KeyDir.create",
+    ),
+    M(
+        "keys-folder-not-synced-after-shred",  # a power cut could bring back the name (of zeros, which never load)
+        RELIABILITY,
+        "            _sync_folder(self.path)",
+        "            pass",
+        within="KeyDir._shred_all",
+    ),
+    M(
+        "keys-file-not-synced-after-create",  # a power cut could leave a segment's key empty
+        RELIABILITY,
+        "                _sync_file(fd)",
+        "                pass",
+        within="KeyDir.create",
+    ),
 )
