@@ -287,3 +287,13 @@ async def test_a_private_message_never_moves_where_nudges_go_on_postgres(pg: Pos
         )
     )
     assert await pg_rows(pg, where) == [(1, 1, 10.0)]
+
+
+def test_every_sqlite_migration_after_the_baseline_has_its_postgres_twin() -> None:
+    from importlib import resources
+
+    sqlite = {p.name for p in resources.files("migrations").iterdir() if p.name.endswith(".sql")}
+    postgres = {p.name for p in resources.files("migrations.postgres").iterdir() if p.name.endswith(".sql")}
+    # PostgreSQL starts where SQLite stood at 0014, in one file; from there each change is written twice.
+    assert {name for name in sqlite if int(name[:4]) > 14} == postgres - {"0014_baseline.sql"}
+    assert "0014_baseline.sql" in postgres and max(int(name[:4]) for name in sqlite) >= 14

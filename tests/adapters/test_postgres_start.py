@@ -151,6 +151,14 @@ async def test_a_user_who_may_not_create_tables_is_told_what_to_grant(
     )
 
 
+async def test_a_server_too_old_is_one_line(monkeypatch: pytest.MonkeyPatch, postgres_url: str) -> None:
+    import adapters.storage.postgres.engine as engine
+
+    monkeypatch.setattr(engine, "OLDEST_SERVER", 990000)  # this machine's server is older than version 99
+    with pytest.raises(StoreError, match=r"^PostgreSQL at .* is version 1\d; companion needs 99 or newer$"):
+        await PostgresDatabase(postgres_url).start()
+
+
 def test_the_driver_missing_is_one_line_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(StoreError) as info:

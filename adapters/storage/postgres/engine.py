@@ -75,7 +75,7 @@ class PostgresDatabase:
             raise translate(exc, self.target) from exc
         try:
             if first.info.server_version < OLDEST_SERVER:
-                raise too_old(first.info.server_version, self.target)
+                raise too_old(first.info.server_version, self.target, OLDEST_SERVER)
             applied = await migrate(first, self.target)
         finally:
             await first.close()

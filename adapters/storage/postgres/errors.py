@@ -96,9 +96,9 @@ def extra_missing() -> StoreError:
     )
 
 
-def too_old(version_num: int, target: PostgresUrl) -> StoreError:
+def too_old(version_num: int, target: PostgresUrl, oldest: int = OLDEST_SERVER) -> StoreError:
     return StoreError(
-        f"PostgreSQL at {target.where} is version {version_num // 10000}; companion needs {OLDEST_SERVER // 10000} or newer"
+        f"PostgreSQL at {target.where} is version {version_num // 10000}; companion needs {oldest // 10000} or newer"
     )
 
 
