@@ -2026,4 +2026,110 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                pass",
         within="KeyDir.create",
     ),
+    # --- PostgreSQL (issue 31): its schema's wall, its engine, its start ----
+    M(
+        "pg-recall-index-takes-private-messages",
+        PRIVACY,
+        "    FOR EACH ROW WHEN (NEW.mode = 'normal' AND NEW.segment_id IS NULL AND NEW.kind = 'chat')\n"
+        "    EXECUTE FUNCTION recall_message_insert();",
+        "    FOR EACH ROW EXECUTE FUNCTION recall_message_insert();",
+        within="0014_baseline.sql",
+    ),
+    M(
+        "pg-recall-index-takes-private-edits",
+        PRIVACY,
+        "    FOR EACH ROW WHEN (NEW.mode = 'normal' AND NEW.segment_id IS NULL AND NEW.kind = 'chat')\n"
+        "    EXECUTE FUNCTION recall_message_update();",
+        "    FOR EACH ROW EXECUTE FUNCTION recall_message_update();",
+        within="0014_baseline.sql",
+    ),
+    M(
+        "pg-recall-index-takes-private-pad-entries",
+        PRIVACY,
+        "FOR EACH ROW WHEN (NEW.mode = 'normal' AND NEW.segment_id IS NULL) EXECUTE FUNCTION recall_pad_insert();",
+        "FOR EACH ROW EXECUTE FUNCTION recall_pad_insert();",
+        within="0014_baseline.sql",
+    ),
+    M(
+        "pg-private-message-moves-nudges",
+        PRIVACY,
+        "FOR EACH ROW WHEN (NEW.role = 'user' AND NEW.mode = 'normal' AND NEW.segment_id IS NULL)",
+        "FOR EACH ROW WHEN (NEW.role = 'user')",
+        within="0014_baseline.sql",
+    ),
+    M(
+        "pg-delivery-leaves-its-message-segment",
+        PRIVACY,
+        "    IF (SELECT segment_id FROM messages WHERE id = NEW.message_id) IS DISTINCT FROM NEW.segment_id THEN",
+        "    IF false THEN",
+        within="0014_baseline.sql",
+    ),
+    M(
+        "pg-mirror-of-another-conversation",
+        PRIVACY,
+        "        OR (SELECT conversation_id FROM bindings WHERE id = NEW.binding_id) IS DISTINCT FROM NEW.conversation_id\n",
+        "",
+        within="0014_baseline.sql",
+    ),
+    M(
+        "pg-delivery-outside-the-open-interval",
+        PRIVACY,
+        "        WHERE s.conversation_id = NEW.conversation_id AND s.ended_at IS NULL AND s.id IS DISTINCT FROM NEW.segment_id",
+        "        WHERE false",
+        within="0014_baseline.sql",
+    ),
+    M(
+        "pg-password-in-an-error-line",
+        PRIVACY,
+        "        line = line.replace(target.password, _MASK)",
+        "        pass",
+    ),
+    M(
+        "pg-unknown-url-echoed",  # a value that is not a URL has no place its password could be masked in
+        PRIVACY,
+        '            f"{SETTING}: not a PostgreSQL URL (the value is not shown); "',
+        '            f"{SETTING}: {url} not a PostgreSQL URL (the value is not shown); "',
+    ),
+    M(
+        "settings-database-url-unchecked",
+        RELIABILITY,
+        '            parts.scheme not in {"postgresql", "postgres"}',
+        "            False",
+    ),
+    M(
+        "pg-read-not-one-snapshot",
+        RELIABILITY,
+        'READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"',
+        'READ = "BEGIN READ ONLY"',
+    ),
+    M(
+        "pg-ref-takes-an-earlier-writes-id",
+        RELIABILITY,
+        '        begin.append("DISCARD SEQUENCES")',
+        "        pass",
+    ),
+    M(
+        "pg-mark-waits-for-the-disk",
+        RELIABILITY,
+        '            begin.append("SET LOCAL synchronous_commit = off")',
+        "            pass",
+    ),
+    M(
+        "pg-migrations-not-serialised",
+        RELIABILITY,
+        "            await conn.execute(LOCK.encode())",
+        "            pass",
+    ),
+    M(
+        "pg-second-gateway-admitted",
+        RELIABILITY,
+        "            if not row or not row[0]:",
+        "            if False:",
+    ),
+    M(
+        "pg-lost-instance-lock-unnoticed",
+        RELIABILITY,
+        "        self._lost.set()",
+        "        pass",
+    ),
 )

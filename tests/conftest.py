@@ -11,6 +11,9 @@ from tests.helpers.fakes import FakeClock, FakeProvider
 
 PASSPHRASE = "sesame-open"
 
+# `store_backend` (SQLite, and PostgreSQL for tests marked `engines`) and the PostgreSQL cluster of a worker.
+pytest_plugins = ["tests.helpers.engine_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def passphrase_hash() -> str:

@@ -1,0 +1,300 @@
+"""The PostgreSQL engine: psycopg 3's pool, every read and write one round trip in libpq's pipeline mode.
+
+A write is BEGIN, its statements and COMMIT sent together with one Sync: the server runs them in order (each
+sees what the ones before it wrote, triggers included) and the client waits once. A failure anywhere aborts
+the rest, and the transaction is rolled back whole (one more trip, on that path only). `Ref(i)` becomes
+`currval(pg_get_serial_sequence('<table>', 'id'))`: the id statement i drew, in the same session and
+transaction (never `lastval()`, which an insert by a trigger moves), with the session's sequence state
+discarded first so that an insert which inserted nothing is an error, never another write's id.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from adapters.storage.engine import POSTGRES, Counters, Fetch, Ref, Result, Statement
+from adapters.storage.postgres.errors import OLDEST_SERVER, PostgresUrl, extra_missing, parse_url, too_old, translate
+from adapters.storage.postgres.migrate import migrate
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection, AsyncCursor
+    from psycopg_pool import AsyncConnectionPool
+
+log = logging.getLogger(__name__)
+
+POOL_SIZE = 8
+CONNECT_SECONDS = 10.0
+READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"  # several statements, one snapshot
+# A parameter `:name` outside string literals, quoted names and comments; `::` is left alone.
+_TOKENS = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|::|:([A-Za-z_][A-Za-z0-9_]*)""")
+_TABLE = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+Rendered = tuple[str, dict[str, object]]
+
+
+class PostgresDatabase:
+    """The store's `Database` (adapters/storage/engine.py) on PostgreSQL: a pool of `pool_size` connections,
+    opened by `start` after the migrations ran on a connection of their own."""
+
+    dialect = POSTGRES
+
+    def __init__(self, url: str, *, pool_size: int = POOL_SIZE, prepare_threshold: int | None = 5) -> None:
+        self.target: PostgresUrl = parse_url(url)
+        self.counters = Counters()
+        self._pool_size = pool_size
+        # None behind PgBouncer in transaction mode, which cannot keep a prepared statement on one server.
+        self._prepare_threshold = prepare_threshold
+        self._pool: AsyncConnectionPool[Any] | None = None
+
+    # --- lifecycle ----------------------------------------------------------
+
+    async def start(self) -> list[str]:
+        """Reach the server, check its version, apply the migrations, open the pool; return the migrations applied
+        now. Safe to call twice.
+
+        Raises:
+            StoreError: in one line: the driver missing, the server unreachable, the password refused, the database
+                missing, the server too old; MigrationError: the schema cannot be brought to this version.
+        """
+        if self._pool is not None:
+            return []
+        try:
+            import psycopg
+            from psycopg_pool import AsyncConnectionPool
+        except ImportError as exc:
+            raise extra_missing() from exc
+        url = self.target.url
+        try:
+            first = await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=int(CONNECT_SECONDS))
+        except psycopg.Error as exc:
+            raise translate(exc, self.target) from exc
+        try:
+            if first.info.server_version < OLDEST_SERVER:
+                raise too_old(first.info.server_version, self.target, OLDEST_SERVER)
+            applied = await migrate(first, self.target)
+        finally:
+            await first.close()
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=self._pool_size,
+            open=False,
+            name="companion",
+            kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold},
+        )
+        try:
+            await pool.open(wait=True, timeout=CONNECT_SECONDS)
+        except Exception as exc:
+            await pool.close()
+            try:
+                await (await psycopg.AsyncConnection.connect(url, connect_timeout=int(CONNECT_SECONDS))).close()
+            except psycopg.Error as cause:
+                raise translate(cause, self.target) from cause
+            raise translate(exc, self.target) from exc
+        self._pool = pool
+        return applied
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    def _connections(self) -> AsyncConnectionPool[Any]:
+        if self._pool is None:
+            from core.values.errors import StoreError
+
+            raise StoreError("the store is not started")
+        return self._pool
+
+    # --- one trip each ------------------------------------------------------
+
+    async def read(self, *statements: Statement) -> list[Result]:
+        """One trip, one snapshot (a repeatable-read, read-only transaction when there are several)."""
+        rendered = render_all(statements)
+        async with self._connections().connection() as conn:
+            if len(rendered) == 1:
+                results = await self._run(conn, (), rendered, statements, ())
+            else:
+                results = await self._run(conn, (READ,), rendered, statements, ("COMMIT",))
+        return results
+
+    async def write(self, *statements: Statement, durable: bool = True) -> list[Result]:
+        """One trip: BEGIN, the statements, COMMIT; rolled back whole when any of them fails."""
+        rendered = render_all(statements)
+        async with self._connections().connection() as conn:
+            results = await self._run(conn, _begin(durable, statements, begun=False), rendered, statements, ("COMMIT",))
+        self._committed(durable)
+        return results
+
+    @asynccontextmanager
+    async def tx(self, *, durable: bool = True) -> AsyncIterator[PostgresTx]:
+        """A write transaction over several trips (each `run` one), committed in one more when the block ends."""
+        async with self._connections().connection() as conn:
+            tx = PostgresTx(self, conn, durable)
+            try:
+                yield tx
+            except BaseException:
+                if tx.begun:
+                    await self._rollback(conn)
+                raise
+            if tx.begun:
+                await self._run(conn, (), [], (), ("COMMIT",))
+                self._committed(durable)
+
+    # --- the pipeline -------------------------------------------------------
+
+    async def _run(
+        self,
+        conn: AsyncConnection[Any],
+        before: Sequence[str],
+        rendered: Sequence[Rendered],
+        statements: Sequence[Statement],
+        after: Sequence[str],
+    ) -> list[Result]:
+        """`before`, the statements and `after` in one pipeline: one Sync, one wait for the answers."""
+        import psycopg
+        from psycopg.rows import dict_row
+
+        cursors: list[AsyncCursor[dict[str, Any]]] = []
+        self.counters.trips += 1
+        self.counters.statements += len(rendered)
+        try:
+            async with conn.pipeline():
+                for sql in before:
+                    await conn.execute(sql.encode())
+                for sql, params in rendered:
+                    cursor = conn.cursor(row_factory=dict_row)
+                    # Always a dict, even empty: psycopg reads `%%` as `%` only in a query with parameters.
+                    await cursor.execute(sql.encode(), params)
+                    cursors.append(cursor)
+                for sql in after:
+                    await conn.execute(sql.encode())
+            # Leaving the block sent the one Sync and read every answer: fetching below waits for nothing.
+            return [
+                await _result(cursor, statement.fetch) for cursor, statement in zip(cursors, statements, strict=True)
+            ]
+        except psycopg.Error as exc:
+            await self._rollback(conn)
+            raise translate(exc, self.target) from exc
+
+    async def _rollback(self, conn: AsyncConnection[Any]) -> None:
+        """After a failed pipeline the transaction is aborted and waits for its ROLLBACK; a broken connection is
+        the pool's to throw away."""
+        import psycopg
+        from psycopg.pq import TransactionStatus
+
+        if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
+            return
+        self.counters.trips += 1
+        try:
+            await conn.execute(b"ROLLBACK")
+        except psycopg.Error:
+            log.warning("a rollback failed; the pool drops the connection")
+
+    def _committed(self, durable: bool) -> None:
+        self.counters.commits += 1
+        self.counters.fsynced_commits += int(durable)
+
+
+class PostgresTx:
+    """The transaction of `PostgresDatabase.tx`; BEGIN goes with the first `run`'s statements."""
+
+    def __init__(self, database: PostgresDatabase, conn: AsyncConnection[Any], durable: bool) -> None:
+        self._database = database
+        self._conn = conn
+        self._durable = durable
+        self.begun = False
+
+    async def run(self, *statements: Statement) -> list[Result]:
+        """The statements in one trip, inside the transaction (a `Ref` names a statement of this same call)."""
+        before = _begin(self._durable, statements, begun=self.begun)
+        self.begun = True
+        return await self._database._run(self._conn, before, render_all(statements), statements, ())
+
+
+def _begin(durable: bool, statements: Sequence[Statement], *, begun: bool) -> tuple[str, ...]:
+    """What goes before the statements: BEGIN (once) and its settings, and DISCARD SEQUENCES for Refs."""
+    begin = []
+    if not begun:
+        begin.append("BEGIN")
+        if not durable:  # the commit does not wait for the WAL flush: this transaction only
+            begin.append("SET LOCAL synchronous_commit = off")
+    if any(isinstance(v, Ref) for s in statements for v in s.params.values()):
+        # currval() of an earlier transaction on this pooled connection must not stand in for an insert that
+        # inserted nothing: forget every currval, so such a Ref fails the write instead.
+        begin.append("DISCARD SEQUENCES")
+    return tuple(begin)
+
+
+async def _result(cursor: AsyncCursor[dict[str, Any]], fetch: Fetch) -> Result:
+    if fetch is Fetch.ONE:
+        row = await cursor.fetchone()
+        return Result(rows=() if row is None else (row,), rowcount=cursor.rowcount)
+    if fetch is Fetch.ALL:
+        return Result(rows=tuple(await cursor.fetchall()), rowcount=cursor.rowcount)
+    return Result(rowcount=cursor.rowcount)
+
+
+# --- SQL: named parameters and Refs -------------------------------------------
+
+
+def render_all(statements: Sequence[Statement]) -> list[Rendered]:
+    return [render(statement, index, statements) for index, statement in enumerate(statements)]
+
+
+def render(statement: Statement, index: int, statements: Sequence[Statement]) -> Rendered:
+    """`:name` as psycopg's `%(name)s` (and `%` as `%%`); a `Ref` value as the SQL of the id it names.
+
+    Raises:
+        ValueError: a parameter without a value, or a `Ref` that does not name an earlier insert of its table.
+    """
+    chunks, names = _split(statement.sql)
+    sql = [chunks[0]]
+    params: dict[str, object] = {}
+    for name, chunk in zip(names, chunks[1:], strict=True):
+        if name not in statement.params:
+            raise ValueError(f"statement {index} uses :{name} but gives no value for it")
+        value = statement.params[name]
+        if isinstance(value, Ref):
+            sql.append(_ref_sql(value, index, statements))
+        else:
+            sql.append(f"%({name})s")
+            params[name] = value
+        sql.append(chunk)
+    return "".join(sql), params
+
+
+@functools.lru_cache(maxsize=2048)
+def _split(sql: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The SQL around each `:name` (with `%` doubled for psycopg), and the names, in order."""
+    chunks: list[str] = []
+    names: list[str] = []
+    last = 0
+    for match in _TOKENS.finditer(sql):
+        if match.group(1) is None:
+            continue
+        chunks.append(sql[last : match.start()])
+        names.append(match.group(1))
+        last = match.end()
+    chunks.append(sql[last:])
+    return tuple(chunk.replace("%", "%%") for chunk in chunks), tuple(names)
+
+
+def _ref_sql(ref: Ref, index: int, statements: Sequence[Statement]) -> str:
+    if not 0 <= ref.statement < index:
+        raise ValueError(f"statement {index} refers to statement {ref.statement}, which does not come before it")
+    table = statements[ref.statement].inserts
+    if table is None or not _TABLE.match(table):
+        raise ValueError(f"statement {ref.statement} names no table it inserts into (Statement.inserts)")
+    # currval() is the latest id of the table's sequence in this session: only one insert of it may come first.
+    others = [i for i in range(index) if i != ref.statement and statements[i].inserts == table]
+    if others:
+        raise ValueError(
+            f"statements {ref.statement} and {others[0]} both insert into {table}: a Ref cannot tell them apart"
+        )
+    return f"currval(pg_get_serial_sequence('{table}', 'id'))"

@@ -1,0 +1,198 @@
+"""The PostgreSQL engine against a real server: one trip a write, Refs, whole rollbacks, one snapshot a read."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapters.storage.engine import Fetch, Ref, Statement
+from adapters.storage.postgres.engine import PostgresDatabase, render
+from core.values.errors import StoreError
+from tests.helpers.postgres import PostgresCluster
+
+NOW = 1_800_000_000.0
+PERSON = Statement("INSERT INTO people (created_at) VALUES (:now) RETURNING id", {"now": NOW}, Fetch.ONE, "people")
+COUNT_PEOPLE = Statement("SELECT count(*) AS n FROM people", fetch=Fetch.ONE)
+
+
+def conversation(person: object, chat: str = "1") -> Statement:
+    return Statement(
+        "INSERT INTO conversations (platform, chat_id, kind, person_id, created_at)"
+        " VALUES ('telegram', :chat, 'direct', :person, :now) RETURNING id, person_id",
+        {"chat": chat, "person": person, "now": NOW},
+        Fetch.ONE,
+        "conversations",
+    )
+
+
+@pytest.fixture
+async def db(postgres_url: str) -> AsyncIterator[PostgresDatabase]:
+    # One connection: every write of a test meets what the ones before it left in the session.
+    database = PostgresDatabase(postgres_url, pool_size=1)
+    await database.start()
+    yield database
+    await database.aclose()
+
+
+async def people(db: PostgresDatabase) -> int:
+    (result,) = await db.read(COUNT_PEOPLE)
+    return int(result.scalar)
+
+
+async def test_a_write_of_several_statements_is_one_round_trip(db: PostgresDatabase, tmp_path: Path) -> None:
+    from psycopg.pq import Trace
+
+    trace = tmp_path / "libpq.trace"
+    before = (db.counters.trips, db.counters.commits)
+    async with db._connections().connection() as conn:
+        fd = os.open(trace, os.O_WRONLY | os.O_CREAT, 0o600)
+        conn.pgconn.trace(fd)
+        conn.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS)
+    try:
+        await db.write(PERSON, conversation(Ref(0)), PERSON, Statement("UPDATE people SET display_name = 'x'"))
+    finally:
+        async with db._connections().connection() as conn:
+            conn.pgconn.untrace()
+        os.close(fd)
+    messages = [line.split("\t") for line in trace.read_text().splitlines() if line.strip()]
+    sent = [m[2].split(" ")[0] for m in messages if m[0] == "F"]
+    received = [m[2].split(" ")[0] for m in messages if m[0] == "B"]
+    # BEGIN, DISCARD SEQUENCES (for the Ref), four statements and COMMIT went out before the client waited
+    # once: one Sync, one ReadyForQuery.
+    assert sent.count("Execute") == 7 and sent.count("Sync") == 1, sent
+    assert received.count("ReadyForQuery") == 1, received
+    last_sent = max(i for i, m in enumerate(messages) if m[0] == "F")
+    first_ready = next(i for i, m in enumerate(messages) if m[0] == "B" and m[2].startswith("ReadyForQuery"))
+    assert last_sent < first_ready
+    assert (db.counters.trips, db.counters.commits) == (before[0] + 1, before[1] + 1)
+
+
+async def test_a_ref_names_the_id_an_earlier_statement_of_the_write_inserted(db: PostgresDatabase) -> None:
+    await db.write(PERSON, PERSON)  # the sequence moves on: a Ref must name this write's id, not the latest
+    person, conv = await db.write(PERSON, conversation(Ref(0)))
+    assert person.one is not None and conv.one is not None
+    assert conv.one["person_id"] == person.one["id"]
+
+
+async def test_a_ref_to_an_insert_that_inserted_nothing_fails_the_write_instead_of_naming_another_id(
+    db: PostgresDatabase,
+) -> None:
+    await db.write(PERSON)  # this session's currval of people is now set
+    nothing = Statement("INSERT INTO people (created_at) SELECT :now WHERE false", {"now": NOW}, inserts="people")
+    with pytest.raises(StoreError):
+        await db.write(nothing, conversation(Ref(0)))
+    (result,) = await db.read(Statement("SELECT count(*) AS n FROM conversations", fetch=Fetch.ONE))
+    assert result.scalar == 0
+
+
+def test_a_ref_must_name_the_only_earlier_insert_of_its_table() -> None:
+    statements = [PERSON, PERSON, conversation(Ref(0))]
+    with pytest.raises(ValueError, match="both insert into people"):
+        render(statements[2], 2, statements)
+    with pytest.raises(ValueError, match="does not come before it"):
+        render(conversation(Ref(1)), 1, [PERSON, conversation(Ref(1))])
+
+
+def test_named_parameters_become_psycopg_placeholders_outside_literals() -> None:
+    statement = Statement(
+        "SELECT :a AS a, ':b' AS literal, 'it''s :c' AS quoted, x::text, 5 % 2 -- :d\nFROM t WHERE y = :a",
+        {"a": 1},
+    )
+    sql, params = render(statement, 0, [statement])
+    assert sql == (
+        "SELECT %(a)s AS a, ':b' AS literal, 'it''s :c' AS quoted, x::text, 5 %% 2 -- :d\nFROM t WHERE y = %(a)s"
+    )
+    assert params == {"a": 1}
+
+
+async def test_a_failure_mid_write_rolls_the_whole_write_back(db: PostgresDatabase) -> None:
+    refused = Statement("INSERT INTO conversations (platform, chat_id, kind, created_at) VALUES ('x', '1', 'club', 0)")
+    before = await people(db)
+    with pytest.raises(StoreError):
+        await db.write(PERSON, refused, PERSON)
+    assert await people(db) == before
+    # The one connection is usable again: the failed transaction was rolled back, not left aborted.
+    await db.write(PERSON)
+    assert await people(db) == before + 1
+
+
+async def test_a_failure_in_a_transaction_over_several_trips_rolls_it_back_whole(db: PostgresDatabase) -> None:
+    before = await people(db)
+
+    async def person_then_failure() -> None:
+        async with db.tx() as tx:
+            await tx.run(PERSON)
+            await tx.run(Statement("SELECT 1 / 0"))
+
+    with pytest.raises(StoreError):
+        await person_then_failure()
+    assert await people(db) == before
+    async with db.tx() as tx:
+        (person,) = await tx.run(PERSON)
+        (conv,) = await tx.run(conversation(person.scalar))
+    assert conv.one is not None and conv.one["person_id"] == person.scalar
+
+
+async def test_a_read_of_several_statements_sees_one_snapshot(postgres_url: str) -> None:
+    import psycopg
+
+    database = PostgresDatabase(postgres_url, pool_size=2)
+    await database.start()
+    blocker = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    try:
+        await blocker.execute("SELECT pg_advisory_lock(31)")
+        # The read counts, then waits for the lock the test holds, then counts again.
+        wait = Statement("SELECT pg_advisory_xact_lock_shared(31)")
+        read = asyncio.create_task(database.read(COUNT_PEOPLE, wait, COUNT_PEOPLE))
+        await _until_someone_waits_for_a_lock(blocker)
+        await database.write(PERSON)  # committed while the read is between its two counts
+        await blocker.execute("SELECT pg_advisory_unlock(31)")
+        first, _, second = await read
+        assert first.scalar == second.scalar == 0
+        assert await people(database) == 1
+    finally:
+        await blocker.close()
+        await database.aclose()
+
+
+async def _until_someone_waits_for_a_lock(conn: object) -> None:
+    async with asyncio.timeout(30):
+        while True:
+            cursor = await conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")  # type: ignore[attr-defined]
+            if (await cursor.fetchone())[0]:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def test_a_mark_commits_without_waiting_for_the_disk_and_every_other_write_waits(
+    postgres_cluster: PostgresCluster, postgres_url: str
+) -> None:
+    # The test cluster runs with synchronous_commit off for speed; this database is set back to the default.
+    database_name = postgres_url.split("/")[3].split("?")[0]
+    postgres_cluster.execute(f"ALTER DATABASE {database_name} SET synchronous_commit = on")
+    database = PostgresDatabase(postgres_url, pool_size=1)
+    await database.start()
+    try:
+        setting = Statement("SELECT current_setting('synchronous_commit') AS s", fetch=Fetch.ONE)
+        (durable,) = await database.write(setting)
+        (mark,) = await database.write(setting, durable=False)
+        (after,) = await database.write(setting)
+        assert (durable.scalar, mark.scalar, after.scalar) == ("on", "off", "on")
+        assert (database.counters.commits, database.counters.fsynced_commits) == (3, 2)
+    finally:
+        await database.aclose()
+
+
+@pytest.mark.engines
+def test_a_test_marked_engines_runs_on_each_engine(store_backend: str, request: pytest.FixtureRequest) -> None:
+    assert request.node.callspec.params["store_backend"] == store_backend in ("sqlite", "postgres")
+    if store_backend == "postgres":  # its cluster is started before the test (or the case skipped)
+        assert request.getfixturevalue("postgres_cluster").running
+
+
+def test_an_unmarked_test_runs_on_sqlite_alone(store_backend: str) -> None:
+    assert store_backend == "sqlite"
