@@ -21,7 +21,7 @@ from tests.helpers import engines
 from tests.helpers.adapters import PlatformRun, discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
-from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, leaked, ogg_with, png_with
+from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, leaked, ogg_with, png_with
 
 FRIEND = 111
 CAT = "what do you think of my cat?"
@@ -103,7 +103,7 @@ async def test_an_image_attachment_with_text_reaches_a_vision_model_and_its_text
     assert model.images == [("image/png", image)]
     assert len(discord_server.cdn_downloads) == 1
     assert stored_user_texts(stores) == [f"[photo] {CAT}"]
-    assert not leaked(database_bytes(engines.sqlite_file(stores)), image, IMAGE_CANARY)
+    assert not leaked(engines.stored_bytes(stores), image, IMAGE_CANARY)
 
 
 async def test_an_image_attachment_without_vision_is_not_fetched_and_the_person_is_told(
@@ -130,7 +130,7 @@ async def test_a_voice_message_is_transcribed_and_the_transcript_is_the_message(
     assert (sent["data"], sent["filename"], sent["model"]) == (audio, "voice-message.ogg", "whisper-test")
     assert newest_user_content(model.requests[-1]) == "[voice] how long do I boil an egg"
     assert stored_user_texts(stores) == ["[voice] how long do I boil an egg"]
-    assert not leaked(database_bytes(engines.sqlite_file(stores)), audio, AUDIO_CANARY)
+    assert not leaked(engines.stored_bytes(stores), audio, AUDIO_CANARY)
 
 
 async def test_an_audio_file_is_transcribed_like_a_voice_message(

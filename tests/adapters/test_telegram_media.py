@@ -23,7 +23,7 @@ from tests.helpers import engines
 from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
-from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, jpeg_with, leaked, ogg_with
+from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, jpeg_with, leaked, ogg_with
 
 USER, GROUP = 111, -100500
 BOT = "companion_test_bot"
@@ -118,7 +118,7 @@ async def test_a_photo_caption_is_the_text_marked_photo_and_the_image_reaches_a_
     assert content[1]["type"] == "image_url" and content[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
     assert model.images == [("image/jpeg", photo)]  # the full size, not the thumbnail, byte for byte
     assert stored_user_texts(stores) == [f"[photo] {CAT}"]
-    assert not leaked(database_bytes(engines.sqlite_file(stores)), photo, IMAGE_CANARY)
+    assert not leaked(engines.stored_bytes(stores), photo, IMAGE_CANARY)
 
 
 async def test_without_vision_the_caption_is_answered_and_the_person_is_told_images_are_not_read(
@@ -180,7 +180,7 @@ async def test_a_voice_note_is_transcribed_and_the_transcript_is_the_message(
     assert (sent["model"], sent["data"], sent["content_type"]) == ("whisper-test", audio, "audio/ogg")
     assert newest_user_content(model.requests[-1]) == "[voice] remind me to water the plants"
     assert stored_user_texts(stores) == ["[voice] remind me to water the plants"]
-    assert not leaked(database_bytes(engines.sqlite_file(stores)), audio, AUDIO_CANARY)
+    assert not leaked(engines.stored_bytes(stores), audio, AUDIO_CANARY)
 
 
 async def test_without_speech_to_text_a_voice_note_gets_the_constant_reply_and_no_model_call(
@@ -363,7 +363,7 @@ async def test_media_bytes_never_reach_the_database_files_in_either_mode(
 
     assert [mime for mime, _ in model.images] == ["image/jpeg", "image/jpeg"]  # both reached the model
     assert [t["data"] for t in model.transcriptions] == [audio, audio]
-    files = database_bytes(engines.sqlite_file(stores))
+    files = engines.stored_bytes(stores)
     assert not leaked(files, photo, IMAGE_CANARY)
     assert not leaked(files, audio, AUDIO_CANARY)
     with sqlite3.connect(engines.sqlite_file(stores)) as db:

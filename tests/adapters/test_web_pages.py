@@ -148,9 +148,7 @@ async def test_the_passphrase_form_enters_private_mode_and_the_passphrase_reache
         ("/private [redacted]",),
         ("/normal",),
     ]
-    assert PASSPHRASE.encode() not in b"".join(
-        p.read_bytes() for p in engines.sqlite_file(stores).parent.glob("companion.db*")
-    )
+    assert PASSPHRASE.encode() not in engines.stored_bytes(stores)
     assert any(r.name.startswith("adapters.web") for r in caplog.records)
     assert not [r for r in caplog.records if PASSPHRASE in r.getMessage()]
 

@@ -39,7 +39,7 @@ CANARY = "WEB-STREAM-PRIVATE-CANARY"
 
 
 def on_disk(stores) -> bytes:
-    return b"".join(path.read_bytes() for path in engines.sqlite_file(stores).parent.glob("companion.db*"))
+    return engines.stored_bytes(stores)
 
 
 async def streamed_frames(events: EventStream) -> tuple[list[dict], dict]:

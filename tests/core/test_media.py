@@ -13,7 +13,7 @@ from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fakes import request_text
-from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, jpeg_with, ogg_with
+from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, jpeg_with, ogg_with
 
 
 class FakeTranscriber:
@@ -90,7 +90,7 @@ async def test_an_image_goes_with_its_one_request_and_only_the_marked_caption_is
     assert all(not m.images for m in later.messages)  # the image went with its own request only
     assert [m.content for m in later.messages if m.role == "user"] == ["[photo] my cat", "and now?"]
     assert await stored_user_texts(stores) == ["[photo] my cat", "and now?"]
-    assert IMAGE_CANARY not in database_bytes(engines.sqlite_file(stores))
+    assert IMAGE_CANARY not in engines.stored_bytes(stores)
 
 
 async def test_bytes_are_fetched_only_when_this_configuration_reads_them(with_media, provider):
@@ -134,7 +134,7 @@ async def test_a_voice_transcript_is_the_message_and_the_audio_goes_only_to_the_
     await companion.handle(media_message("", voice(Loader(audio))))
     assert transcriber.audio == [audio]
     assert provider.last_reply_request().messages[-1].content == "[voice] call the plumber tomorrow"
-    assert AUDIO_CANARY not in database_bytes(engines.sqlite_file(stores))
+    assert AUDIO_CANARY not in engines.stored_bytes(stores)
 
 
 async def test_a_failed_or_empty_transcription_is_answered_with_a_constant_line(with_media, provider):
