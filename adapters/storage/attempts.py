@@ -15,8 +15,6 @@ class AttemptQueries:
     """Implements core.ports.store.attempts.AttemptLog over `table`."""
 
     def __init__(self, db: Database, table: AttemptTable) -> None:
-        if table not in ("valve_attempts", "link_attempts"):
-            raise ValueError(f"no attempt log is named {table!r}")
         self._db = db
         self._table = table
 
