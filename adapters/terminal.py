@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from core.ports import ChatCore, Platform
+from core.ports.chat import ChatCore, Platform
 from core.values.edge import EdgeSettings
 from core.values.errors import DeliveryFailed
 from core.values.model import Attachment, Confirmation, DeliveryTarget, InboundMessage, OutboundDelivery

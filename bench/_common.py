@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.ports import PartialSink
+from core.ports.model import PartialSink
 from core.values.model import Completion, CompletionRequest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ WINDOW_SQL = (
 )
 WINDOW_LIMIT = 80
 
-# The store's PRAGMAs (adapters/storage/sqlite.py), repeated for the bare baseline connections.
+# The store's PRAGMAs (adapters/storage/database.py), repeated for the bare baseline connections.
 STORE_PRAGMAS = (
     "PRAGMA foreign_keys = ON",
     "PRAGMA journal_mode = WAL",

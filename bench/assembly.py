@@ -12,14 +12,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import open_stores, sqlite_stores
 from bench._common import WINDOW_LIMIT, WINDOW_SQL, ZeroLatencyProvider, median, ms, ratio
 from bench.turn import HELLO
 from bot.bootstrap import build_companion
 from core.memory.context import ContextAssembler, ContextBudget, Persona
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.values.model import ConversationKey
 from core.values.modes import NORMAL, ModeState, PrivateState
+from tests.helpers import engines
 from tests.helpers.chat import segments_of
 
 TARGET_FLAT = 1.5  # median at the largest size / median at the smallest
@@ -46,7 +47,7 @@ def _fill(path: Path, n: int) -> _Fill:
     """Schema from the store's migrations, then `n` messages in one transaction with plain sqlite3."""
 
     async def schema() -> None:
-        async with SqliteStore(path):
+        async with open_stores(path):
             pass
 
     asyncio.run(schema())
@@ -178,20 +179,20 @@ class _Subject:
 
     def __init__(self, path: Path, n: int) -> None:
         self.path, self.n = path, n
-        self.store = SqliteStore(path)
+        self.stores = sqlite_stores(path)
 
     async def start(self) -> None:
-        await self.store.start()
-        self.capture = _Capture(self.store.database.connection)
-        self.conversation = await self.store.ensure_conversation(
+        await self.stores.database.start()
+        self.capture = _Capture(self.stores.database.connection)
+        self.conversation = await self.stores.timeline.ensure_conversation(
             ConversationKey("terminal", "terminal"), "direct", 1, time.time()
         )
-        self.segments = await segments_of(self.store, self.conversation.id)
-        (self.newest,) = await self.store._one(
-            "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (self.conversation.id,)
+        self.segments = await segments_of(self.stores, self.conversation.id)
+        (self.newest,) = await engines.first(
+            self.stores, "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (self.conversation.id,)
         )
-        self.assembler = ContextAssembler(self.store, Persona(), ContextBudget(), SystemClock())
-        self.companion = build_companion(self.store, ZeroLatencyProvider())
+        self.assembler = ContextAssembler(self.stores.timeline, Persona(), ContextBudget(), SystemClock())
+        self.companion = build_companion(self.stores, ZeroLatencyProvider())
         await self.companion.start()
         self.out: dict = {"messages": self.n, "newest_id": self.newest, "cases": {}}
 
@@ -199,9 +200,9 @@ class _Subject:
         return PrivateState(self.segments[-1]) if case == CASES[2] else NORMAL
 
     async def prepare(self, case: str) -> None:
-        await self.store.database.connection.execute("DELETE FROM summaries")
+        await self.stores.database.connection.execute("DELETE FROM summaries")
         if case in WITH_SUMMARY:
-            await self.store.database.connection.execute(
+            await self.stores.database.connection.execute(
                 "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
                 " VALUES (?, NULL, 'normal', ?, ?, ?)",
                 (
@@ -245,10 +246,10 @@ class _Subject:
 
     async def aclose(self) -> None:
         await self.companion.drain()
-        await self.store.aclose()
+        await self.stores.database.aclose()
 
     async def window_sql(self) -> None:
-        async with self.store.database.connection.execute(WINDOW_SQL, (self.conversation.id, 0, WINDOW_LIMIT)) as cur:
+        async with self.stores.database.connection.execute(WINDOW_SQL, (self.conversation.id, 0, WINDOW_LIMIT)) as cur:
             await cur.fetchall()
 
 

@@ -16,12 +16,11 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/mirror.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import sqlite_stores
 from bench._common import ZeroLatencyProvider, median, ms, percentile, ratio
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from core.values.errors import DeliveryFailed
 from core.values.model import InboundMessage, OutboundDelivery
@@ -51,20 +50,20 @@ class _Side:
     """One companion on its own temp database, with `bindings` mirrors of its Telegram DM."""
 
     def __init__(self, path: Path, bindings: int) -> None:
-        self.store = SqliteStore(path)
+        self.stores = sqlite_stores(path)
         self.bindings = bindings
-        self.outbox = Outbox(SqliteOutboxStore(self.store.database), SystemClock())
+        self.outbox = Outbox(self.stores.outbox, SystemClock())
         self.senders = [_NullSender("telegram"), _NullSender("discord")]
         for sender in self.senders:
             self.outbox.register(sender)
         config = CompanionConfig(
             allowed_accounts=frozenset({f"telegram:{USER}"}), platforms=frozenset({"telegram", "discord"})
         )
-        self.companion = build_companion(self.store, ZeroLatencyProvider(), config, outbox=self.outbox)
+        self.companion = build_companion(self.stores, ZeroLatencyProvider(), config, outbox=self.outbox)
         self._ids = iter(range(1, 10**9))
 
     async def start(self) -> None:
-        await self.store.start()
+        await self.stores.database.start()
         await self.companion.start()
         for n in range(self.bindings):
             reply = await self.say(f"/mirror discord:{900 + n}")
@@ -91,7 +90,7 @@ class _Side:
 
     async def aclose(self) -> None:
         await self.settle()
-        await self.store.aclose()
+        await self.stores.database.aclose()
 
 
 async def _turn_cost(turns: int, warmup: int, block: int) -> dict:
@@ -153,9 +152,9 @@ async def _dispatch_throughput(rows: int) -> dict:
         server.channels[second] = {**server.channels[server.guild_channel_id], "id": str(second), "name": "journal"}
         channels = [server.guild_channel_id, second]
         with tempfile.TemporaryDirectory(prefix="bench-mirror-") as tmp:
-            store = SqliteStore(Path(tmp) / "dispatch.db")
-            await store.start()
-            outbox = Outbox(SqliteOutboxStore(store.database), SystemClock())
+            stores = sqlite_stores(Path(tmp) / "dispatch.db")
+            await stores.database.start()
+            outbox = Outbox(stores.outbox, SystemClock())
 
             async def unused(message: InboundMessage) -> None:
                 return None
@@ -167,17 +166,17 @@ async def _dispatch_throughput(rows: int) -> dict:
             adapter = PlatformRun(platform, entry)  # its sender takes the outbox's rows once started
             await adapter.start()
             try:
-                conversation = await store.ensure_conversation(
+                conversation = await stores.timeline.ensure_conversation(
                     InboundMessage("telegram", USER, USER, "", True).key, "direct", None, 0.0
                 )
                 for channel in channels:
-                    await store.add_binding(conversation.id, "discord", str(channel), 0.0)
+                    await stores.bindings.add_binding(conversation.id, "discord", str(channel), 0.0)
                 from core.values.model import MirrorOf
 
                 for n in range(rows // len(channels)):
-                    user = await store.add_message(conversation.id, "user", f"message {n}", time.time())
+                    user = await stores.timeline.add_message(conversation.id, "user", f"message {n}", time.time())
                     assert user is not None
-                    await store.record_reply(
+                    await stores.timeline.record_reply(
                         conversation.id,
                         "",
                         time.time(),
@@ -200,7 +199,7 @@ async def _dispatch_throughput(rows: int) -> dict:
                 bare = time.perf_counter() - t0
             finally:
                 await adapter.aclose()
-                await store.aclose()
+                await stores.database.aclose()
     return {
         "rows": total,
         "dispatch_s": round(dispatched, 3),

@@ -164,7 +164,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "web-history-mode-read-past-the-valve",  # an interval idle past its time would still be shown
         PRIVACY,
         "        state = await self._valve.settle(conversation)\n",
-        "        segment = await self._store.open_segment_of(conversation.id)\n"
+        "        segment = await self._valve._store.open_segment_of(conversation.id)\n"
         '        modes = __import__("core.values.modes", fromlist=["x"])\n'
         "        state = modes.PrivateState(segment) if segment else modes.NORMAL\n",
         within="Transcripts._settled",
@@ -216,8 +216,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-memory-page-reads-the-private-pad",
         PRIVACY,
-        "pad=tuple(await store.normal_pad(person)),",
-        "pad=tuple(await store.private_pad(person)),",
+        "pad=tuple(await reads.pads.normal_pad(person)),",
+        "pad=tuple(await reads.pads.private_pad(person)),",
     ),
     M(
         "web-memory-page-lists-private-decisions",

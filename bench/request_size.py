@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import sqlite_stores
 from bot.bootstrap import build_companion, companion_config
 from bot.settings import load_settings
 from core.values.model import InboundMessage
@@ -28,17 +28,17 @@ async def _measure() -> dict:
         # Defaults as `companion chat` builds them, without the environment or a .env file.
         settings = load_settings(_env_file=None, db_path=Path(tmp) / "companion.db")
         async with FakeOpenAIServer() as server:
-            store = SqliteStore(settings.db_path)
+            stores = sqlite_stores(settings.db_path)
             provider = OpenAICompatibleProvider(server.base_url, None, settings.llm_model, max_retries=0)
-            await store.start()
+            await stores.database.start()
             try:
-                companion = build_companion(store, provider, companion_config(settings))
+                companion = build_companion(stores, provider, companion_config(settings))
                 await companion.start()
                 reply = await companion.handle(InboundMessage("terminal", "terminal", "owner", "hello", is_direct=True))
                 await companion.drain()
             finally:
                 await provider.aclose()
-                await store.aclose()
+                await stores.database.aclose()
             raw = server.raw_requests[0]
             body = server.requests[0]
     messages = body.get("messages", [])

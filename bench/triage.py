@@ -18,9 +18,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as `python bench/triage.py`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adapters.storage.outbox import SqliteOutboxStore
 from adapters.storage.proactive import candidate_statements
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import sqlite_stores
 from bench._common import ZeroLatencyProvider, median, ms, ratio
 from core.delivery.outbox import Outbox
 from core.memory.context import ContextAssembler, ContextBudget, Persona
@@ -119,17 +118,17 @@ def _indexed(kind: str, plan: list[str]) -> bool:
 
 
 async def _ticks(path: Path, repeats: int) -> tuple[list[float], int]:
-    store = SqliteStore(path)
-    await store.start()
+    stores = sqlite_stores(path)
+    await stores.database.start()
     try:
-        outbox = Outbox(SqliteOutboxStore(store.database), _FixedClock())
+        outbox = Outbox(stores.outbox, _FixedClock())
         outbox.register(_NullSender())
         service = ProactiveService(
-            store,
+            stores.proactive,
             ZeroLatencyProvider(),
             _FixedClock(),
             outbox,
-            ContextAssembler(store, Persona(), ContextBudget(), _FixedClock()),
+            ContextAssembler(stores.timeline, Persona(), ContextBudget(), _FixedClock()),
             ProactiveConfig(Manners(quiet_hours=None)),
         )
         await service.tick()  # the first tick records the quiet-hours decisions; later ones find them
@@ -142,7 +141,7 @@ async def _ticks(path: Path, repeats: int) -> tuple[list[float], int]:
             candidates = result.candidates
         return samples, candidates
     finally:
-        await store.aclose()
+        await stores.database.aclose()
 
 
 def run(quick: bool = False) -> dict:
@@ -178,9 +177,9 @@ def run(quick: bool = False) -> dict:
 
 
 async def _start_only(path: Path) -> None:
-    store = SqliteStore(path)
-    await store.start()
-    await store.aclose()
+    stores = sqlite_stores(path)
+    await stores.database.start()
+    await stores.database.aclose()
 
 
 if __name__ == "__main__":

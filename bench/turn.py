@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import inspect
 import tempfile
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import aiosqlite
 
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import open_stores, sqlite_stores
 from bench._common import (
     INSERT_MESSAGE_SQL,
     STORE_PRAGMAS,
@@ -35,12 +36,12 @@ class _CoreTurns:
     """The measured side: the real pipeline, store on a temp file."""
 
     def __init__(self, path: Path) -> None:
-        self.store = SqliteStore(path)
+        self.stores = sqlite_stores(path)
         self.provider = ZeroLatencyProvider()
-        self.companion = build_companion(self.store, self.provider)
+        self.companion = build_companion(self.stores, self.provider)
 
     async def start(self) -> None:
-        await self.store.start()
+        await self.stores.database.start()
         await self.companion.start()
 
     async def turn(self) -> None:
@@ -54,23 +55,28 @@ class _CoreTurns:
         spent: dict[str, float] = collections.defaultdict(float)
         calls: collections.Counter[str] = collections.Counter()
         statements: collections.Counter[str] = collections.Counter()
-        originals = {}
-        for name in dir(self.store):
-            method = getattr(self.store, name, None)
-            if name.startswith("_") or not inspect.iscoroutinefunction(method) or name in ("start", "aclose"):
+        # Each query class's methods, wrapped on the instance the consumers were given.
+        patched = []
+        for field in dataclasses.fields(self.stores):
+            queries = getattr(self.stores, field.name)
+            if field.name == "database":
                 continue
-            originals[name] = method
+            for name in dir(queries):
+                method = getattr(queries, name, None)
+                if name.startswith("_") or not inspect.iscoroutinefunction(method):
+                    continue
+                patched.append((queries, name))
 
-            async def timed(*args, __name=name, __method=method, **kwargs):
-                t0 = time.perf_counter()
-                try:
-                    return await __method(*args, **kwargs)
-                finally:
-                    spent[__name] += time.perf_counter() - t0
-                    calls[__name] += 1
+                async def timed(*args, __name=name, __method=method, **kwargs):
+                    t0 = time.perf_counter()
+                    try:
+                        return await __method(*args, **kwargs)
+                    finally:
+                        spent[__name] += time.perf_counter() - t0
+                        calls[__name] += 1
 
-            setattr(self.store, name, timed)
-        db = self.store.database.connection
+                setattr(queries, name, timed)
+        db = self.stores.database.connection
         execute = db.execute
 
         def counted(sql, parameters=None):
@@ -85,8 +91,8 @@ class _CoreTurns:
                 await self.turn()
             await self.companion.drain()
         finally:
-            for name in originals:
-                delattr(self.store, name)
+            for queries, name in patched:
+                delattr(queries, name)
             del db.execute
         return {
             "store_calls_per_turn": {
@@ -99,7 +105,7 @@ class _CoreTurns:
 
     async def aclose(self) -> None:
         await self.companion.drain()
-        await self.store.aclose()
+        await self.stores.database.aclose()
 
 
 class _BareTurns:
@@ -111,7 +117,7 @@ class _BareTurns:
         self.db: aiosqlite.Connection | None = None
 
     async def start(self) -> None:
-        async with SqliteStore(self.path):  # the schema, from the same migrations
+        async with open_stores(self.path):  # the schema, from the same migrations
             pass
         db = self.db = await aiosqlite.connect(self.path, isolation_level=None)
         for pragma in STORE_PRAGMAS:

@@ -24,8 +24,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import sqlite_stores
 from adapters.storage.web import WebQueries
 from adapters.web.auth import WebAuth, issue_login_code
 from adapters.web.hosts import AllowedHosts
@@ -34,7 +33,7 @@ from adapters.web.service import WebService
 from bench._common import ZeroLatencyProvider, median, ms, percentile, ratio
 from bot.bootstrap import build_companion, core_entry, web_chat, web_core
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from core.values.edge import EdgeSettings
 from core.values.model import InboundMessage
@@ -129,18 +128,18 @@ class _Browser:
 
 async def _measure(turns: int, warmup: int, block: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp:
-        store = SqliteStore(Path(tmp) / "bench.db")
-        await store.start()
+        stores = sqlite_stores(Path(tmp) / "bench.db")
+        await stores.database.start()
         provider = ZeroLatencyProvider()
         web = frozenset({"web"})
-        outbox = Outbox(SqliteOutboxStore(store.database), SystemClock(), platforms=web)
-        companion = build_companion(store, provider, CompanionConfig(platforms=web), outbox=outbox)
+        outbox = Outbox(stores.outbox, SystemClock(), platforms=web)
+        companion = build_companion(stores, provider, CompanionConfig(platforms=web), outbox=outbox)
         await companion.start()
         entry = core_entry(companion)
         chat = web_chat(companion, entry, EdgeSettings())
         await chat.intake.start()
         entry.attach(chat)
-        queries = WebQueries(store.database)
+        queries = WebQueries(stores.database)
         service = WebService(
             "127.0.0.1",
             0,
@@ -181,7 +180,7 @@ async def _measure(turns: int, warmup: int, block: int) -> dict:
             entry.detach(chat)
             await chat.intake.aclose()
             await companion.drain()
-            await store.aclose()
+            await stores.database.aclose()
     web_med, term_med = median(samples["web"]), median(samples["terminal"])
     web_p95, term_p95 = percentile(samples["web"], 95), percentile(samples["terminal"], 95)
     result = {

@@ -29,18 +29,11 @@ from core.delivery.typing import TypingService
 from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
 from core.memory.operations import default_tools
-from core.memory.tools import ToolRegistry, ToolSupport
-from core.ports import (
-    NO_METRICS,
-    BaseIntake,
-    BaseProvider,
-    BaseStore,
-    Clock,
-    Metrics,
-    Platform,
-    SystemClock,
-    Transcriber,
-)
+from core.memory.tools import ToolRegistry, ToolStores, ToolSupport
+from core.ports.chat import BaseIntake, Platform
+from core.ports.clock import Clock, SystemClock
+from core.ports.metrics import NO_METRICS, Metrics
+from core.ports.model import BaseProvider, Transcriber
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners
@@ -49,7 +42,7 @@ from core.turn.analytics import render_report
 from core.turn.commanding import CommandRunner
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig, Parts
-from core.turn.controls import OwnerControls
+from core.turn.controls import OwnerControls, OwnerReads
 from core.turn.entry import CoreEntry
 from core.turn.gate import Gate
 from core.turn.lanes import Lanes
@@ -65,6 +58,7 @@ from core.values.retry import Sleep
 
 if TYPE_CHECKING:
     from adapters.storage.backup import BackupResult
+    from adapters.storage.stores import Stores
     from adapters.web.chat import WebIntake, WebPlatform
     from adapters.web.metrics import PrometheusMetrics
     from adapters.web.service import WebService
@@ -143,17 +137,12 @@ def companion_config(
 
 @asynccontextmanager
 async def open_companion(
-    settings: Settings, platforms: frozenset[str], *, metrics: Metrics = NO_METRICS, web: bool = False
+    settings: Settings, stores: Stores, platforms: frozenset[str], *, metrics: Metrics = NO_METRICS, web: bool = False
 ) -> AsyncIterator[Companion]:
-    """Store, provider and core, started in order and closed in reverse, also on failure.
-    `platforms`: what this process serves (its crash recovery touches only those); `metrics`: the
-    operator's counters; `web`: the HTTP service runs beside it (its user is the owner)."""
-    from adapters.storage.sqlite import SqliteStore
-
+    """Provider and core on the opened `stores`, started in order and closed in reverse, also on
+    failure. `platforms`: what this process serves (its crash recovery touches only those);
+    `metrics`: the operator's counters; `web`: the HTTP service runs beside it (its user is the owner)."""
     async with AsyncExitStack() as stack:
-        store = SqliteStore(settings.db_path)
-        await store.start()
-        stack.push_async_callback(store.aclose)
         provider = build_provider(settings)
         stack.push_async_callback(provider.aclose)
         if settings.llm_base_url and not settings.llm_tools:
@@ -163,10 +152,8 @@ async def open_companion(
             )
         outbox = None
         if platforms - {"terminal"}:  # the terminal prints its replies; nothing to deliver later
-            from adapters.storage.outbox import SqliteOutboxStore
-
             outbox = Outbox(
-                SqliteOutboxStore(store.database),
+                stores.outbox,
                 SystemClock(),
                 base_delay=settings.outbox_retry_seconds,
                 max_delay=settings.outbox_max_retry_seconds,
@@ -178,7 +165,7 @@ async def open_companion(
         if transcriber is not None:
             stack.push_async_callback(transcriber.aclose)
         companion = build_companion(
-            store,
+            stores,
             provider,
             companion_config(settings, platforms, web=web),
             outbox=outbox,
@@ -190,7 +177,7 @@ async def open_companion(
 
 
 def build_companion(
-    store: BaseStore,
+    stores: Stores,
     provider: BaseProvider,
     config: CompanionConfig | None = None,
     *,
@@ -204,12 +191,15 @@ def build_companion(
 ) -> Companion:
     """Every part of the companion, built once and handed to what needs it: the only place that
     wires the core together (the gateway, `companion chat`, the tests and the benches all use it).
+    Each part is given the query classes of `stores` its ports name (core/ports/store/): mypy
+    checks every port against its class here.
     `edge`: the settings every platform shares (default: the shipped ones, with the config's stop grace)."""
     config = config or CompanionConfig()
     clock = clock or SystemClock()
     typing = TypingService(edge or EdgeSettings(stop_grace=config.stop_grace))
     valve = ModeValve(
-        store,
+        stores.modes,
+        stores.passphrase_attempts,
         clock,
         passphrase_hash=config.passphrase_hash,
         default_expiry=config.default_expiry,
@@ -217,12 +207,16 @@ def build_companion(
         # An interval that ends cancels a send of its replies still running and withdraws what they showed.
         ended=outbox.interval_ended if outbox is not None else None,
     )
-    context = ContextAssembler(store, config.persona, config.budget, clock)
+    context = ContextAssembler(stores.timeline, config.persona, config.budget, clock)
     lanes: Lanes[tuple[str, str]] = Lanes()
     # One answer to "does the model server take tools?", shared by the responder and /help.
     tool_support = ToolSupport(enabled=config.tools)
+    tool_stores = ToolStores(stores.memory, stores.timeline, stores.links)
     responder = Responder(
-        store,
+        stores.timeline,
+        stores.memory,
+        stores.proactive,
+        tool_stores,
         provider,
         clock,
         valve,
@@ -237,7 +231,9 @@ def build_companion(
         tool_support=tool_support,
     )
     people = People(
-        store,
+        stores.timeline,
+        stores.links,
+        stores.chats,
         clock,
         allowed_accounts=config.allowed_accounts,
         owner_accounts=config.owner_accounts,
@@ -245,11 +241,19 @@ def build_companion(
         web_owner=config.web_owner or (config.platforms is not None and "web" in config.platforms),
     )
     services = CommandServices(
-        store,
         clock,
         valve,
         TransitionLine(provider, config.transition),
-        CommandSettings(
+        log=stores.timeline,
+        segments=stores.modes,
+        forgetting=stores.lifetime,
+        bindings=stores.bindings,
+        nudges=stores.proactive,
+        export=stores.lifetime,
+        links=stores.links,
+        link_attempts=stores.link_attempts,
+        memory=tool_stores,
+        settings=CommandSettings(
             timezone=config.timezone,
             allow_private_export=config.allow_private_export,
             artifact_retention_seconds=config.artifact_retention_seconds,
@@ -260,14 +264,22 @@ def build_companion(
         accounts_changed=people.accounts_changed,
         tools=tool_support,
     )
-    recovery = Recovery(store, clock, valve, responder, platforms=config.platforms, outbox=outbox)
+    recovery = Recovery(
+        stores.modes,
+        stores.timeline,
+        stores.lifetime,
+        clock,
+        valve,
+        responder,
+        platforms=config.platforms,
+        outbox=outbox,
+    )
     parts = Parts(
-        store=store,
         provider=provider,
         clock=clock,
         valve=valve,
         context=context,
-        capture=CaptureService(store, provider, clock, config.timezone),
+        capture=CaptureService(stores.memory, provider, clock, config.timezone),
         people=people,
         recovery=recovery,
         responder=responder,
@@ -277,10 +289,26 @@ def build_companion(
         gate=Gate(valve, recovery),
         handoff=HandOff(outbox, typing),
         typing=typing,
+        inbox=stores.timeline,
+        timeline=stores.timeline,
+        quotes=stores.quotes,
+        edits=stores.quotes,
+        state=stores.modes,
+        preview=NormalPreview(stores.timeline, stores.modes, provider, responder, lanes, people),
+        transcripts=Transcripts(stores.timeline, valve, lanes),
+        owner_reads=OwnerReads(
+            conversations=stores.timeline,
+            intervals=stores.modes,
+            memory=stores.memory,
+            pads=stores.timeline,
+            prefs=stores.proactive,
+            decisions=stores.proactive,
+            bindings=stores.bindings,
+        ),
         outbox=outbox,
         # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
         proactive=(
-            ProactiveService(store, provider, clock, outbox, context, config.proactive, metrics=metrics)
+            ProactiveService(stores.proactive, provider, clock, outbox, context, config.proactive, metrics=metrics)
             if outbox is not None
             else None
         ),
@@ -289,15 +317,13 @@ def build_companion(
 
 
 def normal_preview(companion: Companion) -> NormalPreview:
-    """What normal mode sees (`/context`), built from the companion's own parts."""
-    parts = companion.parts
-    return NormalPreview(parts.store, parts.provider, parts.responder, parts.lanes, parts.people)
+    """What normal mode sees (`/context`), one of the companion's own parts."""
+    return companion.parts.preview
 
 
 def transcripts(companion: Companion) -> Transcripts:
     """Chat histories as each conversation's current mode reads them (the web chat's)."""
-    parts = companion.parts
-    return Transcripts(parts.store, parts.valve, parts.lanes)
+    return companion.parts.transcripts
 
 
 def web_chat(companion: Companion, entry: CoreEntry, edge: EdgeSettings) -> WebPlatform:
@@ -313,7 +339,7 @@ def owner_controls(companion: Companion) -> OwnerControls:
 
     parts = companion.parts
     return OwnerControls(
-        parts.store,
+        parts.owner_reads,
         parts.clock,
         parts.valve,
         parts.people,
@@ -342,7 +368,7 @@ def core_entry(companion: Companion, metrics: Metrics = NO_METRICS, edge: EdgeSe
     """The core's entry every platform's intake hands events to (core.ports.ChatCore), on the
     companion's hand-off and typing indicator; every inbound event is counted in `metrics`, whatever its mode."""
     parts = companion.parts
-    return CoreEntry(companion, parts.handoff, parts.typing, metrics=metrics, edge=edge)
+    return CoreEntry(companion, parts.handoff, parts.typing, metrics=metrics, edge=edge, state=parts.state)
 
 
 def build_metrics(settings: Settings) -> PrometheusMetrics | None:
@@ -357,25 +383,23 @@ def build_metrics(settings: Settings) -> PrometheusMetrics | None:
 def build_web_service(
     settings: Settings,
     companion: Companion,
+    stores: Stores,
     checks: Sequence[tuple[str, Callable[[], str | None]]],
     metrics: PrometheusMetrics | None,
     chat: WebIntake | None = None,
 ) -> WebService:
-    """The HTTP service of `companion run` on the companion's database: sign-in, the operator
+    """The HTTP service of `companion run` on the companion's database (`stores`): sign-in, the operator
     endpoints (`checks`: each configured adapter's `ready()`) and the web chat's pages (`chat`; without
     it, a signed-in landing page)."""
-    from adapters.storage.sqlite import SqliteStore
-    from adapters.storage.web import WebQueries
     from adapters.web.auth import WebAuth
     from adapters.web.hosts import AllowedHosts
     from adapters.web.operators import DatabaseProbe, Operators
     from adapters.web.pages import install_landing, install_site
     from adapters.web.service import WebService
 
-    store = companion.store
-    if not isinstance(store, SqliteStore) or settings.http_port is None:
-        raise TypeError("the HTTP service needs the SQLite store and COMPANION_HTTP_PORT")
-    queries = WebQueries(store.database)
+    if settings.http_port is None:
+        raise TypeError("the HTTP service needs COMPANION_HTTP_PORT")
+    queries = stores.web
     allowed = (
         AllowedHosts.parse(settings.http_allowed_host_set)
         if settings.http_allowed_host_set
@@ -458,7 +482,12 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
     )
     metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
     counters: Metrics = metrics or NO_METRICS
-    async with open_companion(settings, chats | {"web"} if web else chats, metrics=counters, web=web) as companion:
+    from adapters.storage.stores import open_stores
+
+    async with (
+        open_stores(settings.db_path) as stores,
+        open_companion(settings, stores, chats | {"web"} if web else chats, metrics=counters, web=web) as companion,
+    ):
         edge = edge_settings(settings)
         entry = core_entry(companion, counters, edge)
         # The platforms of three parts, each built on `entry` by its package's builder
@@ -492,7 +521,9 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
             chat = web_chat(companion, entry, edge)
             platforms.append(chat)
             intakes: list[BaseIntake] = [platform.intake for platform in platforms]
-            service = build_web_service(settings, companion, [(i.name, i.ready) for i in intakes], metrics, chat.intake)
+            service = build_web_service(
+                settings, companion, stores, [(i.name, i.ready) for i in intakes], metrics, chat.intake
+            )
         yield Assembly(companion, entry, platforms, scheduled_jobs(settings, companion), service, chats)
 
 
@@ -502,11 +533,15 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
 async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """`companion chat`: the terminal as a platform on the core's entry until end of input, then the
     work it started finishes (a summary fold) and today's capture runs (the gateway schedules it)."""
+    from adapters.storage.stores import open_stores
     from adapters.terminal import terminal_platform
 
     # Before the store opens: a second chat's start-up would close the first one's private segment.
     with InstanceLock(settings.db_path, CHAT):
-        async with open_companion(settings, frozenset({"terminal"})) as companion:
+        async with (
+            open_stores(settings.db_path) as stores,
+            open_companion(settings, stores, frozenset({"terminal"})) as companion,
+        ):
             edge = edge_settings(settings)
             entry = core_entry(companion, edge=edge)
             terminal = terminal_platform(entry, edge, stdin=stdin, stdout=stdout)
@@ -523,13 +558,12 @@ async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, std
 async def report(settings: Settings) -> str:
     """`companion report`: the structural report of normal turns and deliveries (counts, errors,
     latencies; no text)."""
-    from adapters.storage.outbox import SqliteOutboxStore
-    from adapters.storage.sqlite import SqliteStore
+    from adapters.storage.stores import open_stores
 
-    async with SqliteStore(settings.db_path) as store:
-        rows = await store.report_rows()
-        rows.update(await SqliteOutboxStore(store.database).report(time.time()))
-        rows.update(await store.proactive.report())
+    async with open_stores(settings.db_path) as stores:
+        rows = await stores.memory.report_rows()
+        rows.update(await stores.outbox.report(time.time()))
+        rows.update(await stores.proactive.report())
     return render_report(rows)
 
 
@@ -541,8 +575,7 @@ async def issue_web_login(settings: Settings, url: str | None) -> tuple[str, flo
     Raises:
         ConfigError: the HTTP service is off, or `url` is not an address alone.
     """
-    from adapters.storage.sqlite import SqliteStore
-    from adapters.storage.web import WebQueries
+    from adapters.storage.stores import open_stores
     from adapters.web.auth import CODE_SECONDS, issue_login_code
     from adapters.web.hosts import AllowedHosts
 
@@ -557,8 +590,8 @@ async def issue_web_login(settings: Settings, url: str | None) -> tuple[str, flo
         if is_wildcard(host):  # listening everywhere: a name it answers to
             host = AllowedHosts.parse(settings.http_allowed_host_set).first
         base = f"http://{f'[{host}]' if ':' in host else host}:{settings.http_port}"
-    async with SqliteStore(settings.db_path) as store:
-        code = await issue_login_code(WebQueries(store.database), time.time())
+    async with open_stores(settings.db_path) as stores:
+        code = await issue_login_code(stores.web, time.time())
     # The code goes after `#`: a browser never sends the fragment, so no server log, proxy or Referer sees it.
     return f"{base}/login#{code}", CODE_SECONDS
 
@@ -586,7 +619,7 @@ def restore(settings: Settings, path: Path) -> None:
 
 
 async def _apply_migrations(settings: Settings) -> None:
-    from adapters.storage.sqlite import SqliteStore
+    from adapters.storage.stores import open_stores
 
-    async with SqliteStore(settings.db_path):
+    async with open_stores(settings.db_path):
         pass

@@ -16,7 +16,7 @@ from bot.bootstrap import Assembly, open_gateway
 from bot.instance import RUN, InstanceLock
 from bot.scheduler import SchedulerService
 from bot.settings import Settings
-from core.ports import BaseIntake
+from core.ports.chat import BaseIntake
 
 log = logging.getLogger(__name__)
 

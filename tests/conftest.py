@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import open_stores
 from bot.bootstrap import build_companion
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
@@ -21,11 +21,10 @@ def passphrase_hash() -> str:
 
 
 @pytest.fixture
-async def store(tmp_path):
-    store = SqliteStore(tmp_path / "companion.db")
-    await store.start()
-    yield store
-    await store.aclose()
+async def stores(tmp_path):
+    """Every query class over one database of the test's own (adapters/storage/stores.py)."""
+    async with open_stores(tmp_path / "companion.db") as opened:
+        yield opened
 
 
 @pytest.fixture
@@ -39,12 +38,12 @@ def provider() -> FakeProvider:
 
 
 @pytest.fixture
-def make_companion(store, provider, clock, passphrase_hash):
+def make_companion(stores, provider, clock, passphrase_hash):
     made: list[Companion] = []
 
     async def make(**config) -> Companion:
         config.setdefault("passphrase_hash", passphrase_hash)
-        companion = build_companion(store, provider, CompanionConfig(**config), clock=clock)
+        companion = build_companion(stores, provider, CompanionConfig(**config), clock=clock)
         await companion.start()
         made.append(companion)
         return companion

@@ -12,7 +12,7 @@ from adapters.discord.intake import DiscordIntake
 from adapters.discord.routes import InteractionRoutes
 from adapters.discord.sender import TYPING_EVERY, DiscordSender
 from adapters.discord.streaming import STREAM_REQUEST_SECONDS, DiscordStreamer
-from core.ports import ChatCore, Platform
+from core.ports.chat import ChatCore, Platform
 from core.values.edge import EdgeSettings
 
 __all__ = ["MESSAGE_LIMIT", "DiscordStartError", "discord_platform"]

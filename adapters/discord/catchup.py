@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import discord
 
-from core.ports import AdapterStateStore
+from core.ports.chat import AdapterStateStore
 from core.values.model import InboundMessage
 
 log = logging.getLogger(__name__)

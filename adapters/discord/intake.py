@@ -24,7 +24,7 @@ from adapters.discord.connection import DiscordConnection
 from adapters.discord.context import to_inbound
 from adapters.discord.interactions import DiscordInteractions
 from adapters.discord.routes import InteractionRoutes
-from core.ports import ChatCore
+from core.ports.chat import ChatCore
 from core.values.edge import EdgeSettings, Outcome, acknowledged
 from core.values.model import InboundMessage
 

@@ -32,7 +32,7 @@ from discord import app_commands
 from adapters.discord.buttons import ConfirmButton
 from adapters.discord.client import PLATFORM
 from adapters.discord.routes import InteractionRoutes
-from core.ports import ChatCore
+from core.ports.chat import ChatCore
 from core.values.edge import PREFIX, CommandSpec, Silent
 from core.values.model import InboundMessage
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from core.ports import PartialSink
+from core.ports.model import PartialSink
 from core.values import copy
 from core.values.model import Completion, CompletionRequest
 

@@ -20,7 +20,7 @@ from adapters.llm.images import data_url, fitted, refuses_images, without_images
 from adapters.llm.learned import ServerTraits, Trait, stream_trait
 from adapters.llm.streaming import StreamFailed, arguments_text, paced_lines, read_stream
 from adapters.tls import shared_ssl_context
-from core.ports import PartialSink
+from core.ports.model import PartialSink
 from core.values.errors import (
     ProviderBadResponse,
     ProviderRateLimited,

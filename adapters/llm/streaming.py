@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from core.ports import PartialSink
+from core.ports.model import PartialSink
 from core.values.model import Completion, Partial, ToolCall
 
 log = logging.getLogger(__name__)

@@ -54,7 +54,7 @@ async def insert_mirrors(
 
 
 class BindingQueries:
-    """Bindings of a conversation; implements core.ports.BindingStore."""
+    """Bindings of a conversation; implements core.ports.store.bindings (BindingStore, BindingList)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

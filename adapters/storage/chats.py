@@ -13,7 +13,7 @@ _MOVABLE = "c.kind = 'group' AND NOT EXISTS (SELECT 1 FROM segments s WHERE s.co
 
 
 class ChatQueries:
-    """Implements core.ports.ChatStore."""
+    """Implements core.ports.store.chats.ChatMoveStore."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

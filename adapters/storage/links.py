@@ -12,7 +12,7 @@ from core.values.model import Account, PendingLinkCode
 
 
 class LinkQueries:
-    """Implements core.ports.LinkStore."""
+    """Implements core.ports.store.links (LinkStore, AccountMerge, OriginStore, AccountList)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -64,24 +64,6 @@ class LinkQueries:
         """
         async with self._db.tx() as db:
             return await _merge_accounts(db, into_account_id, account_id)
-
-    # --- the lockout log ----------------------------------------------------------
-
-    async def failed_link_attempts_since(self, account_id: int, since: float) -> list[float]:
-        rows = await self._db.all(
-            "SELECT attempted_at FROM link_attempts WHERE account_id = ? AND attempted_at > ? ORDER BY attempted_at",
-            (account_id, since),
-        )
-        return [r[0] for r in rows]
-
-    async def record_failed_link_attempt(self, account_id: int, now: float, keep_after: float) -> None:
-        async with self._db.tx() as db:
-            await db.execute("INSERT INTO link_attempts (account_id, attempted_at) VALUES (?, ?)", (account_id, now))
-            await db.execute("DELETE FROM link_attempts WHERE attempted_at <= ?", (keep_after,))
-
-    async def clear_failed_link_attempts(self, account_id: int) -> None:
-        async with self._db.tx() as db:
-            await db.execute("DELETE FROM link_attempts WHERE account_id = ?", (account_id,))
 
     # --- accounts of a person ---------------------------------------------------------
 

@@ -15,8 +15,15 @@ from adapters.storage.guard import lasting_tx, refuse_while_private
 from core.values.model import FollowUp, Goal, Note, PendingCapture, RecallHit, RunRecord
 
 
+def fts_query(words: tuple[str, ...]) -> str:
+    """FTS5's query for any of `words`: each a quoted string, so no operator, column filter or
+    syntax a person typed comes through."""
+    return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
+
+
 class MemoryQueries:
-    """Pads, recall, goals, follow-ups, capture and analytics; implements core.ports.MemoryStore."""
+    """Pads, recall, goals, follow-ups, capture and analytics; implements core.ports.store.memory
+    (MemoryStore, CaptureStore, RunLog)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -50,10 +57,13 @@ class MemoryQueries:
 
     # --- recall ---------------------------------------------------------------
 
-    async def recall(self, person_id: int, match: str, limit: int = 8) -> list[RecallHit]:
-        """Ranked full-text recall. The privacy predicates are part of this statement: a hit
-        from a message counts only if that message is normal, outside every segment; a hit
-        from the pad only if the entry is normal. Nothing private is read, even to drop it."""
+    async def recall(self, person_id: int, words: tuple[str, ...], limit: int = 8) -> list[RecallHit]:
+        """Ranked full-text recall of any of `words`. The privacy predicates are part of this
+        statement: a hit from a message counts only if that message is normal, outside every
+        segment; a hit from the pad only if the entry is normal. Nothing private is read, even to drop it."""
+        if not words:
+            return []
+        match = fts_query(words)
         rows = await self._db.all(
             "SELECT f.source, f.rowid / 4 AS ref, f.text, bm25(recall_fts) AS rank"
             " FROM recall_fts f"

@@ -1,4 +1,4 @@
-"""SQL of the mode state: private segments, the valve's attempt log, and adapter offsets."""
+"""SQL of the mode state: private segments, and adapter offsets."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ SEGMENT_COLUMNS = (
 
 
 class ModeQueries:
-    """Private segments, adapter offsets and the valve's attempt log; implements core.ports.ModeStore.
-    Deleting expired segments finishes the WAL checkpoint it owes through `checkpoints`."""
+    """Private segments and adapter offsets; implements core.ports.store.modes (ModeStore,
+    OpenSegmentRead, CrashModes, IntervalList) and core.ports.chat.AdapterStateStore. Deleting expired segments finishes the WAL checkpoint it owes through `checkpoints`."""
 
     def __init__(self, db: Database, checkpoints: Checkpoints) -> None:
         self._db = db
@@ -160,24 +160,6 @@ class ModeQueries:
                 " ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
                 (name, value, now),
             )
-
-    # --- the valve's attempt log -------------------------------------------
-
-    async def failed_attempts_since(self, account_id: int, since: float) -> list[float]:
-        rows = await self._db.all(
-            "SELECT attempted_at FROM valve_attempts WHERE account_id = ? AND attempted_at > ? ORDER BY attempted_at",
-            (account_id, since),
-        )
-        return [r[0] for r in rows]
-
-    async def record_failed_attempt(self, account_id: int, now: float, keep_after: float) -> None:
-        async with self._db.tx() as db:
-            await db.execute("INSERT INTO valve_attempts (account_id, attempted_at) VALUES (?, ?)", (account_id, now))
-            await db.execute("DELETE FROM valve_attempts WHERE attempted_at <= ?", (keep_after,))
-
-    async def clear_failed_attempts(self, account_id: int) -> None:
-        async with self._db.tx() as db:
-            await db.execute("DELETE FROM valve_attempts WHERE account_id = ?", (account_id,))
 
 
 def segment_of_row(row: aiosqlite.Row) -> Segment:

@@ -90,8 +90,9 @@ async def insert_delivery(
 
 
 class SqliteOutboxStore:
-    """The outbox's reads and marks; implements core.ports.OutboxStore on the database a SqliteStore
-    opened (shared with it: one writer connection, one lock)."""
+    """The outbox's reads and marks; implements core.ports.store.outbox (OutboxStore,
+    StreamMarks) on the database of the other query classes (adapters/storage/stores.py: one writer
+    connection, one lock)."""
 
     def __init__(self, database: Database) -> None:
         self._db = database

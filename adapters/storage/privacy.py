@@ -100,7 +100,8 @@ class Checkpoints:
 
 
 class LifetimeQueries:
-    """Forgetting, expiry of artifacts, export and confirmed crossings; implements core.ports.LifetimeStore."""
+    """Forgetting, expiry of artifacts, export and confirmed crossings; implements
+    core.ports.store.lifetime (ForgetStore, ArtifactExpiry, ExportStore)."""
 
     def __init__(self, db: Database, timeline: TimelineQueries, checkpoints: Checkpoints) -> None:
         self._db = db

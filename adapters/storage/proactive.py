@@ -101,7 +101,7 @@ class _NothingWritten(Exception):
 
 
 class ProactiveQueries:
-    """Implements core.ports.ProactiveStore."""
+    """Implements core.ports.store.proactive (ProactiveStore, PrefsReader, NudgeSettings, DecisionLog)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

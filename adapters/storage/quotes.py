@@ -27,7 +27,7 @@ _EDITED_IN_ITS_OWN_MODE = (
 
 
 class QuoteQueries:
-    """Implements core.ports.QuoteStore."""
+    """Implements core.ports.store.quotes (QuoteStore, EditStore)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

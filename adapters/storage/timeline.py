@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 
 class TimelineQueries:
-    """The conversation record as each mode may see it; implements core.ports.TimelineStore."""
+    """The conversation record as each mode may see it; implements
+    core.ports.store.timeline (every Protocol there)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

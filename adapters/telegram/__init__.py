@@ -13,7 +13,7 @@ from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.sender import TelegramDeliveryError, TelegramSender
 from adapters.telegram.streaming import TelegramStreamer
 from adapters.telegram.text import MAX_MESSAGE_LENGTH, Entity, group_text, split_message
-from core.ports import ChatCore, Platform
+from core.ports.chat import ChatCore, Platform
 from core.values.copy import HANDLER_FAILED
 from core.values.edge import EdgeSettings
 from core.values.retry import Sleep

@@ -34,7 +34,7 @@ from adapters.telegram.media import MEDIA, media_of
 from adapters.telegram.sender import TelegramSender
 from adapters.telegram.text import Entity, group_text
 from adapters.telegram.updates import UnparsableUpdate
-from core.ports import ChatCore
+from core.ports.chat import ChatCore
 from core.values.edge import EdgeSettings, Outcome, acknowledged
 from core.values.model import InboundMessage
 

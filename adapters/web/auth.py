@@ -28,7 +28,7 @@ from typing import Protocol
 from aiohttp import web
 
 from adapters.web.bridge import BRIDGE
-from core.ports import Clock
+from core.ports.clock import Clock
 from core.privacy.lockout import ATTEMPTS, DURATION, WINDOW, locked_until
 from core.values.durations import describe_seconds
 

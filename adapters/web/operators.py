@@ -21,7 +21,7 @@ from aiohttp import web
 from adapters.web.bridge import BRIDGE, CoreBridge
 from adapters.web.metrics import CONTENT_TYPE, PrometheusMetrics
 from adapters.web.service import SERVICE
-from core.ports import NO_METRICS, Metrics
+from core.ports.metrics import NO_METRICS, Metrics
 
 log = logging.getLogger(__name__)
 

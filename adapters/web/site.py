@@ -14,7 +14,7 @@ from adapters.web.bridge import BRIDGE
 from adapters.web.chat import KEY, WebIntake
 from adapters.web.layout import Frame
 from adapters.web.stream import Relay
-from core.ports import Clock
+from core.ports.clock import Clock
 from core.turn.controls import OwnerControls
 from core.turn.preview import NormalPreview
 from core.turn.transcript import ChatMode, Transcripts

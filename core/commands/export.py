@@ -42,7 +42,7 @@ async def _export(services: CommandServices, conversation: Conversation, state: 
         if said_by := await _linked_speaker(services, conversation):
             lines.insert(2, said_by)
         header = len(lines)
-        async for item in services.store.export_items(conversation.id, visible_segment=None):
+        async for item in services.export.export_items(conversation.id, visible_segment=None):
             lines.append(
                 copy.PLACEHOLDER if item.is_placeholder else f"{speaker(item.role, person='You')}: {item.text}"
             )
@@ -62,7 +62,7 @@ async def _export(services: CommandServices, conversation: Conversation, state: 
     kept = f"kept for {describe_seconds(retention)}" if retention else "kept until deleted"
     if args.strip().lower() != "confirm":
         destination = destination_for(conversation.platform)
-        await services.store.request_crossing(segment.id, destination, now, now + CONFIRM_WINDOW)
+        await services.export.request_crossing(segment.id, destination, now, now + CONFIRM_WINDOW)
         return Reply(
             f"Crossing the boundary: this creates a NEW, NON-PRIVATE artifact, {destination}, holding this "
             f"private conversation. It will not be private: it is {kept}, on its own schedule, and survives "
@@ -70,7 +70,7 @@ async def _export(services: CommandServices, conversation: Conversation, state: 
             "send /export confirm within 5 minutes; anything else cancels nothing and creates nothing.",
             confirm=Confirmation("Create the non-private file", "/export confirm"),
         )
-    items = await services.store.segment_items(segment.id)
+    items = await services.export.segment_items(segment.id)
     body = (
         "\n".join(
             [f"Companion crossing artifact (non-private), created {stamp}.", ""]
@@ -79,7 +79,7 @@ async def _export(services: CommandServices, conversation: Conversation, state: 
         + "\n"
     )
     name = f"companion-crossing-{int(now)}.txt"
-    artifact = await services.store.confirm_crossing(
+    artifact = await services.export.confirm_crossing(
         segment.id, conversation.id, name, body, now, None if retention is None else now + retention
     )
     if artifact is None:
@@ -93,7 +93,7 @@ async def _linked_speaker(services: CommandServices, conversation: Conversation)
     """For a person with linked accounts: which of them "You" is in this file."""
     if conversation.person_id is None or not conversation.is_direct:
         return None
-    accounts = await services.store.accounts_of(conversation.person_id)
+    accounts = await services.links.accounts_of(conversation.person_id)
     here = [a for a in accounts if a.platform == conversation.platform]
     if len(accounts) < 2 or len(here) != 1:
         return None

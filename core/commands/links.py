@@ -12,7 +12,7 @@ import logging
 import secrets
 
 from core.commands.call import CommandCall
-from core.ports import LinkStore
+from core.ports.store.attempts import AttemptLog
 from core.privacy.lockout import Lockout
 from core.privacy.secrets import PassphraseHash, hash_passphrase
 from core.values.durations import describe_seconds
@@ -40,7 +40,7 @@ def new_code() -> str:
 
 
 async def _accounts_text(call: CommandCall, person_id: int) -> str:
-    accounts = await call.services.store.accounts_of(person_id)
+    accounts = await call.services.links.accounts_of(person_id)
     listed = "\n".join(f"- {describe_account(a)}" for a in accounts)
     return f"You are one person across these accounts; they share memory, goals and follow-ups:\n{listed}"
 
@@ -62,7 +62,7 @@ async def _issue(call: CommandCall) -> Reply:
     code = new_code()
     code_hash = await asyncio.to_thread(hash_passphrase, code)
     now = services.clock.now()
-    await services.store.save_link_code(account.id, code_hash, now, now + CODE_SECONDS)
+    await services.links.save_link_code(account.id, code_hash, now, now + CODE_SECONDS)
     log.info("link code issued for account %s", account.id)
     listed = await _accounts_text(call, account.person_id)
     return Reply(
@@ -74,15 +74,15 @@ async def _issue(call: CommandCall) -> Reply:
 
 async def _redeem(call: CommandCall, code: str) -> Reply:
     services = call.services
-    store = services.store
+    links = services.links
     account = call.turn.account
     now = services.clock.now()
-    lockout = _lockout(store)
+    lockout = _lockout(services.link_attempts)
     locked, attempts = await lockout.refusal(account.id, now)
     if locked is not None:
         return Reply(locked)
     match = None
-    for pending in await store.pending_link_codes(now):
+    for pending in await links.pending_link_codes(now):
         if pending.account_id != account.id and await asyncio.to_thread(_matches, pending.code_hash, code):
             match = pending
             break
@@ -91,7 +91,7 @@ async def _redeem(call: CommandCall, code: str) -> Reply:
         log.info("link refused for account %s (attempt %d)", account.id, tries)
         return Reply(line)
     try:
-        person = await store.redeem_link_code(match.id, account.id, now)
+        person = await links.redeem_link_code(match.id, account.id, now)
     except PrivateWriteRefused:
         return Reply(PRIVATE_REFUSED.format(what="link"))
     except LinkConflict as exc:
@@ -129,7 +129,7 @@ async def unlink_command(call: CommandCall) -> Reply:
         return Reply("Usage: /unlink telegram|discord|terminal. Nothing changed.")
     services = call.services
     try:
-        separated = await services.store.unlink_account(call.turn.account.person_id, platform, services.clock.now())
+        separated = await services.links.unlink_account(call.turn.account.person_id, platform, services.clock.now())
     except PrivateWriteRefused:
         return Reply(PRIVATE_REFUSED.format(what="unlink"))
     if separated is None:
@@ -142,15 +142,13 @@ async def unlink_command(call: CommandCall) -> Reply:
     )
 
 
-def _lockout(store: LinkStore) -> Lockout:
+def _lockout(attempts: AttemptLog) -> Lockout:
     """Wrong link codes lock linking as wrong passphrases lock private mode: one policy, its own log."""
     return Lockout(
         "Linking",
         "linking",
         "code",
         "That code is not right, or it expired or was used.",
-        store.failed_link_attempts_since,
-        store.record_failed_link_attempt,
-        store.clear_failed_link_attempts,
+        attempts,
         tail=" Nothing changed.",
     )

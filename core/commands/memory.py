@@ -23,7 +23,7 @@ def memory_handler(operation: MemoryOperation) -> CommandHandler:
         services = call.services
         conversation = call.turn.conversation
         timezone = await services.timezone_of(conversation)
-        context = ToolContext(conversation, call.state, services.clock.now(), timezone, services.store)
+        context = ToolContext(conversation, call.state, services.clock.now(), timezone, services.memory)
         try:
             return Reply(await operation(context, call.args))
         except PrivateWriteRefused:

@@ -39,7 +39,7 @@ async def mirror_command(call: CommandCall) -> Reply:
     """`/mirror` lists this conversation's bindings; `/mirror PLATFORM:CHAT_ID` adds one after a
     test post there went through. Nothing is stored when the post fails."""
     if not call.args.strip():
-        return Reply(_listing(await call.services.store.bindings_of(call.turn.conversation.id)))
+        return Reply(_listing(await call.services.bindings.bindings_of(call.turn.conversation.id)))
     target = parse_target(call.args)
     if target is None:
         return Reply(f"{MIRROR_USAGE} Nothing changed.")
@@ -59,7 +59,7 @@ async def mirror_command(call: CommandCall) -> Reply:
         log.info("conversation %s: the test post to a %s chat failed (%s)", conversation.id, platform, exc.kind)
         return Reply(_post_failed(platform, chat_id, exc))
     try:
-        binding = await services.store.add_binding(conversation.id, platform, chat_id, services.clock.now())
+        binding = await services.bindings.add_binding(conversation.id, platform, chat_id, services.clock.now())
     except PrivateWriteRefused:
         return Reply(copy.PRIVATE_REFUSES.format(command=call.name))
     log.info("conversation %s: binding %s to a %s chat is active", conversation.id, binding.id, platform)
@@ -75,7 +75,7 @@ async def unmirror_command(call: CommandCall) -> Reply:
     if len(words) != 1 or not words[0].isdigit():
         return Reply("Usage: /unmirror N (a mirror's number from /mirror). Nothing changed.")
     conversation = call.turn.conversation
-    removed = await call.services.store.remove_binding(conversation.id, int(words[0]))
+    removed = await call.services.bindings.remove_binding(conversation.id, int(words[0]))
     if removed is None:
         return Reply(f"There is no mirror {words[0]} here; /mirror lists them. Nothing changed.")
     log.info("conversation %s: binding %s removed", conversation.id, removed.id)

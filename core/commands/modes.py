@@ -57,7 +57,7 @@ async def normal_command(call: CommandCall) -> Reply:
     # The line is the answer, and the conversation's normal record says it was said.
     line = await services.transition()
     try:
-        await services.store.add_message(conversation.id, "assistant", line, services.clock.now())
+        await services.log.add_message(conversation.id, "assistant", line, services.clock.now())
     except Exception as exc:  # noqa: BLE001 - leaving must work even when storage misbehaves
         _log.warning("storing the transition line failed (%s)", type(exc).__name__)
     return Reply(line)
@@ -67,7 +67,7 @@ async def forget_private(call: CommandCall) -> Reply:
     services = call.services
     conversation = call.turn.conversation
     await services.valve.leave(conversation, reason="forget")
-    deleted = await services.store.delete_segments_of(conversation.id, services.clock.now())
+    deleted = await services.forgetting.delete_segments_of(conversation.id, services.clock.now())
     one = deleted == 1
     return Reply(
         f"Private mode is off, and {deleted} private interval{'' if one else 's'} "

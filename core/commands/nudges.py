@@ -35,7 +35,7 @@ async def _set(call: CommandCall, name: str, value: float | str | None) -> Reply
     if person is None:
         return Reply("Nudges are personal: change them in a one-to-one chat with me. Nothing changed.")
     try:
-        prefs = await call.services.store.set_proactive_pref(person, call.turn.conversation.id, name, value)
+        prefs = await call.services.nudges.set_proactive_pref(person, call.turn.conversation.id, name, value)
     except PrivateWriteRefused:
         return Reply(copy.PRIVATE_REFUSES.format(command=call.name))
     return Reply(_describe(call, prefs))
@@ -45,7 +45,7 @@ async def _show(call: CommandCall) -> Reply:
     person = call.turn.conversation.person_id
     if person is None:
         return Reply("Nudges are personal: ask in a one-to-one chat with me.")
-    return Reply(_describe(call, await call.services.store.proactive_prefs(person)))
+    return Reply(_describe(call, await call.services.nudges.proactive_prefs(person)))
 
 
 async def nudges_command(call: CommandCall) -> Reply:

@@ -6,8 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.delivery.outbox import Outbox
-from core.memory.tools import ToolSupport
-from core.ports import BaseStore, Clock
+from core.memory.tools import ToolStores, ToolSupport
+from core.ports.clock import Clock
+from core.ports.store.attempts import AttemptLog
+from core.ports.store.bindings import BindingStore
+from core.ports.store.lifetime import ExportStore, ForgetStore
+from core.ports.store.links import LinkStore
+from core.ports.store.modes import OpenSegmentRead
+from core.ports.store.proactive import NudgeSettings
+from core.ports.store.timeline import TimelineLog
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners, timezone_of
@@ -33,10 +40,21 @@ def _nothing() -> None:
 
 @dataclass(frozen=True, slots=True)
 class CommandServices:
-    store: BaseStore
+    """The services and the store's slices, each by name, that a handler is given (bot/bootstrap.py
+    passes each slice its query class)."""
+
     clock: Clock
     valve: ModeValve
     transition: TransitionLine
+    log: TimelineLog  # a command's own row, and lines written beside its answer
+    segments: OpenSegmentRead  # the interval a command's answer belongs to
+    forgetting: ForgetStore  # /forget private
+    bindings: BindingStore  # /mirror, /unmirror
+    nudges: NudgeSettings  # /nudges, /timezone, and each person's time zone
+    export: ExportStore  # /export and crossings
+    links: LinkStore  # /link, /whoami, /unlink
+    link_attempts: AttemptLog  # wrong link codes, for the lockout
+    memory: ToolStores  # the memory commands: the tools' operations
     settings: CommandSettings = field(default_factory=CommandSettings)
     outbox: Outbox | None = None  # None: nothing delivers here (the terminal), so no binding either
     # Linking or unlinking moved an account to another person: resolve every chat afresh.
@@ -45,7 +63,7 @@ class CommandServices:
     tools: ToolSupport = field(default_factory=ToolSupport)
 
     async def timezone_of(self, conversation: Conversation) -> str:
-        return await timezone_of(self.store, conversation.person_id, self.settings.timezone)
+        return await timezone_of(self.nudges, conversation.person_id, self.settings.timezone)
 
     async def format_time(self, conversation: Conversation, timestamp: float) -> str:
         """A moment as the person reads it: in their time zone (/timezone), else the configured one."""

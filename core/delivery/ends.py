@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from core.ports import BaseSender, Clock
+from core.ports.chat import BaseSender
+from core.ports.clock import Clock
 from core.values.model import OutboundDelivery
 
 

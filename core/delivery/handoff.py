@@ -17,7 +17,7 @@ from collections import OrderedDict
 
 from core.delivery.outbox import Outbox
 from core.delivery.typing import TypingService
-from core.ports import BaseStreamer, ChatSender
+from core.ports.chat import BaseStreamer, ChatSender
 from core.values.copy import DELETE_SECRET_NOTE
 from core.values.edge import REMEMBERED, Answered
 from core.values.errors import DeliveryFailed

@@ -33,7 +33,10 @@ from collections.abc import Callable
 
 from core.delivery.ends import IntervalOver, IntervalSends
 from core.delivery.streams import ReplyStream, StreamPacing, StreamShow
-from core.ports import NO_METRICS, BaseSender, BaseStreamer, Clock, Metrics, OutboxStore
+from core.ports.chat import BaseSender, BaseStreamer
+from core.ports.clock import Clock
+from core.ports.metrics import NO_METRICS, Metrics
+from core.ports.store.outbox import OutboxStore
 from core.values import copy
 from core.values.errors import DeliveryFailed
 from core.values.locks import KeyedLocks

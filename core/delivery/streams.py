@@ -21,7 +21,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.ports import BaseStreamer, OutboxStore
+from core.ports.chat import BaseStreamer
+from core.ports.store.outbox import StreamMarks
 from core.values.errors import DeliveryFailed, DeliveryThrottled
 from core.values.model import StreamedReply
 from core.values.retry import Sleep
@@ -140,7 +141,7 @@ class StreamShow:
     def __init__(
         self,
         streamer: BaseStreamer,
-        store: OutboxStore,
+        store: StreamMarks,
         pacing: StreamPacing,
         *,
         sleep: Sleep,

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from core.ports import BaseStreamer, ChatSender
+from core.ports.chat import BaseStreamer, ChatSender
 from core.values.edge import EdgeSettings
 from core.values.model import DeliveryTarget, StreamedReply
 from core.values.retry import Sleep

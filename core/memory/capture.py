@@ -12,7 +12,9 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from core.memory.context import split_facts
-from core.ports import BaseProvider, Clock, MemoryStore
+from core.ports.clock import Clock
+from core.ports.model import BaseProvider
+from core.ports.store.memory import CaptureStore
 from core.values import copy
 from core.values.errors import ProviderError, ProviderRejected
 from core.values.model import ChatMessage, CompletionRequest, PendingCapture
@@ -27,7 +29,7 @@ _REQUEST_REFUSED = frozenset({400, 413, 422})
 
 class CaptureService:
     def __init__(
-        self, store: MemoryStore, provider: BaseProvider, clock: Clock, timezone: str = "UTC", batch: int = 200
+        self, store: CaptureStore, provider: BaseProvider, clock: Clock, timezone: str = "UTC", batch: int = 200
     ) -> None:
         self._store = store
         self._provider = provider

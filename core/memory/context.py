@@ -15,7 +15,9 @@ import logging
 import re
 from dataclasses import dataclass
 
-from core.ports import BaseProvider, Clock, TimelineStore
+from core.ports.clock import Clock
+from core.ports.model import BaseProvider
+from core.ports.store.timeline import ContextStore
 from core.values import copy
 from core.values.errors import ProviderError
 from core.values.model import (
@@ -85,7 +87,7 @@ class AssembledContext:
 
 
 class ContextAssembler:
-    def __init__(self, store: TimelineStore, persona: Persona, budget: ContextBudget, clock: Clock) -> None:
+    def __init__(self, store: ContextStore, persona: Persona, budget: ContextBudget, clock: Clock) -> None:
         self._store = store
         self._persona = persona
         self._budget = budget

@@ -17,13 +17,10 @@ MAX_ENTRY = 500
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def fts_query(text: str) -> str | None:
-    """Turn what a person typed into a safe FTS5 query: each word becomes a quoted string
-    (no operator, column filter or syntax can come through), any word may match."""
-    words = _WORD.findall(text)[:16]
-    if not words:
-        return None
-    return " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
+def words_of(text: str) -> tuple[str, ...]:
+    """The words of what a person typed, for recall (at most 16): letters and digits only, so no
+    query syntax of any engine comes through (the store writes its own from them)."""
+    return tuple(_WORD.findall(text)[:16])
 
 
 def _text(arguments: Arguments, name: str, *, limit: int = MAX_ENTRY) -> str:
@@ -65,15 +62,15 @@ def _person(context: ToolContext) -> int:
 
 async def remember(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "text")
-    entry = await context.store.remember(_person(context), context.conversation.id, text, context.now)
+    entry = await context.stores.memory.remember(_person(context), context.conversation.id, text, context.now)
     return f"Remembered (#{entry}): {text}"
 
 
 async def recall(context: ToolContext, arguments: Arguments) -> str:
-    query = fts_query(_text(arguments, "query", limit=200))
-    if query is None:
+    words = words_of(_text(arguments, "query", limit=200))
+    if not words:
         raise ValueError("'query' needs at least one word")
-    hits = await context.store.recall(_person(context), query)
+    hits = await context.stores.memory.recall(_person(context), words)
     if not hits:
         return "Nothing found."
     return "\n".join(f"- [{hit.source}] {_clip(hit.text)}" for hit in hits)
@@ -83,22 +80,22 @@ async def forget(context: ToolContext, arguments: Arguments) -> str:
     person = _person(context)
     if arguments.get("entry_id") is not None:
         entry = _id(arguments, "entry_id")
-        removed = await context.store.forget_pad_entry(person, context.conversation.id, entry)
+        removed = await context.stores.memory.forget_pad_entry(person, context.conversation.id, entry)
         return f"Forgot memory #{entry}." if removed else f"There is no memory #{entry}."
     text = _text(arguments, "text", limit=200)
-    removed = await context.store.forget_pad_matching(person, context.conversation.id, text)
+    removed = await context.stores.memory.forget_pad_matching(person, context.conversation.id, text)
     return f"Forgot {removed} memor{'y' if removed == 1 else 'ies'}." if removed else "No memory matched that."
 
 
 async def forget_note(context: ToolContext, arguments: Arguments) -> str:
     """A daily note (the capture job's) goes, with its place in recall."""
     note = _id(arguments, "note_id")
-    removed = await context.store.forget_note(_person(context), context.conversation.id, note)
+    removed = await context.stores.memory.forget_note(_person(context), context.conversation.id, note)
     return f"Forgot note #{note}." if removed else f"There is no note #{note}."
 
 
 async def list_goals(context: ToolContext, arguments: Arguments) -> str:
-    goals = await context.store.goals(_person(context))
+    goals = await context.stores.memory.goals(_person(context))
     if not goals:
         return "No active goals."
     return "\n".join(
@@ -110,7 +107,7 @@ async def set_goal(context: ToolContext, arguments: Arguments) -> str:
     title = _text(arguments, "title", limit=200)
     due_text = _optional_text(arguments, "due", limit=40)
     due = parse_when(due_text, context.now, context.timezone) if due_text else None
-    goal = await context.store.add_goal(_person(context), context.conversation.id, title, due, context.now)
+    goal = await context.stores.memory.add_goal(_person(context), context.conversation.id, title, due, context.now)
     return f"Goal #{goal} set: {title}"
 
 
@@ -122,7 +119,7 @@ async def update_goal(context: ToolContext, arguments: Arguments) -> str:
     title = _optional_text(arguments, "title", limit=200)
     if status is None and title is None:
         raise ValueError("give a new 'status' or 'title'")
-    changed = await context.store.update_goal(
+    changed = await context.stores.memory.update_goal(
         _person(context), context.conversation.id, goal, context.now, status=status, title=title
     )
     return f"Goal #{goal} updated." if changed else f"There is no goal #{goal}."
@@ -131,7 +128,7 @@ async def update_goal(context: ToolContext, arguments: Arguments) -> str:
 async def schedule_followup(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "text", limit=300)
     due = parse_when(_text(arguments, "when", limit=40), context.now, context.timezone)
-    item = await context.store.add_followup(
+    item = await context.stores.memory.add_followup(
         _person(context), context.conversation.id, "reminder", text, due, context.now
     )
     return f"Follow-up #{item} scheduled for {format_moment(due, context.timezone)}: {text}"
@@ -141,12 +138,14 @@ async def watch_event(context: ToolContext, arguments: Arguments) -> str:
     text = _text(arguments, "description", limit=300)
     when = _optional_text(arguments, "when", limit=40)
     due = parse_when(when, context.now, context.timezone) if when else None
-    item = await context.store.add_followup(_person(context), context.conversation.id, "watch", text, due, context.now)
+    item = await context.stores.memory.add_followup(
+        _person(context), context.conversation.id, "watch", text, due, context.now
+    )
     return f"Watching for #{item}: {text}"
 
 
 async def list_followups(context: ToolContext, arguments: Arguments) -> str:
-    items = await context.store.followups(_person(context))
+    items = await context.stores.memory.followups(_person(context))
     if not items:
         return "No follow-ups."
     lines = []
@@ -159,7 +158,7 @@ async def list_followups(context: ToolContext, arguments: Arguments) -> str:
 
 async def pause_followup(context: ToolContext, arguments: Arguments) -> str:
     item = _id(arguments, "followup_id")
-    changed = await context.store.set_followup_status(
+    changed = await context.stores.memory.set_followup_status(
         _person(context), context.conversation.id, item, "paused", context.now
     )
     return f"Follow-up #{item} paused." if changed else f"There is no open follow-up #{item}."
@@ -169,7 +168,7 @@ async def memory_overview(context: ToolContext, origins: dict[str, str] | None =
     """What `/memory` shows. With `origins` (`pad:ID`, `goal:ID`, `followup:ID` to an account's
     name), each line says which account it came from."""
     person = _person(context)
-    pad = await context.store.normal_pad(person)
+    pad = await context.stores.pads.normal_pad(person)
     parts = ["What I keep about you (normal memory):"]
     parts += [f"#{e.id} {e.text}" for e in pad] or ["(nothing yet)"]
     goals, followups = await list_goals(context, {}), await list_followups(context, {})
@@ -282,7 +281,7 @@ MEMORY_TOOLS = (
 
 async def cancel_followup(context: ToolContext, arguments: Arguments) -> str:
     item = _id(arguments, "followup_id")
-    changed = await context.store.set_followup_status(
+    changed = await context.stores.memory.set_followup_status(
         _person(context), context.conversation.id, item, "cancelled", context.now
     )
     return f"Follow-up #{item} cancelled." if changed else f"There is no open follow-up #{item}."
@@ -305,11 +304,11 @@ async def memory_command(context: ToolContext, args: str) -> str:
     # Only the command says whose accounts share it: the model's memory tool never reads platform ids.
     from core.values.names import describe_account
 
-    accounts = await context.store.accounts_of(person)
+    accounts = await context.stores.origins.accounts_of(person)
     if len(accounts) < 2:
         return await memory_overview(context)
     # Linked: each line says which account it was said from (only here, never to the model).
-    origins = {key: describe_account(a) for key, a in (await context.store.memory_origins(person)).items()}
+    origins = {key: describe_account(a) for key, a in (await context.stores.origins.memory_origins(person)).items()}
     overview = await memory_overview(context, origins)
     return f"{overview}\n\nShared by your linked accounts: {', '.join(describe_account(a) for a in accounts)}."
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from core.ports import BaseStore
+from core.ports.store.links import OriginStore
+from core.ports.store.memory import MemoryStore
+from core.ports.store.timeline import PadReader
 from core.values import copy
 from core.values.errors import PrivateWriteRefused
 from core.values.model import Conversation, ToolCall, ToolSpec
@@ -28,12 +30,21 @@ PRIVATE_FORBIDDEN = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class ToolStores:
+    """The store's slices the memory tools and commands use (core/memory/operations.py)."""
+
+    memory: MemoryStore
+    pads: PadReader  # the normal pad, for /memory
+    origins: OriginStore  # which linked account each memory came from, for /memory
+
+
+@dataclass(frozen=True, slots=True)
 class ToolContext:
     conversation: Conversation
     state: ModeState
     now: float
     timezone: str
-    store: BaseStore
+    stores: ToolStores
 
 
 # A tool call's arguments, as the model sent them (JSON object).

@@ -4,9 +4,9 @@ the store's (it outlives a restart); the policy and its words are here, once."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from core.ports.store.attempts import AttemptLog
 from core.values.durations import describe_seconds
 
 ATTEMPTS = 5
@@ -34,6 +34,7 @@ class Lockout:
         locks: the same in the middle of a sentence ("private mode", "linking").
         secret: what is guessed ("passphrase", "code").
         wrong: the sentence that says a try was wrong.
+        attempts: the store's log of this kind of entry's wrong tries.
         tail: words after the count of tries left (" Nothing changed.").
     """
 
@@ -41,15 +42,13 @@ class Lockout:
     locks: str
     secret: str
     wrong: str
-    failed_since: Callable[[int, float], Awaitable[list[float]]]
-    record_failed: Callable[[int, float, float], Awaitable[None]]
-    clear_failed: Callable[[int], Awaitable[None]]
+    attempts: AttemptLog
     tail: str = ""
 
     async def refusal(self, account_id: int, now: float) -> tuple[str | None, list[float]]:
         """The line to answer while the account is locked out (None: it may try), and its recent
         wrong tries (for `failed`)."""
-        attempts = await self.failed_since(account_id, now - WINDOW - DURATION)
+        attempts = await self.attempts.failed_since(account_id, now - WINDOW - DURATION)
         until = locked_until(attempts)
         if until is not None and now < until:
             line = f"{self.subject} is locked after too many wrong {self.secret}s; try again in {describe_seconds(until - now)}."
@@ -58,7 +57,7 @@ class Lockout:
 
     async def failed(self, account_id: int, now: float, attempts: list[float]) -> tuple[str, int]:
         """Record a wrong try; the line to answer, and how many wrong tries are in the window now."""
-        await self.record_failed(account_id, now, now - KEEP_SECONDS)
+        await self.attempts.record_failed(account_id, now, now - KEEP_SECONDS)
         recent = [t for t in attempts if t > now - WINDOW] + [now]
         if locked_until(recent) is not None:
             return (
@@ -73,4 +72,4 @@ class Lockout:
         )
 
     async def succeeded(self, account_id: int) -> None:
-        await self.clear_failed(account_id)
+        await self.attempts.clear_failed(account_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from core.ports import BaseProvider
+from core.ports.model import BaseProvider
 from core.values import copy
 from core.values.errors import ProviderError
 from core.values.model import ChatMessage, CompletionRequest

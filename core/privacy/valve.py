@@ -8,7 +8,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.ports import Clock, ModeStore
+from core.ports.clock import Clock
+from core.ports.store.attempts import AttemptLog
+from core.ports.store.modes import ModeStore
 from core.privacy.lockout import Lockout
 from core.privacy.secrets import InvalidPassphraseHash, PassphraseHash
 from core.values.durations import describe_seconds, parse_expiry
@@ -37,6 +39,7 @@ class ModeValve:
     def __init__(
         self,
         store: ModeStore,
+        attempts: AttemptLog,
         clock: Clock,
         *,
         passphrase_hash: str | None,
@@ -55,9 +58,7 @@ class ModeValve:
             "private mode",
             "passphrase",
             "That passphrase is not right.",
-            store.failed_attempts_since,
-            store.record_failed_attempt,
-            store.clear_failed_attempts,
+            attempts,
         )
         self._idle = idle_seconds
         self._read_timeout = read_timeout

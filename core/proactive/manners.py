@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, time
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.ports import ProactiveStore
+from core.ports.store.proactive import PrefsReader
 from core.values.model import ProactivePrefs
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def why_not(now: float, prefs: ProactivePrefs, manners: Manners, sent_today: int
     return None
 
 
-async def timezone_of(store: ProactiveStore, person_id: int | None, default: str) -> str:
+async def timezone_of(store: PrefsReader, person_id: int | None, default: str) -> str:
     """The person's time zone (/timezone), else `default` (COMPANION_TIMEZONE): every time a person is
     shown, and every clock time they give, is in it."""
     if person_id is None:

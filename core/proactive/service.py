@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
 from core.memory.context import ContextAssembler
-from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics
+from core.ports.clock import Clock
+from core.ports.metrics import NO_METRICS, Metrics
+from core.ports.model import BaseProvider
+from core.ports.store.proactive import ProactiveStore
 from core.proactive.manners import Manners, local, local_day, why_not, zone_of
 from core.values import copy
 from core.values.model import ChatMessage, CompletionRequest, ProactiveCandidate, ProactiveDecision
@@ -57,7 +60,7 @@ class ProactiveService:
     """The triage behind the `proactive` scheduler job.
 
     Args:
-        store: the store (candidates, claims, decisions, the masked normal view).
+        store: candidates, claims, decisions and manners.
         provider: writes nudges (or answers the silence sentinel).
         clock: the one clock schedules, budgets and quiet hours are computed from.
         outbox: sends what a claim wrote; its registered platforms are where anything can go.
@@ -66,7 +69,7 @@ class ProactiveService:
 
     def __init__(
         self,
-        store: BaseStore,
+        store: ProactiveStore,
         provider: BaseProvider,
         clock: Clock,
         outbox: Outbox,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.ports import NO_METRICS, Clock, Metrics
+from core.ports.clock import Clock
+from core.ports.metrics import NO_METRICS, Metrics
 from core.values.model import Event, RunRecord
 
 

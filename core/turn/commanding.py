@@ -41,7 +41,7 @@ class CommandRunner:
         if state.unreadable and not info.runs_when_unreadable:
             return await self._responder.finish(turn, copy.MODE_UNREADABLE, delete_inbound=carries_secret, queued=False)
         try:
-            stored_id = await services.store.add_message(
+            stored_id = await services.log.add_message(
                 turn.conversation.id,
                 "user",
                 stored,
@@ -62,7 +62,7 @@ class CommandRunner:
             # unless the command itself changed the mode (/private opened one, /normal or /forget
             # private closed it).
             delivers = self._responder.delivers(turn.message.platform)
-            segment = await services.store.open_segment_of(turn.conversation.id) if delivers else None
+            segment = await services.segments.open_segment_of(turn.conversation.id) if delivers else None
             final = await self._responder.finish(
                 turn, reply.text, segment_id=segment.id if segment else None, delete_inbound=carries_secret
             )

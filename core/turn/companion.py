@@ -47,7 +47,6 @@ class Companion:
     def __init__(self, parts: Parts, config: CompanionConfig, *, burst_sleep: Sleep = asyncio.sleep) -> None:
         self.config = config
         self.parts = parts
-        self.store = parts.store
         self.provider = parts.provider
         self.clock = parts.clock
         self.valve = parts.valve
@@ -57,6 +56,10 @@ class Companion:
         self.outbox = parts.outbox
         self.proactive = parts.proactive
         self._handoff = parts.handoff
+        self._inbox = parts.inbox
+        self._timeline = parts.timeline
+        self._quotes = parts.quotes
+        self._edits = parts.edits
         self._people = parts.people
         self._recovery = parts.recovery
         self._responder = parts.responder
@@ -146,8 +149,7 @@ class Companion:
         checkpoint a reader blocked earlier (the store keeps it owed in a durable flag).
         Idle and expiry also end private mode at read time. What an expired interval's answers
         showed while written is withdrawn (their retractions are sent)."""
-        await self.store.delete_expired_artifacts(self.clock.now())
-        deleted = await self.store.delete_expired_segments(self.clock.now())
+        deleted = await self._recovery.sweep()
         if deleted and self.outbox is not None:
             self.outbox.interval_ended()
         return deleted
@@ -226,7 +228,15 @@ class Companion:
         if event.restarted is not None and not _private_mode_runs(event):
             return await self._keep_unread(turn, event, event.restarted)
         if kind is EventKind.EDIT:
-            edited = await edits.answer_edit(turn, state, store=self.store, clock=self.clock, responder=self._responder)
+            edited = await edits.answer_edit(
+                turn,
+                state,
+                edits=self._edits,
+                timeline=self._timeline,
+                quotes=self._quotes,
+                clock=self.clock,
+                responder=self._responder,
+            )
             return _or_silent(edited, Silence.NO_ANSWER)  # applied or dropped, without an answer
         if kind is EventKind.COMMAND and event.info is not None and event.command is not None:
             ran = await self._commands.run(turn, event.info, event.command.args, state)
@@ -279,9 +289,9 @@ class Companion:
         media = await self.media.read(message, conversation.id, private=state.is_private) if message.media else None
         # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
         said = dataclasses.replace(message, text=media.text) if media else message
-        composed = await quotes.compose(self.store, conversation, said, visible_segment=segment_id)
+        composed = await quotes.compose(self._quotes, conversation, said, visible_segment=segment_id)
         # Stored before the provider is called: a provider failure loses nothing.
-        message_id = await self.store.add_inbound(
+        message_id = await self._inbox.add_inbound(
             conversation.id,
             composed.text,
             self.clock.now(),

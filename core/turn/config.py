@@ -10,16 +10,23 @@ from core.delivery.outbox import Outbox
 from core.delivery.typing import TypingService
 from core.memory.capture import CaptureService
 from core.memory.context import ContextAssembler, ContextBudget, Persona
-from core.ports import BaseProvider, BaseStore, Clock
+from core.ports.chat import AdapterStateStore
+from core.ports.clock import Clock
+from core.ports.model import BaseProvider
+from core.ports.store.quotes import EditStore, QuoteStore
+from core.ports.store.timeline import InboxStore, TimelineLog
 from core.privacy.valve import ModeValve
 from core.proactive.service import ProactiveConfig, ProactiveService
 from core.turn.commanding import CommandRunner
+from core.turn.controls import OwnerReads
 from core.turn.gate import Gate
 from core.turn.lanes import Lanes
 from core.turn.media import MediaReader
 from core.turn.people import People
+from core.turn.preview import NormalPreview
 from core.turn.recovery import Recovery
 from core.turn.responder import LaneKey, Responder
+from core.turn.transcript import Transcripts
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +67,9 @@ class CompanionConfig:
 
 @dataclass(frozen=True, slots=True)
 class Parts:
-    """What the companion is made of; bot/bootstrap.py builds every part."""
+    """What the companion is made of; bot/bootstrap.py builds every part, and hands each the
+    slices of the store it names (core/ports/store/)."""
 
-    store: BaseStore
     provider: BaseProvider
     clock: Clock
     valve: ModeValve
@@ -78,5 +85,16 @@ class Parts:
     # The edge: where answers are handed off (core/delivery/handoff.py) and the typing indicator.
     handoff: HandOff
     typing: TypingService
+    # What the lane's own steps write and read: the user's message, an edit, a quote.
+    inbox: InboxStore
+    timeline: TimelineLog
+    quotes: QuoteStore
+    edits: EditStore
+    # Where the platforms' intakes keep their offsets and cursors (CoreEntry.state).
+    state: AdapterStateStore
+    # The readers the web chat's pages are built from (bot/bootstrap.py `web_core`).
+    preview: NormalPreview
+    transcripts: Transcripts
+    owner_reads: OwnerReads
     outbox: Outbox | None = None
     proactive: ProactiveService | None = None

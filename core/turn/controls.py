@@ -20,7 +20,12 @@ from dataclasses import dataclass
 
 from core.commands.call import Command
 from core.commands.registry import command_info
-from core.ports import BaseStore, Clock
+from core.ports.clock import Clock
+from core.ports.store.bindings import BindingList
+from core.ports.store.memory import MemoryStore
+from core.ports.store.modes import IntervalList
+from core.ports.store.proactive import DecisionLog, PrefsReader
+from core.ports.store.timeline import DirectConversations, PadReader
 from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners, budget_of, cooldown_of, zone_of
 from core.turn.commanding import CommandRunner
@@ -103,6 +108,20 @@ class ConversationIntervals:
     intervals: tuple[Interval, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class OwnerReads:
+    """What the owner's pages read of the store, each slice by name (bot/bootstrap.py passes each
+    its query class): normal mode's reads only."""
+
+    conversations: DirectConversations
+    intervals: IntervalList  # their times only
+    memory: MemoryStore  # notes, goals, follow-ups (every change is a command's)
+    pads: PadReader  # the normal pad, never a private one
+    prefs: PrefsReader
+    decisions: DecisionLog  # never one of private mode
+    bindings: BindingList
+
+
 class OwnerControls:
     """The owner's pages' reads and changes; bot/bootstrap.py `owner_controls` builds it.
 
@@ -112,7 +131,7 @@ class OwnerControls:
 
     def __init__(
         self,
-        store: BaseStore,
+        reads: OwnerReads,
         clock: Clock,
         valve: ModeValve,
         people: People,
@@ -123,7 +142,7 @@ class OwnerControls:
         home: ConversationKey,
         home_user: str,
     ) -> None:
-        self._store = store
+        self._reads = reads
         self._clock = clock
         self._valve = valve
         self._people = people
@@ -139,24 +158,25 @@ class OwnerControls:
     async def conversations(self) -> list[Conversation]:
         """The owner's one-to-one conversations on every platform, oldest first."""
         account, _ = await self.home()
-        return await self._store.conversations_of(account.person_id)
+        return await self._reads.conversations.conversations_of(account.person_id)
 
     async def timezone(self) -> str:
         account, _ = await self.home()
-        prefs = await self._store.proactive_prefs(account.person_id)
+        prefs = await self._reads.prefs.proactive_prefs(account.person_id)
         return zone_of(prefs, self._manners).key
 
     async def memory(self) -> OwnerMemory:
         """Normal memory and settings, as normal mode reads them."""
         account, _ = await self.home()
-        person, store = account.person_id, self._store
-        prefs = await store.proactive_prefs(person)
-        mirrors = [Mirrors(c, tuple(await store.bindings_of(c.id))) for c in await store.conversations_of(person)]
+        person, reads = account.person_id, self._reads
+        prefs = await reads.prefs.proactive_prefs(person)
+        conversations = await reads.conversations.conversations_of(person)
+        mirrors = [Mirrors(c, tuple(await reads.bindings.bindings_of(c.id))) for c in conversations]
         return OwnerMemory(
-            pad=tuple(await store.normal_pad(person)),
-            notes=tuple(await store.notes(person, NOTES_SHOWN)),
-            goals=tuple(await store.goals(person)),
-            followups=tuple(await store.followups(person)),
+            pad=tuple(await reads.pads.normal_pad(person)),
+            notes=tuple(await reads.memory.notes(person, NOTES_SHOWN)),
+            goals=tuple(await reads.memory.goals(person)),
+            followups=tuple(await reads.memory.followups(person)),
             mirrors=tuple(m for m in mirrors if m.bindings),
             nudges=NudgeSettings(
                 budget=budget_of(prefs, self._manners),
@@ -165,7 +185,7 @@ class OwnerControls:
                 cooldown=cooldown_of(prefs, self._manners),
                 pinned=prefs.pinned_conversation_id is not None,
             ),
-            decisions=tuple(await store.latest_decisions(person, DECISIONS_SHOWN)),
+            decisions=tuple(await reads.decisions.latest_decisions(person, DECISIONS_SHOWN)),
             timezone=zone_of(prefs, self._manners).key,
         )
 
@@ -175,7 +195,7 @@ class OwnerControls:
         now = self._clock.now()
         found = []
         for conversation in await self.conversations():
-            segments = await self._store.private_intervals(conversation.id, now)
+            segments = await self._reads.intervals.private_intervals(conversation.id, now)
             if segments:
                 intervals = tuple(
                     Interval(
@@ -206,7 +226,7 @@ class OwnerControls:
             raise ValueError(f"/{name} is not run from a page")
         account, conversation = await self.home()
         if conversation_id is not None and conversation_id != conversation.id:
-            owned = {c.id: c for c in await self._store.conversations_of(account.person_id)}
+            owned = {c.id: c for c in await self._reads.conversations.conversations_of(account.person_id)}
             if conversation_id not in owned:
                 raise NotTheOwners(f"conversation {conversation_id} is not the owner's")
             conversation = owned[conversation_id]

@@ -10,7 +10,9 @@ import dataclasses
 import logging
 
 from core.commands.registry import carries_secret
-from core.ports import BaseStore, Clock
+from core.ports.clock import Clock
+from core.ports.store.quotes import EditStore, QuoteStore
+from core.ports.store.timeline import TimelineLog
 from core.turn.media import AUDIO_KINDS, unread_text
 from core.turn.quotes import compose
 from core.turn.responder import Responder
@@ -26,7 +28,14 @@ CORRECTION_WINDOW = 120.0
 
 
 async def answer_edit(
-    turn: Turn, state: ModeState, *, store: BaseStore, clock: Clock, responder: Responder
+    turn: Turn,
+    state: ModeState,
+    *,
+    edits: EditStore,
+    timeline: TimelineLog,
+    quotes: QuoteStore,
+    clock: Clock,
+    responder: Responder,
 ) -> Reply | None:
     """Apply an edit (`turn.message.edited`) made in `state` (the mode the gate decided for it);
     returns the correction's reply, or None (nothing sent).
@@ -58,7 +67,7 @@ async def answer_edit(
         # (nothing is fetched again: the media did not change).
         message = dataclasses.replace(message, text=unread_text(message))
     now = clock.now()
-    stored = await store.editable_message(conversation.id, platform_id, now)
+    stored = await edits.editable_message(conversation.id, platform_id, now)
     if stored is None:
         # Never stored, or its private interval expired or was deleted: an edit never brings
         # a message back, and never stores one anew (in whatever mode the chat is in now).
@@ -68,8 +77,8 @@ async def answer_edit(
         if state.is_private:
             # Typed while private: private input, kept in the open interval and expiring with it.
             # The row it edits (normal, or of another interval) keeps its words.
-            composed = await compose(store, conversation, message, visible_segment=state.segment_id)
-            await store.add_message(
+            composed = await compose(quotes, conversation, message, visible_segment=state.segment_id)
+            await timeline.add_message(
                 conversation.id,
                 "user",
                 f"{copy.EDIT_KEPT_PRIVATE_LINE}\n{composed.text}",
@@ -83,13 +92,13 @@ async def answer_edit(
         log.info("conversation %s: an edit of a private message was dropped in normal mode", conversation.id)
         return None
     # The quote is read in the message's own mode, as when it was first stored.
-    composed = await compose(store, conversation, message, visible_segment=stored.segment_id)
-    if not await store.edit_message(stored.id, stored.segment_id, composed.text, now, said=composed.said):
+    composed = await compose(quotes, conversation, message, visible_segment=stored.segment_id)
+    if not await edits.edit_message(stored.id, stored.segment_id, composed.text, now, said=composed.said):
         return None
     size = len(composed.text)
     log.info("conversation %s: message %s edited (%d chars)", conversation.id, stored.id, size)
     if stored.turn != "done":
         return None  # its answer is still to come (a burst, a cut-off turn) and reads the new words
-    if not await store.answered_since(conversation.id, stored.id, now - CORRECTION_WINDOW):
+    if not await edits.answered_since(conversation.id, stored.id, now - CORRECTION_WINDOW):
         return None
     return await responder.answer(turn, state, stored.id, note=copy.EDIT_CORRECTION)

@@ -18,7 +18,8 @@ from collections.abc import Awaitable
 from core.commands.registry import carries_secret, command_of, command_specs
 from core.delivery.handoff import HandOff
 from core.delivery.typing import TypingService
-from core.ports import NO_METRICS, AdapterStateStore, Metrics, Platform
+from core.ports.chat import AdapterStateStore, Platform
+from core.ports.metrics import NO_METRICS, Metrics
 from core.turn.companion import Companion, flush_share
 from core.turn.lanes import LanesClosed
 from core.values import copy
@@ -40,9 +41,10 @@ class CoreEntry:
         *,
         metrics: Metrics = NO_METRICS,
         edge: EdgeSettings | None = None,
+        state: AdapterStateStore | None = None,
     ) -> None:
         self.commands: tuple[CommandSpec, ...] = command_specs()
-        self.state: AdapterStateStore | None = companion.store
+        self.state = state
         self._companion = companion
         self._handoff = handoff
         self._typing = typing

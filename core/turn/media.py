@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.ports import Transcriber
+from core.ports.model import Transcriber
 from core.values import copy
 from core.values.edge import IMAGE_MIME_TYPES, MAX_MEDIA_BYTES
 from core.values.errors import MediaUnavailable, TranscriptionFailed

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from core.ports import BaseStore, Clock
+from core.ports.clock import Clock
+from core.ports.store.chats import ChatMoveStore
+from core.ports.store.links import AccountMerge
+from core.ports.store.timeline import AccountStore
 from core.values import copy
 from core.values.errors import LinkConflict, PrivateWriteRefused
 from core.values.model import Account, ChatMove, Conversation, InboundMessage, Reply
@@ -25,14 +28,18 @@ class People:
 
     def __init__(
         self,
-        store: BaseStore,
+        accounts: AccountStore,
+        merge: AccountMerge,
+        chats: ChatMoveStore,
         clock: Clock,
         *,
         allowed_accounts: frozenset[str] = frozenset(),  # "platform:user_id"
         owner_accounts: frozenset[str] = frozenset(),
         web_owner: bool = False,
     ) -> None:
-        self._store = store
+        self._accounts = accounts
+        self._merge = merge
+        self._chats = chats
         self._clock = clock
         self._allowed = allowed_accounts
         # With the HTTP service on, the signed-in web user is the owner too, linked like COMPANION_OWNER.
@@ -63,8 +70,8 @@ class People:
         if known is not None:
             return known
         now = self._clock.now()
-        account = await self._store.ensure_account(message.platform, message.user_id, message.user_name, now)
-        conversation = await self._store.ensure_conversation(
+        account = await self._accounts.ensure_account(message.platform, message.user_id, message.user_name, now)
+        conversation = await self._accounts.ensure_conversation(
             message.key, "direct" if message.is_direct else "group", account.person_id, now
         )
         if len(self._resolved) >= RESOLVED_MAX:
@@ -78,7 +85,7 @@ class People:
         It waits on no conversation: the store re-keys, and every chat is resolved afresh after."""
         if old_chat_id == new_chat_id:
             return ChatMove()
-        moved = await self._store.move_chat(platform, old_chat_id, new_chat_id, self._clock.now())
+        moved = await self._chats.move_chat(platform, old_chat_id, new_chat_id, self._clock.now())
         self._resolved.clear()
         log.info(
             "%s: a chat moved to a new id: conversation %s%s, %d bindings, %d pending deliveries follow it%s",
@@ -94,7 +101,7 @@ class People:
     async def owner(self) -> Account:
         """The owner's account at the terminal: its person holds the owner's accounts linked by
         COMPANION_OWNER (and the web chat's, where it is served)."""
-        return await self._store.ensure_account("terminal", TERMINAL_OWNER, None, self._clock.now())
+        return await self._accounts.ensure_account("terminal", TERMINAL_OWNER, None, self._clock.now())
 
     async def link_owner(self) -> None:
         """COMPANION_OWNER (and the web's account, with the HTTP service on): the listed accounts and
@@ -103,12 +110,12 @@ class People:
         if not self._owner:
             return
         now = self._clock.now()
-        terminal = await self._store.ensure_account("terminal", TERMINAL_OWNER, None, now)
+        terminal = await self._accounts.ensure_account("terminal", TERMINAL_OWNER, None, now)
         for item in sorted(self._owner):
             platform, _, user_id = item.partition(":")
-            account = await self._store.ensure_account(platform, user_id, None, now)
+            account = await self._accounts.ensure_account(platform, user_id, None, now)
             try:
-                await self._store.merge_accounts(terminal.id, account.id, now)
+                await self._merge.merge_accounts(terminal.id, account.id, now)
             except (PrivateWriteRefused, LinkConflict) as exc:
                 log.warning("COMPANION_OWNER: account %s was not linked to the owner (%s)", account.id, exc)
         self.accounts_changed()

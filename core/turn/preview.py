@@ -30,7 +30,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from core.ports import BaseProvider, BaseStore
+from core.ports.model import BaseProvider
+from core.ports.store.modes import OpenSegmentRead
+from core.ports.store.timeline import DirectConversations
 from core.turn.lanes import Lanes
 from core.turn.people import People
 from core.turn.responder import LaneKey, Responder, prompt_bytes
@@ -81,13 +83,19 @@ class RequestPreview:
 
 
 class NormalPreview:
-    """Builds the `/context` previews; bot/bootstrap.py `normal_preview` builds it from the
-    companion's parts."""
+    """Builds the `/context` previews; bot/bootstrap.py builds it with the companion's parts."""
 
     def __init__(
-        self, store: BaseStore, provider: BaseProvider, responder: Responder, lanes: Lanes[LaneKey], people: People
+        self,
+        conversations: DirectConversations,
+        segments: OpenSegmentRead,
+        provider: BaseProvider,
+        responder: Responder,
+        lanes: Lanes[LaneKey],
+        people: People,
     ) -> None:
-        self._store = store
+        self._conversations = conversations
+        self._segments = segments
         self._provider = provider
         self._responder = responder
         self._lanes = lanes
@@ -96,7 +104,7 @@ class NormalPreview:
     async def owner_conversations(self) -> list[Conversation]:
         """The owner's one-to-one conversations on every platform (their linked accounts'), oldest first."""
         owner = await self._people.owner()
-        return await self._store.conversations_of(owner.person_id)
+        return await self._conversations.conversations_of(owner.person_id)
 
     async def of_owner(self, upcoming: str = UPCOMING) -> list[RequestPreview]:
         """`of` each of the owner's conversations, oldest first."""
@@ -109,7 +117,7 @@ class NormalPreview:
         return await self._lanes.run(key, lambda: self._build(conversation, upcoming))
 
     async def _build(self, conversation: Conversation, upcoming: str) -> RequestPreview:
-        segment = await self._store.open_segment_of(conversation.id)
+        segment = await self._segments.open_segment_of(conversation.id)
         # Normal mode's view whatever the conversation's mode is now: the NORMAL state, never the
         # valve's nor the open segment's (no private pad, no private summary, the interval masked).
         prepared = await self._responder.prepare(conversation, NORMAL, upcoming=upcoming)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.commands.registry import carries_secret
-from core.ports import QuoteStore
+from core.ports.store.quotes import QuoteStore
 from core.values import copy
 from core.values.model import Conversation, InboundMessage
 from core.values.names import clean_name, speaker_name

@@ -15,7 +15,10 @@ import dataclasses
 import logging
 
 from core.delivery.outbox import Outbox
-from core.ports import BaseStore, Clock
+from core.ports.clock import Clock
+from core.ports.store.lifetime import ArtifactExpiry
+from core.ports.store.modes import CrashModes
+from core.ports.store.timeline import OpenTurnStore
 from core.privacy.valve import ModeValve
 from core.turn.responder import Responder
 from core.values import copy
@@ -42,7 +45,9 @@ class ClosedByRestart:
 class Recovery:
     def __init__(
         self,
-        store: BaseStore,
+        modes: CrashModes,
+        turns: OpenTurnStore,
+        artifacts: ArtifactExpiry,
         clock: Clock,
         valve: ModeValve,
         responder: Responder,
@@ -51,7 +56,9 @@ class Recovery:
         outbox: Outbox | None = None,
     ) -> None:
         self._outbox = outbox
-        self._store = store
+        self._modes = modes
+        self._turns = turns
+        self._artifacts = artifacts
         self._clock = clock
         self._valve = valve
         self._responder = responder
@@ -70,11 +77,11 @@ class Recovery:
         artifacts); each deletion also finishes a checkpoint a reader blocked before the stop, so
         deleted text leaves the database files."""
         self.started_at = self._clock.now()
-        closed = await self._store.close_crash_open_segments(self._platforms, now=self.started_at)
+        closed = await self._modes.close_crash_open_segments(self._platforms, now=self.started_at)
         self._restart_closed.update(closed)
         self._closed_at_start.update(closed)
-        expired = await self._store.delete_expired_segments(self._clock.now())
-        artifacts = await self._store.delete_expired_artifacts(self._clock.now())
+        expired = await self._modes.delete_expired_segments(self._clock.now())
+        artifacts = await self._artifacts.delete_expired_artifacts(self._clock.now())
         if closed or expired or artifacts:
             log.info(
                 "start-up: closed open segments in %d conversations, deleted %d expired segments"
@@ -83,6 +90,12 @@ class Recovery:
                 expired,
                 artifacts,
             )
+
+    async def sweep(self) -> int:
+        """Scheduled (`Companion.sweep`): delete crossing artifacts past their retention, then the
+        segments whose expiry passed. Returns how many segments were deleted."""
+        await self._artifacts.delete_expired_artifacts(self._clock.now())
+        return await self._modes.delete_expired_segments(self._clock.now())
 
     def restart_notice(self, conversation_id: int) -> bool:
         """Whether the next reply of the conversation first says that a restart ended private mode."""
@@ -93,14 +106,14 @@ class Recovery:
 
     async def cut_off_turns(self) -> list[OpenTurn]:
         """The normal turns the last process was cut off in (a turn this process began is running)."""
-        return [t for t in await self._store.open_turns(self._platforms) if t.created_at < self.started_at]
+        return [t for t in await self._turns.open_turns(self._platforms) if t.created_at < self.started_at]
 
     async def answer_cut_off(self, open_turn: OpenTurn) -> Reply | None:
         """Answer one cut-off turn (in its conversation's lane): younger than ten minutes it is
         answered, older it is asked for again; None when it is no longer open or the person went on
         in private mode meanwhile (it is left unread)."""
         conversation = open_turn.conversation
-        if not await self._store.turn_is_open(open_turn.message_id):
+        if not await self._turns.turn_is_open(open_turn.message_id):
             return None  # a newer message of the conversation was answered first, and closed it
         state = await self._valve.settle(conversation)
         if state.is_private or state.unreadable:
@@ -146,7 +159,7 @@ class Recovery:
         if not conversation.is_direct or message.sent_at is None or not self.sent_before_start(message):
             return None
         # The platform's clock and ours may differ a little: the margin errs toward the interval.
-        segment_id = await self._store.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
+        segment_id = await self._modes.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
         if segment_id is not None:
             return ClosedByRestart(segment_id)
         if conversation.id in self._closed_at_start:
@@ -178,7 +191,7 @@ class Recovery:
         message_id = None
         if stored is not None:
             if kind == "chat":
-                message_id = await self._store.add_inbound(
+                message_id = await self._turns.add_inbound(
                     conversation.id,
                     stored,
                     self._clock.now(),
@@ -187,7 +200,7 @@ class Recovery:
                     platform_message_id=message.message_id,
                 )
             else:
-                message_id = await self._store.add_message(
+                message_id = await self._turns.add_message(
                     conversation.id,
                     "user",
                     stored,

@@ -22,8 +22,13 @@ from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
 from core.memory.context import AssembledContext, ContextAssembler
 from core.memory.tool_syntax import only_tool_call
-from core.memory.tools import Tool, ToolContext, ToolRegistry, ToolSupport, run_tool_call
-from core.ports import NO_METRICS, BaseProvider, BaseStore, Clock, Metrics, PartialSink
+from core.memory.tools import Tool, ToolContext, ToolRegistry, ToolStores, ToolSupport, run_tool_call
+from core.ports.clock import Clock
+from core.ports.metrics import NO_METRICS, Metrics
+from core.ports.model import BaseProvider, PartialSink
+from core.ports.store.memory import RunLog
+from core.ports.store.proactive import PrefsReader
+from core.ports.store.timeline import ReplyStore
 from core.privacy.valve import ModeValve
 from core.proactive.manners import timezone_of
 from core.turn.analytics import RunRecorder
@@ -75,7 +80,10 @@ class Responder:
 
     def __init__(
         self,
-        store: BaseStore,
+        replies: ReplyStore,
+        runs: RunLog,
+        prefs: PrefsReader,
+        tool_stores: ToolStores,
         provider: BaseProvider,
         clock: Clock,
         valve: ModeValve,
@@ -91,7 +99,10 @@ class Responder:
         tool_support: ToolSupport | None = None,
     ) -> None:
         self._metrics = metrics
-        self._store = store
+        self._replies = replies
+        self._runs = runs
+        self._prefs = prefs
+        self._tool_stores = tool_stores
         self._provider = provider
         self._clock = clock
         self._valve = valve
@@ -256,7 +267,7 @@ class Responder:
         if stored_text is None and answers is None and target is None and run is None:
             return Reply(text, delete_inbound=delete_inbound)
         started = time.perf_counter()
-        recorded = await self._store.record_reply(
+        recorded = await self._replies.record_reply(
             turn.conversation.id,
             text,
             self._clock.now(),
@@ -333,13 +344,13 @@ class Responder:
                 return text + copy.CUT_OFF_MARKER if completion.truncated else text
             rounds += 1
             messages.append(ChatMessage("assistant", completion.text or None, completion.tool_calls))
-            timezone = await timezone_of(self._store, conversation.person_id, self._timezone)
-            tool_context = ToolContext(conversation, state, self._clock.now(), timezone, self._store)
+            timezone = await timezone_of(self._prefs, conversation.person_id, self._timezone)
+            tool_context = ToolContext(conversation, state, self._clock.now(), timezone, self._tool_stores)
             for call in completion.tool_calls:
                 started = time.perf_counter()
                 result = await run_tool_call(offered, call, tool_context)
                 status = "error" if result.startswith("error") else "ok"
-                await self._store.record_tool_operation(
+                await self._runs.record_tool_operation(
                     conversation.id,
                     segment_id,
                     call.name[:64],
@@ -363,7 +374,7 @@ class Responder:
 
     async def _save_run(self, run: RunRecord) -> None:
         try:
-            await self._store.save_run(run)
+            await self._runs.save_run(run)
         except Exception as exc:  # noqa: BLE001 - analytics never breaks a turn
             log.warning("analytics run could not be written (%s)", type(exc).__name__)
 

@@ -10,7 +10,7 @@ Commands and their answers are not in it (they are not chat messages of the view
 
 from __future__ import annotations
 
-from core.ports import BaseStore
+from core.ports.store.timeline import TranscriptStore
 from core.privacy.valve import ModeValve
 from core.turn.lanes import Lanes
 from core.turn.responder import LaneKey
@@ -23,7 +23,7 @@ from core.values.transcript import Transcript as Transcript
 class Transcripts:
     """Reads transcripts and modes; bot/bootstrap.py builds it from the companion's parts."""
 
-    def __init__(self, store: BaseStore, valve: ModeValve, lanes: Lanes[LaneKey]) -> None:
+    def __init__(self, store: TranscriptStore, valve: ModeValve, lanes: Lanes[LaneKey]) -> None:
         self._store = store
         self._valve = valve
         self._lanes = lanes

@@ -82,9 +82,9 @@ async def provider(server: FakeOpenAIServer, sleep: RecordingSleep) -> AsyncIter
 
 
 @pytest.fixture
-async def linked(store, clock, passphrase_hash, provider) -> AsyncIterator[Companion]:
+async def linked(stores, clock, passphrase_hash, provider) -> AsyncIterator[Companion]:
     """A real Companion whose provider talks to the module's `server` (strict where a module says so)."""
-    companion = build_companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    companion = build_companion(stores, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
     await companion.start()
     try:
         yield companion

@@ -16,6 +16,7 @@ from adapters.storage.backup import BACKUP_PREFIX, backup, restore
 from core.privacy.secrets import hash_passphrase
 from core.values.errors import MigrationError
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, say
 from tests.helpers.proc import ROOT, companion_env, run_companion
 from tests.helpers.reader import files_holding
@@ -74,9 +75,9 @@ async def private_history(companion, expiry: str = "1h") -> None:
     await say(companion, "/normal")
 
 
-async def test_a_backup_holds_no_private_row_and_no_private_byte(companion, store, tmp_path):
+async def test_a_backup_holds_no_private_row_and_no_private_byte(companion, stores, tmp_path):
     await private_history(companion)
-    result = backup(store.path, tmp_path / "backups", retention_days=14)
+    result = backup(engines.sqlite_file(stores), tmp_path / "backups", retention_days=14)
     assert result.path.name.startswith(BACKUP_PREFIX)
     assert CANARY not in result.path.read_bytes()
     with sqlite3.connect(result.path) as db:
@@ -84,42 +85,43 @@ async def test_a_backup_holds_no_private_row_and_no_private_byte(companion, stor
         assert db.execute("SELECT count(*) FROM messages WHERE mode = 'private'").fetchone() == (0,)
         assert db.execute("SELECT text FROM messages WHERE text = 'normal history line'").fetchone()
         assert db.execute("PRAGMA journal_mode").fetchone() == ("delete",)
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(1,)]  # the live database is untouched
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(1,)]  # the live database is untouched
 
 
 async def test_a_backup_and_a_restore_carry_no_line_withdrawing_what_an_ended_interval_showed(
-    companion, store, tmp_path
+    companion, stores, tmp_path
 ):
     await private_history(companion)  # its /normal closed the interval
-    conversation = (await all_rows(store, "SELECT id FROM conversations"))[0][0]
-    await store._planted(  # what /normal left of an answer shown while written, not withdrawn yet
+    conversation = (await all_rows(stores, "SELECT id FROM conversations"))[0][0]
+    await engines.plant(
+        stores,  # what /normal left of an answer shown while written, not withdrawn yet
         "INSERT INTO deliveries (conversation_id, kind, platform, chat_id, nonce, text, retracts, streamed_ids,"
         " next_attempt_at, created_at) VALUES (?, 'reply', 'terminal', '1', 'n', '(withdrawn)', 1, '7001', 0, 0)",
         (conversation,),
     )
-    result = backup(store.path, tmp_path / "backups", retention_days=14)
+    result = backup(engines.sqlite_file(stores), tmp_path / "backups", retention_days=14)
     target = tmp_path / "restored" / "companion.db"
-    restore(store.path, target)
+    restore(engines.sqlite_file(stores), target)
     for copy in (result.path, target):
         with sqlite3.connect(copy) as db:
             assert db.execute("SELECT count(*) FROM deliveries WHERE retracts = 1").fetchone() == (0,)
-    assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE retracts = 1") == [(1,)]  # the live one stays
+    assert await all_rows(stores, "SELECT count(*) FROM deliveries WHERE retracts = 1") == [(1,)]  # the live one stays
 
 
-async def test_backups_older_than_the_retention_are_pruned(companion, store, tmp_path):
+async def test_backups_older_than_the_retention_are_pruned(companion, stores, tmp_path):
     folder = tmp_path / "backups"
-    old = backup(store.path, folder, retention_days=14, now=time.time() - 20 * 86400).path
+    old = backup(engines.sqlite_file(stores), folder, retention_days=14, now=time.time() - 20 * 86400).path
     os.utime(old, (time.time() - 20 * 86400,) * 2)
     unrelated = folder / "notes.txt"
     unrelated.write_text("keep me")
-    result = backup(store.path, folder, retention_days=14)
+    result = backup(engines.sqlite_file(stores), folder, retention_days=14)
     assert result.pruned == [old] and not old.exists() and unrelated.exists()
 
 
-async def test_a_restore_drops_every_private_row_before_serving(companion, store, tmp_path):
+async def test_a_restore_drops_every_private_row_before_serving(companion, stores, tmp_path):
     await private_history(companion, expiry="never")
     raw_copy = tmp_path / "raw-copy.db"  # e.g. a file-system snapshot, not our backup
-    with sqlite3.connect(store.path) as live, sqlite3.connect(raw_copy) as dest:
+    with sqlite3.connect(engines.sqlite_file(stores)) as live, sqlite3.connect(raw_copy) as dest:
         live.backup(dest)
     assert CANARY in raw_copy.read_bytes()
     target = tmp_path / "restored" / "companion.db"
@@ -129,21 +131,23 @@ async def test_a_restore_drops_every_private_row_before_serving(companion, store
         assert db.execute("SELECT count(*) FROM segments").fetchone() == (0,)
 
 
-async def test_a_restore_never_brings_back_a_segment_that_expired_after_the_snapshot(companion, store, clock, tmp_path):
+async def test_a_restore_never_brings_back_a_segment_that_expired_after_the_snapshot(
+    companion, stores, clock, tmp_path
+):
     await private_history(companion, expiry="1h")
     snapshot = tmp_path / "snapshot.db"
-    with sqlite3.connect(store.path) as live, sqlite3.connect(snapshot) as dest:
+    with sqlite3.connect(engines.sqlite_file(stores)) as live, sqlite3.connect(snapshot) as dest:
         live.backup(dest)  # taken while the interval was alive
     clock.advance(3601)
     await companion.sweep()  # expired in the live database after the snapshot
-    await store.aclose()
-    restore(snapshot, store.path)
-    await store.start()
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE '%BACKUP-CANARY%'") == [(0,)]
+    await stores.database.aclose()
+    restore(snapshot, engines.sqlite_file(stores))
+    await stores.database.start()
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE '%BACKUP-CANARY%'") == [(0,)]
 
 
-async def test_a_restore_never_brings_back_an_artifact_past_its_retention(make_companion, store, clock, tmp_path):
+async def test_a_restore_never_brings_back_an_artifact_past_its_retention(make_companion, stores, clock, tmp_path):
     # A restore applies retention by the wall clock: the artifacts are made at wall-clock times.
     made = (time.time() - 2 * 86400, time.time() - 3600)  # past its one-day retention; within it
     clock.t = made[0]
@@ -154,29 +158,29 @@ async def test_a_restore_never_brings_back_an_artifact_past_its_retention(make_c
         await say(companion, "/export")
         assert (await say(companion, "/export confirm")).text.startswith("Created non-private artifact")
         await say(companion, "/normal")
-    assert len(await all_rows(store, "SELECT id FROM artifacts")) == 2
+    assert len(await all_rows(stores, "SELECT id FROM artifacts")) == 2
     snapshot = tmp_path / "snapshot.db"
-    with sqlite3.connect(store.path) as live, sqlite3.connect(snapshot) as dest:
+    with sqlite3.connect(engines.sqlite_file(stores)) as live, sqlite3.connect(snapshot) as dest:
         live.backup(dest)  # taken while the first artifact was still kept
-    await store.aclose()
-    restore(snapshot, store.path)
-    await store.start()
-    assert await all_rows(store, "SELECT id FROM artifacts") == [(2,)]
+    await stores.database.aclose()
+    restore(snapshot, engines.sqlite_file(stores))
+    await stores.database.start()
+    assert await all_rows(stores, "SELECT id FROM artifacts") == [(2,)]
 
 
-async def test_restoring_our_own_backup_applies_the_artifacts_retention(make_companion, store, clock, tmp_path):
+async def test_restoring_our_own_backup_applies_the_artifacts_retention(make_companion, stores, clock, tmp_path):
     clock.t = time.time() - 2 * 86400  # the artifact's one-day retention ended a day ago; no sweep ran since
     companion = await make_companion(allow_private_export=True, artifact_retention_seconds=86400.0)
     await say(companion, f"/private {PASSPHRASE} never")
     await say(companion, "/export")
     await say(companion, "/export confirm")
     await say(companion, "/normal")
-    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
-    result = backup(store.path, tmp_path / "backups", retention_days=0)
-    await store.aclose()
-    restore(result.path, store.path)
-    await store.start()
-    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM artifacts") == [(1,)]
+    result = backup(engines.sqlite_file(stores), tmp_path / "backups", retention_days=0)
+    await stores.database.aclose()
+    restore(result.path, engines.sqlite_file(stores))
+    await stores.database.start()
+    assert await all_rows(stores, "SELECT count(*) FROM artifacts") == [(0,)]
 
 
 def test_restoring_a_backup_from_a_newer_version_is_refused(tmp_path):
@@ -210,15 +214,15 @@ def test_backup_and_restore_commands_end_to_end(tmp_path):
 @pytest.mark.wire
 @pytest.mark.parametrize("command", ["backup", "restore"])
 async def test_a_backup_or_restore_killed_at_any_stage_leaves_no_private_byte_in_any_file(
-    companion, store, tmp_path, command
+    companion, stores, tmp_path, command
 ):
     await private_history(companion, expiry="never")
     if command == "backup":
-        source, folder = store.path, tmp_path / "backups"
+        source, folder = engines.sqlite_file(stores), tmp_path / "backups"
         target = folder
     else:
         source = tmp_path / "raw-copy.db"  # e.g. a file-system snapshot, private rows and all
-        with sqlite3.connect(store.path) as live, sqlite3.connect(source) as dest:
+        with sqlite3.connect(engines.sqlite_file(stores)) as live, sqlite3.connect(source) as dest:
             live.backup(dest)
         folder = tmp_path / "restored"
         target = folder / "companion.db"
@@ -241,18 +245,18 @@ async def test_a_backup_or_restore_killed_at_any_stage_leaves_no_private_byte_in
     assert "_write_file" in left_partial, "no kill left a partial file; the test proves nothing"
 
 
-async def test_a_backup_and_a_restore_hold_no_web_session_or_sign_in_code(store, tmp_path):
+async def test_a_backup_and_a_restore_hold_no_web_session_or_sign_in_code(stores, tmp_path):
     from adapters.storage.web import WebQueries
 
-    web = WebQueries(store.database)
+    web = WebQueries(stores.database)
     await web.save_login_code("a" * 64, time.time(), time.time() + 600)
     await web.exchange_login_code("a" * 64, "b" * 64, time.time(), time.time() + 3600)
     await web.save_login_code("c" * 64, time.time(), time.time() + 600)
-    result = backup(store.path, tmp_path / "backups", retention_days=14)
+    result = backup(engines.sqlite_file(stores), tmp_path / "backups", retention_days=14)
     with sqlite3.connect(result.path) as db:
         assert db.execute("SELECT count(*) FROM web_sessions").fetchone() == (0,)
         assert db.execute("SELECT count(*) FROM web_login_codes").fetchone() == (0,)
-    await store.aclose()
-    restore(result.path, store.path)
-    with sqlite3.connect(store.path) as db:
+    await stores.database.aclose()
+    restore(result.path, engines.sqlite_file(stores))
+    with sqlite3.connect(engines.sqlite_file(stores)) as db:
         assert db.execute("SELECT count(*) FROM web_sessions").fetchone() == (0,)

@@ -29,8 +29,8 @@ NEXT = "What should we cook tonight?"
 class ReadRecorder:
     """The real store, recording the name of every store method called through it."""
 
-    def __init__(self, store) -> None:
-        self._store = store
+    def __init__(self, stores) -> None:
+        self._store = stores
         self.calls: list[str] = []
 
     def __getattr__(self, name: str):
@@ -45,17 +45,17 @@ class ReadRecorder:
         return recorded
 
 
-async def web_conversation(store):
-    conversation = await store.conversation_at(ConversationKey("web", "owner"))
+async def web_conversation(stores):
+    conversation = await stores.timeline.conversation_at(ConversationKey("web", "owner"))
     assert conversation is not None
     return conversation
 
 
-async def plant_private_memory(store, conversation) -> None:
+async def plant_private_memory(stores, conversation) -> None:
     """A private summary and a private pad fact with the canary, as a private fold writes them."""
-    segment = await store.open_segment_of(conversation.id)
+    segment = await stores.modes.open_segment_of(conversation.id)
     assert segment is not None
-    await store.save_summary(
+    await stores.timeline.save_summary(
         conversation.id,
         Summary(f"they said {CANARY} in the summary", segment.anchor_message_id + 1),
         1.0,
@@ -65,10 +65,10 @@ async def plant_private_memory(store, conversation) -> None:
     )
 
 
-async def a_private_interval(web, store) -> None:
+async def a_private_interval(web, stores) -> None:
     await web.chat.send(f"/private {PASSPHRASE}")
     await web.chat.send(f"something only private mode may read: {CANARY}")
-    await plant_private_memory(store, await web_conversation(store))
+    await plant_private_memory(stores, await web_conversation(stores))
 
 
 def placeholder_lines(body: bytes) -> int:
@@ -76,17 +76,17 @@ def placeholder_lines(body: bytes) -> int:
 
 
 async def test_the_preview_is_the_next_normal_request_byte_for_byte_with_a_private_interval_in_it(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web:
         await web.chat.send("Hello! I like cooking with lentils.")
         # The server counts many tokens: the budget's ratio moves off its first guess.
         server.reply_text("Lentils are great.", prompt_tokens=2500)
         await web.chat.send("Any idea for a soup?")
-        await a_private_interval(web, store)
+        await a_private_interval(web, stores)
         await web.chat.send("/normal")
         await web.chat.send("Back again, in normal mode.")
-        conversation = await web_conversation(store)
+        conversation = await web_conversation(stores)
 
         preview = await normal_preview(web.companion).of(conversation, NEXT)
         clock.advance(600)  # nothing of the clock is in a request
@@ -105,13 +105,13 @@ async def test_the_preview_is_the_next_normal_request_byte_for_byte_with_a_priva
 
 
 async def test_the_preview_fits_the_window_as_the_next_turn_will_when_the_next_message_pushes_an_older_one_out(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
     budget = ContextBudget(total_tokens=900, max_items=5, fold_min=1000)
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash, budget=budget) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash, budget=budget) as web:
         for n in range(4):
             await web.chat.send(f"message {n}: " + "words to fill the window " * 6)
-        conversation = await web_conversation(store)
+        conversation = await web_conversation(stores)
         longer = NEXT + " " + "and more words " * 20
 
         preview = await normal_preview(web.companion).of(conversation, longer)
@@ -123,7 +123,7 @@ async def test_the_preview_fits_the_window_as_the_next_turn_will_when_the_next_m
 
 
 async def test_a_preview_asked_while_a_summary_fold_is_queued_comes_after_the_fold(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
     holding = False
     fold_waits = asyncio.Event()
@@ -140,14 +140,14 @@ async def test_a_preview_asked_while_a_summary_fold_is_queued_comes_after_the_fo
 
     server.responder = answer
     budget = ContextBudget(total_tokens=300, fold_min=2, fold_batch=8)
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash, budget=budget) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash, budget=budget) as web:
         for n in range(6):
             await web.chat.send(f"message {n}: " + "soup talk " * 12)
         holding = True
         await web.chat.send("one more about soup " * 6)
         async with asyncio.timeout(10):
             await fold_waits.wait()  # this turn queued a fold in the lane; the server holds it
-        conversation = await web_conversation(store)
+        conversation = await web_conversation(stores)
 
         asked = asyncio.ensure_future(normal_preview(web.companion).of(conversation, NEXT))
         await asyncio.wait({asked}, timeout=0.5)  # a preview computed now would miss the fold
@@ -156,19 +156,19 @@ async def test_a_preview_asked_while_a_summary_fold_is_queued_comes_after_the_fo
         sent = len(server.raw_requests)
         await web.chat.send(NEXT)
 
-        assert (await store.normal_summary(conversation.id)).text == "the fold that was held"
+        assert (await stores.timeline.normal_summary(conversation.id)).text == "the fold that was held"
         assert server.raw_requests[sent] == preview.body
         assert b"the fold that was held" in preview.body
 
 
 async def test_a_preview_taken_in_private_mode_is_normal_modes_view_and_reads_nothing_private(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    recorder = ReadRecorder(store)
+    recorder = ReadRecorder(stores)
     async with web_side(recorder, provider, clock, passphrase_hash=passphrase_hash) as web:
         await web.chat.send("A normal hello before.")
-        await a_private_interval(web, store)
-        conversation = await web_conversation(store)
+        await a_private_interval(web, stores)
+        conversation = await web_conversation(stores)
         recorder.calls.clear()
 
         preview = await normal_preview(web.companion).of(conversation, NEXT)
@@ -184,11 +184,11 @@ async def test_a_preview_taken_in_private_mode_is_normal_modes_view_and_reads_no
 
 
 async def test_the_offline_provider_says_nothing_leaves_the_process_and_the_request_is_still_shown(
-    store, clock, passphrase_hash
+    stores, clock, passphrase_hash
 ):
-    async with web_side(store, OfflineProvider(), clock, passphrase_hash=passphrase_hash) as web:
+    async with web_side(stores, OfflineProvider(), clock, passphrase_hash=passphrase_hash) as web:
         await web.chat.send("hello")
-        conversation = await web_conversation(store)
+        conversation = await web_conversation(stores)
 
         preview = await normal_preview(web.companion).of(conversation, NEXT)
 
@@ -198,12 +198,12 @@ async def test_the_offline_provider_says_nothing_leaves_the_process_and_the_requ
 
 
 async def test_the_preview_covers_each_of_the_owners_conversations_and_no_one_elses(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
     from core.values.model import InboundMessage
 
     async with web_side(
-        store,
+        stores,
         provider,
         clock,
         passphrase_hash=passphrase_hash,
@@ -226,11 +226,11 @@ async def test_the_preview_covers_each_of_the_owners_conversations_and_no_one_el
 
 @pytest.mark.parametrize("upcoming", ["", "x" * 20_000])
 async def test_a_preview_of_an_empty_or_oversized_next_message_still_matches_the_next_request(
-    store, provider, server, clock, passphrase_hash, upcoming
+    stores, provider, server, clock, passphrase_hash, upcoming
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web:
         await web.chat.send("first")
-        conversation = await web_conversation(store)
+        conversation = await web_conversation(stores)
 
         preview = await normal_preview(web.companion).of(conversation, upcoming or " ")
         sent = len(server.raw_requests)
@@ -240,14 +240,14 @@ async def test_a_preview_of_an_empty_or_oversized_next_message_still_matches_the
 
 
 async def test_once_the_server_refused_tools_the_preview_shows_the_request_without_them(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web:
         server.reply_status(
             400, message='"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
         )
         await web.chat.send("first")  # refused with tools, answered without them
-        conversation = await web_conversation(store)
+        conversation = await web_conversation(stores)
 
         preview = await normal_preview(web.companion).of(conversation, NEXT)
         sent = len(server.raw_requests)
@@ -259,12 +259,12 @@ async def test_once_the_server_refused_tools_the_preview_shows_the_request_witho
 
 
 async def test_a_preview_taken_in_private_mode_differs_from_the_one_after_normal_only_by_the_transition_line(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web:
         await web.chat.send("A normal hello before.")
-        await a_private_interval(web, store)
-        conversation = await web_conversation(store)
+        await a_private_interval(web, stores)
+        conversation = await web_conversation(stores)
         previews = normal_preview(web.companion)
 
         during = await previews.of(conversation, NEXT)

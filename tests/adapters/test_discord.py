@@ -14,16 +14,16 @@ from hypothesis import strategies as st
 from adapters.discord import MESSAGE_LIMIT, DiscordStartError, discord_platform
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.rendering.text import split_message, text_length
-from adapters.storage.outbox import SqliteOutboxStore
 from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from core.values.copy import DELETE_SECRET_NOTE, HANDLER_FAILED, NOT_ALLOWED
 from core.values.edge import EdgeSettings
 from core.values.errors import CompanionError, StoreError
 from core.values.model import Attachment, InboundMessage, Reply
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.adapters import PlatformRun, core_for, discord_adapter
 from tests.helpers.fake_discord import MESSAGE_CONTENT, FakeDiscordServer, RestFault
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -51,16 +51,16 @@ async def model():
 
 
 @pytest.fixture
-async def core(store, model, passphrase_hash):
+async def core(stores, model, passphrase_hash):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
     companion = build_companion(
-        store,
+        stores,
         provider,
         CompanionConfig(
             allowed_accounts=frozenset({f"discord:{FRIEND}"}),
             passphrase_hash=passphrase_hash,
         ),
-        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+        outbox=Outbox(stores.outbox, SystemClock()),
     )
     await companion.start()
     yield companion
@@ -76,8 +76,8 @@ async def adapter(discord_server, core):
     await adapter.aclose()
 
 
-def db_rows(store, sql: str) -> list[tuple]:
-    with sqlite3.connect(store.path) as db:
+def db_rows(stores, sql: str) -> list[tuple]:
+    with sqlite3.connect(engines.sqlite_file(stores)) as db:
         return db.execute(sql).fetchall()
 
 
@@ -346,7 +346,7 @@ async def test_the_bot_ignores_its_own_and_other_bots_messages(discord_server, m
     assert len(discord_server.sent) == 1 and len(model.requests) == 1
 
 
-async def test_an_unknown_user_gets_one_polite_refusal_and_nothing_is_stored(discord_server, model, store, adapter):
+async def test_an_unknown_user_gets_one_polite_refusal_and_nothing_is_stored(discord_server, model, stores, adapter):
     await discord_server.send_dm(STRANGER, "hi, who are you?")
     sent = await discord_server.wait_for_sent(1)
     assert sent[0].content == NOT_ALLOWED
@@ -356,7 +356,7 @@ async def test_an_unknown_user_gets_one_polite_refusal_and_nothing_is_stored(dis
     assert len(discord_server.sent) == 1
     assert model.requests == []
     for table in ("people", "accounts", "conversations", "messages"):
-        assert db_rows(store, f"SELECT * FROM {table}") == [], table
+        assert db_rows(stores, f"SELECT * FROM {table}") == [], table
 
 
 # --- commands ---------------------------------------------------------------------
@@ -529,7 +529,7 @@ async def test_closing_lets_a_turn_in_flight_finish_sending(discord_server, mode
 
 
 async def test_private_mode_in_a_dm_asks_to_delete_the_passphrase_and_normal_mode_never_sees_the_canary(
-    discord_server, model, store, adapter, tmp_path, caplog
+    discord_server, model, stores, adapter, tmp_path, caplog
 ):
     caplog.set_level(logging.INFO)
     dm = discord_server.dm_channel_id(FRIEND)
@@ -562,14 +562,14 @@ async def test_private_mode_in_a_dm_asks_to_delete_the_passphrase_and_normal_mod
 
 
 async def test_private_mode_is_refused_in_a_guild_channel_before_the_passphrase_is_checked(
-    discord_server, model, store, adapter, tmp_path
+    discord_server, model, stores, adapter, tmp_path
 ):
     message_id = await discord_server.send_guild_message(FRIEND, "/private not-the-passphrase")
     sent = await discord_server.wait_for_sent(1)
     assert "only possible in a one-to-one chat" in sent[0].content
     assert "wrong" not in sent[0].content.lower()
-    assert db_rows(store, "SELECT * FROM valve_attempts") == []  # no attempt was counted
-    assert db_rows(store, "SELECT * FROM segments") == []
+    assert db_rows(stores, "SELECT * FROM valve_attempts") == []  # no attempt was counted
+    assert db_rows(stores, "SELECT * FROM segments") == []
     # The bot can delete in a guild channel: the message is gone and no note is needed.
     assert discord_server.deleted == [(discord_server.guild_channel_id, message_id)]
     assert DELETE_SECRET_NOTE not in sent[0].content
@@ -626,7 +626,7 @@ async def test_message_text_never_reaches_the_logs_even_at_debug(discord_server,
 
 
 async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_restart(
-    discord_server, model, store, core, passphrase_hash
+    discord_server, model, stores, core, passphrase_hash
 ):
     adapter = discord_adapter(discord_server, core, stop_grace=0.05)
     await adapter.start()
@@ -635,13 +635,11 @@ async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_re
     await model_called(model, 1)
     await adapter.aclose()  # the turn is cut off: its message is stored, its reply never written
     assert discord_server.sent == []
-    rows = await store._all("SELECT turn FROM messages WHERE text = 'are you still there?'")
+    rows = await engines.rows(stores, "SELECT turn FROM messages WHERE text = 'are you still there?'")
     assert [r[0] for r in rows] == ["open"]
 
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
-    restarted = build_companion(
-        store, provider, core.config, outbox=Outbox(SqliteOutboxStore(store.database), SystemClock())
-    )
+    restarted = build_companion(stores, provider, core.config, outbox=Outbox(stores.outbox, SystemClock()))
     await restarted.start()
     again = discord_adapter(discord_server, restarted)
     await again.start()
@@ -658,21 +656,21 @@ async def test_a_turn_in_flight_at_a_graceful_stop_is_answered_once_after_the_re
 
 
 async def test_a_reply_discord_keeps_refusing_is_kept_and_sent_once_with_its_nonce(
-    discord_server, model, store, core, adapter
+    discord_server, model, stores, core, adapter
 ):
     for _ in range(3):  # the adapter's own three tries
         discord_server.fail_next("POST", MESSAGES, 503)
     model.reply_text("Kept for you.")
     await discord_server.send_dm(FRIEND, "hello")
-    await wait_for_row(store, "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts = 1")
+    await wait_for_row(stores, "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts = 1")
     assert discord_server.sent == []
-    await store._all("UPDATE deliveries SET next_attempt_at = 0")
+    await engines.rows(stores, "UPDATE deliveries SET next_attempt_at = 0")
     await core.outbox.dispatch_due()
     assert [m.content for m in discord_server.sent] == ["Kept for you."]
-    (nonce,) = [r[0] for r in await store._all("SELECT nonce FROM deliveries")]
+    (nonce,) = [r[0] for r in await engines.rows(stores, "SELECT nonce FROM deliveries")]
     assert discord_server.sent[0].nonce == f"{nonce}000" and discord_server.sent[0].enforce_nonce
     # A send repeated after a crash between send and mark carries the same nonce: Discord keeps one message.
-    await store._all("UPDATE deliveries SET status = 'pending', text = 'Kept for you.', next_attempt_at = 0")
+    await engines.rows(stores, "UPDATE deliveries SET status = 'pending', text = 'Kept for you.', next_attempt_at = 0")
     await core.outbox.dispatch_due()
     assert len({m.id for m in discord_server.sent}) == 1
 
@@ -684,8 +682,8 @@ async def model_called(model, count: int, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def wait_for_row(store, sql: str, timeout: float = 10.0) -> None:
+async def wait_for_row(stores, sql: str, timeout: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
-    while not await store._all(sql):
+    while not await engines.rows(stores, sql):
         assert asyncio.get_running_loop().time() < deadline, f"no row for: {sql}"
         await asyncio.sleep(0.02)

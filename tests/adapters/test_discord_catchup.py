@@ -12,16 +12,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.turn.recovery import SENT_AT_MARGIN
 from core.values.copy import NOT_ALLOWED, RESTART_KEPT_PRIVATE
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.adapters import PlatformRun, discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -43,7 +43,7 @@ Start = Callable[..., Awaitable[PlatformRun]]
 
 @pytest.fixture
 async def start(
-    discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore, passphrase_hash: str
+    discord_server: FakeDiscordServer, model: FakeOpenAIServer, stores: Stores, passphrase_hash: str
 ) -> AsyncIterator[Start]:
     """A process start: a new Companion on the one store (its start closes what the last one left
     open) and a new adapter. Calling it again stops the one running first, as a restart does."""
@@ -60,10 +60,10 @@ async def start(
         await stop()
         provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
         companion = build_companion(
-            store,
+            stores,
             provider,
             CompanionConfig(allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash),
-            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+            outbox=Outbox(stores.outbox, SystemClock()),
         )
         await companion.start()
         adapter = discord_adapter(discord_server, companion, retry_delays=(0.01,), **options)
@@ -176,7 +176,7 @@ async def test_dms_sent_while_down_are_answered_oldest_first_up_to_the_cap_and_t
 
 
 async def test_a_dm_sent_while_down_during_an_open_private_interval_stays_in_it_unread(
-    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start()
     await discord_server.send_dm(FRIEND, f"/private {PASSPHRASE}")
@@ -191,7 +191,7 @@ async def test_a_dm_sent_while_down_during_an_open_private_interval_stays_in_it_
     assert await after_a_later_turn(discord_server, model) == dm_texts(discord_server, FRIEND)[:2]
     assert len(model.raw_requests) == since + 1  # only the later, normal turn
     assert all(CANARY.encode() not in raw for raw in model.raw_requests[since:])
-    rows = await store._all("SELECT mode, segment_id IS NOT NULL FROM messages WHERE text = ?", (CANARY,))
+    rows = await engines.rows(stores, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE text = ?", (CANARY,))
     assert [tuple(r) for r in rows] == [("private", 1)]
 
 

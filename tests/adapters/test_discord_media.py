@@ -10,18 +10,18 @@ import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.llm.transcribe import OpenAICompatibleTranscriber
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.adapters import PlatformRun, discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
-from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, leaked, ogg_with, png_with
+from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, leaked, ogg_with, png_with
 
 FRIEND = 111
 CAT = "what do you think of my cat?"
@@ -44,7 +44,7 @@ Start = Callable[..., Awaitable[PlatformRun]]
 
 @pytest.fixture
 async def start(
-    discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore, passphrase_hash: str
+    discord_server: FakeDiscordServer, model: FakeOpenAIServer, stores: Stores, passphrase_hash: str
 ) -> AsyncIterator[Start]:
     closers: list[Callable[[], Awaitable[None]]] = []
 
@@ -52,12 +52,12 @@ async def start(
         provider = OpenAICompatibleProvider(model.base_url, max_retries=0, timeout=5.0)
         transcriber = OpenAICompatibleTranscriber(model.base_url, None, "whisper-test", timeout=5.0) if stt else None
         companion = build_companion(
-            store,
+            stores,
             provider,
             CompanionConfig(
                 allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash, vision=vision
             ),
-            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+            outbox=Outbox(stores.outbox, SystemClock()),
             transcriber=transcriber,
         )
         await companion.start()
@@ -81,8 +81,8 @@ async def answer(server: FakeDiscordServer, send: Callable[[], Awaitable[int]]) 
     return server.sent[before].content
 
 
-def stored_user_texts(store: SqliteStore) -> list[str]:
-    with sqlite3.connect(store.path) as db:
+def stored_user_texts(stores: Stores) -> list[str]:
+    with sqlite3.connect(engines.sqlite_file(stores)) as db:
         return [row[0] for row in db.execute("SELECT text FROM messages WHERE role = 'user' ORDER BY id")]
 
 
@@ -91,7 +91,7 @@ def newest_user_content(request: dict) -> object:
 
 
 async def test_an_image_attachment_with_text_reaches_a_vision_model_and_its_text_is_marked_photo(
-    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(vision=True)
     image = png_with()
@@ -102,8 +102,8 @@ async def test_an_image_attachment_with_text_reaches_a_vision_model_and_its_text
     assert isinstance(content, list) and content[0] == {"type": "text", "text": f"[photo] {CAT}"}
     assert model.images == [("image/png", image)]
     assert len(discord_server.cdn_downloads) == 1
-    assert stored_user_texts(store) == [f"[photo] {CAT}"]
-    assert not leaked(database_bytes(store.path), image, IMAGE_CANARY)
+    assert stored_user_texts(stores) == [f"[photo] {CAT}"]
+    assert not leaked(engines.stored_bytes(stores), image, IMAGE_CANARY)
 
 
 async def test_an_image_attachment_without_vision_is_not_fetched_and_the_person_is_told(
@@ -117,7 +117,7 @@ async def test_an_image_attachment_without_vision_is_not_fetched_and_the_person_
 
 
 async def test_a_voice_message_is_transcribed_and_the_transcript_is_the_message(
-    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(stt=True)
     audio = ogg_with()
@@ -129,8 +129,8 @@ async def test_a_voice_message_is_transcribed_and_the_transcript_is_the_message(
     (sent,) = model.transcriptions
     assert (sent["data"], sent["filename"], sent["model"]) == (audio, "voice-message.ogg", "whisper-test")
     assert newest_user_content(model.requests[-1]) == "[voice] how long do I boil an egg"
-    assert stored_user_texts(store) == ["[voice] how long do I boil an egg"]
-    assert not leaked(database_bytes(store.path), audio, AUDIO_CANARY)
+    assert stored_user_texts(stores) == ["[voice] how long do I boil an egg"]
+    assert not leaked(engines.stored_bytes(stores), audio, AUDIO_CANARY)
 
 
 async def test_an_audio_file_is_transcribed_like_a_voice_message(
@@ -144,13 +144,13 @@ async def test_an_audio_file_is_transcribed_like_a_voice_message(
 
 
 async def test_without_speech_to_text_a_voice_message_gets_the_constant_reply(
-    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, discord_server: FakeDiscordServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(stt=False)
     reply = await answer(discord_server, lambda: discord_server.send_dm_media(FRIEND, voice=ogg_with()))
     assert reply == copy.VOICE_NOT_SET_UP
     assert model.requests == [] and discord_server.cdn_downloads == []
-    assert stored_user_texts(store) == ["[voice]"]
+    assert stored_user_texts(stores) == ["[voice]"]
 
 
 @pytest.mark.parametrize(
@@ -166,7 +166,7 @@ async def test_every_other_kind_gets_a_short_honest_reply_and_only_its_marker_is
     start: Start,
     discord_server: FakeDiscordServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
     kind: str,
     files: list,
     stickers: int,
@@ -175,7 +175,7 @@ async def test_every_other_kind_gets_a_short_honest_reply_and_only_its_marker_is
     reply = await answer(discord_server, lambda: discord_server.send_dm_media(FRIEND, files=files, stickers=stickers))
     assert reply == copy.MEDIA_NOT_READ[kind].format(also="")
     assert model.requests == [] and discord_server.cdn_downloads == []
-    assert stored_user_texts(store) == [f"[{kind}]"]
+    assert stored_user_texts(stores) == [f"[{kind}]"]
 
 
 async def test_in_a_guild_an_image_is_answered_when_the_message_mentions_the_bot(

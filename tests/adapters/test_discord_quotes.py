@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.outbox import SqliteOutboxStore
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
@@ -34,13 +33,13 @@ async def model():
 
 
 @pytest.fixture
-async def adapter(discord_server, store, model, passphrase_hash):
+async def adapter(discord_server, stores, model, passphrase_hash):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
     companion = build_companion(
-        store,
+        stores,
         provider,
         CompanionConfig(allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash),
-        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+        outbox=Outbox(stores.outbox, SystemClock()),
     )
     await companion.start()
     adapter = discord_adapter(discord_server, companion)
@@ -84,7 +83,7 @@ async def test_a_forward_is_named_by_its_source_and_carries_the_forwarded_words(
     assert last_user_text(model.requests[-1]) == "(forwarded from #general)\nthe meeting moved to Friday"
 
 
-async def test_an_edit_of_the_newest_message_is_answered_as_a_correction(discord_server, model, adapter, store):
+async def test_an_edit_of_the_newest_message_is_answered_as_a_correction(discord_server, model, adapter, stores):
     model.reply_text("Seven it is.")
     message_id = await say(discord_server, "see you at seven")
     model.reply_text("Eight, then.")

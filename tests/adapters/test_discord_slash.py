@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.outbox import SqliteOutboxStore
 from bot.bootstrap import build_companion
 from core.commands.export import CONFIRM_WINDOW
 from core.commands.registry import COMMANDS
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from core.values.copy import DELETE_SECRET_NOTE, NOT_ALLOWED
 from core.values.errors import DeliveryFailed
 from core.values.model import DeliveryTarget, OutboundDelivery
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_discord_interactions import EPHEMERAL
@@ -45,10 +45,10 @@ async def model():
 
 
 @pytest.fixture
-async def core(store, model, passphrase_hash, clock):
+async def core(stores, model, passphrase_hash, clock):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
     companion = build_companion(
-        store,
+        stores,
         provider,
         CompanionConfig(
             allowed_accounts=frozenset({f"discord:{FRIEND}"}),
@@ -56,7 +56,7 @@ async def core(store, model, passphrase_hash, clock):
             allow_private_export=True,
             private_idle_seconds=None,
         ),
-        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+        outbox=Outbox(stores.outbox, SystemClock()),
         clock=clock,  # moved past the five minutes a confirmation lasts
     )
     await companion.start()
@@ -73,8 +73,8 @@ async def adapter(discord_server, core):
     await adapter.aclose()
 
 
-def db_rows(store, sql: str) -> list[tuple]:
-    with sqlite3.connect(store.path) as db:
+def db_rows(stores, sql: str) -> list[tuple]:
+    with sqlite3.connect(engines.sqlite_file(stores)) as db:
         return db.execute(sql).fetchall()
 
 
@@ -110,7 +110,7 @@ async def test_a_slash_command_is_answered_through_its_interaction(discord_serve
 
 
 async def test_slash_private_enters_private_mode_and_the_passphrase_appears_in_no_message_row_or_body(
-    discord_server, adapter, store, tmp_path
+    discord_server, adapter, stores, tmp_path
 ):
     interactions = discord_server.interactions
     interaction = await interactions.slash_command(FRIEND, "private", {"passphrase": PASSPHRASE})
@@ -123,7 +123,7 @@ async def test_slash_private_enters_private_mode_and_the_passphrase_appears_in_n
     (mode,) = await discord_server.wait_for_sent(1)
     assert "You are in private mode" in mode.content
     # Stored exactly as a typed /private is: redacted.
-    assert ("/private [redacted]",) in db_rows(store, "SELECT text FROM messages WHERE kind = 'command'")
+    assert ("/private [redacted]",) in db_rows(stores, "SELECT text FROM messages WHERE kind = 'command'")
     secret = PASSPHRASE.encode()
     assert any(PASSPHRASE in str(p) for p in interactions.payloads)  # only where the fake itself put it
     assert all(PASSPHRASE not in m["content"] for m in discord_server.messages.values())
@@ -133,12 +133,12 @@ async def test_slash_private_enters_private_mode_and_the_passphrase_appears_in_n
     assert secret not in db_bytes(tmp_path)
 
 
-async def test_a_passphrase_with_a_space_changes_nothing_and_is_answered_ephemerally(discord_server, adapter, store):
+async def test_a_passphrase_with_a_space_changes_nothing_and_is_answered_ephemerally(discord_server, adapter, stores):
     interactions = discord_server.interactions
     interaction = await interactions.slash_command(FRIEND, "private", {"passphrase": f"{PASSPHRASE} 1h"})
     _, answer = await interactions.wait_for_responses(interaction, 2)
     assert answer.ephemeral and "Nothing changed" in answer.content
-    assert db_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert db_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
 
 
 async def test_slash_private_in_a_guild_is_refused_ephemerally_and_never_shown(discord_server, adapter):
@@ -165,7 +165,7 @@ async def _crossing_asked(discord_server) -> int:
     return sent[-1].id
 
 
-async def test_the_export_crossing_is_confirmed_by_its_button(discord_server, adapter, store):
+async def test_the_export_crossing_is_confirmed_by_its_button(discord_server, adapter, stores):
     asked = await _crossing_asked(discord_server)
     interactions = discord_server.interactions
     interaction = await interactions.press_button(FRIEND, asked, CONFIRM)
@@ -173,10 +173,10 @@ async def test_the_export_crossing_is_confirmed_by_its_button(discord_server, ad
     assert (callback.type, callback.ephemeral) == (6, False)  # acknowledged without a loading state
     assert any(a.content.startswith("Created non-private artifact #1") for a in answers)
     assert any(name.startswith("companion-crossing-") for a in answers for name, _ in a.files)
-    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+    assert db_rows(stores, "SELECT count(*) FROM artifacts") == [(1,)]
 
 
-async def test_a_button_pressed_again_after_its_confirmation_was_used_says_so(discord_server, adapter, store):
+async def test_a_button_pressed_again_after_its_confirmation_was_used_says_so(discord_server, adapter, stores):
     asked = await _crossing_asked(discord_server)
     interactions = discord_server.interactions
     first = await interactions.press_button(FRIEND, asked, CONFIRM)
@@ -184,24 +184,24 @@ async def test_a_button_pressed_again_after_its_confirmation_was_used_says_so(di
     again = await interactions.press_button(FRIEND, asked, CONFIRM)
     _, answer = await interactions.wait_for_responses(again, 2)
     assert "no crossing waiting for confirmation" in answer.content
-    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+    assert db_rows(stores, "SELECT count(*) FROM artifacts") == [(1,)]
 
 
-async def test_a_button_pressed_after_the_confirmation_expired_says_so(discord_server, adapter, store, clock):
+async def test_a_button_pressed_after_the_confirmation_expired_says_so(discord_server, adapter, stores, clock):
     asked = await _crossing_asked(discord_server)
     clock.advance(CONFIRM_WINDOW + 1)
     interaction = await discord_server.interactions.press_button(FRIEND, asked, CONFIRM)
     _, answer = await discord_server.interactions.wait_for_responses(interaction, 2)
     assert "no crossing waiting for confirmation (it lasts 5 minutes)" in answer.content
-    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
+    assert db_rows(stores, "SELECT count(*) FROM artifacts") == [(0,)]
 
 
-async def test_the_typed_confirmation_still_works_on_discord(discord_server, adapter, store):
+async def test_the_typed_confirmation_still_works_on_discord(discord_server, adapter, stores):
     await _crossing_asked(discord_server)
     await discord_server.send_dm(FRIEND, "/export confirm")
     sent = await discord_server.wait_for_sent(4)
     assert any(m.content.startswith("Created non-private artifact #1") for m in sent)
-    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+    assert db_rows(stores, "SELECT count(*) FROM artifacts") == [(1,)]
 
 
 # --- interactions under pressure ---------------------------------------------------------
@@ -223,7 +223,7 @@ async def test_a_slash_command_is_acknowledged_in_time_while_a_turn_of_its_chat_
 
 
 async def test_an_ephemeral_answer_that_cannot_be_sent_never_becomes_a_channel_message(
-    discord_server, adapter, store, core
+    discord_server, adapter, stores, core
 ):
     discord_server.fail_next("POST", "/webhooks/{application_id}/{token}", 400)
     interaction = await discord_server.interactions.slash_command(
@@ -231,7 +231,7 @@ async def test_an_ephemeral_answer_that_cannot_be_sent_never_becomes_a_channel_m
     )
     await discord_server.interactions.wait_for_responses(interaction, 1)
     await discord_server.wait_until(
-        lambda: db_rows(store, "SELECT status FROM deliveries") == [("failed",)], what="the delivery settled"
+        lambda: db_rows(stores, "SELECT status FROM deliveries") == [("failed",)], what="the delivery settled"
     )
     await core.outbox.dispatch_due(at_start=True)
     assert discord_server.sent == []
@@ -325,7 +325,7 @@ async def test_the_fake_refuses_commands_discord_refuses(discord_server):
 
 
 async def test_an_interaction_answered_too_late_runs_nothing_and_the_fake_takes_one_answer_only(
-    discord_server, core, store
+    discord_server, core, stores
 ):
     import aiohttp
 
@@ -355,8 +355,8 @@ async def test_an_interaction_answered_too_late_runs_nothing_and_the_fake_takes_
         await adapter.aclose()
     # The late one: its acknowledgement was refused, so the command did not run and nothing followed.
     assert interactions.responses_to(late) == []
-    assert db_rows(store, f"SELECT count(*) FROM messages WHERE platform_message_id = '{late}'") == [(0,)]
-    assert db_rows(store, f"SELECT count(*) FROM messages WHERE platform_message_id = '{answered}'") == [(1,)]
+    assert db_rows(stores, f"SELECT count(*) FROM messages WHERE platform_message_id = '{late}'") == [(0,)]
+    assert db_rows(stores, f"SELECT count(*) FROM messages WHERE platform_message_id = '{answered}'") == [(1,)]
 
 
 async def test_neither_the_passphrase_nor_the_interaction_token_reaches_the_logs_even_at_debug(
@@ -391,7 +391,7 @@ async def test_when_the_commands_cannot_be_synced_start_up_goes_on_and_typed_com
         await adapter.aclose()
 
 
-async def test_slash_export_asks_with_a_button_on_its_followup_and_the_button_confirms(discord_server, adapter, store):
+async def test_slash_export_asks_with_a_button_on_its_followup_and_the_button_confirms(discord_server, adapter, stores):
     interactions = discord_server.interactions
     entered = await interactions.slash_command(FRIEND, "private", {"passphrase": PASSPHRASE})
     await interactions.wait_for_responses(entered, 2)
@@ -404,7 +404,7 @@ async def test_slash_export_asks_with_a_button_on_its_followup_and_the_button_co
     pressed = await interactions.press_button(FRIEND, question.message_id, CONFIRM)
     _, *answers = await interactions.wait_for_responses(pressed, 3)
     assert any(a.content.startswith("Created non-private artifact #1") for a in answers)
-    assert db_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+    assert db_rows(stores, "SELECT count(*) FROM artifacts") == [(1,)]
 
 
 def test_the_fake_refuses_buttons_discord_refuses():

@@ -22,14 +22,14 @@ from adapters.discord.streaming import DiscordStreamer, part_nonce
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.rendering.pieces import stream_pieces
 from adapters.rendering.text import text_length
-from adapters.storage.outbox import SqliteOutboxStore
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.delivery.streams import StreamPacing
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from core.values.errors import DeliveryFailed, DeliveryThrottled
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
+from tests.helpers import engines
 from tests.helpers.adapters import discord_adapter
 from tests.helpers.fake_discord import MESSAGE, FakeDiscordServer, RestFault
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -65,13 +65,13 @@ async def model() -> AsyncIterator[FakeOpenAIServer]:
 
 
 @pytest.fixture
-async def core(store, model, passphrase_hash):
+async def core(stores, model, passphrase_hash):
     provider = OpenAICompatibleProvider(model.base_url, max_retries=0)
     companion = build_companion(
-        store,
+        stores,
         provider,
         CompanionConfig(allowed_accounts=frozenset({f"discord:{FRIEND}"}), passphrase_hash=passphrase_hash),
-        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock(), pacing=PACING),
+        outbox=Outbox(stores.outbox, SystemClock(), pacing=PACING),
     )
     await companion.start()
     yield companion
@@ -92,8 +92,8 @@ async def shown_whole(server: FakeDiscordServer, channel: int, pieces: list[str]
     await server.wait_until(lambda: server.shown(channel) == pieces, timeout, "the whole answer shown")
 
 
-async def sent_rows(store) -> list[tuple]:
-    rows = await store.database.all("SELECT kind, status, streamed_ids IS NOT NULL FROM deliveries ORDER BY id")
+async def sent_rows(stores) -> list[tuple]:
+    rows = await engines.rows(stores, "SELECT kind, status, streamed_ids IS NOT NULL FROM deliveries ORDER BY id")
     return [tuple(row) for row in rows]
 
 
@@ -101,7 +101,7 @@ async def sent_rows(store) -> list[tuple]:
 
 
 async def test_a_dm_answer_is_one_message_edited_as_written_at_most_once_per_edit_seconds(
-    discord_server, model, adapter, core, store
+    discord_server, model, adapter, core, stores
 ):
     model.reply_text(STORY)
     await discord_server.send_dm(FRIEND, "tell me a story")
@@ -119,7 +119,7 @@ async def test_a_dm_answer_is_one_message_edited_as_written_at_most_once_per_edi
     channel_events = [kind for kind, channel in discord_server.events if channel == dm]
     first = channel_events.index("message")
     assert "typing" in channel_events[:first] and "typing" not in channel_events[first:]
-    assert await sent_rows(store) == [("reply", "sent", 1)]
+    assert await sent_rows(stores) == [("reply", "sent", 1)]
 
 
 async def test_a_guild_mention_streams_into_a_reply_to_its_message_and_pings_nobody(

@@ -47,8 +47,8 @@ async def server() -> AsyncIterator[FakeOpenAIServer]:
         yield fake
 
 
-async def stored_texts(store) -> list[str]:
-    return [row[0] for row in await all_rows(store, "SELECT text FROM messages")]
+async def stored_texts(stores) -> list[str]:
+    return [row[0] for row in await all_rows(stores, "SELECT text FROM messages")]
 
 
 # --- never tool syntax as an answer ------------------------------------------------------------
@@ -56,7 +56,7 @@ async def stored_texts(store) -> list[str]:
 
 @pytest.mark.parametrize("shape", sorted(UNPARSED_CALLS))
 async def test_an_answer_that_is_only_an_unparsed_tool_call_is_asked_again_without_tools(
-    server, linked, store, shape
+    server, linked, stores, shape
 ) -> None:
     server.reply_text(UNPARSED_CALLS[shape])
     server.reply_text("Noted: you like green tea.")
@@ -67,10 +67,12 @@ async def test_an_answer_that_is_only_an_unparsed_tool_call_is_asked_again_witho
     first, second = server.requests
     assert first["tools"] and "tools" not in second and "tool_choice" not in second
     assert second["messages"] == first["messages"]  # the syntax is not fed back as the model's words
-    assert not any(UNPARSED_CALLS[shape] in text for text in await stored_texts(store))
+    assert not any(UNPARSED_CALLS[shape] in text for text in await stored_texts(stores))
 
 
-async def test_tool_syntax_again_without_tools_gives_an_honest_line_and_stores_no_syntax(server, linked, store) -> None:
+async def test_tool_syntax_again_without_tools_gives_an_honest_line_and_stores_no_syntax(
+    server, linked, stores
+) -> None:
     server.reply_text('functions.remember: { "text": "tea" }')
     server.reply_text("functions.remember:")
 
@@ -78,8 +80,8 @@ async def test_tool_syntax_again_without_tools_gives_an_honest_line_and_stores_n
 
     assert reply.text == copy.MODEL_ANSWER_UNUSABLE
     assert len(server.requests) == 2
-    assert not any("functions." in text for text in await stored_texts(store))
-    assert "I like green tea" in await stored_texts(store)  # the person's message is kept
+    assert not any("functions." in text for text in await stored_texts(stores))
+    assert "I like green tea" in await stored_texts(stores)  # the person's message is kept
 
 
 async def test_an_empty_answer_while_tools_were_offered_is_asked_again_without_tools(server, linked) -> None:
@@ -158,10 +160,10 @@ async def test_help_says_memory_works_through_the_commands_once_tools_were_refus
 
 
 async def test_with_tools_off_by_setting_no_request_offers_tools_and_help_says_so(
-    server, store, clock, passphrase_hash, provider
+    server, stores, clock, passphrase_hash, provider
 ) -> None:
     companion = build_companion(
-        store, provider, CompanionConfig(passphrase_hash=passphrase_hash, tools=False), clock=clock
+        stores, provider, CompanionConfig(passphrase_hash=passphrase_hash, tools=False), clock=clock
     )
     await companion.start()
     try:

@@ -63,14 +63,14 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-async def stored_user_texts(store) -> list[str]:
-    return [row[0] for row in await all_rows(store, "SELECT text FROM messages WHERE role = 'user'")]
+async def stored_user_texts(stores) -> list[str]:
+    return [row[0] for row in await all_rows(stores, "SELECT text FROM messages WHERE role = 'user'")]
 
 
 # --- requests as a strict server wants them --------------------------------------------
 
 
-async def test_a_full_tool_loop_against_a_strict_server_calls_the_tool(server, linked, store) -> None:
+async def test_a_full_tool_loop_against_a_strict_server_calls_the_tool(server, linked, stores) -> None:
     server.reply_tool_call("current_time", "{}", call_id="call_t")
     server.reply_text("It is a fine Thursday.")
 
@@ -216,11 +216,11 @@ async def test_a_retry_after_past_the_deadline_is_not_waited_for(server, sleep) 
     assert sleep.delays == []
 
 
-async def test_a_hanging_server_is_answered_once_after_the_timeout(server, store, clock, passphrase_hash) -> None:
+async def test_a_hanging_server_is_answered_once_after_the_timeout(server, stores, clock, passphrase_hash) -> None:
     provider = OpenAICompatibleProvider(server.base_url, timeout=0.3, max_retries=3)
     for _ in range(4):
         server.reply_delay(30.0)
-    companion = build_companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    companion = build_companion(stores, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
     await companion.start()
     try:
         reply = await say(companion, "are you there?")
@@ -230,7 +230,7 @@ async def test_a_hanging_server_is_answered_once_after_the_timeout(server, store
 
     assert reply.text == copy.PROVIDER_FAILED
     assert len(server.requests) == 1
-    assert await stored_user_texts(store) == ["are you there?"]
+    assert await stored_user_texts(stores) == ["are you there?"]
 
 
 async def test_retries_stop_at_the_deadline_of_the_whole_call(server) -> None:
@@ -250,14 +250,14 @@ async def test_retries_stop_at_the_deadline_of_the_whole_call(server) -> None:
 # --- honest failure words; the message is kept in every case ------------------------------
 
 
-async def test_a_refused_api_key_names_the_setting(server, linked, store) -> None:
+async def test_a_refused_api_key_names_the_setting(server, linked, stores) -> None:
     server.reply_status(401, message="Invalid API Key")
 
     reply = await say(linked, "hello?")
 
     assert reply.text == copy.PROVIDER_KEY_REFUSED
     assert "COMPANION_LLM_API_KEY" in reply.text
-    assert await stored_user_texts(store) == ["hello?"]
+    assert await stored_user_texts(stores) == ["hello?"]
 
 
 @pytest.mark.parametrize(
@@ -270,7 +270,7 @@ async def test_a_refused_api_key_names_the_setting(server, linked, store) -> Non
         ),
     ],
 )
-async def test_a_request_too_long_for_the_model_says_so(server, linked, store, script) -> None:
+async def test_a_request_too_long_for_the_model_says_so(server, linked, stores, script) -> None:
     script(server)
     script(server)  # the retry with half the window is too long as well
 
@@ -278,7 +278,7 @@ async def test_a_request_too_long_for_the_model_says_so(server, linked, store, s
 
     assert reply.text == copy.PROVIDER_TOO_LONG
     assert len(server.requests) == 2
-    assert await stored_user_texts(store) == ["a very long message"]
+    assert await stored_user_texts(stores) == ["a very long message"]
 
 
 async def test_a_too_long_error_is_its_own_kind(server, provider) -> None:
@@ -288,19 +288,19 @@ async def test_a_too_long_error_is_its_own_kind(server, provider) -> None:
         await provider.complete(ask())
 
 
-async def test_a_failing_model_server_says_it_failed(server, linked, store) -> None:
+async def test_a_failing_model_server_says_it_failed(server, linked, stores) -> None:
     server.reply_status(500, body=LLAMA_NULL_CONTENT)
 
     reply = await say(linked, "hi")
 
     assert reply.text == copy.PROVIDER_SERVER_FAILED
-    assert await stored_user_texts(store) == ["hi"]
+    assert await stored_user_texts(stores) == ["hi"]
 
 
-async def test_an_unreachable_model_server_says_unreachable(store, clock, passphrase_hash, sleep) -> None:
+async def test_an_unreachable_model_server_says_unreachable(stores, clock, passphrase_hash, sleep) -> None:
     provider = OpenAICompatibleProvider(f"http://127.0.0.1:{closed_port()}/v1", timeout=5.0, max_retries=1)
     provider._sleep = sleep
-    companion = build_companion(store, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
+    companion = build_companion(stores, provider, CompanionConfig(passphrase_hash=passphrase_hash), clock=clock)
     await companion.start()
     try:
         reply = await say(companion, "anyone?")
@@ -310,7 +310,7 @@ async def test_an_unreachable_model_server_says_unreachable(store, clock, passph
 
     assert reply.text == copy.PROVIDER_FAILED
     assert "couldn't reach" in reply.text
-    assert await stored_user_texts(store) == ["anyone?"]
+    assert await stored_user_texts(stores) == ["anyone?"]
 
 
 def test_every_failure_has_its_own_words() -> None:
@@ -319,7 +319,7 @@ def test_every_failure_has_its_own_words() -> None:
 
 
 async def test_a_llama_cpp_reply_with_the_legacy_function_call_beside_tool_calls_runs_the_tool(
-    server, linked, store
+    server, linked, stores
 ) -> None:
     # The shape llama.cpp's server answers with: `content: null`, `tool_calls`, and the
     # deprecated `function_call` repeating the first call (recorded from its documented output).

@@ -517,11 +517,11 @@ def telegram() -> FakeStreamer:
 
 
 @pytest.fixture
-async def streaming_companion(store, provider, clock, passphrase_hash, telegram) -> AsyncIterator[Companion]:
+async def streaming_companion(stores, provider, clock, passphrase_hash, telegram) -> AsyncIterator[Companion]:
     """A companion whose replies on Telegram are shown while written, its model the real provider."""
     # Bursts off: each message is its own turn (the gateway tests keep the shipped window).
     companion = await boot_companion(
-        store,
+        stores,
         provider,
         clock,
         passphrase_hash,
@@ -545,7 +545,7 @@ async def tell(companion: Companion, text: str) -> Reply:
 
 
 async def test_a_dropped_stream_leaves_the_shown_words_replaced_by_the_failure_line_once(
-    streaming_companion, server, telegram, store
+    streaming_companion, server, telegram, stores
 ) -> None:
     words = [f"word{n}" for n in range(40)]
     chunk = {"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}]}
@@ -560,15 +560,15 @@ async def test_a_dropped_stream_leaves_the_shown_words_replaced_by_the_failure_l
     assert any("word0 word1 word2" in text for text in shown)  # the words were shown ...
     assert list(telegram.messages.values()) == [copy.PROVIDER_FAILED]  # ... then replaced by the failure line
     assert len(server.requests) == 1 and server.pending == 1  # asked once: nothing shown twice
-    assert await all_rows(store, "SELECT status FROM deliveries") == [("sent",)]
+    assert await all_rows(stores, "SELECT status FROM deliveries") == [("sent",)]
 
 
 async def test_the_context_preview_of_a_streamed_platform_is_the_streamed_request_byte_for_byte(
-    streaming_companion, server, store
+    streaming_companion, server, stores
 ) -> None:
     server.reply_stream(OPENAI_TEXT.events)
     await tell(streaming_companion, "Hello! I like cooking with lentils.")
-    conversation = await store.conversation_at(ConversationKey("telegram", USER))
+    conversation = await stores.timeline.conversation_at(ConversationKey("telegram", USER))
     assert conversation is not None
     upcoming = "What should we cook tonight?"
 
@@ -583,7 +583,7 @@ async def test_the_context_preview_of_a_streamed_platform_is_the_streamed_reques
 
 @pytest.mark.parametrize("streams", ["never", "only-without-tools"])
 async def test_the_context_preview_stops_asking_to_stream_once_the_server_does_not(
-    streaming_companion, server, store, streams
+    streaming_companion, server, stores, streams
 ) -> None:
     if streams == "never":
         server.streaming = False
@@ -591,7 +591,7 @@ async def test_the_context_preview_stops_asking_to_stream_once_the_server_does_n
         server.streams_with_tools = False  # llama-cpp-python's chatml-function-calling: a turn's request offers tools
     server.script(completion_json("whole"))
     await tell(streaming_companion, "Hello! I like cooking with lentils.")
-    conversation = await store.conversation_at(ConversationKey("telegram", USER))
+    conversation = await stores.timeline.conversation_at(ConversationKey("telegram", USER))
     assert conversation is not None
 
     preview = await normal_preview(streaming_companion).of(conversation, "And now?")

@@ -19,9 +19,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.storage.backup import backup
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from core.values import copy
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.platforms import ChatDriver, Origin, PlatformGateway, needs, platform_cases
 from tests.helpers.reader import files_holding
@@ -37,9 +38,9 @@ def clock() -> ShiftedClock:
 
 @pytest.fixture
 async def gateway(
-    platform: ChatDriver, model: FakeOpenAIServer, store: SqliteStore, clock: ShiftedClock, passphrase_hash: str
+    platform: ChatDriver, model: FakeOpenAIServer, stores: Stores, clock: ShiftedClock, passphrase_hash: str
 ) -> AsyncIterator[PlatformGateway]:
-    gateway = PlatformGateway(platform, model, store, clock, passphrase_hash)
+    gateway = PlatformGateway(platform, model, stores, clock, passphrase_hash)
     yield gateway
     await gateway.stop()
 
@@ -53,7 +54,7 @@ def last_user_text(model: FakeOpenAIServer) -> str:
 
 @needs("edit")
 async def test_an_edit_typed_while_private_never_reaches_the_normal_request_row_recall_or_a_recall_answer(
-    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, store: SqliteStore
+    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await gateway.start()
     first = await platform.say("lunch on Friday with Ana")
@@ -65,13 +66,13 @@ async def test_an_edit_typed_while_private_never_reaches_the_normal_request_row_
     assert "lunch on Friday with Ana" in model.raw_requests[-1].decode()
     await platform.say("/recall Friday")
     assert "Ana" in platform.shown()[-1] and CANARY not in platform.shown()[-1]
-    found = await traces(store, CANARY)
+    found = await traces(stores, CANARY)
     assert found.normal_rows == [] and found.recall == []
 
 
 @needs("edit")
 async def test_an_edit_made_after_a_restart_is_read_in_the_mode_of_its_own_moment(
-    gateway: PlatformGateway, platform: ChatDriver, store: SqliteStore
+    gateway: PlatformGateway, platform: ChatDriver, stores: Stores
 ) -> None:
     await gateway.start()
     first = await platform.say("lunch on Friday")
@@ -81,21 +82,21 @@ async def test_an_edit_made_after_a_restart_is_read_in_the_mode_of_its_own_momen
     await asyncio.sleep(platform.date_step)  # past the restart's margin, as the platform dates an edit
     await platform.edit(first, "lunch on Saturday")  # made now, in normal mode
     await platform.say("/mode")
-    rows = await store._all("SELECT text FROM messages WHERE platform_message_id = ?", (first,))
+    rows = await engines.rows(stores, "SELECT text FROM messages WHERE platform_message_id = ?", (first,))
     assert [r[0] for r in rows] == ["lunch on Saturday"]
 
 
 # --- 2. an unknown command typed while private, its answer pending ---------------------------------
 
 
-async def pending_for(store: SqliteStore, needle: str) -> list[tuple]:
-    rows = await store._all("SELECT segment_id, status FROM deliveries WHERE text LIKE ?", (f"%{needle}%",))
+async def pending_for(stores: Stores, needle: str) -> list[tuple]:
+    rows = await engines.rows(stores, "SELECT segment_id, status FROM deliveries WHERE text LIKE ?", (f"%{needle}%",))
     return [tuple(r) for r in rows]
 
 
-async def rows_appear(store: SqliteStore, sql: str, *params: object) -> None:
+async def rows_appear(stores: Stores, sql: str, *params: object) -> None:
     for _ in range(500):
-        if await store._all(sql, params):
+        if await engines.rows(stores, sql, params):
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"no row for: {sql}")
@@ -109,7 +110,7 @@ TRIED_ONCE = "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts = 1
 async def test_an_unknown_commands_pending_answer_typed_while_private_goes_with_its_interval(
     gateway: PlatformGateway,
     platform: ChatDriver,
-    store: SqliteStore,
+    stores: Stores,
     clock: ShiftedClock,
     tmp_path,
     ending: str,
@@ -118,21 +119,33 @@ async def test_an_unknown_commands_pending_answer_typed_while_private_goes_with_
     await platform.say(f"/private {PASSPHRASE} 1h")
     platform.fail_sends()  # every one of the adapter's own tries
     await platform.post(f"/diary_{CANARY} the day was long")
-    await rows_appear(store, TRIED_ONCE)
-    (segment,) = [r[0] for r in await store._all("SELECT id FROM segments WHERE ended_at IS NULL")]
-    assert await pending_for(store, CANARY) == [(segment, "pending")]  # the answer is the interval's own
+    await rows_appear(stores, TRIED_ONCE)
+    (segment,) = [r[0] for r in await engines.rows(stores, "SELECT id FROM segments WHERE ended_at IS NULL")]
+    assert await pending_for(stores, CANARY) == [(segment, "pending")]  # the answer is the interval's own
     # A backup taken now holds no private row, so not this one either.
-    assert files_holding([backup(store.path, tmp_path / "backups", retention_days=14).path], CANARY.encode()) == []
+    assert (
+        files_holding(
+            [backup(engines.sqlite_file(stores), tmp_path / "backups", retention_days=14).path], CANARY.encode()
+        )
+        == []
+    )
     if ending == "forget private":
         platform.fail_sends()  # the platform is still down
         await platform.post("/forget private")
-        await rows_appear(store, "SELECT 1 FROM deliveries WHERE text LIKE 'Private mode is off%' AND attempts = 1")
+        await rows_appear(stores, "SELECT 1 FROM deliveries WHERE text LIKE 'Private mode is off%' AND attempts = 1")
     else:
         clock.advance(3601)
         await companion.sweep()
-    assert not (await traces(store, CANARY)).anywhere
-    assert await store._all("SELECT id FROM deliveries WHERE segment_id IS NOT NULL") == []
-    files = [p for p in (store.path, store.path.with_name(store.path.name + "-wal")) if p.exists()]
+    assert not (await traces(stores, CANARY)).anywhere
+    assert await engines.rows(stores, "SELECT id FROM deliveries WHERE segment_id IS NOT NULL") == []
+    files = [
+        p
+        for p in (
+            engines.sqlite_file(stores),
+            engines.sqlite_file(stores).with_name(engines.sqlite_file(stores).name + "-wal"),
+        )
+        if p.exists()
+    ]
     assert files_holding(files, CANARY.encode()) == []
     clock.advance(60)  # the platform is back: what is still pending goes out, and none of it is the canary
     await companion.outbox.dispatch_due()
@@ -144,7 +157,7 @@ async def test_an_unknown_commands_pending_answer_typed_while_private_goes_with_
 
 @needs("send_fault")
 async def test_a_private_answer_left_pending_is_never_sent_after_its_interval_expired(
-    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, store: SqliteStore, clock: ShiftedClock
+    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, stores: Stores, clock: ShiftedClock
 ) -> None:
     companion = await gateway.start()
     await platform.say(f"/private {PASSPHRASE} 1m")
@@ -152,9 +165,9 @@ async def test_a_private_answer_left_pending_is_never_sent_after_its_interval_ex
     platform.fail_sends()  # every one of the adapter's own tries
     model.reply_text(f"Between us: {CANARY}.")
     await platform.post("how am I doing, really?")
-    await rows_appear(store, TRIED_ONCE)
+    await rows_appear(stores, TRIED_ONCE)
     (conversation, delivery) = tuple(
-        (await store._all("SELECT conversation_id, id FROM deliveries WHERE status = 'pending'"))[0]
+        (await engines.rows(stores, "SELECT conversation_id, id FROM deliveries WHERE status = 'pending'"))[0]
     )
     clock.advance(61)  # the interval expired a moment ago; the minute's sweep has not run yet
     await companion.outbox.dispatch_due()  # the scheduler's dispatch, the platform back up
@@ -162,7 +175,7 @@ async def test_a_private_answer_left_pending_is_never_sent_after_its_interval_ex
     assert all(CANARY not in text for text in platform.sent())
     assert platform.send_calls() == sends + platform.send_tries  # not even tried again
     await companion.sweep()
-    assert not (await traces(store, CANARY)).anywhere
+    assert not (await traces(stores, CANARY)).anywhere
 
 
 # --- 3. a mirror is never told a private interval existed ------------------------------------------
@@ -170,7 +183,7 @@ async def test_a_private_answer_left_pending_is_never_sent_after_its_interval_ex
 
 @needs("mirror", "quote", "forward")
 async def test_a_mirror_gets_only_the_words_typed_in_normal_mode_never_a_quote_of_a_private_message(
-    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, store: SqliteStore
+    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await gateway.start()
     await platform.say(f"/mirror {platform.mirror_chat}")
@@ -198,7 +211,7 @@ async def test_a_mirror_gets_only_the_words_typed_in_normal_mode_never_a_quote_o
         f"[{source}] you: why Porto?\ncompanion: Because of the bridges.",
         f"[{source}] you: {copy.FORWARD_UNREAD_SAID}\ncompanion: I won't read that here.",
     ]
-    assert not (await traces(store, CANARY)).mirrors
+    assert not (await traces(stores, CANARY)).mirrors
 
 
 # --- 5. a forward of a private message -------------------------------------------------------------
@@ -206,7 +219,7 @@ async def test_a_mirror_gets_only_the_words_typed_in_normal_mode_never_a_quote_o
 
 @needs("forward", "quote")
 async def test_a_forward_of_a_private_message_is_the_placeholder_in_normal_mode_and_the_person_is_told_once(
-    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, store: SqliteStore
+    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await gateway.start()
     await platform.say(f"/private {PASSPHRASE}")
@@ -231,7 +244,7 @@ async def test_a_forward_of_a_private_message_is_the_placeholder_in_normal_mode_
     # The same message quoted gets the placeholder, as before.
     await platform.say("and this?", reply_to=private_id)
     assert CANARY not in model.raw_requests[-1].decode()
-    found = await traces(store, CANARY)
+    found = await traces(stores, CANARY)
     assert found.normal_rows == [] and found.recall == []
 
 
@@ -289,16 +302,16 @@ async def type_while_private(kind: str, gateway: PlatformGateway, platform: Chat
 
 @pytest.mark.parametrize(("platform", "kind"), platform_cases(KINDS), indirect=["platform"])
 async def test_a_canary_typed_while_private_in_any_kind_of_event_leaves_no_trace_in_normal_mode(
-    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, store: SqliteStore, kind: str
+    gateway: PlatformGateway, platform: ChatDriver, model: FakeOpenAIServer, stores: Stores, kind: str
 ) -> None:
     await gateway.start(allow_private_export=True)
     if platform.mirror_chat is not None:  # mirrored where the platform has another chat
         await platform.say(f"/mirror {platform.mirror_chat}")
     first = await platform.say("lunch on Friday with Ana")
-    before_private = await last_delivery(store)
+    before_private = await last_delivery(stores)
     await platform.say(f"/private {PASSPHRASE} 1h")
     await type_while_private(kind, gateway, platform, first)
-    while_private = await last_delivery(store)
+    while_private = await last_delivery(stores)
     await platform.say("/normal")
     model.reply_text("Noted.")
     await platform.say("what's new?")
@@ -306,7 +319,7 @@ async def test_a_canary_typed_while_private_in_any_kind_of_event_leaves_no_trace
     # The next normal request, the normal rows, the recall index: no canary.
     assert CANARY not in model.raw_requests[-1].decode()
     assert "lunch on Friday with Ana" in model.raw_requests[-1].decode()
-    found = await traces(store, CANARY)
+    found = await traces(stores, CANARY)
     assert found.normal_rows == [] and found.recall == []
     await platform.say("/forget private")
     if platform.mirror_chat is not None:
@@ -314,6 +327,6 @@ async def test_a_canary_typed_while_private_in_any_kind_of_event_leaves_no_trace
     await gateway.companion.outbox.settle(10)
     # Every mirror body, and every delivery row: none holds it, and none written while private is left.
     assert all(CANARY not in text for text in platform.shown("mirror"))
-    assert not (await traces(store, CANARY)).anywhere
+    assert not (await traces(stores, CANARY)).anywhere
     restarted = kind.startswith("caught-up")
-    assert await left_of_the_interval(store, before_private, while_private, restarted=restarted) == []
+    assert await left_of_the_interval(stores, before_private, while_private, restarted=restarted) == []

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import sqlite_stores
 from core.memory.context import ContextBudget
 from core.turn.companion import Companion
 from core.values import copy
@@ -99,12 +99,12 @@ async def next_normal_request(
     """A normal history, a private interval of `private_turns`, /normal, and the next normal turn (with
     an image): the bytes of that turn's first request, and every request the private turns sent."""
     async with TeachingServer() as server:
-        store = SqliteStore(db_path)
-        await store.start()
+        stores = sqlite_stores(db_path)
+        await stores.database.start()
         provider = OpenAICompatibleProvider(server.base_url, model="fake-model", timeout=10.0)
         telegram = FakeStreamer("telegram")
         companion = await boot_companion(
-            store,
+            stores,
             provider,
             FakeClock(),
             passphrase_hash,
@@ -132,7 +132,7 @@ async def next_normal_request(
         finally:
             await companion.drain()
             await provider.aclose()
-            await store.aclose()
+            await stores.database.aclose()
 
 
 async def test_a_normal_request_is_byte_identical_whether_or_not_private_turns_came_before_it(

@@ -36,8 +36,8 @@ async def server() -> AsyncIterator[FakeOpenAIServer]:
         yield fake
 
 
-async def stored_user_texts(store) -> list[str]:
-    return [row[0] for row in await all_rows(store, "SELECT text FROM messages WHERE role = 'user'")]
+async def stored_user_texts(stores) -> list[str]:
+    return [row[0] for row in await all_rows(stores, "SELECT text FROM messages WHERE role = 'user'")]
 
 
 # --- the provider reads each shape ------------------------------------------------------------------
@@ -83,7 +83,7 @@ async def test_a_length_reply_is_marked_truncated(server, provider, shapes: Serv
 
 
 @BY_NAME
-async def test_the_whole_tool_loop_runs(server, linked, store, shapes: ServerShapes) -> None:
+async def test_the_whole_tool_loop_runs(server, linked, stores, shapes: ServerShapes) -> None:
     shapes.script_tool_call(server)
     shapes.script_plain(server)
 
@@ -101,7 +101,7 @@ async def test_the_whole_tool_loop_runs(server, linked, store, shapes: ServerSha
     assert tool["role"] == "tool" and tool["tool_call_id"] == shapes.call_id
     assert isinstance(tool["content"], str) and tool["content"] and not tool["content"].startswith("error")
     assert all(isinstance(m["content"], str) for m in sent)
-    assert await stored_user_texts(store) == ["what time is it?"]
+    assert await stored_user_texts(stores) == ["what time is it?"]
 
 
 @BY_NAME
@@ -114,7 +114,7 @@ async def test_a_reply_cut_off_at_max_tokens_carries_the_marker(server, linked, 
 
 
 @BY_NAME
-async def test_a_refused_api_key_is_named_and_not_retried(server, linked, store, sleep, shapes: ServerShapes) -> None:
+async def test_a_refused_api_key_is_named_and_not_retried(server, linked, stores, sleep, shapes: ServerShapes) -> None:
     shapes.script_key_refused(server)
     shapes.script_plain(server)  # never asked for
 
@@ -123,7 +123,7 @@ async def test_a_refused_api_key_is_named_and_not_retried(server, linked, store,
     assert reply.text == copy.PROVIDER_KEY_REFUSED
     assert "COMPANION_LLM_API_KEY" in reply.text
     assert len(server.requests) == 1 and sleep.delays == []
-    assert await stored_user_texts(store) == ["hello?"]
+    assert await stored_user_texts(stores) == ["hello?"]
 
 
 @pytest.mark.parametrize("shapes", WITH_TOO_LONG, ids=[s.name for s in WITH_TOO_LONG])
@@ -145,7 +145,7 @@ async def test_vllms_older_flat_error_body_is_request_too_long_as_well(server, p
 
 @pytest.mark.parametrize("shapes", WITH_TOO_LONG, ids=[s.name for s in WITH_TOO_LONG])
 async def test_a_context_overflow_is_retried_once_with_half_the_window(
-    server, linked, store, shapes: ServerShapes
+    server, linked, stores, shapes: ServerShapes
 ) -> None:
     shapes.script_too_long(server)
     shapes.script_plain(server)
@@ -154,11 +154,11 @@ async def test_a_context_overflow_is_retried_once_with_half_the_window(
 
     assert reply.text == shapes.plain_text
     assert len(server.requests) == 2
-    assert await stored_user_texts(store) == ["a long message"]
+    assert await stored_user_texts(stores) == ["a long message"]
 
 
 @pytest.mark.parametrize("shapes", WITH_TOO_LONG, ids=[s.name for s in WITH_TOO_LONG])
-async def test_a_context_overflow_twice_says_too_long(server, linked, store, shapes: ServerShapes) -> None:
+async def test_a_context_overflow_twice_says_too_long(server, linked, stores, shapes: ServerShapes) -> None:
     shapes.script_too_long(server)
     shapes.script_too_long(server)
 
@@ -166,7 +166,7 @@ async def test_a_context_overflow_twice_says_too_long(server, linked, store, sha
 
     assert reply.text == copy.PROVIDER_TOO_LONG
     assert len(server.requests) == 2
-    assert await stored_user_texts(store) == ["a very long message"]
+    assert await stored_user_texts(stores) == ["a very long message"]
 
 
 async def test_ollama_documents_no_overflow_error_its_truncated_prompt_is_an_ordinary_reply(server, linked) -> None:
@@ -195,7 +195,7 @@ async def test_ollamas_wrapped_error_for_a_missing_model_is_a_rejection_not_retr
 # --- vLLM started without --enable-auto-tool-choice -------------------------------------------------
 
 
-async def test_a_vllm_without_auto_tool_choice_still_answers_without_tools(server, linked, store) -> None:
+async def test_a_vllm_without_auto_tool_choice_still_answers_without_tools(server, linked, stores) -> None:
     # Such a server refuses every request that offers tools with tool_choice "auto" (400). Failing
     # every turn would lock the companion out of its model; it answers without tools instead.
     server.script(ScriptedResponse(status=400, body=VLLM_AUTO_TOOL_CHOICE_DISABLED))

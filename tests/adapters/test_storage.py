@@ -13,21 +13,22 @@ import pytest
 
 from adapters.storage import migrate as migrate_module
 from adapters.storage.migrate import Migration, known_migrations, migrate
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores, open_stores, sqlite_stores
 from core.values.errors import MigrationError
 from core.values.model import ConversationKey
+from tests.helpers import engines
 
 
-async def pragma(store: SqliteStore, name: str):
-    return (await store._one(f"PRAGMA {name}"))[0]
+async def pragma(stores: Stores, name: str):
+    return (await engines.first(stores, f"PRAGMA {name}"))[0]
 
 
-async def test_every_connection_enforces_foreign_keys_wal_secure_delete_and_full_sync(store):
-    assert await pragma(store, "foreign_keys") == 1
-    assert await pragma(store, "journal_mode") == "wal"
-    assert await pragma(store, "secure_delete") == 1
-    assert await pragma(store, "synchronous") == 2  # FULL
-    assert await pragma(store, "busy_timeout") > 0  # a read waits a moment; a write waits in _tx
+async def test_every_connection_enforces_foreign_keys_wal_secure_delete_and_full_sync(stores):
+    assert await pragma(stores, "foreign_keys") == 1
+    assert await pragma(stores, "journal_mode") == "wal"
+    assert await pragma(stores, "secure_delete") == 1
+    assert await pragma(stores, "synchronous") == 2  # FULL
+    assert await pragma(stores, "busy_timeout") > 0  # a read waits a moment; a write waits in _tx
 
 
 async def test_the_store_asks_for_secure_delete_itself_whatever_the_sqlite_builds_default(tmp_path, monkeypatch):
@@ -42,26 +43,26 @@ async def test_the_store_asks_for_secure_delete_itself_whatever_the_sqlite_build
         return db
 
     monkeypatch.setattr(aiosqlite, "connect", traced)
-    async with SqliteStore(tmp_path / "companion.db"):
+    async with open_stores(tmp_path / "companion.db"):
         pass
     asked = {" ".join(s.split()).upper() for s in statements if s.upper().startswith("PRAGMA")}
     assert {"PRAGMA FOREIGN_KEYS = ON", "PRAGMA SECURE_DELETE = ON"} <= asked
 
 
 async def test_database_folder_is_created(tmp_path):
-    async with SqliteStore(tmp_path / "a" / "b" / "c.db") as store:
-        assert store.path.exists()
+    async with open_stores(tmp_path / "a" / "b" / "c.db") as stores:
+        assert engines.sqlite_file(stores).exists()
 
 
-async def test_fresh_database_gets_every_migration_recorded_with_time(store):
-    rows = await store._all("SELECT name, applied_at FROM schema_migrations ORDER BY name")
+async def test_fresh_database_gets_every_migration_recorded_with_time(stores):
+    rows = await engines.rows(stores, "SELECT name, applied_at FROM schema_migrations ORDER BY name")
     assert [r[0] for r in rows] == [m.name for m in known_migrations()]
     assert all(r[1] > 0 for r in rows)
 
 
 async def test_migrations_rerun_apply_nothing(tmp_path):
     path = tmp_path / "db"
-    async with SqliteStore(path):
+    async with open_stores(path):
         pass
     async with aiosqlite.connect(path, isolation_level=None) as db:
         assert await migrate(db) == []
@@ -69,12 +70,12 @@ async def test_migrations_rerun_apply_nothing(tmp_path):
 
 async def test_database_with_an_unknown_newer_migration_refuses_to_start(tmp_path):
     path = tmp_path / "db"
-    async with SqliteStore(path):
+    async with open_stores(path):
         pass
     with sqlite3.connect(path) as db:
         db.execute("INSERT INTO schema_migrations VALUES ('9999_from_the_future', 0)")
     with pytest.raises(MigrationError, match=r"9999_from_the_future.*does not know"):
-        await SqliteStore(path).start()
+        await sqlite_stores(path).database.start()
 
 
 async def test_a_failing_migration_is_rolled_back_whole(tmp_path):
@@ -131,13 +132,15 @@ def test_every_shipped_sql_file_is_a_migration_with_a_number_of_its_own():
     assert numbers == list(range(1, len(shipped) + 1))
 
 
-async def test_every_child_table_cascades_from_its_owner(store):
+async def test_every_child_table_cascades_from_its_owner(stores):
     tables = [
         r[0]
-        for r in await store._all("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        for r in await engines.rows(
+            stores, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
     ]
     for table in tables:
-        for fk in await store._all(f"PRAGMA foreign_key_list({table})"):
+        for fk in await engines.rows(stores, f"PRAGMA foreign_key_list({table})"):
             column, on_delete = fk["from"], fk["on_delete"]
             # account_id on messages only attributes authorship; it is SET NULL so that
             # an account's removal never silently deletes a shared group timeline.
@@ -155,42 +158,42 @@ async def test_every_child_table_cascades_from_its_owner(store):
                 assert on_delete == "CASCADE", f"{table}.{column} does not cascade"
 
 
-async def test_a_private_message_cannot_be_stored_as_pending_for_capture(store):
-    await store.ensure_conversation(
+async def test_a_private_message_cannot_be_stored_as_pending_for_capture(stores):
+    await stores.timeline.ensure_conversation(
         __import__("core.values.model").values.model.ConversationKey("terminal", "t"), "direct", None, 1.0
     )
-    segment = await store.open_segment(1, 1.0, None)
+    segment = await stores.modes.open_segment(1, 1.0, None)
     with pytest.raises(sqlite3.IntegrityError):
-        await store._all(
+        await engines.rows(
+            stores,
             "INSERT INTO messages (conversation_id, segment_id, mode, role, text, capture, created_at)"
             " VALUES (1, ?, 'private', 'user', 'x', 'pending', 1.0)",
             (segment.id,),
         )
 
 
-async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_full_again(store):
-    from adapters.storage.outbox import SqliteOutboxStore
+async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_full_again(stores):
     from core.values.model import DeliveryTarget
 
-    conversation = await store.ensure_conversation(ConversationKey("telegram", "1"), "group", None, 0.0)
+    conversation = await stores.timeline.ensure_conversation(ConversationKey("telegram", "1"), "group", None, 0.0)
     delivery_id = (
-        await store.record_reply(conversation.id, "hi", 0.0, target=DeliveryTarget("telegram", "1"))
+        await stores.timeline.record_reply(conversation.id, "hi", 0.0, target=DeliveryTarget("telegram", "1"))
     ).delivery_id
-    await SqliteOutboxStore(store.database).mark_sent(delivery_id, 1, 1.0)
-    assert await pragma(store, "synchronous") == 2  # FULL
-    assert [tuple(r) for r in await store._all("SELECT status FROM deliveries")] == [("sent",)]
+    await stores.outbox.mark_sent(delivery_id, 1, 1.0)
+    assert await pragma(stores, "synchronous") == 2  # FULL
+    assert [tuple(r) for r in await engines.rows(stores, "SELECT status FROM deliveries")] == [("sent",)]
 
 
 @pytest.mark.parametrize("write", ["user message", "reply", "other message"])
-async def test_every_private_write_extends_the_segments_idle_clock(store, write):
-    conversation = await store.ensure_conversation(ConversationKey("terminal", "t"), "direct", None, 0.0)
-    segment = await store.open_segment(conversation.id, 0.0, None)
+async def test_every_private_write_extends_the_segments_idle_clock(stores, write):
+    conversation = await stores.timeline.ensure_conversation(ConversationKey("terminal", "t"), "direct", None, 0.0)
+    segment = await stores.modes.open_segment(conversation.id, 0.0, None)
     if write == "user message":
-        await store.add_inbound(
+        await stores.timeline.add_inbound(
             conversation.id, "x", 500.0, segment_id=segment.id, account_id=None, platform_message_id="m1"
         )
     elif write == "reply":
-        await store.record_reply(conversation.id, "x", 500.0, stored_text="x", segment_id=segment.id)
+        await stores.timeline.record_reply(conversation.id, "x", 500.0, stored_text="x", segment_id=segment.id)
     else:
-        await store.add_message(conversation.id, "assistant", "x", 500.0, segment_id=segment.id)
-    assert (await store.open_segment_of(conversation.id)).last_activity_at == 500.0
+        await stores.timeline.add_message(conversation.id, "assistant", "x", 500.0, segment_id=segment.id)
+    assert (await stores.modes.open_segment_of(conversation.id)).last_activity_at == 500.0

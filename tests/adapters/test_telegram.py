@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from adapters.telegram import (
     HANDLER_FAILED,
     MAX_MESSAGE_LENGTH,
@@ -27,7 +26,7 @@ from adapters.telegram import (
 from bot.bootstrap import build_companion, core_entry
 from core.commands.registry import command_specs
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
@@ -36,6 +35,7 @@ from core.values.copy import RESTART_KEPT_PRIVATE
 from core.values.edge import EdgeSettings
 from core.values.errors import StoreError
 from core.values.model import Attachment, InboundMessage, Reply
+from tests.helpers import engines
 from tests.helpers.adapters import AttachedPlatform, core_for, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
@@ -74,7 +74,7 @@ CompanionFactory = Callable[..., Awaitable[Companion]]
 
 @pytest.fixture
 async def new_companion(
-    store: SqliteStore, model: FakeOpenAIServer, passphrase_hash: str
+    stores: Stores, model: FakeOpenAIServer, passphrase_hash: str
 ) -> AsyncIterator[CompanionFactory]:
     """A started Companion on the shared store; calling it again is what a restarted process does."""
     opened: list[tuple[Companion, OpenAICompatibleProvider]] = []
@@ -82,12 +82,12 @@ async def new_companion(
     async def make(**build_options: object) -> Companion:
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
         companion = build_companion(
-            store,
+            stores,
             provider,
             CompanionConfig(
                 allowed_accounts=frozenset({f"telegram:{USER}", f"telegram:{OTHER}"}), passphrase_hash=passphrase_hash
             ),
-            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+            outbox=Outbox(stores.outbox, SystemClock()),
             **build_options,  # type: ignore[arg-type]
         )
         await companion.start()
@@ -293,7 +293,7 @@ async def test_a_part_already_sent_is_not_sent_again_when_a_later_part_is_retrie
 
 
 async def test_an_unknown_user_is_refused_once_and_nothing_of_it_is_stored(
-    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     secret = "stranger-words-4c2"
     assert await say(telegram, f"hello, {secret}", chat=STRANGER, user=STRANGER) == copy.NOT_ALLOWED
@@ -304,7 +304,7 @@ async def test_an_unknown_user_is_refused_once_and_nothing_of_it_is_stored(
     await telegram.wait_for(lambda: telegram.pending_updates == 0)
     assert telegram.texts_to(STRANGER) == [copy.NOT_ALLOWED]
     assert all(secret not in raw.decode() for raw in model.raw_requests)
-    assert not _rows_mentioning(store.path, [secret, str(STRANGER)])
+    assert not _rows_mentioning(engines.sqlite_file(stores), [secret, str(STRANGER)])
 
 
 async def test_in_a_group_it_answers_only_when_mentioned_or_replied_to(
@@ -410,7 +410,7 @@ async def test_restart_does_not_handle_updates_again(
 
 
 async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
-    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+    telegram: FakeTelegramServer, stores: Stores, sleep: RecordingSleep
 ) -> None:
     entered, release = asyncio.Event(), asyncio.Event()
 
@@ -419,7 +419,7 @@ async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
         await release.wait()
         return Reply("handled")
 
-    adapter = telegram_adapter(telegram, core_for(slow, state=store), sleep=sleep)
+    adapter = telegram_adapter(telegram, core_for(slow, state=stores.modes), sleep=sleep)
     key = f"telegram:offset:{telegram.bot_id}"
     await adapter.start()
     try:
@@ -432,18 +432,18 @@ async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
         # ... and none of those polls confirmed the update, nor was it stored as handled.
         assert telegram.pending_updates == 1
         assert all(offset is None or offset <= 1 for offset in telegram.get_updates_offsets)
-        assert await store.get_adapter_state(key) is None
+        assert await stores.modes.get_adapter_state(key) is None
         release.set()
         await telegram.wait_for(lambda: telegram.pending_updates == 0)  # confirmed once handled
         assert telegram.texts_to(USER) == ["handled"]
-        assert await store.get_adapter_state(key) == "1"
+        assert await stores.modes.get_adapter_state(key) == "1"
     finally:
         release.set()
         await adapter.aclose()
 
 
 async def test_updates_the_stop_cut_off_stay_unconfirmed_and_are_answered_after_the_restart(
-    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+    telegram: FakeTelegramServer, stores: Stores, sleep: RecordingSleep
 ) -> None:
     entered = asyncio.Event()
 
@@ -452,7 +452,7 @@ async def test_updates_the_stop_cut_off_stay_unconfirmed_and_are_answered_after_
         await asyncio.Event().wait()  # past any grace: the stop cuts it off
         return None
 
-    core = core_for(stuck, state=store)
+    core = core_for(stuck, state=stores.modes)
     adapter = telegram_adapter(telegram, core, sleep=sleep)
     await adapter.start()
     try:
@@ -472,7 +472,7 @@ async def test_updates_the_stop_cut_off_stay_unconfirmed_and_are_answered_after_
     async def answering(message: InboundMessage) -> Reply | None:
         return Reply(f"re: {message.text}")
 
-    again = telegram_adapter(telegram, core_for(answering, state=store), sleep=sleep)
+    again = telegram_adapter(telegram, core_for(answering, state=stores.modes), sleep=sleep)
     await again.start()
     try:
         await telegram.wait_for(lambda: telegram.pending_updates == 0)
@@ -486,12 +486,12 @@ async def test_updates_handled_out_of_order_before_a_crash_are_neither_repeated_
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
 ) -> None:
     for text in ["u1", "u2", "u3", "u4"]:
         telegram.send_text(USER, USER, text)
     # The ledger a crash left: 1 handled, 3 handled (another chat finished first), 2 still running.
-    await store.set_adapter_state(f"telegram:offset:{telegram.bot_id}", "1 3", 0.0)
+    await stores.modes.set_adapter_state(f"telegram:offset:{telegram.bot_id}", "1 3", 0.0)
     await new_adapter(companion)
     await telegram.wait_for_sent(2)
     assert len(await before_a_later_turn(telegram)) == 2  # u1 and u3 were not handled again
@@ -504,7 +504,7 @@ async def test_messages_sent_while_down_stay_in_the_private_interval_the_restart
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
 ) -> None:
     first = await new_adapter(companion)
     assert (await say(telegram, "/private sesame")).startswith("Private mode is on")
@@ -520,9 +520,11 @@ async def test_messages_sent_while_down_stay_in_the_private_interval_the_restart
     assert sent[2].text == RESTART_KEPT_PRIVATE
     assert sent[3].text.startswith("You are in normal mode")
     assert len(model.raw_requests) == requests_before  # not read: no model request at all
-    rows = await store._all("SELECT mode, segment_id FROM messages WHERE text = ?", (f"still private {CANARY}",))
+    rows = await engines.rows(
+        stores, "SELECT mode, segment_id FROM messages WHERE text = ?", (f"still private {CANARY}",)
+    )
     assert [(r["mode"], r["segment_id"] is not None) for r in rows] == [("private", True)]
-    hits = await store._all("SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY}"',))
+    hits = await engines.rows(stores, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY}"',))
     assert hits[0][0] == 0
 
 
@@ -531,12 +533,12 @@ async def test_messages_sent_while_down_stay_in_the_private_interval_the_restart
 
 @pytest.mark.parametrize("text", ["/private sesame", "\u200b/рrivate sesame", "/privat sesame"])
 async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_is_still_deleted(
-    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep, text: str
+    telegram: FakeTelegramServer, stores: Stores, sleep: RecordingSleep, text: str
 ) -> None:
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
 
-    adapter = telegram_adapter(telegram, core_for(failing, state=store), sleep=sleep)
+    adapter = telegram_adapter(telegram, core_for(failing, state=stores.modes), sleep=sleep)
     await adapter.start()
     try:
         message = telegram.send_text(USER, USER, text)
@@ -548,12 +550,12 @@ async def test_when_the_core_fails_the_user_gets_an_apology_and_the_passphrase_i
 
 
 async def test_when_the_core_fails_and_the_passphrase_cannot_be_deleted_the_apology_asks_the_user_to(
-    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+    telegram: FakeTelegramServer, stores: Stores, sleep: RecordingSleep
 ) -> None:
     async def failing(message: InboundMessage) -> Reply | None:
         raise StoreError("disk full")
 
-    adapter = telegram_adapter(telegram, core_for(failing, state=store), sleep=sleep)
+    adapter = telegram_adapter(telegram, core_for(failing, state=stores.modes), sleep=sleep)
     telegram.fail_next("deleteMessage", 400, description="Bad Request: message can't be deleted")
     await adapter.start()
     try:
@@ -566,12 +568,12 @@ async def test_when_the_core_fails_and_the_passphrase_cannot_be_deleted_the_apol
 
 
 async def test_attachments_of_a_reply_are_sent_as_documents_after_its_text(
-    telegram: FakeTelegramServer, store: SqliteStore, sleep: RecordingSleep
+    telegram: FakeTelegramServer, stores: Stores, sleep: RecordingSleep
 ) -> None:
     async def exporting(message: InboundMessage) -> Reply | None:
         return Reply("Here is your export.", attachments=[Attachment("export.txt", b"normal notes")])
 
-    adapter = telegram_adapter(telegram, core_for(exporting, state=store), sleep=sleep)
+    adapter = telegram_adapter(telegram, core_for(exporting, state=stores.modes), sleep=sleep)
     await adapter.start()
     try:
         telegram.send_text(USER, USER, "/export")
@@ -840,7 +842,7 @@ async def test_a_reply_telegram_refuses_for_longer_than_every_retry_is_kept_and_
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
 ) -> None:
     model.reply_text("kept for you")
     telegram.fail_next("sendMessage", 502, times=5)  # every one of the adapter's own attempts
@@ -848,15 +850,15 @@ async def test_a_reply_telegram_refuses_for_longer_than_every_retry_is_kept_and_
     await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= 5)
     await telegram.wait_for(lambda: telegram.pending_updates == 0)  # the update is confirmed: the row holds it
     await companion.outbox.settle(10)  # the send was handed to the outbox's lane: its failure is recorded
-    rows = await store._all("SELECT status, attempts, error FROM deliveries")
+    rows = await engines.rows(stores, "SELECT status, attempts, error FROM deliveries")
     assert [tuple(r) for r in rows] == [("pending", 1, "NetworkError")]
     assert telegram.texts_to(USER) == []
-    await store._all("UPDATE deliveries SET next_attempt_at = 0")  # its backoff has passed
+    await engines.rows(stores, "UPDATE deliveries SET next_attempt_at = 0")  # its backoff has passed
     await companion.outbox.dispatch_due()
     await companion.outbox.dispatch_due()
     assert telegram.texts_to(USER) == ["kept for you"]
     assert len(model.requests) == 1  # the model was not asked again
-    assert [tuple(r) for r in await store._all("SELECT status, text FROM deliveries")] == [("sent", None)]
+    assert [tuple(r) for r in await engines.rows(stores, "SELECT status, text FROM deliveries")] == [("sent", None)]
 
 
 async def test_a_blocked_bot_gives_up_on_the_reply_and_records_why(
@@ -864,14 +866,14 @@ async def test_a_blocked_bot_gives_up_on_the_reply_and_records_why(
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
 ) -> None:
     telegram.fail_next("sendMessage", 403, description="Forbidden: bot was blocked by the user")
     telegram.send_text(USER, USER, "hello")
     await telegram.wait_for(lambda: len(telegram.calls_of("sendMessage")) >= 1)
     await telegram.wait_for(lambda: telegram.pending_updates == 0)
     await companion.outbox.settle(10)  # the send was handed to the outbox's lane: its refusal is recorded
-    rows = await store._all("SELECT status, error, text FROM deliveries")
+    rows = await engines.rows(stores, "SELECT status, error, text FROM deliveries")
     assert [tuple(r) for r in rows] == [("failed", "Forbidden", None)]
     assert len(telegram.calls_of("sendMessage")) == 1  # a 403 is not retried
 
@@ -881,18 +883,20 @@ async def test_a_redelivered_update_is_not_stored_or_answered_again(
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
 ) -> None:
     first = await new_adapter(companion)
     await say(telegram, "hello once")
     await first.aclose()
-    await store._all("DELETE FROM adapter_state")  # as if the ledger write was lost in a kill
+    await engines.rows(stores, "DELETE FROM adapter_state")  # as if the ledger write was lost in a kill
     telegram.redeliver()
     await new_adapter(companion)
     await telegram.wait_for(lambda: telegram.pending_updates == 0)  # handled (confirmed only after)
     assert len(telegram.texts_to(USER)) == 1
     assert len(model.requests) == 1
-    assert [tuple(r) for r in await store._all("SELECT count(*) FROM messages WHERE text = 'hello once'")] == [(1,)]
+    assert [
+        tuple(r) for r in await engines.rows(stores, "SELECT count(*) FROM messages WHERE text = 'hello once'")
+    ] == [(1,)]
 
 
 async def test_a_reply_pending_while_the_bot_api_is_unreachable_is_delivered_once_when_it_returns(
@@ -900,29 +904,29 @@ async def test_a_reply_pending_while_the_bot_api_is_unreachable_is_delivered_onc
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
 ) -> None:
     model.reply_text("kept for you", delay=0.3)
     telegram.send_text(USER, USER, "hello")
     await telegram.wait_for(lambda: len(model.requests) == 1)
     await telegram.go_down()  # the Bot API goes away while the model answers
-    await wait_for_rows(store, "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts >= 1")
+    await wait_for_rows(stores, "SELECT 1 FROM deliveries WHERE status = 'pending' AND attempts >= 1")
     for _ in range(3):  # the outage lasts: every due retry fails, nothing is lost
-        await store._all("UPDATE deliveries SET next_attempt_at = 0")
+        await engines.rows(stores, "UPDATE deliveries SET next_attempt_at = 0")
         await companion.outbox.dispatch_due()
-    (attempts,) = [r[0] for r in await store._all("SELECT attempts FROM deliveries WHERE status = 'pending'")]
+    (attempts,) = [r[0] for r in await engines.rows(stores, "SELECT attempts FROM deliveries WHERE status = 'pending'")]
     assert attempts >= 4
     await telegram.come_back()
-    await store._all("UPDATE deliveries SET next_attempt_at = 0")
+    await engines.rows(stores, "UPDATE deliveries SET next_attempt_at = 0")
     await companion.outbox.dispatch_due()
     await companion.outbox.dispatch_due()
     assert telegram.texts_to(USER) == ["kept for you"]
     assert len(model.requests) == 1
 
 
-async def wait_for_rows(store: SqliteStore, sql: str, timeout: float = 10.0) -> None:
+async def wait_for_rows(stores: Stores, sql: str, timeout: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
-    while not await store._all(sql):
+    while not await engines.rows(stores, sql):
         assert asyncio.get_running_loop().time() < deadline, f"no row for: {sql}"
         await asyncio.sleep(0.02)
 
@@ -942,16 +946,16 @@ async def test_a_long_reply_resumed_after_an_outage_is_marked_sent_with_all_its_
     companion: Companion,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
 ) -> None:
     model.reply_text("a" * 4000 + "\n\n" + "b" * 4000 + "\n\n" + "c" * 100)  # three parts
     telegram.fail_next("sendMessage", 502, times=5, after=1)  # the first part goes, the second not
     telegram.send_text(USER, USER, "hello")
     await telegram.wait_for(lambda: telegram.pending_updates == 0)
-    await wait_for_rows(store, "SELECT 1 FROM deliveries WHERE status = 'pending' AND parts_sent = 1")
-    await store._all("UPDATE deliveries SET next_attempt_at = 0")
+    await wait_for_rows(stores, "SELECT 1 FROM deliveries WHERE status = 'pending' AND parts_sent = 1")
+    await engines.rows(stores, "UPDATE deliveries SET next_attempt_at = 0")
     await companion.outbox.dispatch_due()
     sent = telegram.texts_to(USER)
     assert [text[:1] for text in sent] == ["a", "b", "c"]
-    rows = await store._all("SELECT status, parts_sent FROM deliveries")
+    rows = await engines.rows(stores, "SELECT status, parts_sent FROM deliveries")
     assert [tuple(r) for r in rows] == [("sent", 3)]

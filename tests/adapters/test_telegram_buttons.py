@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion, core_entry
 from core.commands.export import CONFIRM_WINDOW
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_telegram import FakeTelegramServer
 
@@ -31,10 +31,10 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
 
 
 @pytest.fixture
-async def companion(store, model, passphrase_hash, clock) -> AsyncIterator[Companion]:
+async def companion(stores, model, passphrase_hash, clock) -> AsyncIterator[Companion]:
     provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
     companion = build_companion(
-        store,
+        stores,
         provider,
         CompanionConfig(
             allowed_accounts=frozenset({f"telegram:{USER}"}),
@@ -42,7 +42,7 @@ async def companion(store, model, passphrase_hash, clock) -> AsyncIterator[Compa
             allow_private_export=True,
             private_idle_seconds=None,
         ),
-        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+        outbox=Outbox(stores.outbox, SystemClock()),
         clock=clock,  # moved past the five minutes a confirmation lasts
     )
     await companion.start()
@@ -59,8 +59,8 @@ async def adapter(telegram, companion) -> AsyncIterator[AttachedPlatform]:
     await adapter.aclose()
 
 
-def artifacts(store: SqliteStore) -> int:
-    with sqlite3.connect(store.path) as db:
+def artifacts(stores: Stores) -> int:
+    with sqlite3.connect(engines.sqlite_file(stores)) as db:
         return db.execute("SELECT count(*) FROM artifacts").fetchone()[0]
 
 
@@ -77,16 +77,16 @@ async def crossing_asked(telegram: FakeTelegramServer) -> int:
     return asked.message_id
 
 
-async def test_the_export_crossing_is_confirmed_by_its_inline_button(adapter, telegram, store):
+async def test_the_export_crossing_is_confirmed_by_its_inline_button(adapter, telegram, stores):
     asked = await crossing_asked(telegram)
     query = telegram.press_button(USER, USER, asked, CONFIRM)
     await telegram.wait_for(lambda: any(m.text.startswith("[document companion-crossing-") for m in telegram.sent))
     assert [a["callback_query_id"] for a in telegram.callback_answers] == [query]  # the spinner stopped
     assert any(m.text.startswith("Created non-private artifact #1") for m in telegram.sent)
-    assert artifacts(store) == 1
+    assert artifacts(stores) == 1
 
 
-async def test_a_button_pressed_after_the_confirmation_was_used_says_so(adapter, telegram, store):
+async def test_a_button_pressed_after_the_confirmation_was_used_says_so(adapter, telegram, stores):
     asked = await crossing_asked(telegram)
     telegram.press_button(USER, USER, asked, CONFIRM)
     await telegram.wait_for(lambda: any(m.text.startswith("[document companion-crossing-") for m in telegram.sent))
@@ -94,26 +94,26 @@ async def test_a_button_pressed_after_the_confirmation_was_used_says_so(adapter,
     telegram.press_button(USER, USER, asked, CONFIRM)
     (answer,) = (await telegram.wait_for_sent(before + 1))[before:]
     assert "no crossing waiting for confirmation" in answer.text
-    assert len(telegram.callback_answers) == 2 and artifacts(store) == 1
+    assert len(telegram.callback_answers) == 2 and artifacts(stores) == 1
 
 
-async def test_a_button_pressed_after_the_confirmation_expired_says_so(adapter, telegram, store, clock):
+async def test_a_button_pressed_after_the_confirmation_expired_says_so(adapter, telegram, stores, clock):
     asked = await crossing_asked(telegram)
     clock.advance(CONFIRM_WINDOW + 1)
     before = len(telegram.sent)
     telegram.press_button(USER, USER, asked, CONFIRM)
     (answer,) = (await telegram.wait_for_sent(before + 1))[before:]
     assert "no crossing waiting for confirmation (it lasts 5 minutes)" in answer.text
-    assert artifacts(store) == 0
+    assert artifacts(stores) == 0
 
 
-async def test_the_typed_confirmation_still_works_on_telegram(adapter, telegram, store):
+async def test_the_typed_confirmation_still_works_on_telegram(adapter, telegram, stores):
     await crossing_asked(telegram)
     before = len(telegram.sent)
     telegram.send_text(USER, USER, "/export confirm")
     await telegram.wait_for_sent(before + 2)  # the answer and its file
     assert telegram.sent[before].text.startswith("Created non-private artifact #1")
-    assert artifacts(store) == 1
+    assert artifacts(stores) == 1
 
 
 async def test_the_bot_asks_telegram_for_button_presses(adapter, telegram):

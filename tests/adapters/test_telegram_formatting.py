@@ -12,12 +12,11 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from adapters.telegram.formatting import render, split_rendered
 from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.chat import all_rows
@@ -37,19 +36,19 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
 
 @pytest.fixture
 async def adapter(
-    telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> AsyncIterator[AttachedPlatform]:
     """The real adapter and core; replies go out through the outbox, as in the gateway."""
     provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
     companion = build_companion(
-        store,
+        stores,
         provider,
         CompanionConfig(allowed_accounts=frozenset({f"telegram:{USER}"})),
         # Streaming off: these tests are about how a reply sent whole is cut and formatted, and a
         # long fake answer (thousands of one-word chunks) may take longer than the 0.4 s that sends
         # an answer whole on a loaded machine. The streamed cut and formatting are tested with
         # streaming on in test_telegram_streaming.py (the same 4096 limit, entities in each part).
-        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock(), pacing=None),
+        outbox=Outbox(stores.outbox, SystemClock(), pacing=None),
     )
     await companion.start()
     adapter = telegram_adapter(telegram, core_entry(companion))
@@ -118,7 +117,7 @@ print("hi")
 
 
 async def test_a_reply_with_every_markdown_feature_arrives_as_entities_and_is_stored_as_markdown(
-    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     model.reply_text(EVERY_FEATURE)
     [message] = await replies(telegram, "plan my day")
@@ -145,7 +144,7 @@ async def test_a_reply_with_every_markdown_feature_arrives_as_entities_and_is_st
         ("italic", "style", None),
     }
     assert all("parse_mode" not in params for params in telegram.calls_of("sendMessage"))
-    stored = await all_rows(store, "SELECT text FROM messages WHERE role = 'assistant'")
+    stored = await all_rows(stores, "SELECT text FROM messages WHERE role = 'assistant'")
     assert stored == [(EVERY_FEATURE.strip(),)]  # the model's Markdown (the core strips the ends)
 
 

@@ -12,18 +12,18 @@ import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.llm.transcribe import OpenAICompatibleTranscriber
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.turn.config import CompanionConfig
 from core.values import copy
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
-from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, jpeg_with, leaked, ogg_with
+from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, jpeg_with, leaked, ogg_with
 
 USER, GROUP = 111, -100500
 BOT = "companion_test_bot"
@@ -48,7 +48,7 @@ Start = Callable[..., Awaitable[AttachedPlatform]]
 
 @pytest.fixture
 async def start(
-    telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, passphrase_hash: str
+    telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores, passphrase_hash: str
 ) -> AsyncIterator[Start]:
     """Start the companion and its Telegram adapter, with vision and speech to text as asked."""
     closers: list[Callable[[], Awaitable[None]]] = []
@@ -59,12 +59,12 @@ async def start(
             OpenAICompatibleTranscriber(model.base_url, "sk-stt", "whisper-test", timeout=5.0) if stt else None
         )
         companion = build_companion(
-            store,
+            stores,
             provider,
             CompanionConfig(
                 allowed_accounts=frozenset({f"telegram:{USER}"}), passphrase_hash=passphrase_hash, vision=vision
             ),
-            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+            outbox=Outbox(stores.outbox, SystemClock()),
             transcriber=transcriber,
         )
         await companion.start()
@@ -92,8 +92,8 @@ async def say(telegram: FakeTelegramServer, text: str) -> str:
     return await answer(telegram, lambda: telegram.send_text(USER, USER, text))
 
 
-def stored_user_texts(store: SqliteStore) -> list[str]:
-    with sqlite3.connect(store.path) as db:
+def stored_user_texts(stores: Stores) -> list[str]:
+    with sqlite3.connect(engines.sqlite_file(stores)) as db:
         return [row[0] for row in db.execute("SELECT text FROM messages WHERE role = 'user' ORDER BY id")]
 
 
@@ -105,7 +105,7 @@ def newest_user_content(request: dict) -> object:
 
 
 async def test_a_photo_caption_is_the_text_marked_photo_and_the_image_reaches_a_vision_model(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(vision=True)
     photo = jpeg_with()
@@ -117,12 +117,12 @@ async def test_a_photo_caption_is_the_text_marked_photo_and_the_image_reaches_a_
     assert content[0] == {"type": "text", "text": f"[photo] {CAT}"}
     assert content[1]["type"] == "image_url" and content[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
     assert model.images == [("image/jpeg", photo)]  # the full size, not the thumbnail, byte for byte
-    assert stored_user_texts(store) == [f"[photo] {CAT}"]
-    assert not leaked(database_bytes(store.path), photo, IMAGE_CANARY)
+    assert stored_user_texts(stores) == [f"[photo] {CAT}"]
+    assert not leaked(engines.stored_bytes(stores), photo, IMAGE_CANARY)
 
 
 async def test_without_vision_the_caption_is_answered_and_the_person_is_told_images_are_not_read(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(vision=False)
     model.reply_text("Tell me about your cat!")
@@ -130,16 +130,16 @@ async def test_without_vision_the_caption_is_answered_and_the_person_is_told_ima
     assert reply == f"{copy.IMAGES_NOT_READ}\n\nTell me about your cat!"
     assert newest_user_content(model.requests[-1]) == f"[photo] {CAT}"  # a string: no image part
     assert telegram.downloads == []  # nothing the model cannot read is fetched
-    assert stored_user_texts(store) == [f"[photo] {CAT}"]
+    assert stored_user_texts(stores) == [f"[photo] {CAT}"]
 
 
 async def test_a_photo_without_a_caption_and_without_vision_gets_the_constant_line_and_no_model_call(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(vision=False)
     assert await answer(telegram, lambda: telegram.send_photo(USER, USER, jpeg_with())) == copy.IMAGE_NOT_READ_ALONE
     assert model.requests == []
-    assert stored_user_texts(store) == ["[photo]"]
+    assert stored_user_texts(stores) == ["[photo]"]
 
 
 async def test_a_photo_over_20_mb_is_refused_with_the_reason_without_fetching_it(
@@ -168,7 +168,7 @@ async def test_an_image_sent_as_a_file_is_read_as_a_photo(
 
 
 async def test_a_voice_note_is_transcribed_and_the_transcript_is_the_message(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(stt=True)
     audio = ogg_with()
@@ -179,21 +179,21 @@ async def test_a_voice_note_is_transcribed_and_the_transcript_is_the_message(
     (sent,) = model.transcriptions
     assert (sent["model"], sent["data"], sent["content_type"]) == ("whisper-test", audio, "audio/ogg")
     assert newest_user_content(model.requests[-1]) == "[voice] remind me to water the plants"
-    assert stored_user_texts(store) == ["[voice] remind me to water the plants"]
-    assert not leaked(database_bytes(store.path), audio, AUDIO_CANARY)
+    assert stored_user_texts(stores) == ["[voice] remind me to water the plants"]
+    assert not leaked(engines.stored_bytes(stores), audio, AUDIO_CANARY)
 
 
 async def test_without_speech_to_text_a_voice_note_gets_the_constant_reply_and_no_model_call(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(stt=False)
     assert await answer(telegram, lambda: telegram.send_voice(USER, USER, ogg_with())) == copy.VOICE_NOT_SET_UP
     assert model.requests == [] and telegram.downloads == []
-    assert stored_user_texts(store) == ["[voice]"]
+    assert stored_user_texts(stores) == ["[voice]"]
 
 
 async def test_a_failed_transcription_says_so_and_keeps_only_the_marker(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     from tests.helpers.fake_openai import ScriptedResponse
 
@@ -201,7 +201,7 @@ async def test_a_failed_transcription_says_so_and_keeps_only_the_marker(
     model.transcripts.append(ScriptedResponse(status=400, body={"error": {"message": "bad audio"}}))
     assert await answer(telegram, lambda: telegram.send_voice(USER, USER, ogg_with())) == copy.VOICE_FAILED
     assert model.requests == []
-    assert stored_user_texts(store) == ["[voice]"]
+    assert stored_user_texts(stores) == ["[voice]"]
 
 
 # --- what it does not read --------------------------------------------------------------
@@ -271,7 +271,7 @@ async def test_every_other_kind_gets_a_short_honest_reply_and_only_its_marker_is
     start: Start,
     telegram: FakeTelegramServer,
     model: FakeOpenAIServer,
-    store: SqliteStore,
+    stores: Stores,
     kind: str,
     fields: dict,
 ) -> None:
@@ -284,7 +284,7 @@ async def test_every_other_kind_gets_a_short_honest_reply_and_only_its_marker_is
     expected = copy.VOICE_NOT_SET_UP if kind == "audio" else copy.MEDIA_NOT_READ[kind].format(also="")
     assert reply == expected
     assert model.requests == [] and telegram.downloads == []
-    assert stored_user_texts(store) == [f"[{kind}]"]
+    assert stored_user_texts(stores) == [f"[{kind}]"]
 
 
 async def test_a_caption_beside_a_kind_it_cannot_read_is_still_answered(
@@ -332,7 +332,7 @@ async def test_in_a_group_a_photo_is_answered_only_when_its_caption_mentions_the
 
 
 async def test_a_private_voice_transcript_is_masked_in_a_later_normal_turn(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(stt=True)
     secret = "transcript-canary-51c2 my sister's diagnosis"
@@ -350,7 +350,7 @@ async def test_a_private_voice_transcript_is_masked_in_a_later_normal_turn(
 
 
 async def test_media_bytes_never_reach_the_database_files_in_either_mode(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(vision=True, stt=True)
     photo, audio = jpeg_with(), ogg_with()
@@ -363,10 +363,10 @@ async def test_media_bytes_never_reach_the_database_files_in_either_mode(
 
     assert [mime for mime, _ in model.images] == ["image/jpeg", "image/jpeg"]  # both reached the model
     assert [t["data"] for t in model.transcriptions] == [audio, audio]
-    files = database_bytes(store.path)
+    files = engines.stored_bytes(stores)
     assert not leaked(files, photo, IMAGE_CANARY)
     assert not leaked(files, audio, AUDIO_CANARY)
-    with sqlite3.connect(store.path) as db:
+    with sqlite3.connect(engines.sqlite_file(stores)) as db:
         rows = " ".join(
             str(row)
             for table in ("messages", "agent_runs", "agent_events", "deliveries")
@@ -376,7 +376,7 @@ async def test_media_bytes_never_reach_the_database_files_in_either_mode(
 
 
 async def test_a_passphrase_in_a_photo_caption_is_a_command_never_stored_or_sent(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start(vision=True)
     message = telegram.send_photo(USER, USER, jpeg_with(), caption=f"/private {PASSPHRASE}")
@@ -384,7 +384,7 @@ async def test_a_passphrase_in_a_photo_caption_is_a_command_never_stored_or_sent
     assert telegram.texts_to(USER)[0].startswith("Private mode is on")
     assert (USER, message) in telegram.deleted
     assert model.requests == []
-    assert all(PASSPHRASE not in text for text in stored_user_texts(store))
+    assert all(PASSPHRASE not in text for text in stored_user_texts(stores))
 
 
 async def test_a_photo_getfile_refuses_as_too_big_is_answered_with_the_reason(

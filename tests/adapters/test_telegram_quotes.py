@@ -10,15 +10,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values import copy
+from tests.helpers import engines
 from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
@@ -57,7 +57,7 @@ Start = Callable[..., Awaitable[Companion]]
 
 @pytest.fixture
 async def start(
-    telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, window: ReleasedSleep
+    telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores, window: ReleasedSleep
 ) -> AsyncIterator[Start]:
     """A companion and its Telegram adapter on the fake servers (`burst_seconds` 0 unless given)."""
     opened: list[tuple[AttachedPlatform, Companion, OpenAICompatibleProvider]] = []
@@ -65,14 +65,14 @@ async def start(
     async def make(burst_seconds: float = 0.0) -> Companion:
         provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=5.0)
         companion = build_companion(
-            store,
+            stores,
             provider,
             CompanionConfig(
                 allowed_accounts=frozenset({f"telegram:{USER}", f"telegram:{OTHER}"}),
                 passphrase_hash=hash_passphrase("sesame"),
                 burst_seconds=burst_seconds,
             ),
-            outbox=Outbox(SqliteOutboxStore(store.database), SystemClock()),
+            outbox=Outbox(stores.outbox, SystemClock()),
             burst_sleep=window,
         )
         await companion.start()
@@ -100,8 +100,8 @@ def user_texts(request: dict) -> list[str]:
     return [m["content"] for m in request["messages"] if m["role"] == "user"]
 
 
-async def rows(store: SqliteStore, sql: str) -> list[tuple]:
-    return [tuple(r) for r in await store._all(sql)]
+async def rows(stores: Stores, sql: str) -> list[tuple]:
+    return [tuple(r) for r in await engines.rows(stores, sql)]
 
 
 async def test_a_normal_mode_reply_quoting_a_private_message_sends_no_canary_to_the_model(
@@ -164,7 +164,7 @@ async def test_in_a_group_the_model_reads_each_speakers_name_in_the_history_too(
 
 
 async def test_an_edit_of_the_newest_message_is_answered_once_as_a_correction(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start()
     model.reply_text("Noted: Tuesday.")
@@ -181,14 +181,14 @@ async def test_an_edit_of_the_newest_message_is_answered_once_as_a_correction(
     telegram.edit_text(USER, first, "dinner on Wednesday")
     await say(telegram, "/mode")
     assert len(telegram.sent) == before + 2 and len(model.requests) == 3
-    assert await rows(store, "SELECT text FROM messages WHERE role = 'user' AND kind = 'chat' ORDER BY id") == [
+    assert await rows(stores, "SELECT text FROM messages WHERE role = 'user' AND kind = 'chat' ORDER BY id") == [
         ("dinner on Wednesday",),
         ("at eight",),
     ]
 
 
 async def test_a_burst_of_five_messages_is_one_model_call_and_one_reply_with_five_stored(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, window: ReleasedSleep
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores, window: ReleasedSleep
 ) -> None:
     await start(burst_seconds=1.5)
     words = ["hey", "so", "I got the job", "starting Monday", "what should I bring?"]
@@ -198,7 +198,7 @@ async def test_a_burst_of_five_messages_is_one_model_call_and_one_reply_with_fiv
     # Every message is stored (and its update confirmed) before the burst is answered.
     await telegram.wait_for(lambda: telegram.pending_updates == 0 and len(telegram.calls_of("getUpdates")) > 1)
     deadline = asyncio.get_running_loop().time() + 10
-    while await rows(store, "SELECT count(*) FROM messages WHERE role = 'user'") != [(5,)]:
+    while await rows(stores, "SELECT count(*) FROM messages WHERE role = 'user'") != [(5,)]:
         assert asyncio.get_running_loop().time() < deadline, "five messages were not stored"
         await asyncio.sleep(0.02)
     assert model.requests == [] and telegram.sent == []
@@ -206,7 +206,7 @@ async def test_a_burst_of_five_messages_is_one_model_call_and_one_reply_with_fiv
     await telegram.wait_for_sent(1)
     assert [m.text for m in telegram.sent] == ["Congratulations! Bring a notebook."]
     assert len(model.requests) == 1 and user_texts(model.requests[0]) == words
-    assert await rows(store, "SELECT text, turn FROM messages WHERE role = 'user' ORDER BY id") == [
+    assert await rows(stores, "SELECT text, turn FROM messages WHERE role = 'user' ORDER BY id") == [
         (text, "done") for text in words
     ]
     # No second reply comes: a later turn's answer is the next thing sent.
@@ -215,7 +215,7 @@ async def test_a_burst_of_five_messages_is_one_model_call_and_one_reply_with_fiv
 
 
 async def test_an_edited_caption_replaces_the_stored_caption_and_is_answered_as_a_correction(
-    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    start: Start, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     await start()
     model.reply_text("A fine cat, Tom.")
@@ -228,6 +228,6 @@ async def test_an_edited_caption_replaces_the_stored_caption_and_is_answered_as_
     assert telegram.sent[-1].text == "A fine cat, Tim."
     assert model.requests[-1]["messages"][-1]["content"] == copy.EDIT_CORRECTION
     assert user_texts(model.requests[-1])[-1] == "[photo] my cat Tim"
-    assert await rows(store, "SELECT text FROM messages WHERE role = 'user' AND kind = 'chat'") == [
+    assert await rows(stores, "SELECT text FROM messages WHERE role = 'user' AND kind = 'chat'") == [
         ("[photo] my cat Tim",)
     ]

@@ -15,19 +15,19 @@ import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.rendering.pieces import stream_pieces
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from adapters.telegram.formatting import render
 from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.delivery.streams import StreamPacing
-from core.ports import SystemClock
+from core.ports.clock import SystemClock
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values import copy
 from core.values.errors import DeliveryFailed, DeliveryThrottled
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
+from tests.helpers import engines
 from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer, SentMessage, check_message
@@ -51,13 +51,13 @@ async def telegram() -> AsyncIterator[FakeTelegramServer]:
 
 
 @pytest.fixture
-async def companion(store: SqliteStore, model: FakeOpenAIServer) -> AsyncIterator[Companion]:
+async def companion(stores: Stores, model: FakeOpenAIServer) -> AsyncIterator[Companion]:
     provider = OpenAICompatibleProvider(model.base_url, "sk-test", "test-model", timeout=10.0)
     companion = build_companion(
-        store,
+        stores,
         provider,
         CompanionConfig(allowed_accounts=frozenset({f"telegram:{USER}"}), passphrase_hash=hash_passphrase("sesame")),
-        outbox=Outbox(SqliteOutboxStore(store.database), SystemClock(), pacing=StreamPacing(EDIT_SECONDS)),
+        outbox=Outbox(stores.outbox, SystemClock(), pacing=StreamPacing(EDIT_SECONDS)),
     )
     await companion.start()
     yield companion
@@ -74,17 +74,17 @@ async def adapter(telegram: FakeTelegramServer, companion: Companion) -> AsyncIt
     await adapter.aclose()
 
 
-async def answered(telegram: FakeTelegramServer, store: SqliteStore, chat: int = USER) -> list[SentMessage]:
+async def answered(telegram: FakeTelegramServer, stores: Stores, chat: int = USER) -> list[SentMessage]:
     """Wait until the reply's delivery is sent; the bot's messages in `chat` as they show now."""
     deadline = asyncio.get_running_loop().time() + 30
-    while not await store._all("SELECT 1 FROM deliveries WHERE kind = 'reply' AND status = 'sent'"):
+    while not await engines.rows(stores, "SELECT 1 FROM deliveries WHERE kind = 'reply' AND status = 'sent'"):
         assert asyncio.get_running_loop().time() < deadline, "the reply's delivery was not sent"
         await asyncio.sleep(0.05)
     return [m for m in telegram.sent if m.chat_id == chat and not m.deleted]
 
 
-async def rows(store: SqliteStore, sql: str) -> list[tuple]:
-    return [tuple(row) for row in await store._all(sql)]
+async def rows(stores: Stores, sql: str) -> list[tuple]:
+    return [tuple(row) for row in await engines.rows(stores, sql)]
 
 
 def requests_times(telegram: FakeTelegramServer, chat: int) -> list[float]:
@@ -93,13 +93,13 @@ def requests_times(telegram: FakeTelegramServer, chat: int) -> list[float]:
 
 
 async def test_a_reply_is_posted_early_and_edited_at_most_once_per_edit_interval(
-    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     answer = story(60)
     model.token_seconds = TOKEN_SECONDS  # 60 words: about three seconds of writing
     model.reply_text(answer, delay=1.0)  # a second of thought first: typing shows meanwhile
     telegram.send_text(USER, USER, "tell me a story")
-    [message] = await answered(telegram, store)
+    [message] = await answered(telegram, stores)
     assert message.text == answer and message.reply_to is None  # a direct chat: nothing quoted
     [post] = telegram.calls_of("sendMessage")
     assert answer.startswith(post["text"]) and post["text"] != answer  # shown before it was written
@@ -114,11 +114,11 @@ async def test_a_reply_is_posted_early_and_edited_at_most_once_per_edit_interval
     first_post = methods.index("sendMessage")
     assert "sendChatAction" in methods[:first_post]
     assert "sendChatAction" not in methods[first_post:]
-    assert await rows(store, "SELECT status, parts_sent, attempts FROM deliveries") == [("sent", 1, 0)]
+    assert await rows(stores, "SELECT status, parts_sent, attempts FROM deliveries") == [("sent", 1, 0)]
 
 
 async def test_a_429_on_an_edit_is_waited_out_and_the_rest_of_the_reply_edits_more_slowly(
-    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     answer = story(100)
     model.token_seconds = TOKEN_SECONDS  # five seconds of writing
@@ -126,7 +126,7 @@ async def test_a_429_on_an_edit_is_waited_out_and_the_rest_of_the_reply_edits_mo
     telegram.send_text(USER, USER, "a long one")
     await telegram.wait_for(lambda: len(telegram.edits_of(USER)) >= 1)
     telegram.flood(2)  # the next edit is answered 429 with retry_after 2
-    [message] = await answered(telegram, store)
+    [message] = await answered(telegram, stores)
     assert message.text == answer
     [(_, flooded_at, retry_after)] = telegram.floods  # one 429: the lane waited rather than asking again
     assert retry_after == 2
@@ -136,18 +136,18 @@ async def test_a_429_on_an_edit_is_waited_out_and_the_rest_of_the_reply_edits_mo
     gaps = [b - a for a, b in itertools.pairwise(later)]
     slower = StreamPacing(EDIT_SECONDS).slower(EDIT_SECONDS)
     assert gaps and min(gaps) >= 0.8 * slower  # and more slowly from then on
-    assert await rows(store, "SELECT status, attempts FROM deliveries") == [("sent", 0)]
+    assert await rows(stores, "SELECT status, attempts FROM deliveries") == [("sent", 0)]
 
 
 async def test_an_edit_that_changes_nothing_is_success_so_a_final_send_done_again_changes_nothing(
-    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     answer = story(40)
     model.token_seconds = TOKEN_SECONDS
     model.reply_text(answer)
     telegram.send_text(USER, USER, "go")
-    [message] = await answered(telegram, store)
-    [row] = await rows(store, "SELECT id, conversation_id, nonce, streamed_ids FROM deliveries")
+    [message] = await answered(telegram, stores)
+    [row] = await rows(stores, "SELECT id, conversation_id, nonce, streamed_ids FROM deliveries")
     edits, calls = len(telegram.edits), len(telegram.calls_of("editMessageText"))
     # The final send once more, as after a crash between its edits and its mark: Telegram answers
     # "message is not modified", which is success; nothing is posted, nothing changes.
@@ -172,14 +172,14 @@ def formatted_answer(paragraphs: int) -> str:
 
 
 async def test_a_6000_character_answer_continues_in_a_second_message_with_valid_entities_in_both(
-    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     answer = formatted_answer(32)
     assert 5800 <= len(answer) <= 6500
     model.token_seconds = 0.004  # about a thousand words: four seconds
     model.reply_text(answer)
     telegram.send_text(USER, USER, "write me a lot")
-    messages = await answered(telegram, store)
+    messages = await answered(telegram, stores)
     assert len(messages) == 2
     pieces = stream_pieces(answer, 4096, final=True)
     assert [m.text for m in messages] == [render(piece)[0] for piece in pieces]
@@ -193,11 +193,11 @@ async def test_a_6000_character_answer_continues_in_a_second_message_with_valid_
     # Both were shown while written (plain Markdown), then edited into their formatted parts.
     posts = telegram.calls_of("sendMessage")
     assert len(posts) == 2 and all("entities" not in post for post in posts)
-    assert await rows(store, "SELECT status, parts_sent FROM deliveries") == [("sent", 2)]
+    assert await rows(stores, "SELECT status, parts_sent FROM deliveries") == [("sent", 2)]
 
 
 async def test_a_tool_call_in_the_middle_of_an_answer_shows_only_the_constant_line(
-    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores
 ) -> None:
     model.token_seconds = TOKEN_SECONDS
     model.reply_tool_call(
@@ -205,7 +205,7 @@ async def test_a_tool_call_in_the_middle_of_an_answer_shows_only_the_constant_li
     )
     model.reply_text("I found nothing about lunch, sorry.", delay=1.5)  # the tool's round takes a while
     telegram.send_text(USER, USER, "what did I say about lunch?")
-    [message] = await answered(telegram, store)
+    [message] = await answered(telegram, stores)
     assert message.text == "I found nothing about lunch, sorry."
     shown = [p["text"] for p in telegram.calls_of("sendMessage")] + [e.text for e in telegram.edits_of(USER)]
     assert any(text.endswith(copy.STREAM_WORKING) for text in shown), shown
@@ -215,7 +215,7 @@ async def test_a_tool_call_in_the_middle_of_an_answer_shows_only_the_constant_li
 
 @pytest.mark.parametrize("chat", ["direct", "group"])
 async def test_a_streamed_reply_quotes_the_message_in_a_group_as_a_whole_reply_would(
-    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, store: SqliteStore, chat: str
+    adapter: AttachedPlatform, telegram: FakeTelegramServer, model: FakeOpenAIServer, stores: Stores, chat: str
 ) -> None:
     answer = story(30)
     model.token_seconds = TOKEN_SECONDS
@@ -226,7 +226,7 @@ async def test_a_streamed_reply_quotes_the_message_in_a_group_as_a_whole_reply_w
     else:
         where = USER
         asked = telegram.send_text(USER, USER, "tell me a story")
-    [message] = await answered(telegram, store, where)
+    [message] = await answered(telegram, stores, where)
     assert message.text == answer
     assert message.reply_to == (asked if chat == "group" else None)
     assert telegram.edits_of(where), "not streamed: the test proves nothing"

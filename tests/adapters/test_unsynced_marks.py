@@ -6,25 +6,25 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 
-from adapters.storage.outbox import SqliteOutboxStore
 from core.values.model import ConversationKey, DeliveryTarget
+from tests.helpers import engines
 
 
-async def test_an_unsynced_mark_that_meets_another_writer_waits_and_every_later_commit_is_full_again(store, tmp_path):
-    conversation = await store.ensure_conversation(ConversationKey("telegram", "1"), "group", None, 0.0)
+async def test_an_unsynced_mark_that_meets_another_writer_waits_and_every_later_commit_is_full_again(stores, tmp_path):
+    conversation = await stores.timeline.ensure_conversation(ConversationKey("telegram", "1"), "group", None, 0.0)
     delivery_id = (
-        await store.record_reply(conversation.id, "hi", 0.0, target=DeliveryTarget("telegram", "1"))
+        await stores.timeline.record_reply(conversation.id, "hi", 0.0, target=DeliveryTarget("telegram", "1"))
     ).delivery_id
     other = sqlite3.connect(tmp_path / "companion.db", isolation_level=None)  # another process: a backup, a chat
     try:
         other.execute("BEGIN IMMEDIATE")
-        mark = asyncio.ensure_future(SqliteOutboxStore(store.database).mark_sent(delivery_id, 1, 1.0))
+        mark = asyncio.ensure_future(stores.outbox.mark_sent(delivery_id, 1, 1.0))
         for _ in range(20):  # let it meet the lock (it retries until the other writer is done)
             await asyncio.sleep(0.01)
-        assert (await store._one("PRAGMA synchronous"))[0] == 2  # FULL between its tries
+        assert (await engines.first(stores, "PRAGMA synchronous"))[0] == 2  # FULL between its tries
         other.execute("COMMIT")
         await asyncio.wait_for(mark, 10)
     finally:
         other.close()
-    assert (await store._one("PRAGMA synchronous"))[0] == 2  # FULL
-    assert [tuple(r) for r in await store._all("SELECT status FROM deliveries")] == [("sent",)]
+    assert (await engines.first(stores, "PRAGMA synchronous"))[0] == 2  # FULL
+    assert [tuple(r) for r in await engines.rows(stores, "SELECT status FROM deliveries")] == [("sent",)]

@@ -19,6 +19,7 @@ from core.values.edge import EdgeSettings
 from core.values.errors import DeliveryFailed
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows
 from tests.helpers.logs import logging_policy
 from tests.helpers.web_chat import next_event, web_side
@@ -26,13 +27,13 @@ from tests.helpers.web_chat import next_event, web_side
 CANARY = "WEB-PRIVATE-CANARY"
 
 
-async def deliveries(store) -> list[tuple]:
-    return await all_rows(store, "SELECT kind, status, platform, chat_id FROM deliveries ORDER BY id")
+async def deliveries(stores) -> list[tuple]:
+    return await all_rows(stores, "SELECT kind, status, platform, chat_id FROM deliveries ORDER BY id")
 
 
-async def test_a_reply_is_published_once_to_every_open_page_and_marked_sent(store, provider, server, clock):
+async def test_a_reply_is_published_once_to_every_open_page_and_marked_sent(stores, provider, server, clock):
     server.reply_text("Hello to you too.")
-    async with web_side(store, provider, clock) as web, web.chat.open_page() as first, web.chat.open_page() as second:
+    async with web_side(stores, provider, clock) as web, web.chat.open_page() as first, web.chat.open_page() as second:
         sent = await web.chat.send("Hello!")
         for page in (first, second):
             event = await next_event(page)
@@ -42,17 +43,17 @@ async def test_a_reply_is_published_once_to_every_open_page_and_marked_sent(stor
         assert first.ready() == [] and second.ready() == []
 
     assert not sent.hide_input
-    assert await deliveries(store) == [("reply", "sent", "web", "owner")]
+    assert await deliveries(stores) == [("reply", "sent", "web", "owner")]
 
 
 async def test_a_reply_while_no_page_is_open_is_marked_sent_and_shown_from_the_history_when_a_page_opens(
-    store, provider, server, clock
+    stores, provider, server, clock
 ):
     server.reply_text("I kept this for you.")
-    async with web_side(store, provider, clock) as web:
+    async with web_side(stores, provider, clock) as web:
         await web.chat.send("Are you there?")
         await web.settled()
-        assert await deliveries(store) == [("reply", "sent", "web", "owner")]
+        assert await deliveries(stores) == [("reply", "sent", "web", "owner")]
 
         async with web.chat.open_page() as page:
             shown = [(item.role, item.text) for item in page.transcript.items]
@@ -60,25 +61,27 @@ async def test_a_reply_while_no_page_is_open_is_marked_sent_and_shown_from_the_h
             assert page.ready() == []
 
 
-async def test_a_delivery_published_again_after_a_crash_is_not_shown_twice_by_a_page(store, provider, server, clock):
+async def test_a_delivery_published_again_after_a_crash_is_not_shown_twice_by_a_page(stores, provider, server, clock):
     server.reply_text("Only once, please.")
-    async with web_side(store, provider, clock) as web:
+    async with web_side(stores, provider, clock) as web:
         await web.chat.send("hi")
         await web.settled()
         # The process died after the publish and before the mark: the row is pending again.
-        await store._planted("UPDATE deliveries SET status = 'pending', text = 'Only once, please.', settled_at = NULL")
+        await engines.plant(
+            stores, "UPDATE deliveries SET status = 'pending', text = 'Only once, please.', settled_at = NULL"
+        )
 
         async with web.chat.open_page() as page:
             assert [item.text for item in page.transcript.items] == ["hi", "Only once, please."]
             await web.outbox.dispatch_due(at_start=True)  # the next start sends what was left
-            assert await deliveries(store) == [("reply", "sent", "web", "owner")]
+            assert await deliveries(stores) == [("reply", "sent", "web", "owner")]
             await web.chat.send("and now?")
             event = await next_event(page)
             assert event.text != "Only once, please."  # the next live event is the next reply
 
 
-async def test_a_reminder_to_the_web_chat_is_delivered_exactly_once(store, provider, server, clock):
-    async with web_side(store, provider, clock) as web:
+async def test_a_reminder_to_the_web_chat_is_delivered_exactly_once(stores, provider, server, clock):
+    async with web_side(stores, provider, clock) as web:
         await web.chat.send("/followup 30m drink some water")
         await web.settled()
         async with web.chat.open_page() as page:
@@ -93,11 +96,11 @@ async def test_a_reminder_to_the_web_chat_is_delivered_exactly_once(store, provi
             await web.outbox.dispatch_due(at_start=True)
             assert page.ready() == []
 
-    assert [d for d in await deliveries(store) if d[0] == "reminder"] == [("reminder", "sent", "web", "owner")]
+    assert [d for d in await deliveries(stores) if d[0] == "reminder"] == [("reminder", "sent", "web", "owner")]
 
 
-async def test_a_commands_answer_reaches_the_open_pages_and_is_not_in_the_history(store, provider, server, clock):
-    async with web_side(store, provider, clock) as web:
+async def test_a_commands_answer_reaches_the_open_pages_and_is_not_in_the_history(stores, provider, server, clock):
+    async with web_side(stores, provider, clock) as web:
         async with web.chat.open_page() as page:
             await web.chat.send("/mode")
             event = await next_event(page)
@@ -107,9 +110,9 @@ async def test_a_commands_answer_reaches_the_open_pages_and_is_not_in_the_histor
 
 
 async def test_private_mode_in_the_web_chat_keeps_no_passphrase_and_its_history_masks_the_interval_after_normal(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web:
         await web.chat.send("a normal hello")
         entered = await web.chat.send(f"/private {PASSPHRASE}")
         await web.chat.send(f"only for private mode: {CANARY}")
@@ -128,14 +131,14 @@ async def test_private_mode_in_the_web_chat_keeps_no_passphrase_and_its_history_
             assert "a normal hello" in [item.text for item in items]
 
     assert entered.hide_input
-    texts = [row[0] for row in await all_rows(store, "SELECT text FROM messages")]
+    texts = [row[0] for row in await all_rows(stores, "SELECT text FROM messages")]
     assert not any(PASSPHRASE in text for text in texts)
 
 
 async def test_the_web_history_after_private_mode_idled_out_shows_the_interval_as_one_placeholder(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web:
         await web.chat.send(f"/private {PASSPHRASE}")
         await web.chat.send(f"private words {CANARY}")
         await web.settled()
@@ -146,13 +149,13 @@ async def test_the_web_history_after_private_mode_idled_out_shows_the_interval_a
             assert [item.is_placeholder for item in page.transcript.items] == [True]
 
 
-async def test_the_web_account_is_the_owners_and_no_one_else_may_write_there(store, provider, server, clock):
+async def test_the_web_account_is_the_owners_and_no_one_else_may_write_there(stores, provider, server, clock):
     async with web_side(
-        store, provider, clock, platforms=frozenset({"web", "telegram"}), owner_accounts=frozenset({"telegram:111"})
+        stores, provider, clock, platforms=frozenset({"web", "telegram"}), owner_accounts=frozenset({"telegram:111"})
     ) as web:
         await web.chat.send("hello from the web")
-        owner = await store.ensure_account("terminal", "owner", None, clock.now())
-        accounts = {(a.platform, a.platform_user_id) for a in await store.accounts_of(owner.person_id)}
+        owner = await stores.timeline.ensure_account("terminal", "owner", None, clock.now())
+        accounts = {(a.platform, a.platform_user_id) for a in await stores.links.accounts_of(owner.person_id)}
         stranger = await web.companion.handle(InboundMessage("web", "owner", "someone", "hi", is_direct=True))
 
     assert f"{PLATFORM}:{USER}" == WEB_ACCOUNT
@@ -160,8 +163,8 @@ async def test_the_web_account_is_the_owners_and_no_one_else_may_write_there(sto
     assert stranger is not None and stranger.text == copy.NOT_ALLOWED
 
 
-async def test_a_message_sent_twice_with_the_same_id_is_answered_once(store, provider, server, clock):
-    async with web_side(store, provider, clock) as web, web.chat.open_page() as page:
+async def test_a_message_sent_twice_with_the_same_id_is_answered_once(stores, provider, server, clock):
+    async with web_side(stores, provider, clock) as web, web.chat.open_page() as page:
         await web.chat.send("once", message_id="page-1")
         await web.chat.send("once", message_id="page-1")  # the page retried its POST
         await next_event(page)
@@ -171,8 +174,8 @@ async def test_a_message_sent_twice_with_the_same_id_is_answered_once(store, pro
     assert len(server.requests) == 1
 
 
-async def test_an_export_reaches_the_page_as_its_words_then_its_file(store, provider, server, clock):
-    async with web_side(store, provider, clock) as web:
+async def test_an_export_reaches_the_page_as_its_words_then_its_file(stores, provider, server, clock):
+    async with web_side(stores, provider, clock) as web:
         await web.chat.send("something to export")
         async with web.chat.open_page() as page:
             await web.chat.send("/export")
@@ -184,9 +187,9 @@ async def test_an_export_reaches_the_page_as_its_words_then_its_file(store, prov
 
 
 async def test_a_confirmation_comes_with_its_reply_as_a_button_whose_command_the_page_sends(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash, allow_private_export=True) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash, allow_private_export=True) as web:
         await web.chat.send(f"/private {PASSPHRASE}")
         await web.chat.send("a private thought")
         async with web.chat.open_page() as page:
@@ -199,8 +202,8 @@ async def test_a_confirmation_comes_with_its_reply_as_a_button_whose_command_the
     assert events[1].kind == "file" and events[1].attachment is not None
 
 
-async def test_a_page_that_falls_behind_is_closed_and_the_others_keep_every_event(store, provider, server, clock):
-    async with web_side(store, provider, clock) as web:
+async def test_a_page_that_falls_behind_is_closed_and_the_others_keep_every_event(stores, provider, server, clock):
+    async with web_side(stores, provider, clock) as web:
         other = web_platform(web.entry, EdgeSettings(), transcripts=transcripts(web.companion).read, page_queue=2)
         chat = other.intake
         await chat.start()
@@ -217,16 +220,16 @@ async def test_a_page_that_falls_behind_is_closed_and_the_others_keep_every_even
             await chat.aclose()
 
 
-async def test_only_the_owners_chat_exists_on_the_web(store, provider, server, clock):
-    async with web_side(store, provider, clock) as web:
+async def test_only_the_owners_chat_exists_on_the_web(stores, provider, server, clock):
+    async with web_side(stores, provider, clock) as web:
         with pytest.raises(DeliveryFailed) as refused:
             await web.sender.send_text("someone-else", "a binding's test post")
 
     assert refused.value.permanent
 
 
-async def test_pages_are_bounded(store, provider, server, clock):
-    async with web_side(store, provider, clock) as web:
+async def test_pages_are_bounded(stores, provider, server, clock):
+    async with web_side(stores, provider, clock) as web:
         other = web_platform(web.entry, EdgeSettings(), transcripts=transcripts(web.companion).read, max_pages=1)
         chat = other.intake
         await chat.start()
@@ -240,9 +243,9 @@ async def test_pages_are_bounded(store, provider, server, clock):
 
 
 async def test_after_the_stop_no_message_is_taken_every_page_ends_and_a_late_reply_waits_pending(
-    store, provider, server, clock
+    stores, provider, server, clock
 ):
-    async with web_side(store, provider, clock) as web:
+    async with web_side(stores, provider, clock) as web:
         async with web.chat.open_page() as page:
             await web.chat.stop_intake()
             with pytest.raises(WebChatStopped):
@@ -254,16 +257,16 @@ async def test_after_the_stop_no_message_is_taken_every_page_ends_and_a_late_rep
         assert reply is not None and reply.delivery_id is not None
         assert not await web.outbox.deliver(reply.conversation_id, reply.delivery_id)
 
-    assert await deliveries(store) == [("reply", "pending", "web", "owner")]
+    assert await deliveries(stores) == [("reply", "pending", "web", "owner")]
 
 
-async def test_no_message_text_reaches_the_logs_even_at_debug(store, provider, server, clock, caplog, passphrase_hash):
+async def test_no_message_text_reaches_the_logs_even_at_debug(stores, provider, server, clock, caplog, passphrase_hash):
     caplog.set_level(logging.DEBUG)
     server.responder = lambda body: f"you said {body['messages'][-1]['content']}"
     # COMPANION_LOG_LEVEL=DEBUG, as `companion run` applies it
     with logging_policy("DEBUG"):
         async with (
-            web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web,
+            web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web,
             web.chat.open_page() as page,
         ):
             await web.chat.send(f"normal {CANARY}")
@@ -278,9 +281,9 @@ async def test_no_message_text_reaches_the_logs_even_at_debug(store, provider, s
 
 
 async def test_a_passphrase_typed_in_the_web_chat_is_dropped_by_the_page_and_the_owner_is_not_asked_to_delete_it(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web, web.chat.open_page() as page:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web, web.chat.open_page() as page:
         entered = await web.chat.send(f"/private {PASSPHRASE}")
         answer = await next_event(page)
 
@@ -288,27 +291,27 @@ async def test_a_passphrase_typed_in_the_web_chat_is_dropped_by_the_page_and_the
     assert copy.DELETE_SECRET_NOTE not in answer.text  # nothing of it is left on a page to delete
 
 
-async def test_a_message_the_stop_cut_off_is_refused_so_the_page_may_send_it_again(store, provider, server, clock):
-    async with web_side(store, provider, clock) as web:
+async def test_a_message_the_stop_cut_off_is_refused_so_the_page_may_send_it_again(stores, provider, server, clock):
+    async with web_side(stores, provider, clock) as web:
         await web.companion.finish_turns(0.1)  # the stop closed the conversations' lanes
         with pytest.raises(WebChatStopped):
             await web.chat.send("cut off by the stop")
 
-    assert await all_rows(store, "SELECT text FROM messages") == []
+    assert await all_rows(stores, "SELECT text FROM messages") == []
 
 
-async def test_a_mistyped_private_command_is_not_kept_by_the_page(store, provider, server, clock, passphrase_hash):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash) as web:
+async def test_a_mistyped_private_command_is_not_kept_by_the_page(stores, provider, server, clock, passphrase_hash):
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash) as web:
         mistyped = await web.chat.send(f"/privte {PASSPHRASE}")
 
     assert mistyped.hide_input
-    assert not any(PASSPHRASE in row[0] for row in await all_rows(store, "SELECT text FROM messages"))
+    assert not any(PASSPHRASE in row[0] for row in await all_rows(stores, "SELECT text FROM messages"))
 
 
 async def test_the_web_history_after_a_private_interval_expired_holds_nothing_of_it(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with web_side(store, provider, clock, passphrase_hash=passphrase_hash, private_idle_seconds=None) as web:
+    async with web_side(stores, provider, clock, passphrase_hash=passphrase_hash, private_idle_seconds=None) as web:
         await web.chat.send("before")
         await web.chat.send(f"/private {PASSPHRASE} 1m")
         await web.chat.send(f"private words {CANARY}")

@@ -42,8 +42,8 @@ async def eventually(condition, what: str, timeout: float = 20.0) -> None:
     assert condition(), what
 
 
-async def test_livez_and_readyz_answer_without_sign_in_and_say_nothing_personal(store):
-    async with served(store, FakeClock()) as web:
+async def test_livez_and_readyz_answer_without_sign_in_and_say_nothing_personal(stores):
+    async with served(stores, FakeClock()) as web:
         live = await web.client.get("/livez")
         assert live.status_code == 200 and live.json() == {"status": "alive"}
         ready = await web.client.get("/readyz")
@@ -54,16 +54,16 @@ async def test_livez_and_readyz_answer_without_sign_in_and_say_nothing_personal(
         assert "companion_turns_total" in metrics.text
 
 
-async def test_readyz_is_503_naming_the_database_when_it_takes_no_writes(store):
+async def test_readyz_is_503_naming_the_database_when_it_takes_no_writes(stores):
     failing = True
 
     async def write(now: float) -> None:
         if failing:
             raise StoreError("disk full")
-        await store.database.connection.execute("SELECT 1")
+        await stores.database.connection.execute("SELECT 1")
 
     probe = DatabaseProbe(write)
-    async with served(store, FakeClock(), probe=probe) as web:
+    async with served(stores, FakeClock(), probe=probe) as web:
         answer = await web.client.get("/readyz")
         assert answer.status_code == 503
         assert answer.json()["failing"] == ["database"]
@@ -74,7 +74,7 @@ async def test_readyz_is_503_naming_the_database_when_it_takes_no_writes(store):
         assert (await web.client.get("/readyz")).status_code == 200
 
 
-async def test_readyz_is_503_naming_the_database_while_a_probe_write_waits_past_its_limit(store):
+async def test_readyz_is_503_naming_the_database_while_a_probe_write_waits_past_its_limit(stores):
     clock = Monotonic()
     release = asyncio.Event()
 
@@ -83,7 +83,7 @@ async def test_readyz_is_503_naming_the_database_while_a_probe_write_waits_past_
 
     probe = DatabaseProbe(write, monotonic=clock)
     release.set()
-    async with served(store, FakeClock(), probe=probe) as web:
+    async with served(stores, FakeClock(), probe=probe) as web:
         release.clear()
         waiting = asyncio.create_task(probe.probe())
         await asyncio.sleep(0)
@@ -96,14 +96,14 @@ async def test_readyz_is_503_naming_the_database_while_a_probe_write_waits_past_
         assert (await web.client.get("/readyz")).status_code == 200
 
 
-async def test_readyz_is_503_naming_telegram_when_its_long_poll_has_not_completed_for_120_seconds(store, caplog):
+async def test_readyz_is_503_naming_telegram_when_its_long_poll_has_not_completed_for_120_seconds(stores, caplog):
     caplog.set_level(logging.WARNING, logger="adapters.telegram")
     clock = Monotonic()
     async with FakeTelegramServer() as telegram:
         adapter = telegram_adapter(telegram, core_for(nothing), monotonic=clock, edge=EdgeSettings(send_backoff=0.01))
         await adapter.start()
         try:
-            async with served(store, FakeClock(), checks=[("telegram", adapter.ready)]) as web:
+            async with served(stores, FakeClock(), checks=[("telegram", adapter.ready)]) as web:
                 await telegram.wait_for_polling()
                 assert (await web.client.get("/readyz")).status_code == 200
                 await telegram.go_down()  # the Bot API stops answering long polls
@@ -122,12 +122,12 @@ async def test_readyz_is_503_naming_telegram_when_its_long_poll_has_not_complete
         assert adapter.ready() == "not polling"
 
 
-async def test_readyz_is_503_naming_discord_while_its_gateway_is_disconnected(store):
+async def test_readyz_is_503_naming_discord_while_its_gateway_is_disconnected(stores):
     async with FakeDiscordServer() as discord_server:
         adapter = discord_adapter(discord_server, core_for(nothing))
         await adapter.start()
         try:
-            async with served(store, FakeClock(), checks=[("discord", adapter.ready)]) as web:
+            async with served(stores, FakeClock(), checks=[("discord", adapter.ready)]) as web:
                 assert (await web.client.get("/readyz")).status_code == 200
                 await discord_server.go_down()
                 await discord_server.close_gateway(4000)  # discord.py reconnects, and cannot reach it
@@ -143,16 +143,16 @@ async def test_readyz_is_503_naming_discord_while_its_gateway_is_disconnected(st
         assert adapter.ready() == "not connected"
 
 
-async def test_readyz_says_the_service_is_stopping_once_the_stop_began(store):
-    async with served(store, FakeClock()) as web:
+async def test_readyz_says_the_service_is_stopping_once_the_stop_began(stores):
+    async with served(stores, FakeClock()) as web:
         await web.service.stop_intake()
         answer = await web.client.get("/readyz")
         assert answer.status_code == 503 and answer.json()["failing"] == ["http"]
         assert (await web.client.get("/livez")).status_code == 200  # alive while it stops
 
 
-async def test_readyz_answers_while_the_core_loop_is_stuck_and_livez_says_it_stopped_answering(store):
-    async with served(store, FakeClock(), live_limit=0.3) as web:
+async def test_readyz_answers_while_the_core_loop_is_stuck_and_livez_says_it_stopped_answering(stores):
+    async with served(stores, FakeClock(), live_limit=0.3) as web:
         url = web.service.url
         answered = threading.Event()
 

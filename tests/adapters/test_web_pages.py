@@ -15,6 +15,7 @@ from adapters.web.chat import KEY
 from core.values import copy
 from core.values.model import ConversationKey, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, say
 from tests.helpers.logs import logging_policy
 from tests.helpers.waiting import wait_for
@@ -25,7 +26,7 @@ PAGES = ("/", "/context", "/memory", "/privacy")
 
 
 async def web_conversation(site: SiteSide):
-    conversation = await site.web.companion.store.conversation_at(KEY)
+    conversation = await engines.stores_of(site.web.companion).timeline.conversation_at(KEY)
     assert conversation is not None
     return conversation
 
@@ -38,15 +39,15 @@ async def enter_private_mode(site: SiteSide) -> None:
     assert answer.json() == {"hide_input": True}
 
 
-async def a_private_interval_with_canaries(site: SiteSide, store) -> None:
+async def a_private_interval_with_canaries(site: SiteSide, stores) -> None:
     """Private mode entered from the form, a canary said there, and a private summary and pad fact
     holding it, as a private fold writes them."""
     await enter_private_mode(site)
     await site.send(f"only private mode may read this: {CANARY}")
     conversation = await web_conversation(site)
-    segment = await store.open_segment_of(conversation.id)
+    segment = await stores.modes.open_segment_of(conversation.id)
     assert segment is not None
-    await store.save_summary(
+    await stores.timeline.save_summary(
         conversation.id,
         Summary(f"they said {CANARY} in the summary", segment.anchor_message_id + 1),
         1.0,
@@ -71,9 +72,9 @@ async def flash_of(site: SiteSide, path: str) -> str:
 # --- the chat: live answers, across the two event loops -------------------------------------------
 
 
-async def test_an_answer_reaches_an_open_page_as_a_server_sent_event_without_a_reload(store, provider, server, clock):
+async def test_an_answer_reaches_an_open_page_as_a_server_sent_event_without_a_reload(stores, provider, server, clock):
     server.reply_text("Hello from the model.")
-    async with site_served(store, provider, clock) as site, EventStream(site.client) as events:
+    async with site_served(stores, provider, clock) as site, EventStream(site.client) as events:
         assert events.status == 200
         assert await events.next("history") == ("history", {"mode": "normal", "segment": None, "items": []})
         assert await site.send("Hello!") == {"hide_input": False}
@@ -84,8 +85,8 @@ async def test_an_answer_reaches_an_open_page_as_a_server_sent_event_without_a_r
         assert '<li class="msg user">Hello!</li>' in chat and "Hello from the model." in chat
 
 
-async def test_a_page_whose_browser_left_is_closed_on_the_core_loop(store, provider, server, clock):
-    async with site_served(store, provider, clock) as site:
+async def test_a_page_whose_browser_left_is_closed_on_the_core_loop(stores, provider, server, clock):
+    async with site_served(stores, provider, clock) as site:
         async with EventStream(site.client) as events:
             await events.next("history")
             assert site.web.chat.pages == 1
@@ -93,16 +94,16 @@ async def test_a_page_whose_browser_left_is_closed_on_the_core_loop(store, provi
         await wait_for(lambda: site.web.chat.pages == 0, what="the page closing on the core loop")
 
 
-async def test_the_service_stopping_ends_every_event_stream(store, provider, server, clock):
-    async with site_served(store, provider, clock) as site, EventStream(site.client) as events:
+async def test_the_service_stopping_ends_every_event_stream(stores, provider, server, clock):
+    async with site_served(stores, provider, clock) as site, EventStream(site.client) as events:
         await events.next("history")
         await site.service.aclose()  # the web chat still runs: the service ends its streams itself
         await events.ended()
         await wait_for(lambda: site.web.chat.pages == 0, what="the page closing on the core loop")
 
 
-async def test_a_relay_too_far_behind_is_cut_off_rather_than_grow(store, provider, server, clock):
-    async with site_served(store, provider, clock) as site:
+async def test_a_relay_too_far_behind_is_cut_off_rather_than_grow(stores, provider, server, clock):
+    async with site_served(stores, provider, clock) as site:
         relay = stream.Relay(site.service.bridge, size=3)
         for _ in range(5):
             relay.put(stream.Refused("an event"))
@@ -124,11 +125,11 @@ def _on_service_loop(site: SiteSide, coroutine):
 
 
 async def test_the_passphrase_form_enters_private_mode_and_the_passphrase_reaches_no_page_row_or_log_line(
-    store, provider, server, clock, passphrase_hash, caplog
+    stores, provider, server, clock, passphrase_hash, caplog
 ):
     caplog.set_level(logging.DEBUG)
     with logging_policy("DEBUG"):
-        async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+        async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
             async with EventStream(site.client) as events:
                 await events.next("history")
                 await enter_private_mode(site)
@@ -143,19 +144,19 @@ async def test_the_passphrase_form_enters_private_mode_and_the_passphrase_reache
             entry = await page_text(site, "/")
     assert 'type="password" name="passphrase" id="passphrase" required autocomplete="off"' in entry
     assert not any(PASSPHRASE in page for page in [*pages, entry])
-    assert await all_rows(store, "SELECT text FROM messages WHERE kind = 'command'") == [
+    assert await all_rows(stores, "SELECT text FROM messages WHERE kind = 'command'") == [
         ("/private [redacted]",),
         ("/normal",),
     ]
-    assert PASSPHRASE.encode() not in b"".join(p.read_bytes() for p in store.path.parent.glob("companion.db*"))
+    assert PASSPHRASE.encode() not in engines.stored_bytes(stores)
     assert any(r.name.startswith("adapters.web") for r in caplog.records)
     assert not [r for r in caplog.records if PASSPHRASE in r.getMessage()]
 
 
 async def test_private_mode_puts_its_banner_with_its_end_on_every_page_and_normal_mode_has_none(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         for path in PAGES:
             assert 'id="private-banner"' not in await page_text(site, path)
         await enter_private_mode(site)
@@ -167,11 +168,11 @@ async def test_private_mode_puts_its_banner_with_its_end_on_every_page_and_norma
 
 
 async def test_no_page_but_the_live_private_chat_shows_what_private_mode_holds(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         await site.send("I like walking by the river.")
-        await a_private_interval_with_canaries(site, store)
+        await a_private_interval_with_canaries(site, stores)
         assert CANARY in await page_text(site, "/")  # the live private chat, while it is open
         for path in ("/context", "/memory", "/privacy"):
             assert CANARY not in await page_text(site, path), path
@@ -183,9 +184,9 @@ async def test_no_page_but_the_live_private_chat_shows_what_private_mode_holds(
 
 
 async def test_an_open_chat_page_learns_that_private_mode_ended_and_draws_itself_again(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         await enter_private_mode(site)
         await site.send(f"private words {CANARY}")
         async with EventStream(site.client) as events:
@@ -205,9 +206,9 @@ async def test_an_open_chat_page_learns_that_private_mode_ended_and_draws_itself
 
 
 async def test_a_mistyped_private_command_sent_from_the_page_is_not_drawn_back(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         assert await site.send(f"/privte {PASSPHRASE}") == {"hide_input": True}
         assert PASSPHRASE not in await page_text(site, "/")
 
@@ -216,12 +217,12 @@ async def test_a_mistyped_private_command_sent_from_the_page_is_not_drawn_back(
 
 
 async def test_the_context_page_is_the_next_request_body_byte_for_byte_with_the_interval_as_one_placeholder(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
     nxt = "What shall we cook tonight?"
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         await site.send("I like lentils.")
-        await a_private_interval_with_canaries(site, store)
+        await a_private_interval_with_canaries(site, stores)
         await site.post("/normal")
         page = (await site.post("/context", {"next": nxt})).text
         assert CANARY not in page
@@ -239,11 +240,11 @@ async def test_the_context_page_is_the_next_request_body_byte_for_byte_with_the_
         assert f"<strong>{len(body):,} bytes</strong>" in page
 
 
-async def test_a_memory_removed_on_the_page_is_gone_from_the_next_request(store, provider, server, clock):
+async def test_a_memory_removed_on_the_page_is_gone_from_the_next_request(stores, provider, server, clock):
     fact = "has a sister called Ana"
-    async with site_served(store, provider, clock) as site:
+    async with site_served(stores, provider, clock) as site:
         await site.send(f"/remember {fact}")
-        (entry,) = await all_rows(store, "SELECT id FROM pad_entries WHERE text = ?", (fact,))
+        (entry,) = await all_rows(stores, "SELECT id FROM pad_entries WHERE text = ?", (fact,))
         assert fact in await page_text(site, "/memory")
         assert fact in await page_text(site, "/context")
         await site.post("/memory", {"do": "forget-memory", "id": str(entry[0])})
@@ -258,13 +259,13 @@ async def test_a_memory_removed_on_the_page_is_gone_from_the_next_request(store,
 
 
 async def test_page_changes_are_refused_in_private_mode_as_the_typed_commands_are(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         await site.send("/remember likes tea")
         await site.send("/goal run a 10k")
-        (entry,) = await all_rows(store, "SELECT id FROM pad_entries")
-        (goal,) = await all_rows(store, "SELECT id FROM goals")
+        (entry,) = await all_rows(stores, "SELECT id FROM pad_entries")
+        (goal,) = await all_rows(stores, "SELECT id FROM goals")
         await enter_private_mode(site)
         for change in (
             {"do": "forget-memory", "id": str(entry[0])},
@@ -274,18 +275,20 @@ async def test_page_changes_are_refused_in_private_mode_as_the_typed_commands_ar
         ):
             answer = await site.post("/memory", change, headers={"Accept": "application/json"})
             assert "not available here" in answer.json()["answer"], change
-        assert await all_rows(store, "SELECT text FROM pad_entries") == [("likes tea",)]
-        assert await all_rows(store, "SELECT status FROM goals") == [("active",)]
-        assert await all_rows(store, "SELECT budget, quiet FROM proactive_people") == [(None, None)]
+        assert await all_rows(stores, "SELECT text FROM pad_entries") == [("likes tea",)]
+        assert await all_rows(stores, "SELECT status FROM goals") == [("active",)]
+        assert await all_rows(stores, "SELECT budget, quiet FROM proactive_people") == [(None, None)]
 
 
-async def test_each_thing_on_the_memory_page_changes_with_one_click_through_its_command(store, provider, server, clock):
-    async with site_served(store, provider, clock) as site:
+async def test_each_thing_on_the_memory_page_changes_with_one_click_through_its_command(
+    stores, provider, server, clock
+):
+    async with site_served(stores, provider, clock) as site:
         await site.send("/goal learn the cello")
         await site.send("/followup 2h call the plumber")
         await site.send("/watch the concert on Friday")
-        (goal,) = await all_rows(store, "SELECT id FROM goals")
-        reminder, watch = await all_rows(store, "SELECT id FROM followups ORDER BY id")
+        (goal,) = await all_rows(stores, "SELECT id FROM goals")
+        reminder, watch = await all_rows(stores, "SELECT id FROM followups ORDER BY id")
         changes = [
             ({"do": "goal-drop", "id": str(goal[0])}, f"Goal #{goal[0]} updated."),
             ({"do": "followup-pause", "id": str(reminder[0])}, f"Follow-up #{reminder[0]} paused."),
@@ -300,85 +303,91 @@ async def test_each_thing_on_the_memory_page_changes_with_one_click_through_its_
         for change, said in changes:
             await site.post("/memory", change)
             assert said in await flash_of(site, "/memory"), change
-        assert await all_rows(store, "SELECT status FROM goals") == [("dropped",)]
-        assert await all_rows(store, "SELECT status FROM followups ORDER BY id") == [("paused",), ("cancelled",)]
-        assert await all_rows(store, "SELECT budget, quiet, timezone, cooldown FROM proactive_people") == [
+        assert await all_rows(stores, "SELECT status FROM goals") == [("dropped",)]
+        assert await all_rows(stores, "SELECT status FROM followups ORDER BY id") == [("paused",), ("cancelled",)]
+        assert await all_rows(stores, "SELECT budget, quiet, timezone, cooldown FROM proactive_people") == [
             (3, "21:30-07:00", "Europe/Berlin", 6 * 3600.0)
         ]
         assert "Europe/Berlin" in await page_text(site, "/memory")
 
 
-async def test_a_daily_note_forgotten_on_the_page_leaves_the_notes_and_recall(store, provider, server, clock):
-    async with site_served(store, provider, clock) as site:
+async def test_a_daily_note_forgotten_on_the_page_leaves_the_notes_and_recall(stores, provider, server, clock):
+    async with site_served(stores, provider, clock) as site:
         await site.send("hello")
         conversation = await web_conversation(site)
-        note = await store.save_capture(conversation.person_id, "2027-01-15", "Talked about the harbour.", (), [], 1.0)
+        note = await stores.memory.save_capture(
+            conversation.person_id, "2027-01-15", "Talked about the harbour.", (), [], 1.0
+        )
         assert "Talked about the harbour." in await page_text(site, "/memory")
-        assert await store.recall(conversation.person_id, '"harbour"')
+        assert await stores.memory.recall(conversation.person_id, ("harbour",))
         await site.post("/memory", {"do": "forget-note", "id": str(note)})
         assert await flash_of(site, "/memory") == f"Forgot note #{note}."
-        assert await store.notes(conversation.person_id) == []
-        assert await store.recall(conversation.person_id, '"harbour"') == []
+        assert await stores.memory.notes(conversation.person_id) == []
+        assert await stores.memory.recall(conversation.person_id, ("harbour",)) == []
 
 
 async def test_the_memory_page_lists_decisions_by_kind_and_reason_and_none_of_private_mode(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         await site.send("hello")
         conversation = await web_conversation(site)
         person = conversation.person_id
-        await store.record_decision(ProactiveDecision(person, "goal", "goal:7", "skipped", "quiet", "2027-01-15", 2.0))
+        await stores.proactive.record_decision(
+            ProactiveDecision(person, "goal", "goal:7", "skipped", "quiet", "2027-01-15", 2.0)
+        )
         await enter_private_mode(site)
-        segment = await store.open_segment_of(conversation.id)
-        await store.record_decision(
+        segment = await stores.modes.open_segment_of(conversation.id)
+        await stores.proactive.record_decision(
             ProactiveDecision(person, "reminder", "followup:9", "skipped", "private", "2027-01-15", 3.0, segment.id)
         )
-        assert [d.reason for d in await store.latest_decisions(person)] == ["quiet"]
+        assert [d.reason for d in await stores.proactive.latest_decisions(person)] == ["quiet"]
         page = await page_text(site, "/memory")
         assert "quiet hours" in page and "private" not in page.split('id="decisions"')[1]
 
 
-async def test_a_mirror_is_removed_from_the_page_in_the_conversation_it_belongs_to(store, provider, server, clock):
-    async with site_served(store, provider, clock) as site:
+async def test_a_mirror_is_removed_from_the_page_in_the_conversation_it_belongs_to(stores, provider, server, clock):
+    async with site_served(stores, provider, clock) as site:
         await say(site.web.companion, "hello from the terminal")
-        terminal = await store.conversation_at(ConversationKey("terminal", "terminal"))
-        binding = await store.add_binding(terminal.id, "web", "owner", clock.now())
+        terminal = await stores.timeline.conversation_at(ConversationKey("terminal", "terminal"))
+        binding = await stores.bindings.add_binding(terminal.id, "web", "owner", clock.now())
         assert "web:owner" in await page_text(site, "/memory")
         await site.post("/memory", {"do": "unmirror", "id": str(binding.id)})  # not the web chat's: nothing there
         assert "There is no mirror" in await flash_of(site, "/memory")
         await site.post("/memory", {"do": "unmirror", "id": str(binding.id), "conversation": str(terminal.id)})
         assert "is removed" in await flash_of(site, "/memory")
-        assert await store.bindings_of(terminal.id) == []
+        assert await stores.bindings.bindings_of(terminal.id) == []
 
 
-async def test_a_page_cannot_act_in_a_conversation_that_is_not_the_owners(store, provider, server, clock):
-    async with site_served(store, provider, clock) as site:
+async def test_a_page_cannot_act_in_a_conversation_that_is_not_the_owners(stores, provider, server, clock):
+    async with site_served(stores, provider, clock) as site:
         await site.send("hello")
-        stranger = await store.ensure_account("telegram", "999", None, clock.now())
-        theirs = await store.ensure_conversation(ConversationKey("telegram", "999"), "direct", stranger.person_id, 1.0)
-        await store.add_binding(theirs.id, "web", "owner", clock.now())
+        stranger = await stores.timeline.ensure_account("telegram", "999", None, clock.now())
+        theirs = await stores.timeline.ensure_conversation(
+            ConversationKey("telegram", "999"), "direct", stranger.person_id, 1.0
+        )
+        await stores.bindings.add_binding(theirs.id, "web", "owner", clock.now())
         await site.post("/privacy", {"conversation": str(theirs.id)})
         assert "not yours" in await flash_of(site, "/privacy")
         await site.post("/memory", {"do": "unmirror", "id": "1", "conversation": str(theirs.id)})
         assert "not yours" in await flash_of(site, "/memory")
-        assert len(await store.bindings_of(theirs.id)) == 1
+        assert len(await stores.bindings.bindings_of(theirs.id)) == 1
 
 
 # --- the privacy page -----------------------------------------------------------------------------
 
 
 async def test_the_privacy_page_lists_intervals_by_their_times_alone_and_ends_them_in_their_own_conversation(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
-        await a_private_interval_with_canaries(site, store)
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
+        await a_private_interval_with_canaries(site, stores)
         companion = site.web.companion
         await say(companion, f"/private {PASSPHRASE}")
         await say(companion, f"terminal secret {CANARY}")
         await say(companion, "/normal")
         web = await web_conversation(site)
-        terminal = await store.conversation_at(ConversationKey("terminal", "terminal"))
+        terminal = await stores.timeline.conversation_at(ConversationKey("terminal", "terminal"))
         page = await page_text(site, "/privacy")
         assert CANARY not in page
         assert f'id="intervals-{web.id}"' in page and f'id="intervals-{terminal.id}"' in page
@@ -386,29 +395,31 @@ async def test_the_privacy_page_lists_intervals_by_their_times_alone_and_ends_th
         assert "deleted at 2027-01-15 10:00 UTC" in page  # the web interval's 2h expiry
         await site.post("/privacy", {"conversation": str(terminal.id)})
         assert "1 private interval of this conversation was deleted" in await flash_of(site, "/privacy")
-        assert await store.private_intervals(terminal.id, clock.now()) == []
-        assert len(await store.private_intervals(web.id, clock.now())) == 1  # the web chat's stays, private
+        assert await stores.modes.private_intervals(terminal.id, clock.now()) == []
+        assert len(await stores.modes.private_intervals(web.id, clock.now())) == 1  # the web chat's stays, private
         assert CANARY.encode() not in b"".join(
             row[0].encode()
-            for row in await all_rows(store, "SELECT text FROM messages WHERE conversation_id = ?", (terminal.id,))
+            for row in await all_rows(stores, "SELECT text FROM messages WHERE conversation_id = ?", (terminal.id,))
         )
 
 
-async def test_looking_at_the_privacy_page_never_ends_private_mode(store, provider, server, clock, passphrase_hash):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+async def test_looking_at_the_privacy_page_never_ends_private_mode(stores, provider, server, clock, passphrase_hash):
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         companion = site.web.companion
         await say(companion, "hello")
         await say(companion, f"/private {PASSPHRASE}")
         clock.advance(31 * 60)  # idle past its time: the next turn there ends it, and says so
         assert "open now" in await page_text(site, "/privacy")
-        terminal = await store.conversation_at(ConversationKey("terminal", "terminal"))
-        assert await store.open_segment_of(terminal.id) is not None
+        terminal = await stores.timeline.conversation_at(ConversationKey("terminal", "terminal"))
+        assert await stores.modes.open_segment_of(terminal.id) is not None
         reply = await say(companion, "back again")
         assert reply is not None and reply.text.startswith("Private mode ended after 30 minutes")
 
 
-async def test_an_expired_interval_is_on_no_page_even_before_the_sweep(store, provider, server, clock, passphrase_hash):
-    async with site_served(store, provider, clock, passphrase_hash=passphrase_hash) as site:
+async def test_an_expired_interval_is_on_no_page_even_before_the_sweep(
+    stores, provider, server, clock, passphrase_hash
+):
+    async with site_served(stores, provider, clock, passphrase_hash=passphrase_hash) as site:
         companion = site.web.companion
         await say(companion, f"/private {PASSPHRASE} 30m")
         await say(companion, "/normal")
@@ -421,8 +432,8 @@ async def test_an_expired_interval_is_on_no_page_even_before_the_sweep(store, pr
 # --- what the pages are made of ------------------------------------------------------------------
 
 
-async def test_pages_load_their_script_and_style_from_the_service_alone(store, provider, server, clock):
-    async with site_served(store, provider, clock) as site:
+async def test_pages_load_their_script_and_style_from_the_service_alone(stores, provider, server, clock):
+    async with site_served(stores, provider, clock) as site:
         for path in PAGES:
             page = await page_text(site, path)
             sources = re.findall(r'(?:src|href)="([^"]+)"', page)

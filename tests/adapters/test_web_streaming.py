@@ -22,6 +22,7 @@ from core.values import copy
 from core.values.errors import DeliveryFailed
 from core.values.model import DeliveryTarget, StreamedReply
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeStreamer
 from tests.helpers.logs import logging_policy
@@ -37,8 +38,8 @@ ANSWER = "Here is **the plan** for `Sunday`: " + " ".join(f"step{n}" for n in ra
 CANARY = "WEB-STREAM-PRIVATE-CANARY"
 
 
-def on_disk(store) -> bytes:
-    return b"".join(path.read_bytes() for path in store.path.parent.glob("companion.db*"))
+def on_disk(stores) -> bytes:
+    return engines.stored_bytes(stores)
 
 
 async def streamed_frames(events: EventStream) -> tuple[list[dict], dict]:
@@ -53,11 +54,11 @@ async def streamed_frames(events: EventStream) -> tuple[list[dict], dict]:
 
 
 async def test_a_streamed_answer_reaches_the_page_early_grows_in_one_bubble_and_ends_formatted_in_it(
-    store, provider, server, clock
+    stores, provider, server, clock
 ):
     server.token_seconds = TOKEN_SECONDS
     server.reply_text(ANSWER)
-    async with site_served(store, provider, clock, pacing=QUICK) as site, EventStream(site.client) as events:
+    async with site_served(stores, provider, clock, pacing=QUICK) as site, EventStream(site.client) as events:
         await events.next("history")
         sending = asyncio.create_task(site.send("Plan my Sunday, please."))
         kind, first = await events.next()
@@ -87,20 +88,20 @@ async def test_a_streamed_answer_reaches_the_page_early_grows_in_one_bubble_and_
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert sum(gaps) >= 0.8 * EDIT_SECONDS * len(gaps)
     # Stored once, as the reply: one delivery, sent, holding no text; the partial words nowhere.
-    assert await all_rows(store, "SELECT kind, status, text, streamed_ids FROM deliveries") == [
+    assert await all_rows(stores, "SELECT kind, status, text, streamed_ids FROM deliveries") == [
         ("reply", "sent", None, first["stream"])
     ]
 
 
 async def test_a_page_opened_mid_stream_and_one_reconnecting_end_with_the_final_answer_once(
-    store, provider, server, clock
+    stores, provider, server, clock
 ):
     """A page's history is read in its conversation's lane, after the turn running there: a page
     that opens (or a browser that reconnects) mid-stream draws itself once the reply is stored, with
     the reply in its history; the partial and final events published meanwhile are not shown again."""
     server.token_seconds = TOKEN_SECONDS
     server.reply_text(ANSWER)
-    async with site_served(store, provider, clock, pacing=QUICK) as site, contextlib.AsyncExitStack() as stack:
+    async with site_served(stores, provider, clock, pacing=QUICK) as site, contextlib.AsyncExitStack() as stack:
         first = await stack.enter_async_context(EventStream(site.client))
         await first.next("history")
         sending = asyncio.create_task(site.send("Plan my Sunday, please."))
@@ -127,14 +128,14 @@ async def test_a_page_opened_mid_stream_and_one_reconnecting_end_with_the_final_
 
 
 async def test_a_private_canary_stream_reaches_no_mirror_and_no_database_byte_after_forget_private(
-    store, provider, server, clock, passphrase_hash, caplog
+    stores, provider, server, clock, passphrase_hash, caplog
 ):
     caplog.set_level(logging.DEBUG)
     telegram = FakeStreamer("telegram")  # the web chat's mirror; it shows replies while written too
     private_answer = f"{CANARY} " + " ".join(f"secret{n}" for n in range(40))
     with logging_policy("DEBUG"):
         async with site_served(
-            store,
+            stores,
             provider,
             clock,
             pacing=QUICK,
@@ -145,8 +146,8 @@ async def test_a_private_canary_stream_reaches_no_mirror_and_no_database_byte_af
             site.web.outbox.register_streamer(telegram)
             server.reply_text("a normal answer")
             await site.send("hello")
-            conversation = await store.conversation_at(KEY)
-            await store.add_binding(conversation.id, "telegram", "42", clock.now())
+            conversation = await stores.timeline.conversation_at(KEY)
+            await stores.bindings.add_binding(conversation.id, "telegram", "42", clock.now())
             server.reply_text("mirrored, this one")
             await site.send("hello again")
             await site.web.settled()
@@ -162,35 +163,35 @@ async def test_a_private_canary_stream_reaches_no_mirror_and_no_database_byte_af
                 await wait_for(lambda: any("secret3" in d.get("text", "") for _, k, d in events.received))
                 assert CANARY in shown["text"] and not sending.done()  # its own private chat shows it ...
                 streaming = await all_rows(
-                    store, "SELECT status, text, segment_id FROM deliveries WHERE status = 'streaming'"
+                    stores, "SELECT status, text, segment_id FROM deliveries WHERE status = 'streaming'"
                 )
                 assert [(status, text) for status, text, _ in streaming] == [("streaming", None)]
                 assert streaming[0][2] is not None  # ... its row belongs to the interval, and holds no text
-                assert b"secret3" not in on_disk(store)
+                assert b"secret3" not in on_disk(stores)
                 await sending
                 _, final = await streamed_frames(events)
                 assert final["text"] == private_answer
             await site.web.settled()
             await site.send("/forget private")
             await site.web.settled()
-            assert CANARY.encode() not in on_disk(store)
+            assert CANARY.encode() not in on_disk(stores)
 
     shown_there = [text for _, text, _ in telegram.sent] + [text for _, text in telegram.posts_shown]
     assert not any(CANARY in text for text in shown_there)  # no mirror, partial or final
     assert telegram.posts_shown == []
-    assert CANARY.encode() not in on_disk(store)
+    assert CANARY.encode() not in on_disk(stores)
     assert any(r.name.startswith("adapters.web") for r in caplog.records)
     assert not [r for r in caplog.records if CANARY in r.getMessage() or "secret3" in r.getMessage()]
 
 
 async def test_an_open_page_is_told_at_once_that_private_mode_expired_mid_answer_and_its_bubble_is_withdrawn(
-    store, provider, server, clock, passphrase_hash
+    stores, provider, server, clock, passphrase_hash
 ):
     """Issue 29: the page learns the end from the server, at the end, while the answer the end cut off
     may still be in its lane: normal mode's history (the interval as its placeholder) to draw in place
     of everything private, and the bubble's constant line; no word of the answer after that."""
     private_answer = f"{CANARY} " + " ".join(f"secret{n}" for n in range(100))
-    async with site_served(store, provider, clock, pacing=QUICK, passphrase_hash=passphrase_hash) as site:
+    async with site_served(stores, provider, clock, pacing=QUICK, passphrase_hash=passphrase_hash) as site:
         await site.send(f"/private {PASSPHRASE} 10m")
         await site.web.settled()  # its answer published before the page opens
         clock.advance(600 - 1)  # the expiry a second away on the clock (which stands still meanwhile)
@@ -227,9 +228,9 @@ async def test_an_open_page_is_told_at_once_that_private_mode_expired_mid_answer
         await site.web.companion.sweep()
         await site.web.settled()
         assert await all_rows(
-            store, "SELECT count(*) FROM deliveries WHERE retracts = 1 OR segment_id IS NOT NULL"
+            stores, "SELECT count(*) FROM deliveries WHERE retracts = 1 OR segment_id IS NOT NULL"
         ) == [(0,)]
-        assert CANARY.encode() not in on_disk(store)
+        assert CANARY.encode() not in on_disk(stores)
 
 
 # --- the web chat's streamer (core.ports.BaseStreamer) ------------------------------------------------
@@ -248,8 +249,8 @@ def test_a_web_reply_streams_into_one_bubble_holding_back_its_last_grapheme_unti
 
 
 @pytest.mark.parametrize("where", ["someone-else", CHAT_ID])
-async def test_a_stream_is_shown_only_in_the_owners_running_web_chat(store, provider, server, clock, where):
-    async with web_side(store, provider, clock) as web, web.chat.open_page() as page:
+async def test_a_stream_is_shown_only_in_the_owners_running_web_chat(stores, provider, server, clock, where):
+    async with web_side(stores, provider, clock) as web, web.chat.open_page() as page:
         reply = StreamedReply(1, 1, DeliveryTarget(PLATFORM, where), "nonce")
         if where != CHAT_ID:
             with pytest.raises(DeliveryFailed) as refused:
@@ -269,10 +270,10 @@ async def test_a_stream_is_shown_only_in_the_owners_running_web_chat(store, prov
         await web.streamer.edit(reply, "r1-0", "after the close")
 
 
-async def test_a_reply_is_drawn_formatted_but_never_as_the_models_html(store, provider, server, clock):
+async def test_a_reply_is_drawn_formatted_but_never_as_the_models_html(stores, provider, server, clock):
     written = "**Look** <script>alert(1)</script> [here](javascript:alert(2)) and [there](https://example.org/?a=1&b=2)"
     server.reply_text(written)
-    async with site_served(store, provider, clock, pacing=QUICK) as site, EventStream(site.client) as events:
+    async with site_served(stores, provider, clock, pacing=QUICK) as site, EventStream(site.client) as events:
         await events.next("history")
         await site.send("show me")
         _, data = await events.next("live")

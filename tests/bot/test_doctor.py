@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores, open_stores
 from bot.cli import _check_db_path
 from bot.doctor import FAIL, INFO, OK, Report, diagnose
 from bot.instance import RUN, InstanceLock
@@ -431,8 +431,8 @@ async def test_the_message_content_intent_off_says_where_to_turn_it_on(tmp_path)
 # --- the database ------------------------------------------------------------------------------------
 
 
-async def write(store: SqliteStore, sql: str) -> None:
-    async with store.database.tx() as db:
+async def write(stores: Stores, sql: str) -> None:
+    async with stores.database.tx() as db:
         await db.execute(sql)
 
 
@@ -441,14 +441,14 @@ def snapshot(folder: Path) -> dict[str, str]:
 
 
 async def make_database(path: Path, *, private: bool = False) -> None:
-    async with SqliteStore(path) as store:
+    async with open_stores(path) as stores:
         await write(
-            store,
+            stores,
             "INSERT INTO conversations (platform, chat_id, kind, created_at) VALUES ('terminal', 'terminal', 'direct', 1)",
         )
         if private:
             await write(
-                store,
+                stores,
                 "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at) "
                 "VALUES (1, 0, 1, 1)",
             )
@@ -476,9 +476,9 @@ async def test_the_doctor_reads_beside_a_running_gateway_without_writing_or_taki
     path = tmp_path / "companion.db"
     await make_database(path)
     with InstanceLock(path, RUN):
-        async with SqliteStore(path) as store:
+        async with open_stores(path) as stores:
             await write(
-                store, "INSERT INTO conversations (platform, chat_id, kind, created_at) VALUES ('x', 'y', 'direct', 1)"
+                stores, "INSERT INTO conversations (platform, chat_id, kind, created_at) VALUES ('x', 'y', 'direct', 1)"
             )
             database = {name: digest for name, digest in snapshot(tmp_path).items() if not name.endswith("-shm")}
 
@@ -488,7 +488,7 @@ async def test_the_doctor_reads_beside_a_running_gateway_without_writing_or_taki
             after = {name: digest for name, digest in snapshot(tmp_path).items() if not name.endswith("-shm")}
             assert after == database
             await write(
-                store, "INSERT INTO conversations (platform, chat_id, kind, created_at) VALUES ('x', 'z', 'direct', 1)"
+                stores, "INSERT INTO conversations (platform, chat_id, kind, created_at) VALUES ('x', 'z', 'direct', 1)"
             )
         with pytest.raises(Exception, match="already using"):
             InstanceLock(path, RUN).acquire()  # the gateway's lock is still its own

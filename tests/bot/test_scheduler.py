@@ -26,15 +26,15 @@ async def wait_for(condition: Callable[[], object], what: str) -> None:
 
 
 async def test_the_gateway_schedule_deletes_expired_private_segments_and_captures_pending_messages(
-    companion, store, clock
+    companion, stores, clock
 ):
     await say(companion, "my sister is called Ana")
     clock.advance(5)  # before the segment's span: capture may take it whether or not the sweep ran first
     assert "Private mode is on" in (await say(companion, f"/private {PASSPHRASE} 1h")).text
     await say(companion, "PRIVATE-SCHEDULE-CANARY")
     clock.advance(3601)  # the segment is past its expiry; only the sweep deletes it
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(1,)]
-    assert ("pending",) in await all_rows(store, "SELECT capture FROM messages WHERE kind = 'chat'")
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(1,)]
+    assert ("pending",) in await all_rows(stores, "SELECT capture FROM messages WHERE kind = 'chat'")
 
     settings = load_settings(_env_file=None, expiry_sweep_seconds=0.05, capture_seconds=0.05)
     service = SchedulerService(scheduled_jobs(settings, companion))
@@ -42,17 +42,17 @@ async def test_the_gateway_schedule_deletes_expired_private_segments_and_capture
     try:
 
         async def swept() -> bool:
-            return await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+            return await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
 
         async def captured() -> bool:
-            rows = await all_rows(store, "SELECT capture FROM messages WHERE kind = 'chat'")
+            rows = await all_rows(stores, "SELECT capture FROM messages WHERE kind = 'chat'")
             return ("pending",) not in rows and ("done",) in rows
 
         await wait_for(swept, "the expiry sweep to delete the expired segment")
         await wait_for(captured, "the capture job to process the pending messages")
     finally:
         await service.aclose()
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE '%PRIVATE-SCHEDULE-CANARY%'") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE '%PRIVATE-SCHEDULE-CANARY%'") == [(0,)]
 
 
 def test_the_intervals_are_settings():

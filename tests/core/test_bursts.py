@@ -50,12 +50,12 @@ def window() -> ManualSleep:
 
 
 @pytest.fixture
-async def boot(store, provider, clock, passphrase_hash, sender, window):
+async def boot(stores, provider, clock, passphrase_hash, sender, window):
     made: list[Companion] = []
 
     async def start(burst_seconds: float = 1.5) -> Companion:
         companion = await boot_companion(
-            store,
+            stores,
             provider,
             clock,
             passphrase_hash,
@@ -85,7 +85,7 @@ def users_of(request) -> list[str]:
     return [m.content for m in request.messages if m.role == "user"]
 
 
-async def test_a_burst_of_five_is_answered_once_with_all_five_stored(boot, provider, store, sender, window):
+async def test_a_burst_of_five_is_answered_once_with_all_five_stored(boot, provider, stores, sender, window):
     companion = await boot()
     words = ["so", "I was thinking", "about the trip", "to Porto", "what do you say?"]
     for text in words:
@@ -95,12 +95,12 @@ async def test_a_burst_of_five_is_answered_once_with_all_five_stored(boot, provi
     await wait_for(lambda: len(sender.sent) == 1, what="the burst's one reply")
     assert len(provider.replies()) == 1
     assert users_of(provider.last_reply_request()) == words
-    assert await all_rows(store, "SELECT text, turn FROM messages WHERE role = 'user' ORDER BY id") == [
+    assert await all_rows(stores, "SELECT text, turn FROM messages WHERE role = 'user' ORDER BY id") == [
         (text, "done") for text in words
     ]
 
 
-async def test_a_command_in_the_middle_of_a_burst_splits_it(boot, provider, store, sender, window):
+async def test_a_command_in_the_middle_of_a_burst_splits_it(boot, provider, stores, sender, window):
     companion = await boot()
     await tell(companion, "one")
     await tell(companion, "two")
@@ -118,7 +118,7 @@ async def test_a_command_in_the_middle_of_a_burst_splits_it(boot, provider, stor
     assert "mode" in sender.texts()[1].lower()
 
 
-async def test_a_burst_never_spans_a_change_of_mode(boot, provider, store, sender, window):
+async def test_a_burst_never_spans_a_change_of_mode(boot, provider, stores, sender, window):
     companion = await boot()
     await tell(companion, "normal words")
     await tell(companion, f"/private {PASSPHRASE}")
@@ -132,7 +132,7 @@ async def test_a_burst_never_spans_a_change_of_mode(boot, provider, store, sende
 
 
 async def test_a_stop_in_the_middle_of_a_burst_answers_it_once_and_the_restart_not_again(
-    boot, provider, store, sender, window, clock
+    boot, provider, stores, sender, window, clock
 ):
     companion = await boot()
     for text in ["a", "b", "c"]:
@@ -140,7 +140,7 @@ async def test_a_stop_in_the_middle_of_a_burst_answers_it_once_and_the_restart_n
     await companion.drain()  # the process stops while the burst waits: the stop answers it, sent once
     assert len(provider.replies()) == 1 and users_of(provider.last_reply_request()) == ["a", "b", "c"]
     assert len(sender.sent) == 1
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE role = 'user' AND turn = 'open'") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE role = 'user' AND turn = 'open'") == [(0,)]
     clock.advance(5)
     restarted = await boot()
     assert await restarted.answer_open_turns() == 0
@@ -148,7 +148,7 @@ async def test_a_stop_in_the_middle_of_a_burst_answers_it_once_and_the_restart_n
 
 
 async def test_a_burst_the_stop_cannot_answer_in_time_is_answered_once_after_the_restart(
-    boot, provider, store, sender, window, clock
+    boot, provider, stores, sender, window, clock
 ):
     companion = await boot()
     for text in ["a", "b", "c"]:
@@ -157,7 +157,7 @@ async def test_a_burst_the_stop_cannot_answer_in_time_is_answered_once_after_the
     await companion.stop(0.2)  # cut off: the messages stay open turns
     provider.gate = None
     assert sender.sent == []
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE role = 'user' AND turn = 'open'") == [(3,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE role = 'user' AND turn = 'open'") == [(3,)]
     clock.advance(5)
     restarted = await boot()
     assert await restarted.answer_open_turns() == 1
@@ -173,7 +173,7 @@ async def test_with_the_window_at_zero_each_message_is_answered_alone(boot, prov
 
 
 async def test_a_private_burst_is_never_read_by_the_normal_turn_after_its_interval_ended(
-    boot, provider, store, sender, window, clock
+    boot, provider, stores, sender, window, clock
 ):
     # A mode changes by a command (which answers the burst first) or by idle or expiry: then the
     # next message, stored in normal mode, takes the burst over and its turn reads the normal view.
@@ -186,11 +186,11 @@ async def test_a_private_burst_is_never_read_by_the_normal_turn_after_its_interv
     await wait_for(lambda: len(provider.replies()) == 1, what="the normal turn's answer")
     assert users_of(provider.last_reply_request())[-1] == "normal again"
     assert all("PRIVATE-BURST-WORDS" not in "\n".join(users_of(r)) for r in provider.requests)
-    assert await all_rows(store, "SELECT mode FROM messages WHERE text = 'PRIVATE-BURST-WORDS'") == [("private",)]
+    assert await all_rows(stores, "SELECT mode FROM messages WHERE text = 'PRIVATE-BURST-WORDS'") == [("private",)]
 
 
 async def test_a_private_burst_whose_interval_ended_while_it_waited_is_left_unread(
-    boot, provider, store, sender, window, clock
+    boot, provider, stores, sender, window, clock
 ):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE}")
@@ -203,7 +203,7 @@ async def test_a_private_burst_whose_interval_ended_while_it_waited_is_left_unre
 
 
 async def test_a_stop_while_a_burst_is_being_answered_lets_its_reply_be_sent_and_marked(
-    boot, provider, store, sender, window
+    boot, provider, stores, sender, window
 ):
     started, proceed = asyncio.Event(), asyncio.Event()
     send = sender.send_delivery
@@ -224,4 +224,4 @@ async def test_a_stop_while_a_burst_is_being_answered_lets_its_reply_be_sent_and
     proceed.set()
     await asyncio.wait_for(drain, 10)
     assert len(sender.sent) == 1
-    assert await all_rows(store, "SELECT status FROM deliveries") == [("sent",)]
+    assert await all_rows(stores, "SELECT status FROM deliveries") == [("sent",)]

@@ -48,7 +48,7 @@ def database_bytes(tmp_path) -> bytes:
 
 @pytest.mark.parametrize("text", VARIANTS.values(), ids=VARIANTS.keys())
 async def test_no_passphrase_variant_leaves_a_trace_in_the_database_the_model_the_replies_or_the_logs(
-    companion, store, provider, tmp_path, caplog, text
+    companion, stores, provider, tmp_path, caplog, text
 ):
     caplog.set_level(logging.DEBUG)
     reply = await say(companion, text)
@@ -58,35 +58,35 @@ async def test_no_passphrase_variant_leaves_a_trace_in_the_database_the_model_th
     assert SECRET not in after.text
     assert provider.requests and all(SECRET not in request_text(r) for r in provider.requests)
     await companion.drain()
-    await store.aclose()
+    await stores.database.aclose()
     assert SECRET.encode() not in database_bytes(tmp_path)
     assert SECRET.encode("utf-16-le") not in database_bytes(tmp_path)
     assert SECRET not in caplog.text
 
 
 @pytest.mark.parametrize("text", DISGUISED.values(), ids=DISGUISED.keys())
-async def test_a_disguised_private_command_is_the_private_command_itself(companion, store, text):
+async def test_a_disguised_private_command_is_the_private_command_itself(companion, stores, text):
     reply = await say(companion, text)
     assert "not right" in reply.text  # verified as a passphrase, not answered as an unknown command
-    assert await all_rows(store, "SELECT text FROM messages") == [("/private [redacted]",)]
+    assert await all_rows(stores, "SELECT text FROM messages") == [("/private [redacted]",)]
     entered = await say(companion, text.replace(SECRET, PASSPHRASE))
     assert "Private mode is on" in entered.text
 
 
 @pytest.mark.parametrize("text", LOOKALIKE.values(), ids=LOOKALIKE.keys())
 async def test_a_lookalike_private_command_is_neither_stored_nor_answered_by_the_model(
-    companion, store, provider, text
+    companion, stores, provider, text
 ):
     reply = await say(companion, text)
     assert "mistyped /private" in reply.text and reply.delete_inbound
-    assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages") == [(0,)]
     assert provider.requests == []
 
 
-async def test_swapped_words_are_explained_without_quoting_either_word(companion, store):
+async def test_swapped_words_are_explained_without_quoting_either_word(companion, stores):
     reply = await say(companion, f"/private 2h {SECRET}")
     assert "passphrase comes first" in reply.text and "2h" not in reply.text
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
 
 
 def test_input_is_normalised_before_command_parsing():

@@ -44,7 +44,7 @@ def sender() -> FakeChatSender:
 
 
 @pytest.fixture
-async def boot(store, provider, clock, passphrase_hash, sender):
+async def boot(stores, provider, clock, passphrase_hash, sender):
     """A companion with an outbox, its entry, and the fake platform attached; stopped after the test."""
     entries: list[CoreEntry] = []
 
@@ -54,7 +54,7 @@ async def boot(store, provider, clock, passphrase_hash, sender):
         # Bursts off unless a test asks: each message is its own turn (the wire tests keep the shipped window).
         config.setdefault("burst_seconds", 0.0)
         companion = await boot_companion(
-            store,
+            stores,
             provider,
             clock,
             passphrase_hash,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bot.bootstrap import build_companion
 from core.values.model import DeliveryTarget, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.reader import files_holding
 
@@ -39,18 +40,21 @@ NEVER_PRIVATE = {
 }
 
 
-async def cascade_paths(store) -> dict[str, set[str]]:
+async def cascade_paths(stores) -> dict[str, set[str]]:
     tables = [
         r[0]
-        for r in await store._all(
+        for r in await engines.rows(
+            stores,
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            " AND name NOT LIKE 'recall_fts_%'"
+            " AND name NOT LIKE 'recall_fts_%'",
         )
     ]
     parents: dict[str, set[str]] = {}
     for table in tables:
         parents[table] = {
-            fk["table"] for fk in await store._all(f"PRAGMA foreign_key_list({table})") if fk["on_delete"] == "CASCADE"
+            fk["table"]
+            for fk in await engines.rows(stores, f"PRAGMA foreign_key_list({table})")
+            if fk["on_delete"] == "CASCADE"
         }
     return parents
 
@@ -61,14 +65,14 @@ def reaches(parents: dict[str, set[str]], table: str, target: str, seen: frozens
     return any(reaches(parents, p, target, seen | {table}) for p in parents.get(table, ()) if p not in seen)
 
 
-async def test_every_table_that_can_hold_private_derived_data_cascades_from_segments(store):
-    parents = await cascade_paths(store)
+async def test_every_table_that_can_hold_private_derived_data_cascades_from_segments(stores):
+    parents = await cascade_paths(stores)
     assert set(NEVER_PRIVATE) <= set(parents), "the allowlist names a table that no longer exists"
     escaping = [t for t in parents if t not in NEVER_PRIVATE and not reaches(parents, t, "segments")]
     assert escaping == [], f"tables with no cascading path to segments: {escaping}"
 
 
-async def populate_private(companion, store, clock) -> int:
+async def populate_private(companion, stores, clock) -> int:
     """A private interval with a row in every table that hangs off it."""
     from core.values.model import Completion, ToolCall
 
@@ -77,8 +81,8 @@ async def populate_private(companion, store, clock) -> int:
     companion.provider.script = [Completion("", (ToolCall("c1", "current_time", "{}"),)), Completion("ok")]
     await say(companion, "PRIVATE-EXPIRY-CANARY words")
     conversation = await conversation_of(companion)
-    (segment,) = await segments_of(store, conversation.id)
-    await store.save_summary(
+    (segment,) = await segments_of(stores, conversation.id)
+    await stores.timeline.save_summary(
         conversation.id,
         Summary("PRIVATE-EXPIRY-CANARY summary", 1),
         clock.now(),
@@ -86,9 +90,9 @@ async def populate_private(companion, store, clock) -> int:
         pad_person_id=conversation.person_id,
         pad_facts=("PRIVATE-EXPIRY-CANARY fact",),
     )
-    await store.request_crossing(segment.id, "somewhere", clock.now(), clock.now() + 300)
+    await stores.lifetime.request_crossing(segment.id, "somewhere", clock.now(), clock.now() + 300)
     # The reply's delivery into its own private thread (pending: the platform was down).
-    await store.record_reply(
+    await stores.timeline.record_reply(
         conversation.id,
         "PRIVATE-EXPIRY-CANARY reply",
         clock.now(),
@@ -96,21 +100,21 @@ async def populate_private(companion, store, clock) -> int:
         target=DeliveryTarget("telegram", conversation.chat_id),
     )
     # The scheduler's decision that a reminder waits for normal mode names the segment.
-    await store.record_decision(
+    await stores.proactive.record_decision(
         ProactiveDecision(conversation.person_id, "reminder", "followup:1", "skipped", "private", "d", 0.0, segment.id)
     )
     return segment.id
 
 
-async def test_every_dependent_row_goes_when_a_segment_expires(companion, store, clock):
-    segment_id = await populate_private(companion, store, clock)
-    parents = await cascade_paths(store)
+async def test_every_dependent_row_goes_when_a_segment_expires(companion, stores, clock):
+    segment_id = await populate_private(companion, stores, clock)
+    parents = await cascade_paths(stores)
     dependent = [
         t
         for t in parents
         if t != "segments"
         and reaches(parents, t, "segments")
-        and "segment_id" in {c[1] for c in await all_rows(store, f"PRAGMA table_info({t})")}
+        and "segment_id" in {c[1] for c in await all_rows(stores, f"PRAGMA table_info({t})")}
     ]
     assert set(dependent) >= {
         "messages",
@@ -121,58 +125,60 @@ async def test_every_dependent_row_goes_when_a_segment_expires(companion, store,
         "proactive_decisions",
     }
     for table in dependent:
-        assert await all_rows(store, f"SELECT count(*) FROM {table} WHERE segment_id = ?", (segment_id,)) != [(0,)], (
+        assert await all_rows(stores, f"SELECT count(*) FROM {table} WHERE segment_id = ?", (segment_id,)) != [(0,)], (
             table
         )
     clock.advance(3601)
     assert await companion.sweep() == 1
     for table in dependent:
-        assert await all_rows(store, f"SELECT count(*) FROM {table} WHERE segment_id IS NOT NULL") == [(0,)], table
-    assert await all_rows(store, "SELECT text FROM messages WHERE kind = 'chat' AND role = 'user'") == [
+        assert await all_rows(stores, f"SELECT count(*) FROM {table} WHERE segment_id IS NOT NULL") == [(0,)], table
+    assert await all_rows(stores, "SELECT text FROM messages WHERE kind = 'chat' AND role = 'user'") == [
         ("normal before",)
     ]
 
 
-async def test_private_text_is_gone_from_the_database_files_after_expiry(companion, store, clock):
-    await populate_private(companion, store, clock)
+async def test_private_text_is_gone_from_the_database_files_after_expiry(companion, stores, clock):
+    await populate_private(companion, stores, clock)
     clock.advance(3601)
     await companion.sweep()
-    files = [p for p in store.path.parent.iterdir() if p.name.startswith(store.path.name)]
+    files = [
+        p for p in engines.sqlite_file(stores).parent.iterdir() if p.name.startswith(engines.sqlite_file(stores).name)
+    ]
     assert any(p.name.endswith("-wal") for p in files)  # still open: the WAL is searched too
     assert files_holding(files, b"PRIVATE-EXPIRY-CANARY") == []
 
 
-async def test_a_segment_that_expired_while_down_is_deleted_at_start_up(companion, store, provider, clock):
+async def test_a_segment_that_expired_while_down_is_deleted_at_start_up(companion, stores, provider, clock):
 
-    await populate_private(companion, store, clock)
+    await populate_private(companion, stores, clock)
     clock.advance(7200)
-    restarted = build_companion(store, provider, companion.config, clock=clock)
+    restarted = build_companion(stores, provider, companion.config, clock=clock)
     await restarted.start()
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
 
 
-async def test_expiry_during_a_conversation_deletes_the_interval_at_once(companion, store, clock):
+async def test_expiry_during_a_conversation_deletes_the_interval_at_once(companion, stores, clock):
     await say(companion, f"/private {PASSPHRASE} 45s")
     await say(companion, "short-lived")
     clock.advance(46)
     await say(companion, "hello?")
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'short-lived'") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = 'short-lived'") == [(0,)]
 
 
-async def test_never_means_kept_until_forgotten(companion, store, clock):
+async def test_never_means_kept_until_forgotten(companion, stores, clock):
     await say(companion, f"/private {PASSPHRASE} never")
     await say(companion, "kept")
     await say(companion, "/normal")
     clock.advance(400 * 86400)
     await companion.sweep()
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'kept'") == [(1,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = 'kept'") == [(1,)]
     reply = await say(companion, "/forget private")
     assert "1 private interval of this conversation was deleted now" in reply.text
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'kept'") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = 'kept'") == [(0,)]
 
 
-async def test_forget_private_works_inside_private_mode_and_ends_it(companion, store):
+async def test_forget_private_works_inside_private_mode_and_ends_it(companion, stores):
     await say(companion, f"/private {PASSPHRASE}")
     await say(companion, "one")
     await say(companion, "/normal")
@@ -180,5 +186,5 @@ async def test_forget_private_works_inside_private_mode_and_ends_it(companion, s
     await say(companion, "two")
     reply = await say(companion, "/forget private")
     assert reply.text.startswith("Private mode is off, and 2 private intervals")
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
     assert (await say(companion, "/mode")).text.startswith("You are in normal mode.")

@@ -8,12 +8,13 @@ import sqlite3
 from pathlib import Path
 
 from adapters.storage.backup import backup, restore
-from core.memory.operations import default_tools, fts_query
+from core.memory.operations import default_tools, words_of
 from core.memory.tools import PRIVATE_FORBIDDEN
 from core.values import copy
 from core.values.model import Completion, Conversation, Summary, ToolCall
 from core.values.modes import NORMAL
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import request_text
 
@@ -26,19 +27,19 @@ async def private_turn(companion, text: str = f"{CANARY} said in private", expir
     await say(companion, text)
 
 
-async def test_failure_mode_private_replies_marked_pending_for_capture(companion, store):
+async def test_failure_mode_private_replies_marked_pending_for_capture(companion, stores):
     await private_turn(companion)
-    rows = await all_rows(store, "SELECT role, capture FROM messages WHERE mode = 'private' AND kind = 'chat'")
+    rows = await all_rows(stores, "SELECT role, capture FROM messages WHERE mode = 'private' AND kind = 'chat'")
     assert {r[0] for r in rows} == {"user", "assistant"} and {r[1] for r in rows} == {"skipped"}
     assert await companion.capture.run_once() == 0
 
 
-async def test_failure_mode_recall_excludes_private_notes_but_still_searches_private_messages(companion, store):
+async def test_failure_mode_recall_excludes_private_notes_but_still_searches_private_messages(companion, stores):
     await private_turn(companion)
     await say(companion, "/normal")
     conversation = await conversation_of(companion)
-    assert await store.recall(conversation.person_id, fts_query(CANARY)) == []
-    assert await all_rows(store, f"SELECT count(*) FROM recall_fts WHERE recall_fts MATCH '\"{CANARY}\"'") == [(0,)]
+    assert await stores.memory.recall(conversation.person_id, words_of(CANARY)) == []
+    assert await all_rows(stores, f"SELECT count(*) FROM recall_fts WHERE recall_fts MATCH '\"{CANARY}\"'") == [(0,)]
 
 
 def test_failure_mode_goal_tool_hidden_while_scheduling_tools_stay_exposed():
@@ -52,29 +53,29 @@ def test_failure_mode_goal_tool_hidden_while_scheduling_tools_stay_exposed():
     assert not {"schedule_followup", "watch_event", "set_goal", "list_goals"} & {t.name for t in offered}
 
 
-async def test_failure_mode_structural_events_retain_private_ids(companion, store, provider):
+async def test_failure_mode_structural_events_retain_private_ids(companion, stores, provider):
     await private_turn(companion)
     provider.fail_all = True
     await say(companion, "failing private turn")
-    assert await all_rows(store, "SELECT count(*) FROM agent_runs") == [(0,)]
-    assert await all_rows(store, "SELECT count(*) FROM agent_events") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM agent_runs") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM agent_events") == [(0,)]
 
 
-async def test_failure_mode_delivery_row_created_before_a_later_private_check_drops_it(companion, store):
+async def test_failure_mode_delivery_row_created_before_a_later_private_check_drops_it(companion, stores):
     # The only paths out of a thread today are /export and a crossing: in private mode
     # neither writes a row unless the operator allowed crossings and the person confirmed.
     await private_turn(companion)
     for command in ("/export", "/export confirm"):
         assert not (await say(companion, command)).attachments
     for table in ("crossings", "artifacts"):
-        assert await all_rows(store, f"SELECT count(*) FROM {table}") == [(0,)]
+        assert await all_rows(stores, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
-async def test_failure_mode_expired_threads_leave_orphaned_operations_or_runs(companion, store, clock, provider):
+async def test_failure_mode_expired_threads_leave_orphaned_operations_or_runs(companion, stores, clock, provider):
     await say(companion, f"/private {PASSPHRASE} 1h")
     provider.script = [Completion("", (ToolCall("c1", "current_time", "{}"),)), Completion("ok")]
     await say(companion, "use a tool in private")
-    assert await all_rows(store, "SELECT count(*) FROM tool_operations WHERE segment_id IS NOT NULL") == [(1,)]
+    assert await all_rows(stores, "SELECT count(*) FROM tool_operations WHERE segment_id IS NOT NULL") == [(1,)]
     clock.advance(3601)
     await companion.sweep()
     for table, column in (
@@ -85,19 +86,19 @@ async def test_failure_mode_expired_threads_leave_orphaned_operations_or_runs(co
         ("crossings", "segment_id"),
     ):
         orphans = await all_rows(
-            store,
+            stores,
             f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL AND {column} NOT IN (SELECT id FROM segments)",
         )
         assert orphans == [(0,)] and await all_rows(
-            store, f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL"
+            stores, f"SELECT count(*) FROM {table} WHERE {column} IS NOT NULL"
         ) == [(0,)]
 
 
-async def test_failure_mode_private_summary_enters_a_global_prompt(companion, store, provider, clock):
+async def test_failure_mode_private_summary_enters_a_global_prompt(companion, stores, provider, clock):
     await private_turn(companion)
     conversation = await conversation_of(companion)
-    (segment,) = await segments_of(store, conversation.id)
-    await store.save_summary(
+    (segment,) = await segments_of(stores, conversation.id)
+    await stores.timeline.save_summary(
         conversation.id, Summary(f"{CANARY} private summary", 3), clock.now(), segment_id=segment.id
     )
     await say(companion, "private again")
@@ -109,43 +110,43 @@ async def test_failure_mode_private_summary_enters_a_global_prompt(companion, st
 
 
 async def test_failure_mode_search_indexes_or_backups_retain_content_past_its_lifetime(
-    companion, store, clock, tmp_path
+    companion, stores, clock, tmp_path
 ):
     await private_turn(companion)
-    made = backup(store.path, tmp_path / "bk", retention_days=14)
+    made = backup(engines.sqlite_file(stores), tmp_path / "bk", retention_days=14)
     assert CANARY.encode() not in made.path.read_bytes()
     clock.advance(3601)
     await companion.sweep()
-    for path in store.path.parent.glob(store.path.name + "*"):
+    for path in engines.sqlite_file(stores).parent.glob(engines.sqlite_file(stores).name + "*"):
         assert CANARY.encode() not in path.read_bytes(), path.name
 
 
 async def test_failure_mode_restore_reintroduces_a_thread_that_expired_after_the_snapshot(
-    companion, store, clock, tmp_path
+    companion, stores, clock, tmp_path
 ):
     await private_turn(companion)
     snapshot = tmp_path / "snapshot.db"
-    with sqlite3.connect(store.path) as live, sqlite3.connect(snapshot) as dest:
+    with sqlite3.connect(engines.sqlite_file(stores)) as live, sqlite3.connect(snapshot) as dest:
         live.backup(dest)
     clock.advance(3601)
     await companion.sweep()
-    await store.aclose()
-    restore(snapshot, store.path)
-    await store.start()
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
-    assert CANARY.encode() not in store.path.read_bytes()
+    await stores.database.aclose()
+    restore(snapshot, engines.sqlite_file(stores))
+    await stores.database.start()
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
+    assert CANARY.encode() not in engines.sqlite_file(stores).read_bytes()
 
 
-async def test_failure_mode_publishing_from_private_content_without_a_named_confirmation(make_companion, store):
+async def test_failure_mode_publishing_from_private_content_without_a_named_confirmation(make_companion, stores):
     companion = await make_companion(allow_private_export=True)
     await private_turn(companion)
     first = await say(companion, "/export")
     assert not first.attachments and "terminal's current folder" in first.text  # the destination is named
-    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM artifacts") == [(0,)]
     await say(companion, "something else")  # not a confirmation
-    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM artifacts") == [(0,)]
     assert (await say(companion, "/export confirm")).attachments
-    assert await all_rows(store, "SELECT count(*) FROM artifacts") == [(1,)]
+    assert await all_rows(stores, "SELECT count(*) FROM artifacts") == [(1,)]
     every_tool = default_tools().tools_for(Conversation(1, "t", "t", "direct", 1), NORMAL)
     assert not {t.name for t in every_tool} & {"export", "publish", "publish_app"}
 

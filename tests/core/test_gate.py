@@ -27,12 +27,12 @@ def sender() -> FakeSender:
 
 
 @pytest.fixture
-def boot(store, provider, clock, passphrase_hash, sender):
+def boot(stores, provider, clock, passphrase_hash, sender):
     """Start a Companion with an outbox on the shared store; calling it again is a restart."""
 
     async def start(**config) -> Companion:
         return await boot_companion(
-            store,
+            stores,
             provider,
             clock,
             passphrase_hash,
@@ -75,15 +75,15 @@ async def tell(
     return reply
 
 
-async def count(store, sql: str, *params) -> int:
-    return (await all_rows(store, sql, params))[0][0]
+async def count(stores, sql: str, *params) -> int:
+    return (await all_rows(stores, sql, params))[0][0]
 
 
 # --- events made inside an interval a restart closed since ----------------------------------------
 
 
 async def test_a_lasting_command_made_before_a_restart_inside_its_interval_is_kept_there_unread_and_not_run(
-    boot, store, clock
+    boot, stores, clock
 ):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 1h")
@@ -92,13 +92,13 @@ async def test_a_lasting_command_made_before_a_restart_inside_its_interval_is_ke
     restarted = await boot()  # start-up closes the interval the command was typed in
     reply = await tell(restarted, f"/remember my code word is {CANARY}", sent_at=made_at)
     assert reply is not None and reply.text == copy.RESTART_KEPT_PRIVATE
-    assert await count(store, "SELECT count(*) FROM pad_entries WHERE text LIKE ?", f"%{CANARY}%") == 0
-    rows = await all_rows(store, "SELECT mode, kind FROM messages WHERE text LIKE ?", (f"%{CANARY}%",))
+    assert await count(stores, "SELECT count(*) FROM pad_entries WHERE text LIKE ?", f"%{CANARY}%") == 0
+    rows = await all_rows(stores, "SELECT mode, kind FROM messages WHERE text LIKE ?", (f"%{CANARY}%",))
     assert rows == [("private", "command")]
 
 
 async def test_an_unknown_command_made_before_a_restart_inside_its_interval_is_kept_there_unread(
-    boot, store, clock, sender
+    boot, stores, clock, sender
 ):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 1h")
@@ -109,10 +109,10 @@ async def test_an_unknown_command_made_before_a_restart_inside_its_interval_is_k
     assert reply is not None and reply.text == copy.RESTART_KEPT_PRIVATE
     assert all(CANARY not in text for text in sender.texts())
     await tell(restarted, "/forget private")
-    assert await count(store, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
+    assert await count(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
 
 
-async def test_an_edit_made_before_a_restart_inside_an_interval_is_dropped(boot, store, clock, provider):
+async def test_an_edit_made_before_a_restart_inside_an_interval_is_dropped(boot, stores, clock, provider):
     companion = await boot()
     await tell(companion, "lunch on Friday", mid="lunch")
     await tell(companion, f"/private {PASSPHRASE} 1h")
@@ -121,8 +121,8 @@ async def test_an_edit_made_before_a_restart_inside_an_interval_is_dropped(boot,
     restarted = await boot()
     reply = await tell(restarted, f"lunch with {CANARY}", mid="lunch", sent_at=made_at, edited=True)
     assert reply is None
-    assert await count(store, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
-    assert await all_rows(store, "SELECT text FROM messages WHERE platform_message_id = 'lunch'") == [
+    assert await count(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
+    assert await all_rows(stores, "SELECT text FROM messages WHERE platform_message_id = 'lunch'") == [
         ("lunch on Friday",)
     ]
 
@@ -141,11 +141,11 @@ async def test_a_command_private_mode_runs_still_runs_when_it_was_made_before_th
 
 
 async def test_every_kind_of_reply_written_while_private_belongs_to_its_interval_and_goes_with_it(
-    boot, store, provider
+    boot, stores, provider
 ):
     companion = await boot(allow_private_export=True)
     await tell(companion, "lunch on Friday", mid="lunch")
-    (before,) = (await all_rows(store, "SELECT coalesce(max(id), 0) FROM deliveries"))[0]
+    (before,) = (await all_rows(stores, "SELECT coalesce(max(id), 0) FROM deliveries"))[0]
     await tell(companion, f"/private {PASSPHRASE} 1h")
     replies = {
         "the model's answer": await tell(companion, f"about {CANARY}", mid="newest"),
@@ -163,11 +163,11 @@ async def test_every_kind_of_reply_written_while_private_belongs_to_its_interval
     provider.fail_all = False
     assert replies["a button's prompt"] is not None and replies["a button's prompt"].confirm is not None
     assert all(r is not None and r.delivery_id is not None for r in replies.values()), replies
-    (segment,) = (await all_rows(store, "SELECT id FROM segments WHERE ended_at IS NULL"))[0]
-    written = await all_rows(store, "SELECT kind, segment_id FROM deliveries WHERE id > ? ORDER BY id", (before,))
+    (segment,) = (await all_rows(stores, "SELECT id FROM segments WHERE ended_at IS NULL"))[0]
+    written = await all_rows(stores, "SELECT kind, segment_id FROM deliveries WHERE id > ? ORDER BY id", (before,))
     assert len(written) == len(replies) + 1  # and the answer to /private itself
     assert written == [("reply", segment)] * len(written)
     await tell(companion, "/forget private")
     # Gone with the interval: the only delivery left since is the answer to /forget private.
-    assert await all_rows(store, "SELECT segment_id FROM deliveries WHERE id > ?", (before,)) == [(None,)]
-    assert await count(store, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
+    assert await all_rows(stores, "SELECT segment_id FROM deliveries WHERE id > ?", (before,)) == [(None,)]
+    assert await count(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0

@@ -89,7 +89,7 @@ def metrics() -> FakeMetrics:
 
 
 @pytest.fixture
-def boot(store, provider, clock, passphrase_hash, telegram, metrics):
+def boot(stores, provider, clock, passphrase_hash, telegram, metrics):
     provider.streams = True
     provider.stream_steps = 40
     provider.stream_pause = 0.03
@@ -97,7 +97,7 @@ def boot(store, provider, clock, passphrase_hash, telegram, metrics):
     async def start() -> Companion:
         # Bursts off: each test message is its own turn (the wire tests keep the shipped window).
         companion = await boot_companion(
-            store,
+            stores,
             provider,
             clock,
             passphrase_hash,
@@ -132,7 +132,7 @@ def shown_after(telegram: FakeStreamer, posts: int, edits: int) -> list[str]:
 
 
 async def test_a_private_answer_streaming_at_its_expiry_is_edited_once_into_the_constant_line_and_stops(
-    boot, provider, telegram, store, clock
+    boot, provider, telegram, stores, clock
 ):
     companion = await boot()
     await enter(companion, f"/private {PASSPHRASE} 10m")
@@ -153,14 +153,14 @@ async def test_a_private_answer_streaming_at_its_expiry_is_edited_once_into_the_
     assert len(provider.partials) < provider.stream_steps
     # Nothing of it is stored, and nothing of it waits to be sent (the withdrawn line is gone once sent).
     assert await all_rows(
-        store, "SELECT count(*) FROM messages WHERE role = 'assistant' AND text LIKE ?", (f"%{CANARY}%",)
+        stores, "SELECT count(*) FROM messages WHERE role = 'assistant' AND text LIKE ?", (f"%{CANARY}%",)
     ) == [(0,)]
-    assert await all_rows(store, "SELECT status FROM deliveries WHERE status IN ('pending', 'streaming')") == []
-    assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE retracts = 1") == [(0,)]
+    assert await all_rows(stores, "SELECT status FROM deliveries WHERE status IN ('pending', 'streaming')") == []
+    assert await all_rows(stores, "SELECT count(*) FROM deliveries WHERE retracts = 1") == [(0,)]
 
 
 async def test_a_private_answer_whose_final_send_runs_into_its_expiry_is_cut_off_there(
-    boot, provider, telegram, store, clock
+    boot, provider, telegram, stores, clock
 ):
     companion = await boot()
     await enter(companion, f"/private {PASSPHRASE} 10m")
@@ -183,7 +183,7 @@ async def test_a_private_answer_whose_final_send_runs_into_its_expiry_is_cut_off
 
 
 async def test_an_edit_of_a_private_answer_still_running_at_its_expiry_is_cut_off_there(
-    boot, provider, telegram, store, clock
+    boot, provider, telegram, stores, clock
 ):
     companion = await boot()
     await enter(companion, f"/private {PASSPHRASE} 10m")
@@ -200,7 +200,7 @@ async def test_an_edit_of_a_private_answer_still_running_at_its_expiry_is_cut_of
 
 @pytest.mark.parametrize("ending", ["/normal", "/forget private"])
 async def test_a_private_answer_still_being_sent_when_the_interval_is_left_is_cut_off_and_withdrawn(
-    boot, provider, telegram, store, ending
+    boot, provider, telegram, stores, ending
 ):
     companion = await boot()
     await enter(companion, f"/private {PASSPHRASE}")
@@ -223,7 +223,7 @@ async def test_a_private_answer_still_being_sent_when_the_interval_is_left_is_cu
 
 
 async def test_a_private_reply_picked_to_be_sent_before_its_interval_ended_does_not_start_after_it(
-    boot, provider, telegram, store
+    boot, provider, telegram, stores
 ):
     companion = await boot()
     provider.streams = False  # sent whole: one lane, two rows
@@ -239,7 +239,7 @@ async def test_a_private_reply_picked_to_be_sent_before_its_interval_ended_does_
     assert private is not None and private.delivery_id is not None
     sending = asyncio.create_task(companion.outbox.deliver(private.conversation_id, private.delivery_id))
     await wait_for(lambda: telegram.waiting == 1, what="the normal answer in flight")
-    conversation = await store.conversation_at(ConversationKey("telegram", USER))
+    conversation = await stores.timeline.conversation_at(ConversationKey("telegram", USER))
     assert conversation is not None
     await companion.valve.leave(conversation)  # ... when /normal ends the interval
     await companion.outbox.settle(5)
@@ -249,7 +249,7 @@ async def test_a_private_reply_picked_to_be_sent_before_its_interval_ended_does_
 
 
 async def test_a_private_turn_whose_interval_expires_during_the_model_call_writes_and_sends_nothing(
-    boot, provider, telegram, store, clock
+    boot, provider, telegram, stores, clock
 ):
     companion = await boot()
     await enter(companion, f"/private {PASSPHRASE} 10m")
@@ -264,13 +264,13 @@ async def test_a_private_turn_whose_interval_expires_during_the_model_call_write
     await companion.outbox.settle(5)
     [entered] = telegram.texts()  # /private's answer, and no other: no answer, no apology
     assert entered.startswith("Private mode is on")
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE role = 'assistant' AND text = ?", (STORY,)) == [
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE role = 'assistant' AND text = ?", (STORY,)) == [
         (0,)
     ]
 
 
 async def test_the_sweep_withdraws_what_an_expired_answer_showed_at_once_and_counts_it_nowhere(
-    boot, provider, telegram, store, clock, metrics
+    boot, provider, telegram, stores, clock, metrics
 ):
     companion = await boot()
     await enter(companion, f"/private {PASSPHRASE} 10m")
@@ -285,6 +285,6 @@ async def test_the_sweep_withdraws_what_an_expired_answer_showed_at_once_and_cou
     assert await companion.sweep() == 1
     await companion.outbox.settle(5)
     assert telegram.messages[message_id] == copy.INTERVAL_ENDED_SHOWN
-    assert await all_rows(store, "SELECT count(*) FROM deliveries") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM deliveries") == [(0,)]
     # As private as the answer it withdraws: no counter moved for it (nor for anything of the interval).
     assert metrics.named("delivery_settled") == [] and metrics.named("send_error") == []

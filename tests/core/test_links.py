@@ -11,7 +11,6 @@ import re
 
 import pytest
 
-from adapters.storage.outbox import SqliteOutboxStore
 from bot.bootstrap import build_companion
 from bot.logs import FLOORS
 from core.commands.links import CODE_SECONDS
@@ -22,6 +21,7 @@ from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values.model import InboundMessage, Summary
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.fakes import FakeSender, request_text
 
 TG = "101"  # the person's Telegram user id (and their direct chat's id)
@@ -36,9 +36,9 @@ def senders() -> dict[str, FakeSender]:
 
 
 @pytest.fixture
-def make(store, provider, clock, passphrase_hash, senders):
+def make(stores, provider, clock, passphrase_hash, senders):
     async def make(**config) -> Companion:
-        outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0)
+        outbox = Outbox(stores.outbox, clock, rand=lambda: 1.0)
         for sender in senders.values():
             outbox.register(sender)
         config.setdefault(
@@ -46,7 +46,7 @@ def make(store, provider, clock, passphrase_hash, senders):
             frozenset({f"telegram:{TG}", f"discord:{DC}", f"telegram:{STRANGER}", f"discord:{STRANGER}"}),
         )
         companion = build_companion(
-            store,
+            stores,
             provider,
             CompanionConfig(
                 passphrase_hash=passphrase_hash,
@@ -96,19 +96,19 @@ async def link(companion: Companion, first=("telegram", TG), second=("discord", 
     return code
 
 
-async def person_of(store, platform: str, user: str) -> int:
-    row = await store._one(
-        "SELECT person_id FROM accounts WHERE platform = ? AND platform_user_id = ?", (platform, user)
+async def person_of(stores, platform: str, user: str) -> int:
+    row = await engines.first(
+        stores, "SELECT person_id FROM accounts WHERE platform = ? AND platform_user_id = ?", (platform, user)
     )
     return row[0]
 
 
-async def every_text_in_the_database(store) -> str:
+async def every_text_in_the_database(stores) -> str:
     """Every value of every row of every table (the recall index too), as one string."""
-    tables = [r[0] for r in await store._all("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    tables = [r[0] for r in await engines.rows(stores, "SELECT name FROM sqlite_master WHERE type = 'table'")]
     values: list[str] = []
     for table in tables:
-        for row in await store._all(f"SELECT * FROM {table}"):
+        for row in await engines.rows(stores, f"SELECT * FROM {table}"):
             values += [str(v) for v in tuple(row)]
     return "\n".join(values)
 
@@ -116,13 +116,13 @@ async def every_text_in_the_database(store) -> str:
 # --- linking ------------------------------------------------------------------------------
 
 
-async def test_link_code_joins_a_telegram_and_a_discord_account_into_one_person(make, store):
+async def test_link_code_joins_a_telegram_and_a_discord_account_into_one_person(make, stores):
     companion = await make()
     await tell(companion, "telegram", TG, "hello")
     await tell(companion, "discord", DC, "hello")
-    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+    assert await person_of(stores, "telegram", TG) != await person_of(stores, "discord", DC)
     await link(companion)
-    assert await person_of(store, "telegram", TG) == await person_of(store, "discord", DC)
+    assert await person_of(stores, "telegram", TG) == await person_of(stores, "discord", DC)
     whoami = (await tell(companion, "telegram", TG, "/whoami")).text
     assert f"Telegram {TG}" in whoami and f"Discord {DC}" in whoami
 
@@ -138,23 +138,23 @@ async def test_a_memory_saved_on_discord_is_recalled_on_telegram(make, provider)
     assert "Pelister ridge" in recalled
 
 
-async def test_link_code_is_single_use(make, store):
+async def test_link_code_is_single_use(make, stores):
     companion = await make()
     code = await link(companion)
     reply = await tell(companion, "telegram", STRANGER, f"/link {code}")
     assert "not right" in reply.text
-    assert await person_of(store, "telegram", STRANGER) != await person_of(store, "telegram", TG)
+    assert await person_of(stores, "telegram", STRANGER) != await person_of(stores, "telegram", TG)
 
 
-async def test_link_code_expires_after_ten_minutes(make, store, clock):
+async def test_link_code_expires_after_ten_minutes(make, stores, clock):
     companion = await make()
     code = code_in((await tell(companion, "telegram", TG, "/link")).text)
     clock.advance(CODE_SECONDS + 1)
     assert "not right" in (await tell(companion, "discord", DC, f"/link {code}")).text
-    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+    assert await person_of(stores, "telegram", TG) != await person_of(stores, "discord", DC)
 
 
-async def test_five_wrong_codes_lock_linking_for_15_minutes_across_a_restart(make, store, clock):
+async def test_five_wrong_codes_lock_linking_for_15_minutes_across_a_restart(make, stores, clock):
     companion = await make()
     code = code_in((await tell(companion, "telegram", TG, "/link")).text)
     wrong = "00000000" if code != "00000000" else "11111111"
@@ -163,13 +163,13 @@ async def test_five_wrong_codes_lock_linking_for_15_minutes_across_a_restart(mak
     restarted = await make()  # the attempts are rows, not memory
     assert "now locked" in (await tell(restarted, "discord", DC, f"/link {wrong}")).text
     assert "locked" in (await tell(restarted, "discord", DC, f"/link {code}")).text
-    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+    assert await person_of(stores, "telegram", TG) != await person_of(stores, "discord", DC)
     clock.advance(15 * 60 + 1)
     code = code_in((await tell(restarted, "telegram", TG, "/link")).text)
     assert (await tell(restarted, "discord", DC, f"/link {code}")).text.startswith("Linked.")
 
 
-async def test_link_code_is_never_logged_stored_in_clear_or_sent_to_the_model(make, store, provider, caplog):
+async def test_link_code_is_never_logged_stored_in_clear_or_sent_to_the_model(make, stores, provider, caplog):
     caplog.set_level(logging.DEBUG)
     for name, floor in FLOORS.items():  # the entry point's policy: libraries that log payloads held at their floor
         caplog.set_level(floor, logger=name)
@@ -183,38 +183,40 @@ async def test_link_code_is_never_logged_stored_in_clear_or_sent_to_the_model(ma
     assert all(code not in request_text(r) for r in provider.requests)
     stored = [
         r[0]
-        for r in await store._all("SELECT text FROM messages WHERE kind = 'command' AND text LIKE '/link%' ORDER BY id")
+        for r in await engines.rows(
+            stores, "SELECT text FROM messages WHERE kind = 'command' AND text LIKE '/link%' ORDER BY id"
+        )
     ]
     assert stored == ["/link", "/link [redacted]"]
     # The issued code goes out in the answer's delivery row; once sent, nothing holds it in clear.
-    assert code not in await every_text_in_the_database(store)
+    assert code not in await every_text_in_the_database(stores)
 
 
-async def test_link_code_sent_in_a_group_is_refused_and_deleted(make, store):
+async def test_link_code_sent_in_a_group_is_refused_and_deleted(make, stores):
     companion = await make()
     code = code_in((await tell(companion, "telegram", TG, "/link")).text)
     reply = await tell(companion, "discord", DC, f"/link {code}", chat="guild-channel-9")
     assert "direct message" in reply.text and reply.delete_inbound
-    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
-    assert code not in await every_text_in_the_database(store)
+    assert await person_of(stores, "telegram", TG) != await person_of(stores, "discord", DC)
+    assert code not in await every_text_in_the_database(stores)
 
 
-async def test_linking_while_a_conversation_is_private_is_refused_by_the_store(make, store):
+async def test_linking_while_a_conversation_is_private_is_refused_by_the_store(make, stores):
     companion = await make()
     await tell(companion, "telegram", TG, "hi")
     code = code_in((await tell(companion, "discord", DC, "/link")).text)
     await tell(companion, "telegram", TG, f"/private {PASSPHRASE}")
     # The command is refused in private mode; from the other side, the store's write refuses it.
     assert "private mode" in (await tell(companion, "telegram", TG, f"/link {code}")).text
-    discord_person = await person_of(store, "discord", DC)
-    telegram_account = await store._one("SELECT id FROM accounts WHERE platform = 'telegram'")
-    (pending,) = await store.pending_link_codes(companion.clock.now())
+    discord_person = await person_of(stores, "discord", DC)
+    telegram_account = await engines.first(stores, "SELECT id FROM accounts WHERE platform = 'telegram'")
+    (pending,) = await stores.links.pending_link_codes(companion.clock.now())
     from core.values.errors import PrivateWriteRefused
 
     with pytest.raises(PrivateWriteRefused):
-        await store.redeem_link_code(pending.id, telegram_account[0], companion.clock.now())
-    assert await person_of(store, "telegram", TG) != discord_person
-    assert len(await store.pending_link_codes(companion.clock.now())) == 1  # the code is still there
+        await stores.links.redeem_link_code(pending.id, telegram_account[0], companion.clock.now())
+    assert await person_of(stores, "telegram", TG) != discord_person
+    assert len(await stores.links.pending_link_codes(companion.clock.now())) == 1  # the code is still there
     await tell(companion, "telegram", TG, "/normal")
     assert (await tell(companion, "telegram", TG, f"/link {code}")).text.startswith("Linked.")
 
@@ -229,7 +231,7 @@ async def test_private_mode_on_telegram_does_not_make_discord_private(make):
 
 @pytest.mark.parametrize("link_first", [True, False], ids=["linked-before-the-interval", "linked-after-it"])
 async def test_telegram_private_canary_never_reaches_the_model_for_linked_discord_normal_turns(
-    make, store, provider, clock, senders, link_first
+    make, stores, provider, clock, senders, link_first
 ):
     """Context, pad, recall, notes (capture), goals, follow-ups and nudges of the Discord account."""
     companion = await make()
@@ -241,9 +243,9 @@ async def test_telegram_private_canary_never_reaches_the_model_for_linked_discor
     await tell(companion, "telegram", TG, f"my secret is {CANARY}")
     assert CANARY in request_text(provider.last_reply_request())  # it was said, in its own thread
     # What a private fold of that interval keeps: its own summary and a private pad fact.
-    telegram_chat = await store._one("SELECT id, person_id FROM conversations WHERE platform = 'telegram'")
-    segment = await store.open_segment_of(telegram_chat[0])
-    await store.save_summary(
+    telegram_chat = await engines.first(stores, "SELECT id, person_id FROM conversations WHERE platform = 'telegram'")
+    segment = await stores.modes.open_segment_of(telegram_chat[0])
+    await stores.timeline.save_summary(
         telegram_chat[0],
         Summary(f"they said {CANARY}", 0),
         clock.now(),
@@ -271,13 +273,13 @@ async def test_telegram_private_canary_never_reaches_the_model_for_linked_discor
     assert senders["discord"].texts()  # nudges went where the person last wrote
 
 
-async def test_unlink_separates_an_account_into_a_new_person_with_no_memory(make, store, provider):
+async def test_unlink_separates_an_account_into_a_new_person_with_no_memory(make, stores, provider):
     companion = await make()
     await link(companion)
     await tell(companion, "telegram", TG, "/remember I live in Skopje")
     reply = await tell(companion, "telegram", TG, "/unlink discord")
     assert reply.text.startswith("Unlinked")
-    assert await person_of(store, "telegram", TG) != await person_of(store, "discord", DC)
+    assert await person_of(stores, "telegram", TG) != await person_of(stores, "discord", DC)
     await tell(companion, "discord", DC, "where do I live?")
     assert "Skopje" not in request_text(provider.last_reply_request())
     await tell(companion, "telegram", TG, "where do I live?")
@@ -285,18 +287,18 @@ async def test_unlink_separates_an_account_into_a_new_person_with_no_memory(make
     assert "nothing to unlink" in (await tell(companion, "telegram", TG, "/unlink discord")).text
 
 
-async def test_unlinking_while_a_conversation_is_private_is_refused(make, store):
+async def test_unlinking_while_a_conversation_is_private_is_refused(make, stores):
     companion = await make()
     await link(companion)
     await tell(companion, "discord", DC, f"/private {PASSPHRASE}")
     assert "private mode" in (await tell(companion, "telegram", TG, "/unlink discord")).text
-    assert await person_of(store, "telegram", TG) == await person_of(store, "discord", DC)
+    assert await person_of(stores, "telegram", TG) == await person_of(stores, "discord", DC)
 
 
-async def test_owner_setting_makes_the_terminal_and_listed_accounts_one_person(make, store, provider):
+async def test_owner_setting_makes_the_terminal_and_listed_accounts_one_person(make, stores, provider):
     companion = await make(owner_accounts=frozenset({f"telegram:{TG}", f"discord:{DC}"}))
-    assert await person_of(store, "terminal", "owner") == await person_of(store, "telegram", TG)
-    assert await person_of(store, "terminal", "owner") == await person_of(store, "discord", DC)
+    assert await person_of(stores, "terminal", "owner") == await person_of(stores, "telegram", TG)
+    assert await person_of(stores, "terminal", "owner") == await person_of(stores, "discord", DC)
     reply = await companion.handle(
         InboundMessage("terminal", "terminal", "owner", "/remember my cat is Miso", is_direct=True)
     )
@@ -305,36 +307,36 @@ async def test_owner_setting_makes_the_terminal_and_listed_accounts_one_person(m
     assert "my cat is Miso" in request_text(provider.last_reply_request())
 
 
-async def test_with_the_http_service_the_web_user_is_the_owner_linked_to_the_owners_accounts(make, store):
+async def test_with_the_http_service_the_web_user_is_the_owner_linked_to_the_owners_accounts(make, stores):
     companion = await make(owner_accounts=frozenset({f"telegram:{TG}"}), web_owner=True)
-    owner = await person_of(store, "terminal", "owner")
-    assert await person_of(store, "web", "owner") == owner == await person_of(store, "telegram", TG)
+    owner = await person_of(stores, "terminal", "owner")
+    assert await person_of(stores, "web", "owner") == owner == await person_of(stores, "telegram", TG)
     assert companion.is_allowed(InboundMessage("web", "browser", "owner", "hello", is_direct=True))
     assert not companion.is_allowed(InboundMessage("web", "browser", "someone", "hello", is_direct=True))
 
 
-async def test_without_the_http_service_the_web_account_is_neither_made_nor_allowed(make, store):
+async def test_without_the_http_service_the_web_account_is_neither_made_nor_allowed(make, stores):
     companion = await make()
-    assert await store._one("SELECT id FROM accounts WHERE platform = 'web'") is None
+    assert await engines.first(stores, "SELECT id FROM accounts WHERE platform = 'web'") is None
     assert not companion.is_allowed(InboundMessage("web", "browser", "owner", "hello", is_direct=True))
 
 
-async def test_mistyped_link_with_a_code_is_not_kept(make, store, provider):
+async def test_mistyped_link_with_a_code_is_not_kept(make, stores, provider):
     companion = await make()
     reply = await tell(companion, "discord", DC, "/lnik 12345678")
     assert reply.delete_inbound
-    assert "12345678" not in await every_text_in_the_database(store)
+    assert "12345678" not in await every_text_in_the_database(stores)
     assert all("12345678" not in request_text(r) for r in provider.requests)
 
 
-async def test_a_private_pad_fact_of_telegram_is_not_read_by_discord_private_mode(make, store, provider, clock):
+async def test_a_private_pad_fact_of_telegram_is_not_read_by_discord_private_mode(make, stores, provider, clock):
     companion = await make()
     await link(companion)
     await tell(companion, "telegram", TG, f"/private {PASSPHRASE}")
     await tell(companion, "telegram", TG, "something private")
-    telegram_chat = await store._one("SELECT id, person_id FROM conversations WHERE platform = 'telegram'")
-    segment = await store.open_segment_of(telegram_chat[0])
-    await store.save_summary(
+    telegram_chat = await engines.first(stores, "SELECT id, person_id FROM conversations WHERE platform = 'telegram'")
+    segment = await stores.modes.open_segment_of(telegram_chat[0])
+    await stores.timeline.save_summary(
         telegram_chat[0],
         Summary("private summary", 0),
         clock.now(),
@@ -349,11 +351,11 @@ async def test_a_private_pad_fact_of_telegram_is_not_read_by_discord_private_mod
     assert CANARY not in request_text(provider.last_reply_request())
 
 
-async def test_memory_says_which_linked_accounts_share_it_and_forget_works_across_them(make, store):
+async def test_memory_says_which_linked_accounts_share_it_and_forget_works_across_them(make, stores):
     companion = await make()
     await link(companion)
     await tell(companion, "discord", DC, "/remember I play the cello")
     shown = (await tell(companion, "telegram", TG, "/memory")).text
     assert "I play the cello" in shown and f"Telegram {TG}" in shown and f"Discord {DC}" in shown
     await tell(companion, "telegram", TG, "/forget cello")
-    assert await store.normal_pad(await person_of(store, "discord", DC)) == []
+    assert await stores.timeline.normal_pad(await person_of(stores, "discord", DC)) == []

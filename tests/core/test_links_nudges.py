@@ -16,17 +16,17 @@ make = linked.make
 senders = linked.senders
 
 
-async def due_watch(companion, store, clock, text: str) -> None:
+async def due_watch(companion, stores, clock, text: str) -> None:
     """An event two hours ago, for the linked person (made from their Telegram chat)."""
-    person = await person_of(store, "telegram", TG)
-    (chat,) = await all_rows(store, "SELECT id FROM conversations WHERE platform = 'telegram' AND chat_id = ?", (TG,))
-    await store.add_followup(person, chat[0], "watch", text, clock.now() - 2 * HOUR, clock.now())
+    person = await person_of(stores, "telegram", TG)
+    (chat,) = await all_rows(stores, "SELECT id FROM conversations WHERE platform = 'telegram' AND chat_id = ?", (TG,))
+    await stores.memory.add_followup(person, chat[0], "watch", text, clock.now() - 2 * HOUR, clock.now())
 
 
-async def nudged(store, senders) -> list[tuple[str, str]]:
+async def nudged(stores, senders) -> list[tuple[str, str]]:
     """(platform, chat) of each nudge sent, in order; each was received by that platform's fake."""
     rows = await all_rows(
-        store,
+        stores,
         "SELECT d.platform, d.chat_id, m.text, d.status FROM deliveries d JOIN messages m ON m.id = d.message_id"
         " WHERE d.kind = 'nudge' ORDER BY d.id",
     )
@@ -35,40 +35,40 @@ async def nudged(store, senders) -> list[tuple[str, str]]:
 
 
 async def test_a_linked_persons_nudge_goes_to_the_direct_chat_they_last_wrote_in_on_either_platform(
-    make, store, clock, provider, senders
+    make, stores, clock, provider, senders
 ):
     companion = await make()
     await link(companion)
     await tell(companion, "discord", DC, "hello from discord")  # the last normal message: Discord
-    await due_watch(companion, store, clock, "the interview")  # made on Telegram
+    await due_watch(companion, stores, clock, "the interview")  # made on Telegram
     clock.advance(HOUR)
     assert (await companion.proactive.tick()).sent == 1
-    assert await nudged(store, senders) == [("discord", DC)]
+    assert await nudged(stores, senders) == [("discord", DC)]
 
     await tell(companion, "telegram", TG, "hello from telegram")  # now Telegram is where they are
-    await due_watch(companion, store, clock, "the concert")
+    await due_watch(companion, stores, clock, "the concert")
     clock.advance(5 * HOUR)  # past the activity window and the cooldown
     assert (await companion.proactive.tick()).sent == 1
-    assert await nudged(store, senders) == [("discord", DC), ("telegram", TG)]
+    assert await nudged(stores, senders) == [("discord", DC), ("telegram", TG)]
 
 
-async def test_writing_in_private_mode_does_not_move_a_linked_persons_nudges(make, store, clock, provider, senders):
+async def test_writing_in_private_mode_does_not_move_a_linked_persons_nudges(make, stores, clock, provider, senders):
     companion = await make()
     await link(companion)
     await tell(companion, "discord", DC, f"/private {PASSPHRASE} 30m")
     await tell(companion, "telegram", TG, "hello from telegram")  # the last normal message: Telegram
     await tell(companion, "discord", DC, "said only in private on discord")  # later, but private
-    await due_watch(companion, store, clock, "the interview")
+    await due_watch(companion, stores, clock, "the interview")
     clock.advance(HOUR)  # the Discord interval has expired
     await companion.sweep()
-    assert await all_rows(store, "SELECT count(*) FROM segments") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
     assert (await companion.proactive.tick()).sent == 1
-    assert await nudged(store, senders) == [("telegram", TG)]
+    assert await nudged(stores, senders) == [("telegram", TG)]
     nudge_requests = [r for r in provider.requests if r.purpose == "nudge"]
     assert nudge_requests and all("said only in private" not in request_text(r) for r in nudge_requests)
 
 
-async def test_memory_lines_name_the_linked_account_each_was_said_from(make, store, provider):
+async def test_memory_lines_name_the_linked_account_each_was_said_from(make, stores, provider):
     companion = await make()
     await link(companion)
     await tell(companion, "discord", DC, "/remember I play the cello")
@@ -90,16 +90,16 @@ async def test_memory_of_an_unlinked_person_names_no_account(make):
     assert "I play the cello" in shown and "(from" not in shown
 
 
-async def test_a_captured_fact_is_attributed_to_the_chat_it_came_from(make, store, provider, clock):
+async def test_a_captured_fact_is_attributed_to_the_chat_it_came_from(make, stores, provider, clock):
     companion = await make()
     await link(companion)
     await tell(companion, "discord", DC, "I moved to Lisbon last week")
-    person = await person_of(store, "discord", DC)
-    pending = await store.pending_capture(100)
+    person = await person_of(stores, "discord", DC)
+    pending = await stores.memory.pending_capture(100)
     ids = [p.message_id for p in pending if p.person_id == person]
-    await store.save_capture(person, "2027-01-01", "moved", ("Lives in Lisbon",), ids, clock.now())
-    origins = await store.memory_origins(person)
-    (entry,) = await store.normal_pad(person)
+    await stores.memory.save_capture(person, "2027-01-01", "moved", ("Lives in Lisbon",), ids, clock.now())
+    origins = await stores.links.memory_origins(person)
+    (entry,) = await stores.timeline.normal_pad(person)
     assert origins[f"pad:{entry.id}"].platform == "discord"
 
 
@@ -113,18 +113,18 @@ async def test_export_of_a_linked_person_says_which_account_you_are_in_it(make):
     assert "(1 entries)" not in reply.text and "entries)" in reply.text
 
 
-async def test_forget_by_number_removes_a_memory_said_from_the_other_linked_account(make, store):
+async def test_forget_by_number_removes_a_memory_said_from_the_other_linked_account(make, stores):
     companion = await make()
     await link(companion)
     await tell(companion, "discord", DC, "/remember I play the cello")
-    (entry,) = await store.normal_pad(await person_of(store, "discord", DC))
+    (entry,) = await stores.timeline.normal_pad(await person_of(stores, "discord", DC))
     await tell(companion, "telegram", TG, f"/forget {entry.id}")
-    assert await store.normal_pad(await person_of(store, "telegram", TG)) == []
+    assert await stores.timeline.normal_pad(await person_of(stores, "telegram", TG)) == []
     recalled = (await tell(companion, "discord", DC, "/recall cello")).text
     assert "I play the cello" not in recalled
 
 
-async def test_memory_names_no_account_that_was_unlinked_since(make, store):
+async def test_memory_names_no_account_that_was_unlinked_since(make, stores):
     companion = await make(owner_accounts=frozenset({f"telegram:{TG}", f"discord:{DC}"}))
     await tell(companion, "discord", DC, "/remember I play the cello")
     assert (await tell(companion, "telegram", TG, "/unlink discord")).text.startswith("Unlinked")

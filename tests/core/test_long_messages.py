@@ -24,7 +24,7 @@ def test_the_ratio_rises_at_once_and_falls_back_slowly():
     assert 0.9 < ratio.value < 1.2  # one cheap prompt does not undo it
 
 
-async def test_an_eleven_thousand_character_message_cannot_lock_the_conversation(make_companion, provider, store):
+async def test_an_eleven_thousand_character_message_cannot_lock_the_conversation(make_companion, provider, stores):
     companion = await make_companion(budget=ContextBudget(total_tokens=2000))
     huge = "ж" * 11_000
     await say(companion, huge)
@@ -33,7 +33,7 @@ async def test_an_eleven_thousand_character_message_cannot_lock_the_conversation
         request = provider.last_reply_request()
         sizes = sum(len((m.content or "").encode()) for m in request.messages)
         assert sizes < 2000 * 4  # within the budget at any sane tokens-per-byte
-    stored = await all_rows(store, "SELECT length(text) FROM messages WHERE role = 'user' AND length(text) > 1000")
+    stored = await all_rows(stores, "SELECT length(text) FROM messages WHERE role = 'user' AND length(text) > 1000")
     assert stored == [(11_000,)]  # the stored message stays whole
 
 
@@ -57,20 +57,20 @@ async def test_the_window_shrinks_once_the_server_reports_costlier_tokens(make_c
     assert after < before
 
 
-async def test_capture_gives_up_on_a_refused_request_instead_of_retrying_it_forever(make_companion, provider, store):
+async def test_capture_gives_up_on_a_refused_request_instead_of_retrying_it_forever(make_companion, provider, stores):
     companion = await make_companion()
     await say(companion, "a note-worthy day")
     provider.script = [ProviderRejected("context_length_exceeded", status=400)]
     assert await companion.capture.run_once() == 0
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE capture = 'pending'") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE capture = 'pending'") == [(0,)]
 
 
-async def test_capture_keeps_messages_pending_when_the_api_key_is_refused(make_companion, provider, store):
+async def test_capture_keeps_messages_pending_when_the_api_key_is_refused(make_companion, provider, stores):
     companion = await make_companion()
     await say(companion, "a note-worthy day")
     provider.script = [ProviderRejected("invalid api key", status=401)]
     await companion.capture.run_once()
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE capture = 'pending'") != [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE capture = 'pending'") != [(0,)]
 
 
 async def test_a_request_the_server_finds_too_long_is_retried_once_with_half_the_window(make_companion, provider):
@@ -87,11 +87,11 @@ async def test_a_request_the_server_finds_too_long_is_retried_once_with_half_the
     assert reply.text == f"reply {len(provider.requests)}"
 
 
-async def test_a_request_too_long_even_at_half_the_window_gets_the_too_long_words(make_companion, provider, store):
+async def test_a_request_too_long_even_at_half_the_window_gets_the_too_long_words(make_companion, provider, stores):
     from core.values.errors import ProviderRequestTooLong
 
     companion = await make_companion()
     provider.script = [ProviderRequestTooLong("too long", status=400), ProviderRequestTooLong("too long", status=400)]
     reply = await say(companion, "a question")
     assert reply.text == copy.PROVIDER_TOO_LONG
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'a question'") == [(1,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = 'a question'") == [(1,)]

@@ -12,13 +12,14 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import sqlite_stores
 from bot.bootstrap import build_companion
 from core.memory.context import ContextBudget
 from core.turn.config import CompanionConfig
 from core.values import copy
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.fakes import FakeClock, FakeProvider, placeholders, request_text
 
 _HASH: list[str] = []
@@ -49,18 +50,18 @@ OPS = st.lists(
 
 async def scenario(ops, budget: ContextBudget, exact: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:
-        store = SqliteStore(Path(folder) / "db")
-        await store.start()
+        stores = sqlite_stores(Path(folder) / "db")
+        await stores.database.start()
         try:
-            await run_ops(store, ops, budget, exact)
+            await run_ops(stores, ops, budget, exact)
         finally:
-            await store.aclose()
+            await stores.database.aclose()
 
 
-async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
+async def run_ops(stores, ops, budget: ContextBudget, exact: bool) -> None:
     clock, provider = FakeClock(), FakeProvider()
     config = CompanionConfig(passphrase_hash=passphrase_hash(), private_idle_seconds=600.0, budget=budget)
-    companion = build_companion(store, provider, config, clock=clock)
+    companion = build_companion(stores, provider, config, clock=clock)
     await companion.start()
     counter = itertools.count()
     canaries: list[str] = []
@@ -74,7 +75,7 @@ async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
     for op in ops:
         kind = op[0]
         if kind == "talk":
-            conversation = await store.ensure_conversation(
+            conversation = await stores.timeline.ensure_conversation(
                 InboundMessage("terminal", "terminal", "owner", "", True).key, "direct", None, clock.now()
             )
             private = (await companion.valve.settle(conversation)).is_private
@@ -89,7 +90,7 @@ async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
             in_private = copy.PRIVATE_SYSTEM_LINE in request_text(request)
             if not in_private:
                 normal_lines.append(text)
-                check_normal_request(request, canaries, normal_lines, exact, await count_segments(store))
+                check_normal_request(request, canaries, normal_lines, exact, await count_segments(stores))
             else:
                 assert private
         elif kind == "enter":
@@ -99,20 +100,20 @@ async def run_ops(store, ops, budget: ContextBudget, exact: bool) -> None:
         elif kind == "advance":
             clock.advance(op[1])
         elif kind == "restart":
-            companion = build_companion(store, provider, config, clock=clock)
+            companion = build_companion(stores, provider, config, clock=clock)
             await companion.start()
         elif kind == "sweep":
             await companion.sweep()
         # The normal summary is what normal mode reads later: it must never hold private text.
-        for row in await store._all("SELECT text FROM summaries WHERE mode = 'normal'"):
+        for row in await engines.rows(stores, "SELECT text FROM summaries WHERE mode = 'normal'"):
             assert not any(c in row[0] for c in canaries)
     for request in provider.requests:
         if request.purpose == "transition":
             assert not any(c in request_text(request) for c in canaries)
 
 
-async def count_segments(store) -> int:
-    return (await store._one("SELECT count(*) FROM segments"))[0]
+async def count_segments(stores) -> int:
+    return (await engines.first(stores, "SELECT count(*) FROM segments"))[0]
 
 
 def check_normal_request(request, canaries, normal_lines, exact: bool, segments: int) -> None:

@@ -10,9 +10,10 @@ from core.values import copy
 from core.values.errors import MediaUnavailable, TranscriptionFailed
 from core.values.model import ChatMessage, ImageInput, InboundMessage, Media
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, say
 from tests.helpers.fakes import request_text
-from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, database_bytes, jpeg_with, ogg_with
+from tests.helpers.media import AUDIO_CANARY, IMAGE_CANARY, jpeg_with, ogg_with
 
 
 class FakeTranscriber:
@@ -62,7 +63,7 @@ def voice(loader: Loader) -> Media:
 
 
 @pytest.fixture
-async def with_media(make_companion, store):
+async def with_media(make_companion, stores):
     """A companion with vision and the given transcriber."""
 
     async def make(transcriber: FakeTranscriber | None = None, *, vision: bool = True):
@@ -73,11 +74,11 @@ async def with_media(make_companion, store):
     return make
 
 
-async def stored_user_texts(store) -> list[str]:
-    return [row[0] for row in await all_rows(store, "SELECT text FROM messages WHERE role = 'user' ORDER BY id")]
+async def stored_user_texts(stores) -> list[str]:
+    return [row[0] for row in await all_rows(stores, "SELECT text FROM messages WHERE role = 'user' ORDER BY id")]
 
 
-async def test_an_image_goes_with_its_one_request_and_only_the_marked_caption_is_stored(with_media, provider, store):
+async def test_an_image_goes_with_its_one_request_and_only_the_marked_caption_is_stored(with_media, provider, stores):
     companion = await with_media()
     image = jpeg_with()
     await companion.handle(media_message("my cat", photo(Loader(image))))
@@ -88,8 +89,8 @@ async def test_an_image_goes_with_its_one_request_and_only_the_marked_caption_is
     later = provider.last_reply_request()
     assert all(not m.images for m in later.messages)  # the image went with its own request only
     assert [m.content for m in later.messages if m.role == "user"] == ["[photo] my cat", "and now?"]
-    assert await stored_user_texts(store) == ["[photo] my cat", "and now?"]
-    assert IMAGE_CANARY not in database_bytes(store.path)
+    assert await stored_user_texts(stores) == ["[photo] my cat", "and now?"]
+    assert IMAGE_CANARY not in engines.stored_bytes(stores)
 
 
 async def test_bytes_are_fetched_only_when_this_configuration_reads_them(with_media, provider):
@@ -125,7 +126,7 @@ async def test_a_fetch_that_fails_says_so_and_the_caption_is_still_answered(with
 
 
 async def test_a_voice_transcript_is_the_message_and_the_audio_goes_only_to_the_transcriber(
-    with_media, provider, store
+    with_media, provider, stores
 ):
     transcriber = FakeTranscriber("call the plumber tomorrow")
     companion = await with_media(transcriber)
@@ -133,7 +134,7 @@ async def test_a_voice_transcript_is_the_message_and_the_audio_goes_only_to_the_
     await companion.handle(media_message("", voice(Loader(audio))))
     assert transcriber.audio == [audio]
     assert provider.last_reply_request().messages[-1].content == "[voice] call the plumber tomorrow"
-    assert AUDIO_CANARY not in database_bytes(store.path)
+    assert AUDIO_CANARY not in engines.stored_bytes(stores)
 
 
 async def test_a_failed_or_empty_transcription_is_answered_with_a_constant_line(with_media, provider):
@@ -144,14 +145,14 @@ async def test_a_failed_or_empty_transcription_is_answered_with_a_constant_line(
     assert provider.requests == []
 
 
-async def test_a_private_transcript_is_stored_in_its_segment_and_masked_in_normal_mode(with_media, provider, store):
+async def test_a_private_transcript_is_stored_in_its_segment_and_masked_in_normal_mode(with_media, provider, stores):
     secret = "PRIVATE-TRANSCRIPT-8e1"
     companion = await with_media(FakeTranscriber(secret))
     await say(companion, "before")
     await say(companion, f"/private {PASSPHRASE}")
     await companion.handle(media_message("", voice(Loader(ogg_with()))))
     assert secret in request_text(provider.last_reply_request())
-    rows = await all_rows(store, "SELECT mode, segment_id FROM messages WHERE text LIKE '[voice]%'")
+    rows = await all_rows(stores, "SELECT mode, segment_id FROM messages WHERE text LIKE '[voice]%'")
     assert len(rows) == 1 and rows[0][0] == "private" and rows[0][1] is not None
     await say(companion, "/normal")
     await say(companion, "after")
@@ -160,12 +161,12 @@ async def test_a_private_transcript_is_stored_in_its_segment_and_masked_in_norma
     assert copy.PLACEHOLDER in request_text(normal)
 
 
-async def test_a_sticker_alone_gets_a_constant_reply_stored_as_the_answer(with_media, provider, store):
+async def test_a_sticker_alone_gets_a_constant_reply_stored_as_the_answer(with_media, provider, stores):
     companion = await with_media()
     reply = await companion.handle(media_message("", Media("sticker")))
     assert reply is not None and reply.text == copy.MEDIA_NOT_READ["sticker"]
     assert provider.requests == []
-    rows = await all_rows(store, "SELECT role, text FROM messages ORDER BY id")
+    rows = await all_rows(stores, "SELECT role, text FROM messages ORDER BY id")
     assert rows == [("user", "[sticker]"), ("assistant", copy.MEDIA_NOT_READ["sticker"])]
 
 
@@ -189,7 +190,7 @@ def test_image_bytes_never_show_in_a_repr():
 
 
 async def test_a_voice_note_kept_unread_after_a_restart_is_neither_fetched_nor_transcribed(
-    make_companion, store, provider, clock
+    make_companion, stores, provider, clock
 ):
     transcriber = FakeTranscriber("never heard")
     companion = await make_companion(vision=True)
@@ -206,7 +207,7 @@ async def test_a_voice_note_kept_unread_after_a_restart_is_neither_fetched_nor_t
     reply = await restarted.handle(message)
     assert reply is not None and reply.text == copy.RESTART_KEPT_PRIVATE
     assert (audio.calls, transcriber.audio, len(provider.requests)) == (0, [], requests)
-    rows = await all_rows(store, "SELECT text, mode FROM messages WHERE role = 'user' ORDER BY id")
+    rows = await all_rows(stores, "SELECT text, mode FROM messages WHERE role = 'user' ORDER BY id")
     assert rows[-1] == ("[voice]", "private")
 
 
@@ -246,7 +247,7 @@ async def test_a_private_turn_told_that_images_are_not_read_leaves_normal_mode_t
     assert normal_again is not None and copy.IMAGES_NOT_READ not in normal_again.text
 
 
-async def test_an_edited_caption_of_a_voice_note_keeps_its_transcript(with_media, provider, store):
+async def test_an_edited_caption_of_a_voice_note_keeps_its_transcript(with_media, provider, stores):
     companion = await with_media(FakeTranscriber("call the plumber"))
     message = InboundMessage(
         "terminal", "terminal", "owner", "", is_direct=True, message_id="7", media=(voice(Loader(ogg_with())),)
@@ -256,4 +257,4 @@ async def test_an_edited_caption_of_a_voice_note_keeps_its_transcript(with_media
         "terminal", "terminal", "owner", "a caption", is_direct=True, message_id="7", media=message.media, edited=True
     )
     assert await companion.handle(edited) is None
-    assert await stored_user_texts(store) == ["[voice] call the plumber"]
+    assert await stored_user_texts(stores) == ["[voice] call the plumber"]

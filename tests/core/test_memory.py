@@ -10,14 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.memory.operations import default_tools, fts_query
-from core.memory.tools import PRIVATE_FORBIDDEN, ToolContext, run_tool_call
+from adapters.storage.memory import fts_query
+from core.memory.operations import default_tools, words_of
+from core.memory.tools import PRIVATE_FORBIDDEN, ToolContext, ToolStores, run_tool_call
 from core.turn.analytics import render_report
 from core.values import copy
 from core.values.errors import PrivateWriteRefused
 from core.values.model import Completion, Note, ToolCall
 from core.values.modes import NORMAL, PrivateState
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of, say
 
 LASTING_TOOLS = {
@@ -67,43 +69,44 @@ def test_the_private_tool_set_is_decided_by_capability_tags_alone():
     assert {t.name for t in registry.tools_for(conversation, NORMAL)} >= LASTING_TOOLS
 
 
-async def test_a_tool_call_for_a_withheld_tool_is_not_run_in_private_mode(companion, provider, store):
+async def test_a_tool_call_for_a_withheld_tool_is_not_run_in_private_mode(companion, provider, stores):
     await go_private(companion)
     provider.script = [Completion("", (ToolCall("c1", "remember", '{"text": "PRIVATE-FACT"}'),)), Completion("ok")]
     await say(companion, "remember this")
-    assert await all_rows(store, "SELECT count(*) FROM pad_entries") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM pad_entries") == [(0,)]
     assert provider.requests[-1].messages[-1].content.startswith("error: no tool named 'remember'")
 
 
-async def test_private_replies_are_never_pending_for_capture(companion, store):
+async def test_private_replies_are_never_pending_for_capture(companion, stores):
     await say(companion, "normal words")
     await go_private(companion)
     await say(companion, "private words")
-    rows = await all_rows(store, "SELECT mode, capture FROM messages WHERE kind = 'chat'")
+    rows = await all_rows(stores, "SELECT mode, capture FROM messages WHERE kind = 'chat'")
     assert ("normal", "pending") in rows
     assert all(capture == "skipped" for mode, capture in rows if mode == "private")
 
 
-async def test_capture_turns_normal_messages_into_daily_notes_and_pad_facts(companion, store, provider):
+async def test_capture_turns_normal_messages_into_daily_notes_and_pad_facts(companion, stores, provider):
     provider.script = [Completion("ok")]
     await say(companion, "my sister is Ana")
     provider.script = [Completion("NOTE:\nTalked about family.\nFACTS:\n- has a sister named Ana")]
     assert await companion.capture.run_once() == 2
     conversation = await conversation_of(companion)
-    assert await store.notes(conversation.person_id) == [Note(1, "2027-01-15", "Talked about family.")]
-    assert [e.text for e in await store.normal_pad(conversation.person_id)] == ["has a sister named Ana"]
-    assert await all_rows(store, "SELECT DISTINCT capture FROM messages WHERE kind = 'chat'") == [("done",)]
+    assert await stores.memory.notes(conversation.person_id) == [Note(1, "2027-01-15", "Talked about family.")]
+    assert [e.text for e in await stores.timeline.normal_pad(conversation.person_id)] == ["has a sister named Ana"]
+    assert await all_rows(stores, "SELECT DISTINCT capture FROM messages WHERE kind = 'chat'") == [("done",)]
     assert await companion.capture.run_once() == 0  # nothing captured twice
 
 
-async def test_capture_never_sees_private_text_even_when_a_caller_forgot_the_mark(companion, store, provider, clock):
+async def test_capture_never_sees_private_text_even_when_a_caller_forgot_the_mark(companion, stores, provider, clock):
     await go_private(companion)
     clock.advance(5)
     await say(companion, "PRIVATE-CANARY in the segment")
     clock.advance(5)
     conversation = await conversation_of(companion)
     # A buggy future writer stores private-time text as a normal, pending row.
-    await store._all(
+    await engines.rows(
+        stores,
         "INSERT INTO messages (conversation_id, mode, role, kind, text, capture, created_at)"
         " VALUES (?, 'normal', 'user', 'chat', 'FORGOTTEN-MARK-CANARY', 'pending', ?)",
         (conversation.id, clock.now()),
@@ -116,18 +119,19 @@ async def test_capture_never_sees_private_text_even_when_a_caller_forgot_the_mar
     capture_inputs = [r for r in provider.requests if r.purpose == "capture"]
     assert any("normal again" in (m.content or "") for r in capture_inputs for m in r.messages)
     assert all("CANARY" not in (m.content or "") for r in capture_inputs for m in r.messages)
-    assert await all_rows(store, "SELECT capture FROM messages WHERE text = 'FORGOTTEN-MARK-CANARY'") == [("skipped",)]
+    assert await all_rows(stores, "SELECT capture FROM messages WHERE text = 'FORGOTTEN-MARK-CANARY'") == [("skipped",)]
 
 
 async def test_capture_while_an_interval_is_still_open_never_sees_a_mismarked_row_inside_it(
-    companion, store, provider, clock
+    companion, stores, provider, clock
 ):
     await say(companion, "normal before")
     await go_private(companion)
     clock.advance(5)
     conversation = await conversation_of(companion)
     # A buggy future writer stores private-time text as a normal, pending row; the interval stays open.
-    await store._all(
+    await engines.rows(
+        stores,
         "INSERT INTO messages (conversation_id, mode, role, kind, text, capture, created_at)"
         " VALUES (?, 'normal', 'user', 'chat', 'OPEN-SPAN-CANARY', 'pending', ?)",
         (conversation.id, clock.now()),
@@ -135,10 +139,10 @@ async def test_capture_while_an_interval_is_still_open_never_sees_a_mismarked_ro
     await companion.capture.run_once()
     capture_inputs = [m.content or "" for r in provider.requests if r.purpose == "capture" for m in r.messages]
     assert all("OPEN-SPAN-CANARY" not in text for text in capture_inputs)
-    assert await all_rows(store, "SELECT capture FROM messages WHERE text = 'OPEN-SPAN-CANARY'") == [("skipped",)]
+    assert await all_rows(stores, "SELECT capture FROM messages WHERE text = 'OPEN-SPAN-CANARY'") == [("skipped",)]
 
 
-async def test_recall_never_returns_private_messages_even_when_they_match_best(companion, store):
+async def test_recall_never_returns_private_messages_even_when_they_match_best(companion, stores):
     await say(companion, "we talked about zebra once")
     await go_private(companion)
     await say(companion, "zebra zebra zebra zebra private")
@@ -147,51 +151,55 @@ async def test_recall_never_returns_private_messages_even_when_they_match_best(c
     assert "we talked about zebra once" in reply.text and "private" not in reply.text
 
 
-async def test_the_recall_privacy_predicate_is_inside_the_sql(companion, store):
+async def test_the_recall_privacy_predicate_is_inside_the_sql(companion, stores):
     await go_private(companion)
     await say(companion, "okapi secret")
     await say(companion, "/normal")
     conversation = await conversation_of(companion)
-    (private_id,) = (await all_rows(store, "SELECT id FROM messages WHERE text = 'okapi secret'"))[0]
+    (private_id,) = (await all_rows(stores, "SELECT id FROM messages WHERE text = 'okapi secret'"))[0]
     # Simulate an index that wrongly holds the private row: the recall statement itself refuses it.
-    await store._all(
+    await engines.rows(
+        stores,
         "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, 'okapi secret', 'message', ?)",
         (private_id * 4 + 1, conversation.person_id),
     )
-    assert await store.recall(conversation.person_id, fts_query("okapi")) == []
+    assert await stores.memory.recall(conversation.person_id, words_of("okapi")) == []
 
 
-async def test_recall_never_returns_a_private_pad_entry_even_when_the_index_holds_it(companion, store, clock):
+async def test_recall_never_returns_a_private_pad_entry_even_when_the_index_holds_it(companion, stores, clock):
     await say(companion, "/remember the walrus is grey")
     await go_private(companion)
     conversation = await conversation_of(companion)
-    (segment_id,) = (await all_rows(store, "SELECT id FROM segments"))[0]
+    (segment_id,) = (await all_rows(stores, "SELECT id FROM segments"))[0]
     # A private pad fact, the way a private fold writes it ...
-    await store._all(
+    await engines.rows(
+        stores,
         "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
         " VALUES (?, ?, 'private', 'the walrus is a secret', ?)",
         (conversation.person_id, segment_id, clock.now()),
     )
-    (private_id,) = (await all_rows(store, "SELECT id FROM pad_entries WHERE mode = 'private'"))[0]
+    (private_id,) = (await all_rows(stores, "SELECT id FROM pad_entries WHERE mode = 'private'"))[0]
     # ... and an index that wrongly holds it: the recall statement itself must refuse it.
-    await store._all(
+    await engines.rows(
+        stores,
         "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, 'the walrus is a secret', 'pad', ?)",
         (private_id * 4 + 3, conversation.person_id),
     )
-    hits = await store.recall(conversation.person_id, fts_query("walrus"))
+    hits = await stores.memory.recall(conversation.person_id, words_of("walrus"))
     assert [h.text for h in hits] == ["the walrus is grey"]
 
 
 async def test_the_recall_tool_never_hands_the_model_private_text_even_when_the_index_holds_it(
-    companion, store, provider, clock
+    companion, stores, provider, clock
 ):
     await say(companion, "/remember the heron is blue")
     await go_private(companion)
     await say(companion, "heron secret message")
     await say(companion, "/normal")
     conversation = await conversation_of(companion)
-    (segment_id,) = (await all_rows(store, "SELECT id FROM segments"))[0]
-    await store._all(
+    (segment_id,) = (await all_rows(stores, "SELECT id FROM segments"))[0]
+    await engines.rows(
+        stores,
         "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
         " VALUES (?, ?, 'private', 'heron secret fact', ?)",
         (conversation.person_id, segment_id, clock.now()),
@@ -201,8 +209,9 @@ async def test_the_recall_tool_never_hands_the_model_private_text_even_when_the_
         ("message", "SELECT id, text FROM messages WHERE text = 'heron secret message'", 1),
         ("pad", "SELECT id, text FROM pad_entries WHERE mode = 'private'", 3),
     ):
-        ((row_id, text),) = await all_rows(store, sql)
-        await store._all(
+        ((row_id, text),) = await all_rows(stores, sql)
+        await engines.rows(
+            stores,
             "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, ?, ?, ?)",
             (row_id * 4 + code, text, source, conversation.person_id),
         )
@@ -212,18 +221,18 @@ async def test_the_recall_tool_never_hands_the_model_private_text_even_when_the_
     assert "the heron is blue" in result and "secret" not in result
 
 
-async def test_private_messages_never_enter_the_recall_index(companion, store):
+async def test_private_messages_never_enter_the_recall_index(companion, stores):
     await go_private(companion)
     await say(companion, "quokka in private")
-    rows = await all_rows(store, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH 'quokka'")
+    rows = await all_rows(stores, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH 'quokka'")
     assert rows == [(0,)]
 
 
-async def test_no_event_row_exists_for_a_private_run(companion, store, provider):
+async def test_no_event_row_exists_for_a_private_run(companion, stores, provider):
     await say(companion, "normal turn")
     before = (
-        await all_rows(store, "SELECT count(*) FROM agent_runs"),
-        await all_rows(store, "SELECT count(*) FROM agent_events"),
+        await all_rows(stores, "SELECT count(*) FROM agent_runs"),
+        await all_rows(stores, "SELECT count(*) FROM agent_events"),
     )
     await go_private(companion)
     provider.script = [Completion("", (ToolCall("c1", "current_time", "{}"),)), Completion("ok")]
@@ -231,29 +240,29 @@ async def test_no_event_row_exists_for_a_private_run(companion, store, provider)
     provider.fail_all = True
     await say(companion, "private turn that fails")
     after = (
-        await all_rows(store, "SELECT count(*) FROM agent_runs"),
-        await all_rows(store, "SELECT count(*) FROM agent_events"),
+        await all_rows(stores, "SELECT count(*) FROM agent_runs"),
+        await all_rows(stores, "SELECT count(*) FROM agent_events"),
     )
     assert before == after
 
 
-async def test_structural_error_events_hold_no_private_ids_or_text(companion, store, provider):
+async def test_structural_error_events_hold_no_private_ids_or_text(companion, stores, provider):
     await go_private(companion)
     provider.fail_all = True
     await say(companion, "PRIVATE-ERROR-CANARY")
     await say(companion, "/normal")
     await say(companion, "normal failing turn")
     provider.fail_all = False
-    segment_ids = {r[0] for r in await all_rows(store, "SELECT id FROM segments")}
-    private_message_ids = {r[0] for r in await all_rows(store, "SELECT id FROM messages WHERE mode = 'private'")}
-    events = await all_rows(store, "SELECT * FROM agent_events")
-    runs = await all_rows(store, "SELECT * FROM agent_runs")
+    segment_ids = {r[0] for r in await all_rows(stores, "SELECT id FROM segments")}
+    private_message_ids = {r[0] for r in await all_rows(stores, "SELECT id FROM messages WHERE mode = 'private'")}
+    events = await all_rows(stores, "SELECT * FROM agent_events")
+    runs = await all_rows(stores, "SELECT * FROM agent_runs")
     assert [e[2:4] for e in events if e[2] == "error"] == [("error", "ProviderUnavailable")]
     assert len(runs) == 1  # only the normal turn has a run
     flat = " ".join(map(str, events + runs))
     assert "CANARY" not in flat and "normal failing turn" not in flat
     # The only ids an event carries are its own and its run's: no segment, message or operation ids.
-    columns = [r[1] for r in await all_rows(store, "PRAGMA table_info(agent_events)")]
+    columns = [r[1] for r in await all_rows(stores, "PRAGMA table_info(agent_events)")]
     assert not {"segment_id", "message_id", "operation_id", "conversation_id"} & set(columns)
     assert segment_ids and private_message_ids
 
@@ -266,18 +275,18 @@ async def test_remember_recall_and_memory_work_together_in_normal_mode(companion
     assert "my sister is Ana" not in (await say(companion, "/memory")).text
 
 
-async def test_the_remember_tool_writes_the_normal_pad(companion, provider, store):
+async def test_the_remember_tool_writes_the_normal_pad(companion, provider, stores):
     provider.script = [
         Completion("", (ToolCall("c1", "remember", '{"text": "likes green tea"}'),)),
         Completion("Noted."),
     ]
     await say(companion, "remember that I like green tea")
     conversation = await conversation_of(companion)
-    assert [e.text for e in await store.normal_pad(conversation.person_id)] == ["likes green tea"]
-    assert await all_rows(store, "SELECT tool, status FROM tool_operations") == [("remember", "ok")]
+    assert [e.text for e in await stores.timeline.normal_pad(conversation.person_id)] == ["likes green tea"]
+    assert await all_rows(stores, "SELECT tool, status FROM tool_operations") == [("remember", "ok")]
 
 
-async def test_lasting_commands_are_refused_in_private_mode_with_the_reason(companion, store):
+async def test_lasting_commands_are_refused_in_private_mode_with_the_reason(companion, stores):
     await go_private(companion)
     for command in (
         "/remember x",
@@ -292,36 +301,36 @@ async def test_lasting_commands_are_refused_in_private_mode_with_the_reason(comp
         reply = await say(companion, command)
         assert "Private mode writes nothing that outlives it" in reply.text, command
     for table in ("pad_entries", "goals", "followups", "notes"):
-        assert await all_rows(store, f"SELECT count(*) FROM {table}") == [(0,)]
+        assert await all_rows(stores, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
-async def test_commands_sent_in_private_mode_leave_normal_memory_as_it_was(companion, store):
+async def test_commands_sent_in_private_mode_leave_normal_memory_as_it_was(companion, stores):
     await say(companion, "/remember my sister is Ana")
     await say(companion, "/goal run 5k")
     await say(companion, "/followup in 2h call mum")
     lasting = "SELECT 'pad', text FROM pad_entries UNION ALL SELECT 'goal', title || status FROM goals"
     lasting += " UNION ALL SELECT 'followup', text || status FROM followups ORDER BY 1, 2"
-    before = await all_rows(store, lasting)
+    before = await all_rows(stores, lasting)
     await go_private(companion)
     for command in ("/forget 1", "/forget Ana", "/goal done 1", "/goal drop 1", "/followup cancel 1"):
         await say(companion, command)
-    assert await all_rows(store, lasting) == before
+    assert await all_rows(stores, lasting) == before
 
 
-async def test_the_store_refuses_lasting_writes_while_the_conversation_is_private(companion, store, clock):
+async def test_the_store_refuses_lasting_writes_while_the_conversation_is_private(companion, stores, clock):
     await go_private(companion)
     conversation = await conversation_of(companion)
     person, at = conversation.person_id, clock.now()
     for write in (  # each coroutine is created where it is awaited: a failure leaves none unawaited
-        lambda: store.remember(person, conversation.id, "x", at),
-        lambda: store.add_goal(person, conversation.id, "x", None, at),
-        lambda: store.add_followup(person, conversation.id, "reminder", "x", None, at),
+        lambda: stores.memory.remember(person, conversation.id, "x", at),
+        lambda: stores.memory.add_goal(person, conversation.id, "x", None, at),
+        lambda: stores.memory.add_followup(person, conversation.id, "reminder", "x", None, at),
     ):
         with pytest.raises(PrivateWriteRefused):
             await write()
 
 
-async def test_a_goal_or_follow_up_update_is_refused_while_the_conversation_is_private(companion, store, clock):
+async def test_a_goal_or_follow_up_update_is_refused_while_the_conversation_is_private(companion, stores, clock):
     await say(companion, "/goal run 5k")
     await say(companion, "/followup in 2h call mum")
     await go_private(companion)
@@ -329,14 +338,14 @@ async def test_a_goal_or_follow_up_update_is_refused_while_the_conversation_is_p
     person, origin = conversation.person_id, conversation.id
     # Refused either way the store says it (False, or PrivateWriteRefused): what counts is that nothing changed.
     for update in (
-        lambda: store.update_goal(person, origin, 1, clock.now(), status="done"),
-        lambda: store.update_goal(person, origin, 1, clock.now(), title="PRIVATE-TITLE-CANARY"),
-        lambda: store.set_followup_status(person, origin, 1, "cancelled", clock.now()),
+        lambda: stores.memory.update_goal(person, origin, 1, clock.now(), status="done"),
+        lambda: stores.memory.update_goal(person, origin, 1, clock.now(), title="PRIVATE-TITLE-CANARY"),
+        lambda: stores.memory.set_followup_status(person, origin, 1, "cancelled", clock.now()),
     ):
         with contextlib.suppress(PrivateWriteRefused):
             assert await update() is False
-    assert await all_rows(store, "SELECT title, status FROM goals") == [("run 5k", "active")]
-    assert await all_rows(store, "SELECT status FROM followups") == [("scheduled",)]
+    assert await all_rows(stores, "SELECT title, status FROM goals") == [("run 5k", "active")]
+    assert await all_rows(stores, "SELECT status FROM followups") == [("scheduled",)]
 
 
 @pytest.mark.parametrize(
@@ -350,18 +359,20 @@ async def test_a_goal_or_follow_up_update_is_refused_while_the_conversation_is_p
         ("pause_followup", {"followup_id": 1}),
     ],
 )
-async def test_a_memory_tool_call_racing_a_private_entry_changes_nothing(companion, store, clock, tool, arguments):
+async def test_a_memory_tool_call_racing_a_private_entry_changes_nothing(companion, stores, clock, tool, arguments):
     await say(companion, "/goal run 5k")
     await say(companion, "/followup in 2h call mum")
     conversation = await conversation_of(companion)
     lasting = "SELECT 'pad', text FROM pad_entries UNION ALL SELECT 'goal', title || status FROM goals"
     lasting += " UNION ALL SELECT 'followup', text || status FROM followups ORDER BY 1, 2"
-    before = await all_rows(store, lasting)
+    before = await all_rows(stores, lasting)
     offered = default_tools().tools_for(conversation, NORMAL)  # a normal turn was offered its tools ...
-    await store.open_segment(conversation.id, clock.now(), None)  # ... then private mode opened elsewhere
-    context = ToolContext(conversation, NORMAL, clock.now(), "UTC", store)
+    await stores.modes.open_segment(conversation.id, clock.now(), None)  # ... then private mode opened elsewhere
+    context = ToolContext(
+        conversation, NORMAL, clock.now(), "UTC", ToolStores(stores.memory, stores.timeline, stores.links)
+    )
     result = await run_tool_call(offered, ToolCall("c1", tool, json.dumps(arguments)), context)
-    assert await all_rows(store, lasting) == before, result
+    assert await all_rows(stores, lasting) == before, result
 
 
 @pytest.mark.parametrize(
@@ -376,11 +387,11 @@ async def test_a_memory_tool_call_racing_a_private_entry_changes_nothing(compani
         "/followup pause x",
     ],
 )
-async def test_bad_arguments_give_a_clear_message_and_change_nothing(companion, store, command):
+async def test_bad_arguments_give_a_clear_message_and_change_nothing(companion, stores, command):
     reply = await say(companion, command)
     assert reply.text.startswith("Usage") or "Nothing changed" in reply.text or "There is no" in reply.text
     for table in ("pad_entries", "goals", "followups"):
-        assert await all_rows(store, f"SELECT count(*) FROM {table}") == [(0,)]
+        assert await all_rows(stores, f"SELECT count(*) FROM {table}") == [(0,)]
 
 
 async def test_goals_and_followups_round_trip(companion):
@@ -396,20 +407,20 @@ async def test_goals_and_followups_round_trip(companion):
     assert (await say(companion, "/followup cancel 2")).text == "Follow-up #2 cancelled."
 
 
-async def test_tool_operations_are_owned_by_their_conversation(companion, provider, store):
+async def test_tool_operations_are_owned_by_their_conversation(companion, provider, stores):
     provider.script = [Completion("", (ToolCall("c1", "current_time", "{}"),)), Completion("ok")]
     await say(companion, "time?")
-    await store._all("DELETE FROM conversations")
+    await engines.rows(stores, "DELETE FROM conversations")
     for table in ("tool_operations", "agent_runs", "agent_events", "messages"):
-        assert await all_rows(store, f"SELECT count(*) FROM {table}") == [(0,)], table
+        assert await all_rows(stores, f"SELECT count(*) FROM {table}") == [(0,)], table
 
 
-async def test_report_counts_turns_tools_errors_and_latency_without_text(companion, provider, store):
+async def test_report_counts_turns_tools_errors_and_latency_without_text(companion, provider, stores):
     provider.script = [Completion("", (ToolCall("c1", "current_time", "{}"),)), Completion("REPLY-TEXT")]
     await say(companion, "USER-TEXT")
     provider.fail_all = True
     await say(companion, "another")
-    report = render_report(await store.report_rows())
+    report = render_report(await stores.memory.report_rows())
     assert "turns: 2 (1 answered, 1 failed)" in report
     assert "current_time: 1 (0 failed)" in report and "ProviderUnavailable: 1" in report
     assert "provider latency ms: p50" in report
@@ -422,21 +433,23 @@ def test_any_text_becomes_a_safe_fts_query(text):
     db = sqlite3.connect(":memory:")
     db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize = 'unicode61 remove_diacritics 2')")
     db.executemany("INSERT INTO t (x) VALUES (?)", [("alpha beta",), ('quote " and star *',), ("NEAR AND OR NOT",)])
-    query = fts_query(text)
-    if query is None:
+    words = words_of(text)
+    if not words:
         return
+    query = fts_query(words)
     db.execute("SELECT x FROM t WHERE t MATCH ?", (query,)).fetchall()  # never a syntax error
 
 
 @pytest.mark.parametrize("text", ['"', "a OR", "NOT x", "x*", "col:x", "NEAR(a b)", "(", "a AND", "^x", "-x", "{x}"])
 def test_fts_operators_typed_by_a_person_are_only_words(text):
-    query = fts_query(text)
+    words = words_of(text)
+    query = fts_query(words) if words else None
     assert query is None or all(part.startswith('"') and part.endswith('"') for part in query.split(" OR "))
 
 
-async def test_report_counts_replies_cut_off_at_max_tokens(companion, provider, store):
+async def test_report_counts_replies_cut_off_at_max_tokens(companion, provider, stores):
     provider.script = [Completion("a long answer that stops", truncated=True), Completion("a whole answer")]
     reply = await say(companion, "tell me everything")
     assert reply.text.endswith(copy.CUT_OFF_MARKER.strip())
     await say(companion, "and briefly?")
-    assert "replies cut off at max_tokens: 1" in render_report(await store.report_rows())
+    assert "replies cut off at max_tokens: 1" in render_report(await stores.memory.report_rows())

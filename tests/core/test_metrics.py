@@ -50,9 +50,9 @@ def sender() -> FakeSender:
 
 
 @pytest.fixture
-async def companion(store, provider, clock, passphrase_hash, sender, metrics) -> Companion:
+async def companion(stores, provider, clock, passphrase_hash, sender, metrics) -> Companion:
     return await boot_companion(
-        store,
+        stores,
         provider,
         clock,
         passphrase_hash,

@@ -11,13 +11,13 @@ import sqlite3
 
 import pytest
 
-from adapters.storage.outbox import SqliteOutboxStore
 from core.delivery.outbox import Outbox
 from core.turn.companion import Companion
 from core.turn.recovery import ANSWER_CUT_OFF_TURNS_WITHIN
 from core.values import copy
 from core.values.model import InboundMessage, Reply
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.boot import boot_companion
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender, request_text
@@ -33,12 +33,12 @@ def sender() -> FakeSender:
 
 
 @pytest.fixture
-def boot(store, provider, clock, passphrase_hash, sender):
+def boot(stores, provider, clock, passphrase_hash, sender):
     """Start a Companion with an outbox on the shared store; calling it again is a restart."""
 
     async def start() -> Companion:
         return await boot_companion(
-            store, provider, clock, passphrase_hash, [sender], outbox_options={"base_delay": 2.0, "max_delay": 60.0}
+            stores, provider, clock, passphrase_hash, [sender], outbox_options={"base_delay": 2.0, "max_delay": 60.0}
         )
 
     return start
@@ -66,49 +66,51 @@ async def tell(
     return reply
 
 
-async def deliveries(store) -> list[tuple]:
-    return await all_rows(store, "SELECT status, attempts, error, text IS NULL, segment_id FROM deliveries ORDER BY id")
+async def deliveries(stores) -> list[tuple]:
+    return await all_rows(
+        stores, "SELECT status, attempts, error, text IS NULL, segment_id FROM deliveries ORDER BY id"
+    )
 
 
 # --- the inbox -------------------------------------------------------------------------
 
 
-async def test_a_redelivered_message_is_stored_once_and_answered_once(boot, store, provider, sender):
+async def test_a_redelivered_message_is_stored_once_and_answered_once(boot, stores, provider, sender):
     companion = await boot()
     first = await tell(companion, "hello there", mid="42")
     again = await tell(companion, "hello there", mid="42")
     assert first is not None and again is None
     assert len(provider.replies()) == 1
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'hello there'") == [(1,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = 'hello there'") == [(1,)]
     assert len(sender.sent) == 1
 
 
-async def test_a_redelivered_command_does_not_run_twice(boot, store, sender):
+async def test_a_redelivered_command_does_not_run_twice(boot, stores, sender):
     companion = await boot()
     await tell(companion, "/private wrong-passphrase", mid="7")
     assert await tell(companion, "/private wrong-passphrase", mid="7") is None
-    assert await all_rows(store, "SELECT count(*) FROM valve_attempts") == [(1,)]
+    assert await all_rows(stores, "SELECT count(*) FROM valve_attempts") == [(1,)]
 
 
-async def test_a_redelivery_after_a_kill_during_the_model_call_stores_the_message_once(boot, store, provider):
+async def test_a_redelivery_after_a_kill_during_the_model_call_stores_the_message_once(boot, stores, provider):
     companion = await boot()
     provider.fail_all = True  # stands for the process dying while the model was called
     await tell(companion, "are you there?", mid="9", send=False)
-    await store._all("UPDATE messages SET turn = 'open'")  # as a killed process leaves it
+    await engines.rows(stores, "UPDATE messages SET turn = 'open'")  # as a killed process leaves it
     provider.fail_all = False
     restarted = await boot()
     assert await tell(restarted, "are you there?", mid="9") is None
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = 'are you there?'") == [(1,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = 'are you there?'") == [(1,)]
 
 
 # --- the outbox ------------------------------------------------------------------------
 
 
-async def test_a_reply_is_written_with_its_pending_delivery_before_anything_is_sent(boot, store, sender):
+async def test_a_reply_is_written_with_its_pending_delivery_before_anything_is_sent(boot, stores, sender):
     companion = await boot()
     reply = await tell(companion, "hello", send=False)
     rows = await all_rows(
-        store,
+        stores,
         "SELECT d.status, d.text, m.text FROM deliveries d JOIN messages m ON m.id = d.message_id WHERE d.id = ?",
         (reply.delivery_id,),
     )
@@ -116,11 +118,11 @@ async def test_a_reply_is_written_with_its_pending_delivery_before_anything_is_s
     assert sender.sent == []
     await companion.outbox.deliver(reply.conversation_id, reply.delivery_id)
     assert sender.texts() == [reply.text]
-    assert await deliveries(store) == [("sent", 0, None, 1, None)]  # the text is gone once sent
+    assert await deliveries(stores) == [("sent", 0, None, 1, None)]  # the text is gone once sent
 
 
 async def test_a_reply_survives_an_outage_of_any_length_and_is_sent_once_without_the_model(
-    boot, store, provider, clock, sender
+    boot, stores, provider, clock, sender
 ):
     companion = await boot()
     sender.down = True
@@ -129,7 +131,7 @@ async def test_a_reply_survives_an_outage_of_any_length_and_is_sent_once_without
     for _ in range(20):  # hours of outage: the dispatcher keeps trying, backing off
         clock.advance(600)
         await companion.outbox.dispatch_due()
-    status, attempts, error, _, _ = (await deliveries(store))[0]
+    status, attempts, error, _, _ = (await deliveries(stores))[0]
     assert (status, error) == ("pending", "NetworkError") and attempts == 21
     sender.down = False
     clock.advance(600)
@@ -137,10 +139,10 @@ async def test_a_reply_survives_an_outage_of_any_length_and_is_sent_once_without
     await companion.outbox.dispatch_due()
     assert sender.texts() == [reply.text]
     assert len(provider.requests) == calls
-    assert (await deliveries(store))[0][0] == "sent"
+    assert (await deliveries(stores))[0][0] == "sent"
 
 
-async def test_pending_deliveries_survive_a_restart_and_go_out_once(boot, store, clock, sender):
+async def test_pending_deliveries_survive_a_restart_and_go_out_once(boot, stores, clock, sender):
     companion = await boot()
     sender.down = True
     reply = await tell(companion, "hello")
@@ -152,14 +154,14 @@ async def test_pending_deliveries_survive_a_restart_and_go_out_once(boot, store,
     assert sender.texts() == [reply.text]
 
 
-async def test_retries_back_off_exponentially_with_jitter_up_to_a_cap(store, clock):
-    outbox = Outbox(SqliteOutboxStore(store.database), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 0.0)
+async def test_retries_back_off_exponentially_with_jitter_up_to_a_cap(stores, clock):
+    outbox = Outbox(stores.outbox, clock, base_delay=2.0, max_delay=60.0, rand=lambda: 0.0)
     assert [outbox.backoff(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]  # half the ceiling at least
-    outbox = Outbox(SqliteOutboxStore(store.database), clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
+    outbox = Outbox(stores.outbox, clock, base_delay=2.0, max_delay=60.0, rand=lambda: 1.0)
     assert [outbox.backoff(n) for n in (1, 2, 6, 50)] == [2.0, 4.0, 60.0, 60.0]
 
 
-async def test_a_delivery_is_not_retried_before_its_backoff_has_passed(boot, store, clock, sender):
+async def test_a_delivery_is_not_retried_before_its_backoff_has_passed(boot, stores, clock, sender):
     companion = await boot()
     sender.down = True
     await tell(companion, "hello")
@@ -171,19 +173,19 @@ async def test_a_delivery_is_not_retried_before_its_backoff_has_passed(boot, sto
     assert len(sender.sent) == 1
 
 
-async def test_a_permanent_refusal_gives_up_by_kind_and_lets_the_next_delivery_go(boot, store, sender):
+async def test_a_permanent_refusal_gives_up_by_kind_and_lets_the_next_delivery_go(boot, stores, sender):
     companion = await boot()
     sender.fail_with = [(True, "Forbidden")]
     await tell(companion, "first")
     second = await tell(companion, "second")
     assert sender.texts() == [second.text]
-    assert [(s, e, gone) for s, _, e, gone, _ in await deliveries(store)] == [
+    assert [(s, e, gone) for s, _, e, gone, _ in await deliveries(stores)] == [
         ("failed", "Forbidden", 1),
         ("sent", None, 1),
     ]
 
 
-async def test_replies_of_one_conversation_go_out_in_order_after_a_failure(boot, store, clock, sender):
+async def test_replies_of_one_conversation_go_out_in_order_after_a_failure(boot, stores, clock, sender):
     companion = await boot()
     sender.fail_with = [(False, "TimedOut"), (False, "TimedOut")]
     first = await tell(companion, "first")
@@ -193,7 +195,7 @@ async def test_replies_of_one_conversation_go_out_in_order_after_a_failure(boot,
     assert sender.texts() == [first.text, second.text, third.text]
 
 
-async def test_a_long_reply_cut_off_mid_way_resumes_at_the_next_part(boot, store, provider, clock, sender):
+async def test_a_long_reply_cut_off_mid_way_resumes_at_the_next_part(boot, stores, provider, clock, sender):
     from core.values.model import Completion
 
     companion = await boot()
@@ -207,34 +209,37 @@ async def test_a_long_reply_cut_off_mid_way_resumes_at_the_next_part(boot, store
     assert "".join(sender.texts()) == long  # no part twice, none skipped
 
 
-async def test_a_private_reply_is_delivered_in_its_thread_and_its_row_goes_with_the_segment(boot, store, clock, sender):
+async def test_a_private_reply_is_delivered_in_its_thread_and_its_row_goes_with_the_segment(
+    boot, stores, clock, sender
+):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 1h")
     sender.down = True
     await tell(companion, CANARY)
-    (segment_id,) = [r[0] for r in await all_rows(store, "SELECT id FROM segments")]
+    (segment_id,) = [r[0] for r in await all_rows(stores, "SELECT id FROM segments")]
     assert await all_rows(
-        store, "SELECT count(*) FROM deliveries WHERE segment_id = ? AND status = 'pending'", (segment_id,)
+        stores, "SELECT count(*) FROM deliveries WHERE segment_id = ? AND status = 'pending'", (segment_id,)
     ) == [(1,)]
     clock.advance(3601)
     await companion.sweep()
-    assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE segment_id IS NOT NULL") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM deliveries WHERE segment_id IS NOT NULL") == [(0,)]
     sender.down = False
     clock.advance(60)
     await companion.outbox.dispatch_due()
     assert all(CANARY not in text for text in sender.texts())
 
 
-async def test_the_store_refuses_a_delivery_of_a_private_message_outside_its_segment(boot, store):
+async def test_the_store_refuses_a_delivery_of_a_private_message_outside_its_segment(boot, stores):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE}")
     await tell(companion, CANARY)
     (message_id, segment_id, conversation_id) = (
-        await all_rows(store, "SELECT id, segment_id, conversation_id FROM messages WHERE text = ?", (CANARY,))
+        await all_rows(stores, "SELECT id, segment_id, conversation_id FROM messages WHERE text = ?", (CANARY,))
     )[0]
     for kind, segment in (("reply", None), ("mirror", None), ("mirror", segment_id)):
         with pytest.raises(sqlite3.IntegrityError):
-            await store._all(
+            await engines.rows(
+                stores,
                 "INSERT INTO deliveries (conversation_id, message_id, segment_id, kind, platform, chat_id, nonce,"
                 " text, next_attempt_at, created_at) VALUES (?, ?, ?, ?, 'discord', '5', 'n', 'copy', 0, 0)",
                 (conversation_id, message_id, segment, kind),
@@ -245,7 +250,7 @@ async def test_the_store_refuses_a_delivery_of_a_private_message_outside_its_seg
 
 
 async def test_a_message_sent_before_a_restart_that_closed_private_mode_stays_private_and_unread(
-    boot, store, provider, clock, sender
+    boot, stores, provider, clock, sender
 ):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 1h")
@@ -257,19 +262,23 @@ async def test_a_message_sent_before_a_restart_that_closed_private_mode_stays_pr
     reply = await tell(restarted, f"{CANARY} sent before the restart", sent_at=sent_before_crash + 1)
     assert reply.text == copy.RESTART_KEPT_PRIVATE
     assert len(provider.requests) == requests  # not read
-    rows = await all_rows(store, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE text LIKE ?", (f"{CANARY}%",))
+    rows = await all_rows(
+        stores, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE text LIKE ?", (f"{CANARY}%",)
+    )
     assert rows == [("private", 1)]
-    assert await all_rows(store, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY}"',)) == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY}"',)) == [
+        (0,)
+    ]
     # What comes after the restart is normal, and normal mode sees one placeholder, no canary.
     await tell(restarted, "hello again", sent_at=clock.now())
     assert CANARY not in request_text(provider.last_reply_request())
     # It expires with its interval.
     clock.advance(3600)
     await restarted.sweep()
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"{CANARY}%",)) == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"{CANARY}%",)) == [(0,)]
 
 
-async def test_a_message_from_an_interval_that_expired_while_down_is_dropped_unread(boot, store, provider, clock):
+async def test_a_message_from_an_interval_that_expired_while_down_is_dropped_unread(boot, stores, provider, clock):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 30m")
     sent_before_crash = clock.now()
@@ -279,10 +288,10 @@ async def test_a_message_from_an_interval_that_expired_while_down_is_dropped_unr
     reply = await tell(restarted, CANARY, sent_at=sent_before_crash + 5)
     assert reply.text == copy.RESTART_KEPT_PRIVATE
     assert len(provider.requests) == requests
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = ?", (CANARY,)) == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = ?", (CANARY,)) == [(0,)]
 
 
-async def test_a_message_sent_after_the_restart_is_normal(boot, store, provider, clock):
+async def test_a_message_sent_after_the_restart_is_normal(boot, stores, provider, clock):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 1h")
     clock.advance(120)
@@ -290,24 +299,26 @@ async def test_a_message_sent_after_the_restart_is_normal(boot, store, provider,
     clock.advance(60)
     reply = await tell(restarted, "a new day", sent_at=clock.now())
     assert reply.text.startswith(copy.RESTART_ENDED_PRIVATE)
-    assert await all_rows(store, "SELECT mode FROM messages WHERE text = 'a new day'") == [("normal",)]
+    assert await all_rows(stores, "SELECT mode FROM messages WHERE text = 'a new day'") == [("normal",)]
 
 
 # --- turns a stop cut off ----------------------------------------------------------------
 
 
-async def cut_off_turn(boot, store, provider, text: str) -> None:
+async def cut_off_turn(boot, stores, provider, text: str) -> None:
     companion = await boot()
     provider.fail_all = True
     await tell(companion, text, send=False)
     provider.fail_all = False
-    await store._all("UPDATE messages SET turn = 'open' WHERE text = ?", (text,))  # the reply was never written
-    await store._all("DELETE FROM deliveries")
+    await engines.rows(
+        stores, "UPDATE messages SET turn = 'open' WHERE text = ?", (text,)
+    )  # the reply was never written
+    await engines.rows(stores, "DELETE FROM deliveries")
     companion.clock.advance(1)  # the restart comes a moment later
 
 
-async def test_a_recent_turn_cut_off_by_a_stop_is_answered_once_after_start(boot, store, provider, sender):
-    await cut_off_turn(boot, store, provider, "what do you think?")
+async def test_a_recent_turn_cut_off_by_a_stop_is_answered_once_after_start(boot, stores, provider, sender):
+    await cut_off_turn(boot, stores, provider, "what do you think?")
     restarted = await boot()
     requests = len(provider.replies())
     assert await restarted.answer_open_turns() == 1
@@ -319,8 +330,8 @@ async def test_a_recent_turn_cut_off_by_a_stop_is_answered_once_after_start(boot
     assert len(sender.sent) == 1
 
 
-async def test_an_old_turn_cut_off_by_a_stop_is_asked_again_without_the_model(boot, store, provider, clock, sender):
-    await cut_off_turn(boot, store, provider, "what do you think?")
+async def test_an_old_turn_cut_off_by_a_stop_is_asked_again_without_the_model(boot, stores, provider, clock, sender):
+    await cut_off_turn(boot, stores, provider, "what do you think?")
     clock.advance(ANSWER_CUT_OFF_TURNS_WITHIN + 1)
     restarted = await boot()
     requests = len(provider.requests)
@@ -337,13 +348,13 @@ async def test_a_failed_model_call_closes_the_turn_so_a_restart_does_not_answer_
     assert await (await boot()).answer_open_turns() == 0
 
 
-async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(boot, store, provider, sender, clock):
+async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(boot, stores, provider, sender, clock):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE}")
     provider.fail_all = True
     await tell(companion, CANARY, send=False)
     provider.fail_all = False
-    await store._all("UPDATE messages SET turn = 'open' WHERE text = ?", (CANARY,))
+    await engines.rows(stores, "UPDATE messages SET turn = 'open' WHERE text = ?", (CANARY,))
     clock.advance(1)  # the turn is from before the restart, and young: only its privacy keeps it unanswered
     restarted = await boot()
     requests = len(provider.requests)
@@ -352,29 +363,31 @@ async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(bo
 
 
 async def test_a_cut_off_normal_turn_is_left_unread_once_the_person_went_on_in_private_mode(
-    boot, store, provider, sender
+    boot, stores, provider, sender
 ):
-    await cut_off_turn(boot, store, provider, "a normal question cut off")
+    await cut_off_turn(boot, stores, provider, "a normal question cut off")
     restarted = await boot()
     await tell(restarted, f"/private {PASSPHRASE}")  # before the start-up pass reached that turn
     requests, sent = len(provider.requests), len(sender.sent)
     await restarted.answer_open_turns()
     assert len(provider.requests) == requests and len(sender.sent) == sent  # not read, not answered
-    assert await all_rows(store, "SELECT turn FROM messages WHERE text = 'a normal question cut off'") == [("open",)]
+    assert await all_rows(stores, "SELECT turn FROM messages WHERE text = 'a normal question cut off'") == [("open",)]
 
 
-async def test_an_old_cut_off_turn_is_not_asked_again_into_a_private_interval(boot, store, provider, clock, sender):
-    await cut_off_turn(boot, store, provider, "an old normal question")
+async def test_an_old_cut_off_turn_is_not_asked_again_into_a_private_interval(boot, stores, provider, clock, sender):
+    await cut_off_turn(boot, stores, provider, "an old normal question")
     clock.advance(ANSWER_CUT_OFF_TURNS_WITHIN + 1)
     restarted = await boot()
     await tell(restarted, f"/private {PASSPHRASE}")
     sent = len(sender.sent)
     await restarted.answer_open_turns()
     assert len(sender.sent) == sent  # no "could you say it again?" inside the private interval
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE text = ?", (copy.MISSED_IN_RESTART,)) == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = ?", (copy.MISSED_IN_RESTART,)) == [(0,)]
 
 
-async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_off(boot, store, provider, clock, sender):
+async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_off(
+    boot, stores, provider, clock, sender
+):
     companion = await boot()
     clock.advance(1)
     provider.gate = asyncio.Event()  # the turn stays at the model while the start-up pass looks
@@ -389,10 +402,10 @@ async def test_a_turn_running_in_this_process_is_not_taken_for_one_a_stop_cut_of
     assert len(provider.replies()) == 1 and len(sender.sent) == 1
 
 
-async def test_a_cut_off_turn_answered_by_a_newer_message_first_is_not_answered_again(boot, store, provider, sender):
-    await cut_off_turn(boot, store, provider, "first question")
+async def test_a_cut_off_turn_answered_by_a_newer_message_first_is_not_answered_again(boot, stores, provider, sender):
+    await cut_off_turn(boot, stores, provider, "first question")
     restarted = await boot()
-    turns = await store.open_turns(frozenset({"telegram"}))
+    turns = await stores.timeline.open_turns(frozenset({"telegram"}))
     await tell(restarted, "second question")  # arrives before the start-up pass gets to it
     for open_turn in turns:
         await restarted.answer_cut_off(open_turn)
@@ -400,7 +413,7 @@ async def test_a_cut_off_turn_answered_by_a_newer_message_first_is_not_answered_
 
 
 async def test_a_delivery_never_tried_is_sent_at_the_next_start_and_left_to_its_adapter_meanwhile(
-    boot, store, clock, sender
+    boot, stores, clock, sender
 ):
     companion = await boot()
     reply = await tell(companion, "hello", send=False)  # the process died before its adapter sent it
@@ -411,24 +424,24 @@ async def test_a_delivery_never_tried_is_sent_at_the_next_start_and_left_to_its_
     assert sender.texts() == [reply.text]
 
 
-async def test_settled_deliveries_are_forgotten_after_a_week_and_pending_ones_never(boot, store, clock, sender):
+async def test_settled_deliveries_are_forgotten_after_a_week_and_pending_ones_never(boot, stores, clock, sender):
     companion = await boot()
     await tell(companion, "sent")
     sender.down = True
     await tell(companion, "still pending")
     clock.advance(8 * 86400)
     assert await companion.outbox.prune() == 1
-    assert [r[0] for r in await all_rows(store, "SELECT status FROM deliveries")] == ["pending"]
+    assert [r[0] for r in await all_rows(stores, "SELECT status FROM deliveries")] == ["pending"]
 
 
-async def test_a_note_is_added_only_to_a_delivery_none_of_whose_parts_went_out(boot, store, sender):
+async def test_a_note_is_added_only_to_a_delivery_none_of_whose_parts_went_out(boot, stores, sender):
     companion = await boot()
     sender.fail_after_parts = 1
     reply = await tell(companion, "x" * 10)  # short: one part, sent
     sender.down = True
     long_reply = await tell(companion, "y")
-    await store._all("UPDATE deliveries SET parts_sent = 1 WHERE id = ?", (long_reply.delivery_id,))
+    await engines.rows(stores, "UPDATE deliveries SET parts_sent = 1 WHERE id = ?", (long_reply.delivery_id,))
     await companion.outbox.append_text(long_reply.delivery_id, " NOTE")
     await companion.outbox.append_text(reply.delivery_id, " NOTE")  # sent: nothing to add to
-    texts = [r[0] for r in await all_rows(store, "SELECT text FROM deliveries ORDER BY id")]
+    texts = [r[0] for r in await all_rows(stores, "SELECT text FROM deliveries ORDER BY id")]
     assert texts == [None, long_reply.text]  # a part already out would shift every later part

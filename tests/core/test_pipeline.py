@@ -43,10 +43,10 @@ def telegram() -> FakeSender:
 
 
 @pytest.fixture
-def boot(store, provider, clock, passphrase_hash, telegram):
+def boot(stores, provider, clock, passphrase_hash, telegram):
     async def start(*senders: FakeSender, burst_seconds: float = 0.0) -> Companion:
         return await boot_companion(
-            store,
+            stores,
             provider,
             clock,
             passphrase_hash,
@@ -68,19 +68,19 @@ async def tell(companion: Companion, text: str, chat: str = USER) -> Reply | Non
     return reply
 
 
-async def test_a_reply_written_while_its_sender_is_unregistered_still_gets_its_delivery(boot, store, telegram):
+async def test_a_reply_written_while_its_sender_is_unregistered_still_gets_its_delivery(boot, stores, telegram):
     companion = await boot()
     companion.outbox.unregister(telegram)  # the adapter is stopping, or not started yet
     reply = await tell(companion, "hello")
     assert reply is not None and reply.delivery_id is not None
-    assert await all_rows(store, "SELECT status FROM deliveries") == [("pending",)]
+    assert await all_rows(stores, "SELECT status FROM deliveries") == [("pending",)]
     companion.outbox.register(telegram)  # the next start, or the adapter back
     await companion.outbox.dispatch_due(at_start=True)
     assert telegram.texts() == [reply.text]
-    assert await all_rows(store, "SELECT status FROM deliveries") == [("sent",)]
+    assert await all_rows(stores, "SELECT status FROM deliveries") == [("sent",)]
 
 
-async def test_a_chat_move_never_waits_on_the_conversation_it_moves(boot, provider, store):
+async def test_a_chat_move_never_waits_on_the_conversation_it_moves(boot, provider, stores):
     companion = await boot()
     await tell(companion, "first, before the model is slow", chat=GROUP)
     provider.gate = asyncio.Event()  # the next turn of the group is at the model
@@ -93,10 +93,10 @@ async def test_a_chat_move_never_waits_on_the_conversation_it_moves(boot, provid
     # A later message in the new chat is answered, in the same conversation.
     reply = await asyncio.wait_for(tell(companion, "after the move", chat="-100500"), 5)
     assert reply is not None
-    assert await all_rows(store, "SELECT count(*) FROM conversations") == [(1,)]
+    assert await all_rows(stores, "SELECT count(*) FROM conversations") == [(1,)]
 
 
-async def test_a_send_that_meets_a_moved_chat_does_not_freeze_the_conversation(boot, provider, store, telegram):
+async def test_a_send_that_meets_a_moved_chat_does_not_freeze_the_conversation(boot, provider, stores, telegram):
     companion = await boot()
 
     class MovingSender(FakeSender):
@@ -118,12 +118,12 @@ async def test_a_send_that_meets_a_moved_chat_does_not_freeze_the_conversation(b
     assert len(mover.sent) == 2
 
 
-async def test_a_stop_sends_a_mirror_copy_in_flight_once_and_the_next_start_not_again(boot, store, clock, telegram):
+async def test_a_stop_sends_a_mirror_copy_in_flight_once_and_the_next_start_not_again(boot, stores, clock, telegram):
     discord = HoldingSender("discord")
     companion = await boot(telegram, discord)
     await tell(companion, "hi")
-    (conversation_id,) = (await all_rows(store, "SELECT id FROM conversations"))[0]
-    await store.add_binding(conversation_id, "discord", "42", clock.now())  # what /mirror stores
+    (conversation_id,) = (await all_rows(stores, "SELECT id FROM conversations"))[0]
+    await stores.bindings.add_binding(conversation_id, "discord", "42", clock.now())  # what /mirror stores
     await tell(companion, "copy me")
     await wait_for(lambda: discord.started == 1, what="the mirror copy being sent")
     stopping = asyncio.create_task(companion.stop(5))
@@ -131,16 +131,16 @@ async def test_a_stop_sends_a_mirror_copy_in_flight_once_and_the_next_start_not_
     discord.release.set()  # the target answers while the stop flushes
     await stopping
     assert len(discord.sent) == 1
-    assert await all_rows(store, "SELECT status FROM deliveries WHERE kind = 'mirror'") == [("sent",)]
+    assert await all_rows(stores, "SELECT status FROM deliveries WHERE kind = 'mirror'") == [("sent",)]
     restarted = await boot(telegram, discord)
     await restarted.outbox.dispatch_due(at_start=True)
     assert len(discord.sent) == 1
 
 
-async def test_a_stop_answers_a_held_burst_and_sends_it_before_connections_close(boot, provider, store, telegram):
+async def test_a_stop_answers_a_held_burst_and_sends_it_before_connections_close(boot, provider, stores, telegram):
     companion = await boot(burst_seconds=60)  # a window that never ends by itself in this test
     for text in ["one", "two"]:
         assert await tell(companion, text) is None  # held for the rest of its burst
     await companion.stop(5)
     assert len(provider.replies()) == 1 and len(telegram.sent) == 1
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE turn = 'open'") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE turn = 'open'") == [(0,)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.memory.operations import default_tools
-from core.memory.tools import ToolContext, run_tool_call
+from core.memory.tools import ToolContext, ToolStores, run_tool_call
 from core.values import copy
 from core.values.model import ConversationKey, ToolCall
 from core.values.modes import NORMAL
@@ -16,15 +16,17 @@ REFUSED = f"error: {copy.TOOL_PRIVATE_REFUSED}"
 
 
 @pytest.fixture
-async def stale_normal_context(store):
+async def stale_normal_context(stores):
     """A normal turn's tool context whose conversation has meanwhile opened a private segment."""
-    account = await store.ensure_account("terminal", "owner", None, NOW)
-    conversation = await store.ensure_conversation(ConversationKey("terminal", "t"), "direct", account.person_id, NOW)
-    await store.add_goal(account.person_id, conversation.id, "run 5k", None, NOW)
-    await store.add_followup(account.person_id, conversation.id, "reminder", "call mum", NOW + 60, NOW)
-    await store.remember(account.person_id, conversation.id, "sister is Ana", NOW)
-    await store.open_segment(conversation.id, NOW, None)
-    return ToolContext(conversation, NORMAL, NOW, "UTC", store)
+    account = await stores.timeline.ensure_account("terminal", "owner", None, NOW)
+    conversation = await stores.timeline.ensure_conversation(
+        ConversationKey("terminal", "t"), "direct", account.person_id, NOW
+    )
+    await stores.memory.add_goal(account.person_id, conversation.id, "run 5k", None, NOW)
+    await stores.memory.add_followup(account.person_id, conversation.id, "reminder", "call mum", NOW + 60, NOW)
+    await stores.memory.remember(account.person_id, conversation.id, "sister is Ana", NOW)
+    await stores.modes.open_segment(conversation.id, NOW, None)
+    return ToolContext(conversation, NORMAL, NOW, "UTC", ToolStores(stores.memory, stores.timeline, stores.links))
 
 
 async def call(context: ToolContext, name: str, arguments: str) -> str:

@@ -35,7 +35,7 @@ def last_user(provider) -> str:
 
 
 async def test_a_normal_mode_reply_quoting_a_private_message_carries_the_placeholder_and_no_private_text(
-    companion, provider, store
+    companion, provider, stores
 ):
     await tell(companion, f"/private {PASSPHRASE}")
     _, private_id = await tell(companion, CANARY)
@@ -45,7 +45,7 @@ async def test_a_normal_mode_reply_quoting_a_private_message_carries_the_placeho
     assert CANARY not in request_text(request)
     assert last_user(provider) == copy.QUOTE_LINE.format(text=copy.PLACEHOLDER) + "\nwhat did I mean?"
     # Nothing of it entered the normal row either (nor, with it, the recall index).
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE mode = 'normal' AND text LIKE '%CANARY%'") == [
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE mode = 'normal' AND text LIKE '%CANARY%'") == [
         (0,)
     ]
 
@@ -152,7 +152,7 @@ def forward_of(chat: str, *, mid: str | None = None, at: float | None = None) ->
 
 
 async def test_a_forward_of_a_private_message_by_its_id_is_the_placeholder_in_normal_mode_and_in_a_group(
-    companion, provider, store
+    companion, provider, stores
 ):
     await tell(companion, f"/private {PASSPHRASE}")
     _, private_id = await tell(companion, CANARY)
@@ -164,7 +164,7 @@ async def test_a_forward_of_a_private_message_by_its_id_is_the_placeholder_in_no
     # Into a group, where no interval of the DM is ever readable.
     await tell(companion, CANARY, chat="-500", direct=False, **forward_of(USER, mid=private_id))
     assert CANARY not in request_text(provider.last_reply_request())
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE mode = 'normal' AND text LIKE '%CANARY%'") == [
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE mode = 'normal' AND text LIKE '%CANARY%'") == [
         (0,)
     ]
 

@@ -33,7 +33,7 @@ def telegram() -> FakeStreamer:
 
 
 @pytest.fixture
-def boot(store, provider, clock, passphrase_hash, telegram):
+def boot(stores, provider, clock, passphrase_hash, telegram):
     provider.streams = True
     provider.stream_steps = 8
     provider.stream_pause = 0.03
@@ -41,7 +41,7 @@ def boot(store, provider, clock, passphrase_hash, telegram):
     async def start(**config) -> Companion:
         # Bursts off: each test message is its own turn (the gateway tests keep the shipped window).
         companion = await boot_companion(
-            store,
+            stores,
             provider,
             clock,
             passphrase_hash,
@@ -65,7 +65,7 @@ async def tell(companion: Companion, text: str) -> Reply | None:
     return reply
 
 
-async def test_a_streamed_reply_is_shown_while_written_and_finished_by_one_edit(boot, provider, telegram, store):
+async def test_a_streamed_reply_is_shown_while_written_and_finished_by_one_edit(boot, provider, telegram, stores):
     companion = await boot()
     provider.script.append(Completion(LONG))
     reply = await tell(companion, "tell me a long story")
@@ -77,11 +77,11 @@ async def test_a_streamed_reply_is_shown_while_written_and_finished_by_one_edit(
     assert len(telegram.edits) >= 2  # ... edited as the answer grew, then the final edit
     assert telegram.edits[-1] == (message_id, LONG)
     assert telegram.messages == {message_id: LONG}
-    rows = await all_rows(store, "SELECT status, streamed_ids, text FROM deliveries")
+    rows = await all_rows(stores, "SELECT status, streamed_ids, text FROM deliveries")
     assert rows == [("sent", message_id, None)]  # one delivery; a sent row holds no text
 
 
-async def test_a_partial_answer_is_stored_nowhere(boot, provider, telegram, store, tmp_path):
+async def test_a_partial_answer_is_stored_nowhere(boot, provider, telegram, stores, tmp_path):
     companion = await boot()
     provider.script.append(Completion(LONG))
     provider.stream_pause = 0.2
@@ -96,7 +96,7 @@ async def test_a_partial_answer_is_stored_nowhere(boot, provider, telegram, stor
 
 
 async def test_a_stream_cut_off_by_a_crash_is_taken_over_by_the_answer_after_the_restart(
-    boot, provider, telegram, store, clock
+    boot, provider, telegram, stores, clock
 ):
     companion = await boot()
     provider.script.append(Completion(LONG))
@@ -108,7 +108,7 @@ async def test_a_stream_cut_off_by_a_crash_is_taken_over_by_the_answer_after_the
         await task
     shown = dict(telegram.messages)
     assert len(shown) == 1 and next(iter(shown.values())) != LONG
-    [(status, streamed)] = await all_rows(store, "SELECT status, streamed_ids FROM deliveries")
+    [(status, streamed)] = await all_rows(stores, "SELECT status, streamed_ids FROM deliveries")
     assert status == "streaming" and streamed == next(iter(shown))
 
     clock.advance(5)
@@ -120,12 +120,12 @@ async def test_a_stream_cut_off_by_a_crash_is_taken_over_by_the_answer_after_the
     # The same message now holds the answer: nothing doubled, nothing partial left.
     assert telegram.messages == {next(iter(shown)): "the whole answer, after the restart"}
     assert len(telegram.posts_shown) == 1
-    rows = await all_rows(store, "SELECT status FROM deliveries")
+    rows = await all_rows(stores, "SELECT status FROM deliveries")
     assert rows == [("sent",)]
 
 
 async def test_a_private_stream_leaves_no_partial_text_after_its_interval(
-    boot, provider, telegram, store, clock, tmp_path
+    boot, provider, telegram, stores, clock, tmp_path
 ):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 1h")
@@ -137,10 +137,10 @@ async def test_a_private_stream_leaves_no_partial_text_after_its_interval(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    [(segment,)] = await all_rows(store, "SELECT segment_id FROM deliveries WHERE status = 'streaming'")
+    [(segment,)] = await all_rows(stores, "SELECT segment_id FROM deliveries WHERE status = 'streaming'")
     assert segment is not None  # the streaming row belongs to the interval
     await tell(companion, "/forget private")
-    assert await all_rows(store, "SELECT count(*) FROM deliveries WHERE status = 'streaming'") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM deliveries WHERE status = 'streaming'") == [(0,)]
     on_disk = b"".join(path.read_bytes() for path in tmp_path.glob("companion.db*"))
     assert b"CANARY" not in on_disk
 
@@ -172,8 +172,7 @@ async def test_a_tool_call_mid_answer_shows_only_a_constant_line(boot, provider,
     assert any(copy.STREAM_WORKING in text for text in shown), shown
 
 
-async def test_the_outbox_report_counts_a_streamed_reply_once_among_the_replies_sent(boot, provider, telegram, store):
-    from adapters.storage.outbox import SqliteOutboxStore
+async def test_the_outbox_report_counts_a_streamed_reply_once_among_the_replies_sent(boot, provider, telegram, stores):
     from core.turn.analytics import _outbox_lines
 
     companion = await boot()
@@ -183,7 +182,7 @@ async def test_the_outbox_report_counts_a_streamed_reply_once_among_the_replies_
     await tell(companion, "and a short one")  # answered at once: sent whole
     await tell(companion, "and another")
     await wait_for(lambda: len(telegram.sent) == 3)
-    report = await SqliteOutboxStore(store.database).report(1e12)
+    report = await stores.outbox.report(1e12)
     assert report["deliveries"] == [("reply", "sent", 3)]
     assert report["streamed"] == 1
     assert "  of the replies sent, shown while written (streamed): 1" in _outbox_lines(report)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from core.memory.operations import default_tools
-from core.memory.tools import ToolContext, run_tool_call
+from core.memory.tools import ToolContext, ToolStores, run_tool_call
 from core.values.durations import parse_when
 from core.values.model import ToolCall
 
@@ -29,7 +29,7 @@ def test_the_when_pattern_refuses_what_the_tools_cannot_read(text) -> None:
     assert not re.fullmatch(WHEN["pattern"], text)
 
 
-async def test_each_strings_max_length_is_the_length_its_handler_takes(companion, store) -> None:
+async def test_each_strings_max_length_is_the_length_its_handler_takes(companion, stores) -> None:
     from tests.helpers.chat import conversation_of, say
 
     await say(companion, "hello")
@@ -37,7 +37,7 @@ async def test_each_strings_max_length_is_the_length_its_handler_takes(companion
     state = await companion.parts.valve.settle(conversation)
     tools = default_tools()
     offered = tools.tools_for(conversation, state)
-    context = ToolContext(conversation, state, NOW, "UTC", store)
+    context = ToolContext(conversation, state, NOW, "UTC", ToolStores(stores.memory, stores.timeline, stores.links))
     checked = 0
     for tool in offered:
         for name, spec in tool.parameters["properties"].items():

@@ -12,18 +12,18 @@ from tests.helpers.chat import all_rows, conversation_of, say
 from tests.helpers.fakes import FakeProvider
 
 
-async def test_user_message_is_stored_before_the_provider_is_called(companion, provider, store):
+async def test_user_message_is_stored_before_the_provider_is_called(companion, provider, stores):
     provider.fail_all = True
     reply = await say(companion, "remember this line")
     assert reply.text == copy.PROVIDER_FAILED
-    rows = await all_rows(store, "SELECT role, text FROM messages WHERE kind = 'chat'")
+    rows = await all_rows(stores, "SELECT role, text FROM messages WHERE kind = 'chat'")
     assert rows == [("user", "remember this line")]
 
 
-async def test_reply_is_persisted_and_handed_back(companion, provider, store):
+async def test_reply_is_persisted_and_handed_back(companion, provider, stores):
     reply = await say(companion, "hello")
     assert reply.text == "reply 1"
-    rows = await all_rows(store, "SELECT role, text, mode, capture FROM messages ORDER BY id")
+    rows = await all_rows(stores, "SELECT role, text, mode, capture FROM messages ORDER BY id")
     assert rows == [("user", "hello", "normal", "pending"), ("assistant", "reply 1", "normal", "pending")]
 
 
@@ -65,12 +65,12 @@ class BarrierProvider(FakeProvider):
         return await super().complete(request)
 
 
-async def test_different_conversations_run_concurrently(store, clock):
+async def test_different_conversations_run_concurrently(stores, clock):
     from core.turn.config import CompanionConfig
 
     provider = BarrierProvider()
     config = CompanionConfig(allowed_accounts=frozenset({"telegram:1", "telegram:2"}))
-    companion = build_companion(store, provider, config, clock=clock)
+    companion = build_companion(stores, provider, config, clock=clock)
     await companion.start()
     # Would time out if the second conversation waited for the first.
     replies = await asyncio.gather(
@@ -109,19 +109,19 @@ async def test_a_tool_the_model_was_not_offered_is_not_run(companion, provider):
     assert provider.requests[1].messages[-1].content.startswith("error: no tool named 'format_disk'")
 
 
-async def test_rolling_summary_folds_older_messages_and_advances_the_watermark(make_companion, provider, store):
+async def test_rolling_summary_folds_older_messages_and_advances_the_watermark(make_companion, provider, stores):
     companion = await make_companion(budget=ContextBudget(total_tokens=400, fold_min=4, fold_batch=8))
     for i in range(30):
         await say(companion, f"message number {i} " + "x" * 60)
         await companion.drain()  # let background folds finish
     conversation = await conversation_of(companion)
-    summary = await store.normal_summary(conversation.id)
+    summary = await stores.timeline.normal_summary(conversation.id)
     assert summary is not None and summary.watermark > 0
     last = provider.last_reply_request()
     assert any(copy.SUMMARY_HEADER in (m.content or "") for m in last.messages)
 
 
-async def test_each_message_is_folded_into_the_summary_exactly_once(make_companion, provider, store):
+async def test_each_message_is_folded_into_the_summary_exactly_once(make_companion, provider, stores):
     companion = await make_companion(budget=ContextBudget(total_tokens=400, fold_min=4, fold_batch=8))
     for i in range(30):
         await say(companion, f"message number {i} " + "x" * 60)
@@ -136,8 +136,8 @@ async def test_each_message_is_folded_into_the_summary_exactly_once(make_compani
     assert len(folded) == len(set(folded)), "a message was summarised again"
     # The watermark stands at the last message folded: everything after it is still to fold.
     conversation = await conversation_of(companion)
-    watermark = (await store.normal_summary(conversation.id)).watermark
-    (last_folded,) = (await all_rows(store, "SELECT max(id) FROM messages WHERE text = ?", (folded[-1][8:],)))[0]
+    watermark = (await stores.timeline.normal_summary(conversation.id)).watermark
+    (last_folded,) = (await all_rows(stores, "SELECT max(id) FROM messages WHERE text = ?", (folded[-1][8:],)))[0]
     assert watermark >= last_folded
 
 
@@ -152,16 +152,16 @@ async def test_visible_history_is_never_empty_when_messages_follow_the_watermark
         assert users and users[-1].startswith(f"turn {i}")
 
 
-async def test_covered_material_is_subtracted_exactly_once(make_companion, provider, store, clock):
+async def test_covered_material_is_subtracted_exactly_once(make_companion, provider, stores, clock):
     from core.values.model import Summary
 
     companion = await make_companion(budget=ContextBudget(total_tokens=100_000))
     for i in range(6):
         await say(companion, f"m{i}")
     conversation = await conversation_of(companion)
-    ids = [r[0] for r in await all_rows(store, "SELECT id FROM messages WHERE role='user' ORDER BY id")]
+    ids = [r[0] for r in await all_rows(stores, "SELECT id FROM messages WHERE role='user' ORDER BY id")]
     # The summary covers everything up to and including the third user message.
-    await store.save_summary(conversation.id, Summary("covered", ids[2]), clock.now())
+    await stores.timeline.save_summary(conversation.id, Summary("covered", ids[2]), clock.now())
     await say(companion, "m6")
     users = [m.content for m in provider.last_reply_request().messages if m.role == "user"]
     assert users == ["m3", "m4", "m5", "m6"]  # nothing covered shown, nothing uncovered missing
@@ -174,9 +174,9 @@ async def test_a_message_larger_than_the_budget_is_shortened_not_dropped(make_co
     assert len(users) == 1 and users[0].startswith("zzz") and users[0].endswith(copy.SHORTENED_MARKER)
 
 
-async def test_unknown_user_is_refused_once_and_nothing_is_stored(companion, store):
+async def test_unknown_user_is_refused_once_and_nothing_is_stored(companion, stores):
     first = await say(companion, "hi", platform="telegram", chat="9", user="9")
     second = await say(companion, "hi again", platform="telegram", chat="9", user="9")
     assert first.text == copy.NOT_ALLOWED and second is None
-    assert await all_rows(store, "SELECT count(*) FROM messages") == [(0,)]
-    assert await all_rows(store, "SELECT count(*) FROM accounts") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM messages") == [(0,)]
+    assert await all_rows(stores, "SELECT count(*) FROM accounts") == [(0,)]

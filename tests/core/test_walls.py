@@ -141,28 +141,28 @@ async def fold_all(companion) -> None:
     await companion.drain()
 
 
-async def test_summary_watermarks_advance_independently(make_companion, store):
+async def test_summary_watermarks_advance_independently(make_companion, stores):
     companion = await make_companion(budget=SMALL)
     for i in range(12):
         await say(companion, f"normal message {i} " + "n" * 60)
         await fold_all(companion)
     conversation = await conversation_of(companion)
-    normal_before = await store.normal_summary(conversation.id)
+    normal_before = await stores.timeline.normal_summary(conversation.id)
     await say(companion, f"/private {PASSPHRASE}")
     for i in range(12):
         await say(companion, f"private message {i} " + "p" * 60)
         await fold_all(companion)
-    (segment,) = await segments_of(store, conversation.id)
-    private = await store.private_summary(segment.id)
-    normal_after = await store.normal_summary(conversation.id)
+    (segment,) = await segments_of(stores, conversation.id)
+    private = await stores.timeline.private_summary(segment.id)
+    normal_after = await stores.timeline.normal_summary(conversation.id)
     assert private is not None and private.watermark > normal_before.watermark
     assert normal_after == normal_before  # private turns never moved the normal watermark
     await say(companion, "/normal")
     for i in range(12):
         await say(companion, f"normal again {i} " + "m" * 60)
         await fold_all(companion)
-    assert (await store.normal_summary(conversation.id)).watermark > normal_before.watermark
-    assert await store.private_summary(segment.id) == private  # and normal turns never moved the private one
+    assert (await stores.timeline.normal_summary(conversation.id)).watermark > normal_before.watermark
+    assert await stores.timeline.private_summary(segment.id) == private  # and normal turns never moved the private one
 
 
 async def test_normal_summary_input_holds_zero_private_characters(make_companion, provider):
@@ -184,14 +184,14 @@ async def test_normal_summary_input_holds_zero_private_characters(make_companion
     assert any(copy.PLACEHOLDER in request_text(r) for r in normal_folds)
 
 
-async def test_the_private_pad_is_never_loaded_in_normal_mode(companion, store, provider):
+async def test_the_private_pad_is_never_loaded_in_normal_mode(companion, stores, provider):
     await say(companion, "hi")
     conversation = await conversation_of(companion)
-    await store.remember(conversation.person_id, conversation.id, "likes tea", 1.0)
+    await stores.memory.remember(conversation.person_id, conversation.id, "likes tea", 1.0)
     await say(companion, f"/private {PASSPHRASE}")
     await say(companion, "x")
-    (segment,) = await segments_of(store, conversation.id)
-    await store.save_summary(
+    (segment,) = await segments_of(stores, conversation.id)
+    await stores.timeline.save_summary(
         conversation.id,
         Summary("s", 1),
         2.0,
@@ -210,13 +210,13 @@ async def test_the_private_pad_is_never_loaded_in_normal_mode(companion, store, 
 
 
 async def test_the_private_pad_never_reaches_normal_mode_in_another_chat_while_its_interval_is_open(
-    companion, store, provider
+    companion, stores, provider
 ):
     await say(companion, "hi", chat="first")
     first = await conversation_of(companion, chat="first")
     await say(companion, f"/private {PASSPHRASE}", chat="first")
-    (segment,) = await segments_of(store, first.id)
-    await store.save_summary(
+    (segment,) = await segments_of(stores, first.id)
+    await stores.timeline.save_summary(
         first.id,
         Summary("s", 1),
         2.0,
@@ -230,7 +230,7 @@ async def test_the_private_pad_never_reaches_normal_mode_in_another_chat_while_i
     assert "OTHER-CHAT-PAD-CANARY" not in request_text(provider.last_reply_request())
 
 
-async def test_the_private_pad_is_filled_only_by_the_private_summary_consolidation(make_companion, store, provider):
+async def test_the_private_pad_is_filled_only_by_the_private_summary_consolidation(make_companion, stores, provider):
     from core.values.model import Completion
 
     companion = await make_companion(budget=SMALL)
@@ -242,17 +242,17 @@ async def test_the_private_pad_is_filled_only_by_the_private_summary_consolidati
         provider.script.append(Completion("SUMMARY:\nfolded\nFACTS:\n- has a cat named Miso"))
         await fold_all(companion)
     conversation = await conversation_of(companion)
-    (segment,) = await segments_of(store, conversation.id)
-    rows = await all_rows(store, "SELECT mode, segment_id, text FROM pad_entries")
+    (segment,) = await segments_of(stores, conversation.id)
+    rows = await all_rows(stores, "SELECT mode, segment_id, text FROM pad_entries")
     assert rows == [("private", segment.id, "has a cat named Miso")]  # tied to its segment, once
 
 
-async def test_private_pad_entries_and_summary_go_when_their_segment_expires(companion, store, clock):
+async def test_private_pad_entries_and_summary_go_when_their_segment_expires(companion, stores, clock):
     await say(companion, f"/private {PASSPHRASE} 1h")
     await say(companion, "x")
     conversation = await conversation_of(companion)
-    (segment,) = await segments_of(store, conversation.id)
-    await store.save_summary(
+    (segment,) = await segments_of(stores, conversation.id)
+    await stores.timeline.save_summary(
         conversation.id,
         Summary("private sum", 5),
         clock.now(),
@@ -263,30 +263,30 @@ async def test_private_pad_entries_and_summary_go_when_their_segment_expires(com
     clock.advance(3601)
     await companion.sweep()
     for table in ("segments", "pad_entries", "summaries"):
-        assert await all_rows(store, f"SELECT count(*) FROM {table}") == [(0,)], table
-    assert await all_rows(store, "SELECT count(*) FROM messages WHERE mode = 'private'") == [(0,)]
+        assert await all_rows(stores, f"SELECT count(*) FROM {table}") == [(0,)], table
+    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE mode = 'private'") == [(0,)]
 
 
-async def test_normal_mode_retrieval_reads_only_the_masked_view(companion, store):
+async def test_normal_mode_retrieval_reads_only_the_masked_view(companion, stores):
     await say(companion, "visible")
     await interval(companion, "HIDDEN-1", "HIDDEN-2")
     conversation = await conversation_of(companion)
-    items = await store.view(conversation.id, visible_segment=None, after=0, limit=10_000)
+    items = await stores.timeline.view(conversation.id, visible_segment=None, after=0, limit=10_000)
     texts = [i.text for i in items if not i.is_placeholder]
     assert "HIDDEN-1" not in texts and "HIDDEN-2" not in texts and "visible" in texts
     assert sum(i.is_placeholder for i in items) == 1
 
 
-async def test_a_group_conversation_never_loads_a_personal_pad(make_companion, store, provider):
+async def test_a_group_conversation_never_loads_a_personal_pad(make_companion, stores, provider):
     companion = await make_companion(allowed_accounts=frozenset({"telegram:5"}))
     await say(companion, "hi", platform="telegram", chat="5", user="5")
     direct = await conversation_of(companion, "telegram", "5")
-    await store.remember(direct.person_id, direct.id, "PERSONAL-FACT", 1.0)
+    await stores.memory.remember(direct.person_id, direct.id, "PERSONAL-FACT", 1.0)
     await say(companion, "hi all", platform="telegram", chat="-100", user="5", direct=False)
     assert "PERSONAL-FACT" not in request_text(provider.last_reply_request())
 
 
-async def test_assembled_context_in_normal_mode_holds_no_private_row(companion, store):
+async def test_assembled_context_in_normal_mode_holds_no_private_row(companion, stores):
     await interval(companion, "NEVER-SEEN")
     conversation = await conversation_of(companion)
     context = await companion.context.assemble(conversation, NORMAL)

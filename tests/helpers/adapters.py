@@ -18,7 +18,7 @@ from bot.bootstrap import core_entry
 from core.delivery.handoff import HandOff
 from core.delivery.outbox import Outbox
 from core.delivery.typing import TypingService
-from core.ports import AdapterStateStore, Platform
+from core.ports.chat import AdapterStateStore, Platform
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.turn.entry import CoreEntry
@@ -170,15 +170,14 @@ def core_for(
     test's; None from it: no answer), run in the core's own lanes; everyone is allowed."""
     edge = edge or EdgeSettings()
     typing = TypingService(edge)
-    turns: Any = _HandlerTurns(handler, outbox, state)  # a Companion as far as the entry asks
-    return CoreEntry(turns, HandOff(outbox, typing), typing, edge=edge)
+    turns: Any = _HandlerTurns(handler, outbox)  # a Companion as far as the entry asks
+    return CoreEntry(turns, HandOff(outbox, typing), typing, edge=edge, state=state)
 
 
 class _HandlerTurns:
     """What the core's entry asks of a Companion, with `handler` as the turn."""
 
-    def __init__(self, handler: Handler, outbox: Outbox | None, state: AdapterStateStore | None) -> None:
-        self.store = state
+    def __init__(self, handler: Handler, outbox: Outbox | None) -> None:
         self.outbox = outbox
         self.config = CompanionConfig()
         self._handler = handler

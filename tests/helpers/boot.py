@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.ports import BaseProvider, Clock
+from core.ports.clock import Clock
+from core.ports.model import BaseProvider
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 
@@ -19,7 +19,7 @@ USER = "100"
 
 
 async def boot_companion(
-    store: SqliteStore,
+    stores: Stores,
     provider: BaseProvider,
     clock: Clock,
     passphrase_hash: str,
@@ -33,11 +33,11 @@ async def boot_companion(
     """A started companion whose outbox sends through `senders` (each registered); `config` goes to
     CompanionConfig, `outbox_options` to the Outbox, `build_options` to build_companion."""
     options = {"rand": lambda: 1.0, **(outbox_options or {})}
-    outbox = Outbox(SqliteOutboxStore(store.database), clock, **options)
+    outbox = Outbox(stores.outbox, clock, **options)
     for sender in senders:
         outbox.register(sender)
     companion = build_companion(
-        store,
+        stores,
         provider,
         CompanionConfig(
             passphrase_hash=passphrase_hash,

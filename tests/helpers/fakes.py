@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from core.ports import PartialSink
+from core.ports.model import PartialSink
 from core.values.copy import PLACEHOLDER
 from core.values.errors import ProviderUnavailable
 from core.values.model import Completion, CompletionRequest, Partial
@@ -268,6 +268,6 @@ class FakeIntake:
 
 def fake_platform(sender: FakeChatSender, *, streams: bool = False):
     """A platform of three parts on `sender` (its streamer too, with `streams`), for the core's entry."""
-    from core.ports import Platform
+    from core.ports.chat import Platform
 
     return Platform(sender.name, FakeIntake(sender.name), sender, streamer=sender if streams else None)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
+from tests.helpers import engines
 
 
 class ShiftedClock:
@@ -36,41 +37,47 @@ class Traces:
         return bool(self.normal_rows or self.recall or self.deliveries or self.mirrors)
 
 
-async def traces(store: SqliteStore, canary: str) -> Traces:
+async def traces(stores: Stores, canary: str) -> Traces:
     like = f"%{canary}%"
-    columns = {row[1] for row in await store._all("PRAGMA table_info(messages)")}
+    columns = {row[1] for row in await engines.rows(stores, "PRAGMA table_info(messages)")}
     said = " OR coalesce(said, '') LIKE :w" if "said" in columns else ""
     return Traces(
         normal_rows=[
             tuple(r)
-            for r in await store._all(
-                f"SELECT id, text FROM messages WHERE segment_id IS NULL AND (text LIKE :w{said})", {"w": like}
+            for r in await engines.rows(
+                stores, f"SELECT id, text FROM messages WHERE segment_id IS NULL AND (text LIKE :w{said})", {"w": like}
             )
         ],
-        recall=[tuple(r) for r in await store._all("SELECT rowid, text FROM recall_fts WHERE text LIKE ?", (like,))],
+        recall=[
+            tuple(r)
+            for r in await engines.rows(stores, "SELECT rowid, text FROM recall_fts WHERE text LIKE ?", (like,))
+        ],
         deliveries=[
-            tuple(r) for r in await store._all("SELECT id, kind, text FROM deliveries WHERE text LIKE ?", (like,))
+            tuple(r)
+            for r in await engines.rows(stores, "SELECT id, kind, text FROM deliveries WHERE text LIKE ?", (like,))
         ],
         mirrors=[
             tuple(r)
-            for r in await store._all(
-                "SELECT id, text FROM deliveries WHERE kind = 'mirror' AND coalesce(text, '') LIKE ?", (like,)
+            for r in await engines.rows(
+                stores, "SELECT id, text FROM deliveries WHERE kind = 'mirror' AND coalesce(text, '') LIKE ?", (like,)
             )
         ],
     )
 
 
-async def deliveries_after(store: SqliteStore, last_id: int) -> list[tuple]:
+async def deliveries_after(stores: Stores, last_id: int) -> list[tuple]:
     """Every outbox row written after the one numbered `last_id`: (id, kind, segment, status)."""
-    rows = await store._all("SELECT id, kind, segment_id, status FROM deliveries WHERE id > ? ORDER BY id", (last_id,))
+    rows = await engines.rows(
+        stores, "SELECT id, kind, segment_id, status FROM deliveries WHERE id > ? ORDER BY id", (last_id,)
+    )
     return [tuple(r) for r in rows]
 
 
-async def left_of_the_interval(store: SqliteStore, after: int, upto: int, *, restarted: bool) -> list[tuple]:
+async def left_of_the_interval(stores: Stores, after: int, upto: int, *, restarted: bool) -> list[tuple]:
     """The outbox rows numbered after `after` up to `upto` still there. `restarted`: a restart ended the
     interval, and its constant answer to what it kept unread was written after that, in no interval
     and sent: it is left out (it holds no word, and no row of the interval stands for it)."""
-    rows = [r for r in await deliveries_after(store, after) if r[0] <= upto]
+    rows = [r for r in await deliveries_after(stores, after) if r[0] <= upto]
     if restarted:
         answers = [r for r in rows if r[2] is None and r[3] == "sent"][:1]
         assert answers, rows
@@ -78,5 +85,5 @@ async def left_of_the_interval(store: SqliteStore, after: int, upto: int, *, res
     return rows
 
 
-async def last_delivery(store: SqliteStore) -> int:
-    return (await store._one("SELECT coalesce(max(id), 0) FROM deliveries"))[0]
+async def last_delivery(stores: Stores) -> int:
+    return (await engines.first(stores, "SELECT coalesce(max(id), 0) FROM deliveries"))[0]

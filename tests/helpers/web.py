@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import httpx
 from aiohttp import web
 
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from adapters.storage.web import WebQueries
 from adapters.web.auth import SignInAttempts, WebAuth, issue_login_code
 from adapters.web.hosts import AllowedHosts
@@ -21,7 +21,7 @@ from adapters.web.metrics import PrometheusMetrics
 from adapters.web.operators import DatabaseProbe, Operators
 from adapters.web.pages import install_landing
 from adapters.web.service import WebService
-from core.ports import Clock
+from core.ports.clock import Clock
 from tests.helpers.proc import run_companion
 
 _CSRF = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
@@ -49,7 +49,7 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def served(
-    store: SqliteStore,
+    stores: Stores,
     clock: Clock,
     *,
     allowed: AllowedHosts | None = None,
@@ -60,7 +60,7 @@ async def served(
     live_limit: float = 30.0,
 ) -> AsyncIterator[Served]:
     """A WebService wired as bot/bootstrap.py wires it, listening on a free loopback port."""
-    queries = WebQueries(store.database)
+    queries = WebQueries(stores.database)
     metrics = metrics or PrometheusMetrics()
     probe = probe or DatabaseProbe(queries.probe_write, metrics=metrics)
     operators = Operators(probe, checks, metrics)

@@ -7,7 +7,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from adapters.storage.outbox import SqliteOutboxStore
 from adapters.web.chat import Page, WebEvent, WebIntake, WebPlatform, WebSender, WebStreamer
 from bot.bootstrap import build_companion, core_entry, web_chat
 from core.delivery.outbox import SHIPPED_PACING, Outbox
@@ -50,15 +49,15 @@ class WebSide:
 
 
 @contextlib.asynccontextmanager
-async def web_side(store, provider, clock, **config) -> AsyncIterator[WebSide]:
+async def web_side(stores, provider, clock, **config) -> AsyncIterator[WebSide]:
     """A started companion serving the web chat (and any other `platforms` given), and the web chat
     attached to its entry as the gateway attaches it. `pacing`: how replies are shown while written
     (the shipped pacing unless given; None: off)."""
     platforms = config.pop("platforms", WEB)
     pacing: StreamPacing | None = config.pop("pacing", SHIPPED_PACING)
-    outbox = Outbox(SqliteOutboxStore(store.database), clock, rand=lambda: 1.0, platforms=platforms, pacing=pacing)
+    outbox = Outbox(stores.outbox, clock, rand=lambda: 1.0, platforms=platforms, pacing=pacing)
     companion = build_companion(
-        store, provider, CompanionConfig(platforms=platforms, **config), clock=clock, outbox=outbox
+        stores, provider, CompanionConfig(platforms=platforms, **config), clock=clock, outbox=outbox
     )
     await companion.start()
     edge = EdgeSettings(stop_grace=5.0)

@@ -42,10 +42,10 @@ class SiteSide:
 
 
 @contextlib.asynccontextmanager
-async def site_served(store, provider, clock, **config) -> AsyncIterator[SiteSide]:
+async def site_served(stores, provider, clock, **config) -> AsyncIterator[SiteSide]:
     """The pages served on a free loopback port, and a client signed in as the owner."""
-    async with web_side(store, provider, clock, **config) as web:
-        queries = WebQueries(store.database)
+    async with web_side(stores, provider, clock, **config) as web:
+        queries = WebQueries(stores.database)
         service = WebService(
             "127.0.0.1",
             0,

@@ -61,7 +61,7 @@ from adapters.web.chat.hub import (
 )
 from adapters.web.chat.intake import Sent, WebIntake
 from adapters.web.chat.sender import STREAM_LIMIT, WebSender, WebStreamer
-from core.ports import ChatCore, Platform
+from core.ports.chat import ChatCore, Platform
 from core.values.edge import EdgeSettings
 from core.values.transcript import Transcript
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from adapters.web.chat.hub import CHAT_ID, HISTORY, PLATFORM, USER, Page, PageHub, WebChatStopped, WebEvent
-from core.ports import ChatCore
+from core.ports.chat import ChatCore
 from core.values.edge import Held, acknowledged
 from core.values.model import InboundMessage
 from core.values.transcript import Transcript

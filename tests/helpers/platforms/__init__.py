@@ -11,11 +11,10 @@ from typing import Any, Literal, Protocol, Self
 import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
-from adapters.storage.outbox import SqliteOutboxStore
-from adapters.storage.sqlite import SqliteStore
+from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
-from core.ports import Clock
+from core.ports.clock import Clock
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -185,20 +184,18 @@ class PlatformGateway:
     keeps it)."""
 
     def __init__(
-        self, driver: ChatDriver, model: FakeOpenAIServer, store: SqliteStore, clock: Clock, passphrase_hash: str
+        self, driver: ChatDriver, model: FakeOpenAIServer, stores: Stores, clock: Clock, passphrase_hash: str
     ) -> None:
-        self.driver, self.model, self.store, self.clock = driver, model, store, clock
+        self.driver, self.model, self.stores, self.clock = driver, model, stores, clock
         self.passphrase_hash = passphrase_hash
         self.running: list[tuple[Running, Companion, OpenAICompatibleProvider]] = []
 
     async def start(self, **config: Any) -> Companion:
         driver = self.driver
         provider = OpenAICompatibleProvider(self.model.base_url, "sk-test", "test-model", timeout=5.0, max_retries=0)
-        outbox = Outbox(
-            SqliteOutboxStore(self.store.database), self.clock, base_delay=0.01, max_delay=0.01, platforms=driver.serves
-        )
+        outbox = Outbox(self.stores.outbox, self.clock, base_delay=0.01, max_delay=0.01, platforms=driver.serves)
         companion = build_companion(
-            self.store,
+            self.stores,
             provider,
             CompanionConfig(
                 allowed_accounts=frozenset({driver.person}),

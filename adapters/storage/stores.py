@@ -1,0 +1,99 @@
+"""Every query class over one Database, and opening them: bot/bootstrap.py hands each core consumer
+the ones its ports name (core/ports/store/), and mypy checks each port against its class there.
+
+Every SQL statement of the companion lives in the query modules, with the privacy predicates
+inside it: timeline.py (messages, the masked view, summaries, pads), modes.py (segments, adapter
+offsets), attempts.py (the lockouts' logs), memory.py (memory, goals, follow-ups, capture,
+analytics), privacy.py (forgetting, checkpoints, export, crossings), bindings.py (mirrors),
+proactive.py (reminders and nudges), links.py (linked accounts), chats.py (moved chats),
+quotes.py (quotes and edits), outbox.py and web.py (sign-in). Every lasting write passes through
+the one guard of guard.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from adapters.storage.attempts import AttemptQueries
+from adapters.storage.bindings import BindingQueries
+from adapters.storage.chats import ChatQueries
+from adapters.storage.database import Database
+from adapters.storage.links import LinkQueries
+from adapters.storage.memory import MemoryQueries
+from adapters.storage.modes import ModeQueries
+from adapters.storage.outbox import SqliteOutboxStore
+from adapters.storage.privacy import Checkpoints, LifetimeQueries
+from adapters.storage.proactive import ProactiveQueries
+from adapters.storage.quotes import QuoteQueries
+from adapters.storage.timeline import TimelineQueries
+from adapters.storage.web import WebQueries
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    """Every query class over one Database (`database`: its lifecycle, and raw SQL for tests and
+    bench/ only). Each class implements the ports of one data group."""
+
+    database: Database
+    timeline: TimelineQueries
+    checkpoints: Checkpoints
+    modes: ModeQueries  # also the adapters' offsets (core.ports.chat.AdapterStateStore)
+    memory: MemoryQueries
+    lifetime: LifetimeQueries
+    bindings: BindingQueries
+    proactive: ProactiveQueries
+    links: LinkQueries
+    chats: ChatQueries
+    quotes: QuoteQueries
+    outbox: SqliteOutboxStore
+    web: WebQueries
+    passphrase_attempts: AttemptQueries
+    link_attempts: AttemptQueries
+
+    @classmethod
+    def over(cls, database: Database) -> Stores:
+        """The query classes over `database` (started or not: nothing is read here)."""
+        timeline = TimelineQueries(database)
+        checkpoints = Checkpoints(database)
+        return cls(
+            database=database,
+            timeline=timeline,
+            checkpoints=checkpoints,
+            modes=ModeQueries(database, checkpoints),
+            memory=MemoryQueries(database),
+            lifetime=LifetimeQueries(database, timeline, checkpoints),
+            bindings=BindingQueries(database),
+            proactive=ProactiveQueries(database),
+            links=LinkQueries(database),
+            chats=ChatQueries(database),
+            quotes=QuoteQueries(database),
+            outbox=SqliteOutboxStore(database),
+            web=WebQueries(database),
+            passphrase_attempts=AttemptQueries(database, "valve_attempts"),
+            link_attempts=AttemptQueries(database, "link_attempts"),
+        )
+
+
+def sqlite_stores(path: str | os.PathLike[str]) -> Stores:
+    """The stores of the SQLite database at `path`, not opened yet (`stores.database.start()`)."""
+    return Stores.over(Database(path))
+
+
+@asynccontextmanager
+async def open_stores(path: str | os.PathLike[str]) -> AsyncIterator[Stores]:
+    """The SQLite database at `path` opened (created and migrated) with every query class over it;
+    closed at the end, also on failure.
+
+    Raises:
+        core.values.errors.StoreError: the database cannot be opened or used.
+        core.values.errors.MigrationError: its schema cannot be brought to this code's version.
+    """
+    stores = sqlite_stores(path)
+    await stores.database.start()
+    try:
+        yield stores
+    finally:
+        await stores.database.aclose()
