@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
+
 import aiosqlite
 
 from adapters.storage.database import Database
+from adapters.storage.engine import Fetch, Ref, Statement
 from core.values.errors import PrivateWriteRefused
 from core.values.model import Binding, MirrorOf
 
@@ -15,41 +18,53 @@ _COLUMNS = "id, conversation_id, platform, chat_id, state, disabled_reason, crea
 _NO_OPEN_SEGMENT = "NOT EXISTS (SELECT 1 FROM segments s WHERE s.conversation_id = {c} AND s.ended_at IS NULL)"
 
 
-async def insert_mirrors(
-    db: aiosqlite.Connection, conversation_id: int, message_id: int, mirror: MirrorOf, now: float
-) -> tuple[int, ...]:
-    """Inside the caller's transaction (the one that stored the reply `message_id`): one pending
-    mirror row per active binding of the conversation, carrying the exchange (or, for a reminder
-    or nudge, whose `mirror.user_message_id` is None, the companion's message alone): of the
-    user's message, the words the person said, without what it quotes or forwards. The SELECT
-    finds nothing when either message is private or a segment of the conversation is open, so a
-    private reply creates no row at all. Returns the new rows' ids, oldest first."""
-    rows = await db.execute_fetchall(  # one trip to the connection's thread, not three (fetch, close)
+def mirror_rows(conversation_id: int, message: int | Ref, mirror: MirrorOf, now: float) -> Statement:
+    """One pending mirror row per active binding of the conversation, carrying the exchange (or, for a
+    reminder or nudge, whose `mirror.user_message_id` is None, the companion's message alone): of the
+    user's message, the words the person said, without what it quotes or forwards. The SELECT finds
+    nothing when either message is private or a segment of the conversation is open, so a private
+    reply creates no row at all. `message`: the companion's message (a `Ref` inside the write that
+    stores it). Returns the new rows' ids."""
+    return Statement(
         "INSERT INTO deliveries (conversation_id, message_id, binding_id, kind, platform, chat_id, nonce, text,"
         " next_attempt_at, created_at)"
-        " SELECT b.conversation_id, a.id, b.id, 'mirror', b.platform, b.chat_id, lower(hex(randomblob(8))),"
+        # A nonce of 16 characters per row (a Discord part's nonce adds 3: at most 25), distinct per binding.
+        " SELECT b.conversation_id, a.id, b.id, 'mirror', b.platform, b.chat_id,"
+        "  :nonce || CAST(100000 + b.id % 900000 AS TEXT),"
         "  '[' || :label || '] '"
         # The person's own words only (`said`), never the quote or forward lines before them: a
         # quote of a private message is its placeholder, and a mirror learns nothing of private mode.
-        "  || CASE WHEN :user IS NULL THEN '' ELSE 'you: ' || coalesce(u.said, u.text) || char(10) END"
+        "  || CASE WHEN CAST(:user AS BIGINT) IS NULL THEN '' ELSE 'you: ' || coalesce(u.said, u.text) || :nl END"
         "  || 'companion: ' || a.text, :now, :now"
         " FROM bindings b"
         " JOIN messages a ON a.id = :assistant AND a.conversation_id = b.conversation_id"
         " LEFT JOIN messages u ON u.id = :user AND u.conversation_id = b.conversation_id"
         " WHERE b.conversation_id = :c AND b.state = 'active'"
         "  AND a.segment_id IS NULL AND a.mode = 'normal' AND a.kind = 'chat' AND a.role = 'assistant'"
-        "  AND (:user IS NULL OR (u.id IS NOT NULL"
+        "  AND (CAST(:user AS BIGINT) IS NULL OR (u.id IS NOT NULL"
         "   AND u.segment_id IS NULL AND u.mode = 'normal' AND u.kind = 'chat' AND u.role = 'user'))"
         f"  AND {_NO_OPEN_SEGMENT.format(c='b.conversation_id')}"
         " ORDER BY b.id RETURNING id",
         {
             "c": conversation_id,
-            "assistant": message_id,
+            "assistant": message,
             "user": mirror.user_message_id,
             "label": mirror.label,
             "now": now,
+            "nonce": secrets.token_hex(5),
+            "nl": "\n",
         },
+        Fetch.ALL,
     )
+
+
+async def insert_mirrors(
+    db: aiosqlite.Connection, conversation_id: int, message_id: int, mirror: MirrorOf, now: float
+) -> tuple[int, ...]:
+    """`mirror_rows` inside the caller's transaction (the one that stored the reply `message_id`);
+    returns the new rows' ids, oldest first."""
+    statement = mirror_rows(conversation_id, message_id, mirror, now)
+    rows = await db.execute_fetchall(statement.sql, statement.params)  # one trip, not three (fetch, close)
     return tuple(sorted(row[0] for row in rows))
 
 

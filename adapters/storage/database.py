@@ -18,6 +18,7 @@ from typing import Any
 import aiosqlite
 
 from adapters.storage.migrate import migrate
+from adapters.storage.sqlite_engine import SqliteEngine, on_thread
 from core.values.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,9 @@ class Database:
         # In WAL mode the reader sees every committed write and never waits behind the writer's commits.
         self._reader: aiosqlite.Connection | None = None
         self._read_lock = asyncio.Lock()
+        self.busy_step = BUSY_STEP
+        # The engine of adapters/storage/engine.py over these connections: one trip a read or a write.
+        self.engine = SqliteEngine(self)
 
     @property
     def in_memory(self) -> bool:
@@ -80,6 +84,7 @@ class Database:
         try:
             await _configure(db)
             await migrate(db)
+            await on_thread(db, self.engine.register)
             if not self.in_memory:
                 self._reader = await self._open_reader()
         except StoreError:
@@ -92,6 +97,7 @@ class Database:
             await db.close()
             raise
         self._writer = db
+        self.engine.attach(db, self._reader)
 
     async def _open_reader(self) -> aiosqlite.Connection:
         reader = await aiosqlite.connect(self.path, isolation_level=None)
@@ -113,6 +119,15 @@ class Database:
             await reader.close()
         if writer is not None:
             await writer.close()
+
+    @property
+    def reader(self) -> aiosqlite.Connection | None:
+        """The read-only connection (None for an in-memory database: its reads go to the writer)."""
+        return self._reader
+
+    @property
+    def read_lock(self) -> asyncio.Lock:
+        return self._read_lock
 
     @property
     def connection(self) -> aiosqlite.Connection:
@@ -161,6 +176,8 @@ class Database:
                 raise
             else:
                 await db.execute("COMMIT")
+                self.engine.counters.commits += 1
+                self.engine.counters.fsynced_commits += durable
         finally:
             await self._release(durable)
 

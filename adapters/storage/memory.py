@@ -11,6 +11,7 @@ from __future__ import annotations
 import aiosqlite
 
 from adapters.storage.database import Database, inserted_id, present
+from adapters.storage.engine import Ref, Statement
 from adapters.storage.guard import lasting_tx, refuse_while_private
 from core.values.model import FollowUp, Goal, Note, PendingCapture, RecallHit, RunRecord
 
@@ -299,6 +300,36 @@ class MemoryQueries:
             "latencies": [r[0] for r in latencies],
             "cut_off": cut_off[0] or 0,
         }
+
+
+def run_rows(run: RunRecord, *, at: int) -> list[Statement]:
+    """A core.turn.analytics.RunRecord as statements of the caller's write: lasting, so left out (not
+    refused: the rest of the write is kept) while its conversation has a segment open. The first
+    statement (number `at` of the write) inserts the run (rowcount 0: left out); the events name it by `Ref`."""
+    unguarded = "NOT EXISTS (SELECT 1 FROM segments WHERE conversation_id = :c AND ended_at IS NULL)"
+    statements = [
+        Statement(
+            "INSERT INTO agent_runs (conversation_id, started_at, ended_at, status)"
+            f" SELECT :c, :started, :ended, :status WHERE {unguarded}",
+            {"c": run.conversation_id, "started": run.started_at, "ended": run.ended_at, "status": run.status},
+            inserts="agent_runs",
+        )
+    ]
+    if run.events:
+        values = ", ".join(f"(:k{i}, :n{i}, :s{i}, :d{i}, :i{i}, :o{i}, :t{i})" for i in range(len(run.events)))
+        params: dict[str, object] = {"c": run.conversation_id, "run": Ref(at)}
+        for i, (kind, name, status, duration, size_in, size_out, at) in enumerate(run.events):
+            params.update({f"k{i}": kind, f"n{i}": name, f"s{i}": status, f"d{i}": duration})
+            params.update({f"i{i}": size_in, f"o{i}": size_out, f"t{i}": at})
+        statements.append(
+            Statement(
+                "INSERT INTO agent_events (run_id, kind, name, status, duration_ms, size_in, size_out, created_at)"
+                " SELECT :run, v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7"
+                f" FROM (VALUES {values}) AS v WHERE {unguarded}",
+                params,
+            )
+        )
+    return statements
 
 
 async def insert_run(db: aiosqlite.Connection, run: RunRecord) -> int:

@@ -7,7 +7,8 @@ from typing import Any
 
 import aiosqlite
 
-from adapters.storage.database import Database, inserted_id
+from adapters.storage.database import Database, inserted_id, present
+from adapters.storage.engine import Fetch, Ref, Statement
 from core.values.copy import INTERVAL_ENDED_SHOWN
 from core.values.errors import IntervalEnded
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
@@ -55,6 +56,40 @@ async def end_shown(db: aiosqlite.Connection, segments: str, params: tuple[Any, 
     )
 
 
+def delivery_row(
+    conversation_id: int,
+    target: DeliveryTarget,
+    text: str,
+    now: float,
+    *,
+    kind: str = "reply",
+    message_id: int | Ref | None = None,
+    segment_id: int | None = None,
+) -> Statement:
+    """One pending delivery, as a statement of the caller's write (RETURNING its id). The schema refuses
+    a private segment on anything but a reply, and a segment other than the carried message's."""
+    return Statement(
+        "INSERT INTO deliveries (conversation_id, message_id, segment_id, kind, platform, chat_id, reply_to,"
+        " thread_id, nonce, text, next_attempt_at, created_at)"
+        " VALUES (:c, :m, :s, :kind, :platform, :chat, :reply_to, :thread, :nonce, :text, :now, :now) RETURNING id",
+        {
+            "c": conversation_id,
+            "m": message_id,
+            "s": segment_id,
+            "kind": kind,
+            "platform": target.platform,
+            "chat": target.chat_id,
+            "reply_to": target.reply_to,
+            "thread": target.thread_id,
+            "nonce": secrets.token_hex(8),
+            "text": text,
+            "now": now,
+        },
+        Fetch.ONE,
+        inserts="deliveries",
+    )
+
+
 async def insert_delivery(
     db: aiosqlite.Connection,
     conversation_id: int,
@@ -66,27 +101,12 @@ async def insert_delivery(
     message_id: int | None = None,
     segment_id: int | None = None,
 ) -> int:
-    """Write one pending delivery inside the caller's transaction. The schema refuses a private
-    segment on anything but a reply, and a segment other than the carried message's."""
-    cur = await db.execute(
-        "INSERT INTO deliveries (conversation_id, message_id, segment_id, kind, platform, chat_id, reply_to,"
-        " thread_id, nonce, text, next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            conversation_id,
-            message_id,
-            segment_id,
-            kind,
-            target.platform,
-            target.chat_id,
-            target.reply_to,
-            target.thread_id,
-            secrets.token_hex(8),
-            text,
-            now,
-            now,
-        ),
+    """`delivery_row` inside the caller's transaction; returns the new row's id."""
+    statement = delivery_row(
+        conversation_id, target, text, now, kind=kind, message_id=message_id, segment_id=segment_id
     )
-    return inserted_id(cur)
+    rows = await db.execute_fetchall(statement.sql, statement.params)
+    return int(present(next(iter(rows), None))[0])
 
 
 class SqliteOutboxStore:
@@ -134,14 +154,16 @@ class SqliteOutboxStore:
         return [(r[0], r[1]) for r in rows]
 
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None:
-        # Not fsynced: a mark lost to a power cut only sends the reply again (at least once).
-        async with self._db.tx(durable=False) as db:
-            await _forget_retraction(db, delivery_id)
-            await db.execute(
-                "UPDATE deliveries SET status = 'sent', text = NULL, parts_sent = ?, settled_at = ?, error = NULL"
-                " WHERE id = ? AND status = 'pending'",
-                (parts_sent, now, delivery_id),
-            )
+        # Not fsynced: a mark lost to a power cut only sends the reply again (at least once). One trip.
+        await self._db.engine.write(
+            Statement(_FORGET_RETRACTION, {"id": delivery_id}),
+            Statement(
+                "UPDATE deliveries SET status = 'sent', text = NULL, parts_sent = :parts, settled_at = :now,"
+                " error = NULL WHERE id = :id AND status = 'pending'",
+                {"parts": parts_sent, "now": now, "id": delivery_id},
+            ),
+            durable=False,
+        )
 
     async def mark_retry(self, delivery_id: int, parts_sent: int, error: str, next_attempt_at: float) -> None:
         async with self._db.tx() as db:
@@ -395,9 +417,12 @@ class SqliteOutboxStore:
         }
 
 
+# A retraction settled is deleted at once: nothing of its interval is kept longer than needed.
+_FORGET_RETRACTION = "DELETE FROM deliveries WHERE id = :id AND retracts = 1"
+
+
 async def _forget_retraction(db: aiosqlite.Connection, delivery_id: int) -> None:
-    """A retraction settled is deleted at once: nothing of its interval is kept longer than needed."""
-    await db.execute("DELETE FROM deliveries WHERE id = ? AND retracts = 1", (delivery_id,))
+    await db.execute(_FORGET_RETRACTION, {"id": delivery_id})
 
 
 def _delivery(row: aiosqlite.Row) -> OutboundDelivery:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from adapters.storage.bindings import insert_mirrors
+from adapters.storage.bindings import mirror_rows
 from adapters.storage.database import Database, inserted_id, present
-from adapters.storage.memory import insert_run
-from adapters.storage.outbox import insert_delivery
-from core.values.errors import IntervalEnded, PrivateWriteRefused
+from adapters.storage.engine import Fetch, Ref, Statement
+from adapters.storage.memory import insert_run, run_rows
+from adapters.storage.outbox import delivery_row
 from core.values.model import (
     Account,
     Conversation,
@@ -153,22 +153,32 @@ class TimelineQueries:
         Returns None when that platform message is stored already: a redelivery is a no-op."""
         mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
         capture = "pending" if mode == "normal" else "skipped"
-        async with self._db.tx() as db:
-            cur = await db.execute(
+        statements = [
+            Statement(
                 "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
                 " created_at, platform_message_id, turn, said)"
-                " VALUES (?, ?, ?, ?, 'user', 'chat', ?, ?, ?, ?, 'open', ?)"
+                " VALUES (:c, :s, :account, :mode, 'user', 'chat', :text, :capture, :now, :key, 'open', :said)"
                 " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
-                " DO NOTHING",
-                (conversation_id, segment_id, account_id, mode, text, capture, now, platform_message_id, said),
+                " DO NOTHING RETURNING id",
+                {
+                    "c": conversation_id,
+                    "s": segment_id,
+                    "account": account_id,
+                    "mode": mode,
+                    "text": text,
+                    "capture": capture,
+                    "now": now,
+                    "key": platform_message_id,
+                    "said": said,
+                },
+                Fetch.ONE,
+                inserts="messages",
             )
-            if cur.rowcount == 0:
-                return None
-            if segment_id is not None:
-                await db.execute(
-                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
-                )
-            return cur.lastrowid
+        ]
+        if segment_id is not None:  # the idle clock, only when the message was stored (not a redelivery)
+            statements.append(_touch_segment(segment_id, now, stored=Ref(0)))
+        stored = await self._db.engine.write(*statements)
+        return stored[0].scalar
 
     async def record_reply(
         self,
@@ -198,57 +208,98 @@ class TimelineQueries:
         """
         if run is not None and segment_id is not None:
             raise ValueError("a private turn has no analytics run")
-        async with self._db.tx() as db:
-            if segment_id is not None:
-                async with db.execute(
-                    "SELECT 1 FROM segments WHERE id = ? AND ended_at IS NULL AND (expires_at IS NULL OR expires_at > ?)",
-                    (segment_id, now),
-                ) as cur:
-                    if await cur.fetchone() is None:
-                        raise IntervalEnded(f"segment {segment_id} ended before its reply was written")
-            message_id = None
-            if stored_text is not None:
-                mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
-                cur = await db.execute(
+        statements: list[Statement] = []
+        if segment_id is not None:  # first: nothing of the write is kept when the interval ended
+            statements.append(
+                Statement(
+                    "SELECT companion_raise('interval_ended', :what) WHERE NOT EXISTS (SELECT 1 FROM segments"
+                    " WHERE id = :s AND ended_at IS NULL AND (expires_at IS NULL OR expires_at > :now))",
+                    {"s": segment_id, "now": now, "what": f"segment {segment_id} ended before its reply was written"},
+                )
+            )
+        message: Ref | None = None
+        if stored_text is not None:
+            mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
+            message = Ref(len(statements))
+            statements.append(
+                Statement(
                     "INSERT INTO messages (conversation_id, segment_id, mode, role, kind, text, capture, created_at)"
-                    " VALUES (?, ?, ?, 'assistant', 'chat', ?, ?, ?)",
-                    (conversation_id, segment_id, mode, stored_text, "skipped" if segment_id else "pending", now),
+                    " VALUES (:c, :s, :mode, 'assistant', 'chat', :text, :capture, :now) RETURNING id",
+                    {
+                        "c": conversation_id,
+                        "s": segment_id,
+                        "mode": mode,
+                        "text": stored_text,
+                        "capture": "skipped" if segment_id else "pending",
+                        "now": now,
+                    },
+                    Fetch.ONE,
+                    inserts="messages",
                 )
-                message_id = cur.lastrowid
-                if segment_id is not None:
-                    await db.execute(
-                        "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL",
-                        (now, segment_id),
+            )
+            if segment_id is not None:
+                statements.append(_touch_segment(segment_id, now))
+        run_at = len(statements)
+        if run is not None:
+            statements += run_rows(run, at=run_at)
+        if answers is not None:
+            statements.append(
+                Statement(
+                    "UPDATE messages SET turn = 'done' WHERE conversation_id = :c AND turn = 'open' AND id <= :upto",
+                    {"c": conversation_id, "upto": answers},
+                )
+            )
+        streamed_at = len(statements)
+        if target is not None and stream is not None:
+            statements.append(
+                Statement(
+                    "UPDATE deliveries SET text = :text, message_id = :m, status = 'pending', next_attempt_at = :now"
+                    " WHERE id = :stream AND conversation_id = :c AND status = 'streaming'"
+                    " AND segment_id IS NOT DISTINCT FROM :s RETURNING id",
+                    {
+                        "text": send_text,
+                        "m": message,
+                        "now": now,
+                        "stream": stream,
+                        "c": conversation_id,
+                        "s": segment_id,
+                    },
+                    Fetch.ONE,
+                )
+            )
+        mirrors_at = len(statements)
+        if mirror is not None and message is not None:
+            statements.append(mirror_rows(conversation_id, message, mirror, now))
+        if target is not None and stream is None:
+            statements.append(
+                delivery_row(conversation_id, target, send_text, now, message_id=message, segment_id=segment_id)
+            )
+        if target is not None and stream is not None:
+            # Whether the streaming row took the text is known only once the UPDATE ran: a second trip,
+            # in the same transaction, writes a delivery of its own when it did not (the stream was cut off).
+            async with self._db.engine.tx() as tx:
+                results = await tx.run(*statements)
+                delivery_id = results[streamed_at].scalar
+                if delivery_id is None:
+                    message_id = results[message.statement].scalar if message is not None else None
+                    (written,) = await tx.run(
+                        delivery_row(
+                            conversation_id, target, send_text, now, message_id=message_id, segment_id=segment_id
+                        )
                     )
-            if run is not None:
-                try:
-                    await insert_run(db, run)
-                except PrivateWriteRefused:
-                    # A segment the valve could not close is still open: the run is the one lasting
-                    # row of this reply and is left out (refused before it wrote anything); the
-                    # reply itself is not lost to it.
-                    log.warning("conversation %s: analytics run skipped (a segment is open)", conversation_id)
-            if answers is not None:
-                await db.execute(
-                    "UPDATE messages SET turn = 'done' WHERE conversation_id = ? AND turn = 'open' AND id <= ?",
-                    (conversation_id, answers),
-                )
-            delivery_id = None
-            if target is not None and stream is not None:
-                cur = await db.execute(
-                    "UPDATE deliveries SET text = ?, message_id = ?, status = 'pending', next_attempt_at = ?"
-                    " WHERE id = ? AND conversation_id = ? AND status = 'streaming' AND segment_id IS ?",
-                    (send_text, message_id, now, stream, conversation_id, segment_id),
-                )
-                delivery_id = stream if cur.rowcount == 1 else None
-            if target is not None and delivery_id is None:
-                delivery_id = await insert_delivery(
-                    db, conversation_id, target, send_text, now, message_id=message_id, segment_id=segment_id
-                )
-            mirror_ids: tuple[int, ...] = ()
-            if mirror is not None and message_id is not None:
-                mirror_ids = await insert_mirrors(db, conversation_id, message_id, mirror, now)
-            return RecordedReply(message_id, delivery_id, mirror_ids)
+                    delivery_id = written.scalar
+        else:
+            results = await self._db.engine.write(*statements)
+            delivery_id = results[-1].scalar if target is not None else None
+        if run is not None and results[run_at].rowcount == 0:
+            # A segment the valve could not close is still open: the run is the one lasting row of
+            # this reply and is left out; the reply itself is not lost to it.
+            log.warning("conversation %s: analytics run skipped (a segment is open)", conversation_id)
+        message_id = results[message.statement].scalar if message is not None else None
+        mirror_ids: tuple[int, ...] = ()
+        if mirror is not None and message is not None:
+            mirror_ids = tuple(sorted(row["id"] for row in results[mirrors_at].rows))
+        return RecordedReply(message_id, delivery_id, mirror_ids)
 
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]:
         """The newest open normal turn of each conversation (on `platforms`, or all): a user
@@ -418,6 +469,16 @@ class TimelineQueries:
             {"p": person_id, "c": conversation_id},
         )
         return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
+
+
+def _touch_segment(segment_id: int, now: float, *, stored: Ref | None = None) -> Statement:
+    """The interval's idle clock moves with each message written in it (with `stored`: only when that
+    insert stored a row)."""
+    only_if = "" if stored is None else " AND EXISTS (SELECT 1 FROM messages WHERE id = :stored)"
+    params: dict[str, object] = {"now": now, "s": segment_id}
+    if stored is not None:
+        params["stored"] = stored
+    return Statement(f"UPDATE segments SET last_activity_at = :now WHERE id = :s AND ended_at IS NULL{only_if}", params)
 
 
 def _timeline_order(item: TimelineItem) -> tuple[int, int, int]:
