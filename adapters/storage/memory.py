@@ -318,9 +318,9 @@ def run_rows(run: RunRecord, *, at: int) -> list[Statement]:
     if run.events:
         values = ", ".join(f"(:k{i}, :n{i}, :s{i}, :d{i}, :i{i}, :o{i}, :t{i})" for i in range(len(run.events)))
         params: dict[str, object] = {"c": run.conversation_id, "run": Ref(at)}
-        for i, (kind, name, status, duration, size_in, size_out, at) in enumerate(run.events):
+        for i, (kind, name, status, duration, size_in, size_out, created) in enumerate(run.events):
             params.update({f"k{i}": kind, f"n{i}": name, f"s{i}": status, f"d{i}": duration})
-            params.update({f"i{i}": size_in, f"o{i}": size_out, f"t{i}": at})
+            params.update({f"i{i}": size_in, f"o{i}": size_out, f"t{i}": created})
         statements.append(
             Statement(
                 "INSERT INTO agent_events (run_id, kind, name, status, duration_ms, size_in, size_out, created_at)"

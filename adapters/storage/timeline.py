@@ -6,11 +6,12 @@ import logging
 
 from adapters.storage.bindings import mirror_rows
 from adapters.storage.database import Database, inserted_id, present
-from adapters.storage.engine import Fetch, Ref, Statement
+from adapters.storage.engine import Fetch, Ref, Result, Row, Statement
 from adapters.storage.memory import insert_run, run_rows
 from adapters.storage.outbox import delivery_row
 from core.values.model import (
     Account,
+    ContextReads,
     Conversation,
     ConversationKey,
     DeliveryTarget,
@@ -348,38 +349,64 @@ class TimelineQueries:
         Returns items in timeline order (oldest first) either way; `newest_first`
         chooses which end of the range `limit` keeps.
         """
-        order = "DESC" if newest_first else "ASC"
-        upto_sql = "" if upto is None else " AND id <= :upto"
-        params = {"c": conversation_id, "s": visible_segment, "after": after, "upto": upto, "n": limit}
-        normal = await self._db.read(
-            "SELECT id, role, text FROM messages"
-            " WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'"
-            f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
-            params,
+        statements = _view_statements(
+            conversation_id,
+            visible_segment,
+            ":after",
+            {"after": after},
+            upto=upto,
+            limit=limit,
+            newest_first=newest_first,
         )
-        items = [TimelineItem(r["id"], r["role"], r["text"]) for r in normal]
-        if visible_segment is not None:
-            own = await self._db.read(
-                "SELECT id, role, text FROM messages"
-                " WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'"
-                f" AND id > :after{upto_sql} ORDER BY id {order} LIMIT :n",
-                params,
-            )
-            items += [TimelineItem(r["id"], r["role"], r["text"]) for r in own]
-        anchor_upto = "" if upto is None else " AND anchor_message_id < :upto"
-        masked = await self._db.read(
-            "SELECT id, anchor_message_id FROM segments"
-            " WHERE conversation_id = :c AND id IS NOT :s"
-            f" AND anchor_message_id >= :after{anchor_upto}"
-            f" ORDER BY anchor_message_id {order}, id {order} LIMIT :n",
-            params,
+        return _view_items(await self._db.engine.read(*statements), limit=limit, newest_first=newest_first)
+
+    async def context_reads(
+        self, conversation_id: int, *, person_id: int | None, segment_id: int | None, limit: int, count_up_to: int
+    ) -> ContextReads:
+        """What a turn's context reads, in one trip and one snapshot: the normal summary, the private
+        one of `segment_id`, the normal pad of `person_id` (and in private mode the private pad of this
+        conversation's intervals), the newest `limit` items of the view after the watermark of the
+        summary the mode uses (the private one if it exists, else the normal one: ContextAssembler's
+        rule), and the count of the view's messages after that watermark, up to `count_up_to` per
+        source (its own count decides whether a fold is due, as `has_items_before` would)."""
+        after = (
+            "coalesce((SELECT watermark FROM summaries WHERE segment_id = :s AND mode = 'private'),"
+            " (SELECT watermark FROM summaries WHERE conversation_id = :c AND segment_id IS NULL AND mode = 'normal'), 0)"
         )
-        items += [TimelineItem(r["anchor_message_id"], None, None, r["id"]) for r in masked]
-        items.sort(key=_timeline_order, reverse=newest_first)
-        items = items[:limit]
-        if newest_first:
-            items.reverse()
-        return items
+        params = {"c": conversation_id, "s": segment_id}
+        statements = [
+            Statement(_NORMAL_SUMMARY, {"c": conversation_id}, Fetch.ONE),
+            Statement(_PRIVATE_SUMMARY, {"s": segment_id}, Fetch.ONE),
+            Statement(_NORMAL_PAD, {"p": person_id}, Fetch.ALL),
+            Statement(
+                _PRIVATE_PAD + (" AND 0 = 1" if segment_id is None else "") + " ORDER BY id",
+                {"p": person_id, "c": conversation_id},
+                Fetch.ALL,
+            ),
+            Statement(
+                "SELECT count(*) AS n FROM ("
+                " SELECT 1 AS one FROM (SELECT 1 AS one FROM messages WHERE conversation_id = :c AND segment_id IS NULL"
+                f"   AND kind = 'chat' AND id > {after} LIMIT :cap) AS normal_rows"
+                " UNION ALL"
+                " SELECT 1 AS one FROM (SELECT 1 AS one FROM messages WHERE conversation_id = :c AND segment_id = :s"
+                f"   AND kind = 'chat' AND id > {after} LIMIT :cap) AS own_rows) AS counted",
+                {**params, "cap": count_up_to},
+                Fetch.ONE,
+            ),
+        ]
+        statements += _view_statements(
+            conversation_id, segment_id, after, {}, upto=None, limit=limit, newest_first=True
+        )
+        results = await self._db.engine.read(*statements)
+        normal, private, pad, private_pad, counted = results[:5]
+        return ContextReads(
+            normal_summary=_summary(normal.one),
+            private_summary=_summary(private.one),
+            normal_pad=[PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in pad.rows],
+            private_pad=[PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in private_pad.rows],
+            items=_view_items(results[5:], limit=limit, newest_first=True),
+            messages_after=int((counted.one or {"n": 0})["n"]),
+        )
 
     async def has_items_before(
         self, conversation_id: int, *, visible_segment: int | None, after: int, before: int, at_least: int
@@ -402,16 +429,11 @@ class TimelineQueries:
     # --- summaries ----------------------------------------------------------
 
     async def normal_summary(self, conversation_id: int) -> Summary | None:
-        row = await self._db.read_one(
-            "SELECT text, watermark FROM summaries WHERE conversation_id = ? AND segment_id IS NULL AND mode = 'normal'",
-            (conversation_id,),
-        )
+        row = await self._db.read_one(_NORMAL_SUMMARY, {"c": conversation_id})
         return Summary(row["text"], row["watermark"]) if row else None
 
     async def private_summary(self, segment_id: int) -> Summary | None:
-        row = await self._db.read_one(
-            "SELECT text, watermark FROM summaries WHERE segment_id = ? AND mode = 'private'", (segment_id,)
-        )
+        row = await self._db.read_one(_PRIVATE_SUMMARY, {"s": segment_id})
         return Summary(row["text"], row["watermark"]) if row else None
 
     async def save_summary(
@@ -453,22 +475,94 @@ class TimelineQueries:
     # --- memory pads --------------------------------------------------------
 
     async def normal_pad(self, person_id: int) -> list[PadEntry]:
-        rows = await self._db.read(
-            "SELECT id, text FROM pad_entries WHERE person_id = ? AND mode = 'normal' AND segment_id IS NULL ORDER BY id",
-            (person_id,),
-        )
+        rows = await self._db.read(_NORMAL_PAD, {"p": person_id})
         return [PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in rows]
 
     async def private_pad(self, person_id: int, conversation_id: int | None = None) -> list[PadEntry]:
         """Only the private-mode context assembly calls this. With `conversation_id`, only the
         facts of that conversation's own intervals: a linked account's private mode in another
         conversation never reads them (a private interval belongs to one conversation)."""
-        rows = await self._db.read(
-            "SELECT id, text, segment_id FROM pad_entries WHERE person_id = :p AND mode = 'private'"
-            " AND (:c IS NULL OR segment_id IN (SELECT id FROM segments WHERE conversation_id = :c)) ORDER BY id",
-            {"p": person_id, "c": conversation_id},
-        )
+        rows = await self._db.read(_PRIVATE_PAD + " ORDER BY id", {"p": person_id, "c": conversation_id})
         return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
+
+
+_NORMAL_SUMMARY = (
+    "SELECT text, watermark FROM summaries WHERE conversation_id = :c AND segment_id IS NULL AND mode = 'normal'"
+)
+_PRIVATE_SUMMARY = "SELECT text, watermark FROM summaries WHERE segment_id = :s AND mode = 'private'"
+_NORMAL_PAD = (
+    "SELECT id, text FROM pad_entries WHERE person_id = :p AND mode = 'normal' AND segment_id IS NULL ORDER BY id"
+)
+# Only private-mode context assembly reads it. With :c, only the facts of that conversation's own intervals.
+_PRIVATE_PAD = (
+    "SELECT id, text, segment_id FROM pad_entries WHERE person_id = :p AND mode = 'private'"
+    " AND (CAST(:c AS BIGINT) IS NULL OR segment_id IN (SELECT id FROM segments WHERE conversation_id = :c))"
+)
+
+
+def _summary(row: Row | None) -> Summary | None:
+    return Summary(row["text"], row["watermark"]) if row is not None else None
+
+
+def _view_statements(
+    conversation_id: int,
+    visible_segment: int | None,
+    after: str,
+    extra: dict[str, object],
+    *,
+    upto: int | None,
+    limit: int,
+    newest_first: bool,
+) -> list[Statement]:
+    """The masked view's reads (see `TimelineQueries.view`): normal messages, the visible segment's own
+    messages (in private mode only) and one placeholder per other segment, each after `after` (SQL: a
+    parameter or the watermark's subquery)."""
+    order = "DESC" if newest_first else "ASC"
+    upto_sql = "" if upto is None else " AND id <= :upto"
+    params = {"c": conversation_id, "s": visible_segment, "upto": upto, "n": limit, **extra}
+    statements = [
+        Statement(
+            "SELECT id, role, text FROM messages"
+            " WHERE conversation_id = :c AND segment_id IS NULL AND kind = 'chat' AND mode <> 'private'"
+            f" AND id > {after}{upto_sql} ORDER BY id {order} LIMIT :n",
+            params,
+            Fetch.ALL,
+        )
+    ]
+    if visible_segment is not None:
+        statements.append(
+            Statement(
+                "SELECT id, role, text FROM messages"
+                " WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'"
+                f" AND id > {after}{upto_sql} ORDER BY id {order} LIMIT :n",
+                params,
+                Fetch.ALL,
+            )
+        )
+    anchor_upto = "" if upto is None else " AND anchor_message_id < :upto"
+    statements.append(
+        Statement(
+            "SELECT id, anchor_message_id FROM segments"
+            " WHERE conversation_id = :c AND id IS DISTINCT FROM :s"
+            f" AND anchor_message_id >= {after}{anchor_upto}"
+            f" ORDER BY anchor_message_id {order}, id {order} LIMIT :n",
+            params,
+            Fetch.ALL,
+        )
+    )
+    return statements
+
+
+def _view_items(results: list[Result], *, limit: int, newest_first: bool) -> list[TimelineItem]:
+    """The view's items from `_view_statements`' results, in timeline order (oldest first)."""
+    *messages, masked = results
+    items = [TimelineItem(r["id"], r["role"], r["text"]) for result in messages for r in result.rows]
+    items += [TimelineItem(r["anchor_message_id"], None, None, r["id"]) for r in masked.rows]
+    items.sort(key=_timeline_order, reverse=newest_first)
+    items = items[:limit]
+    if newest_first:
+        items.reverse()
+    return items
 
 
 def _touch_segment(segment_id: int, now: float, *, stored: Ref | None = None) -> Statement:

@@ -23,6 +23,7 @@ from core.values.errors import ProviderError
 from core.values.model import (
     ChatMessage,
     CompletionRequest,
+    ContextReads,
     Conversation,
     Summary,
     TimelineItem,
@@ -94,14 +95,6 @@ class ContextAssembler:
         self._clock = clock
         self.ratio = TokenRatio()
 
-    async def summary_for(self, conversation: Conversation, state: ModeState) -> Summary:
-        normal = await self._store.normal_summary(conversation.id) or EMPTY_SUMMARY
-        if state.segment_id is None:
-            return normal
-        own = await self._store.private_summary(state.segment_id)
-        # A new private summary starts where the normal one stands (normal content only).
-        return own if own is not None else normal
-
     async def assemble(
         self, conversation: Conversation, state: ModeState, *, shrink: int = 1, upcoming: str | None = None
     ) -> AssembledContext:
@@ -110,10 +103,20 @@ class ContextAssembler:
         the next stored message will (the newest), so that the window is fitted as it will be once
         that message is stored (the `/context` preview; a turn stores its message first)."""
         visible = state.segment_id
-        summary = await self.summary_for(conversation, state)
-        system = await self._system_text(conversation, state, summary)
         limit = self._budget.max_items if upcoming is None else self._budget.max_items - 1
-        fetched = await self._store.view(conversation.id, visible_segment=visible, after=summary.watermark, limit=limit)
+        # Summaries, pads, the view and the count that decides a fold: one read, one snapshot.
+        reads = await self._store.context_reads(
+            conversation.id,
+            person_id=conversation.person_id,
+            segment_id=visible,
+            limit=limit,
+            count_up_to=limit + self._budget.fold_min,
+        )
+        normal = reads.normal_summary or EMPTY_SUMMARY
+        # A new private summary starts where the normal one stands (normal content only).
+        summary = normal if visible is None else (reads.private_summary or normal)
+        system = self._system_text(conversation, state, summary, reads)
+        fetched = reads.items
         if upcoming is not None:
             fetched.append(TimelineItem(UPCOMING_POSITION, "user", upcoming))
         ratio = self.ratio.value  # read once, after the reads: the budget and the window use the same
@@ -121,29 +124,31 @@ class ContextAssembler:
         window = _fit(fetched, remaining, ratio)
         needs_fold = False
         if window:
-            needs_fold = await self._store.has_items_before(
-                conversation.id,
-                visible_segment=visible,
-                after=summary.watermark,
-                before=_first_position(window[0]),
-                at_least=self._budget.fold_min,
+            # The view's messages between the watermark and the window: all of them after the watermark
+            # but those from the window's first on (every one of those was fetched: the newest items).
+            before = _first_position(window[0])
+            newer = sum(
+                1
+                for item in fetched
+                if not item.is_placeholder and item.position != UPCOMING_POSITION and item.position >= before
             )
+            needs_fold = reads.messages_after - newer >= self._budget.fold_min
         messages = [ChatMessage("system", system)]
         messages += [_as_chat(item) for item in window]
         return AssembledContext(tuple(messages), tuple(window), summary, needs_fold, ratio)
 
-    async def _system_text(self, conversation: Conversation, state: ModeState, summary: Summary) -> str:
+    def _system_text(self, conversation: Conversation, state: ModeState, summary: Summary, reads: ContextReads) -> str:
         parts = [self._persona.normal]
         if state.is_private:
             if self._persona.private_additions:
                 parts.append(self._persona.private_additions)
             parts.append(copy.PRIVATE_SYSTEM_LINE)
         if conversation.person_id is not None:  # pads are personal: never loaded in a group
-            pad = [e.text for e in await self._store.normal_pad(conversation.person_id)]
+            pad = [e.text for e in reads.normal_pad]
             if pad:
                 parts.append(copy.MEMORY_HEADER + "\n" + "\n".join(f"- {t}" for t in pad))
             if state.is_private:
-                private_pad = [e.text for e in await self._store.private_pad(conversation.person_id, conversation.id)]
+                private_pad = [e.text for e in reads.private_pad]
                 if private_pad:
                     parts.append(copy.PRIVATE_MEMORY_HEADER + "\n" + "\n".join(f"- {t}" for t in private_pad))
         if summary.text:

@@ -374,6 +374,21 @@ class PadEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextReads:
+    """Everything a turn's context reads, read at once (one snapshot): both summaries of the mode, the
+    pads it may read, the newest items of its view after the summary it uses, and how many messages of
+    that view lie after that summary's watermark (counted up to `counted_up_to` per source, enough to
+    tell whether a fold is due)."""
+
+    normal_summary: Summary | None
+    private_summary: Summary | None
+    normal_pad: list[PadEntry]
+    private_pad: list[PadEntry]
+    items: list[TimelineItem]
+    messages_after: int
+
+
+@dataclass(frozen=True, slots=True)
 class RecallHit:
     source: str  # message | note | pad
     ref: int

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from core.values.model import (
     Account,
+    ContextReads,
     Conversation,
     ConversationKey,
     DeliveryTarget,
@@ -142,16 +143,18 @@ class PadReader(Protocol):
     async def normal_pad(self, person_id: int) -> list[PadEntry]: ...
 
 
-class ContextStore(TimelineView, PadReader, Protocol):
+class ContextStore(TimelineView, Protocol):
     """What a model request is assembled from, and the summary fold (core.memory.context.ContextAssembler)."""
 
-    async def has_items_before(
-        self, conversation_id: int, *, visible_segment: int | None, after: int, before: int, at_least: int
-    ) -> bool: ...
-
-    async def normal_summary(self, conversation_id: int) -> Summary | None: ...
-
-    async def private_summary(self, segment_id: int) -> Summary | None: ...
+    async def context_reads(
+        self, conversation_id: int, *, person_id: int | None, segment_id: int | None, limit: int, count_up_to: int
+    ) -> ContextReads:
+        """In one read (one snapshot): both summaries (the private one of `segment_id`), the normal pad of
+        `person_id` and, with `segment_id`, the private pad of this conversation's intervals; the newest
+        `limit` items of the view after the watermark of the summary the mode uses (the private one if it
+        exists, else the normal one), and how many messages of that view lie after it (up to
+        `count_up_to` per source: the view's normal messages, the segment's own)."""
+        ...
 
     async def save_summary(
         self,
@@ -163,5 +166,3 @@ class ContextStore(TimelineView, PadReader, Protocol):
         pad_person_id: int | None = None,
         pad_facts: tuple[str, ...] = (),
     ) -> None: ...
-
-    async def private_pad(self, person_id: int, conversation_id: int | None = None) -> list[PadEntry]: ...
