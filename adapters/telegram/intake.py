@@ -40,6 +40,11 @@ from core.values.model import InboundMessage
 
 log = logging.getLogger(__name__)
 
+# The update ledger is written at most once per this many seconds, and at the stop, off the turns: a
+# kill loses at most the marks of that window, and Telegram offers those updates again, where the
+# inbox makes each stored message a no-op. A button press (no inbox key holds it) is written at once.
+LEDGER_SECONDS = 0.5
+
 # What getUpdates asks for: messages, edits of them (issue 15), and presses of confirmation buttons.
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 
@@ -104,6 +109,7 @@ class TelegramIntake:
         self._progress = asyncio.Event()
         self._persist_lock = asyncio.Lock()
         self._persisted: str | None = None
+        self._persisting: asyncio.Task[None] | None = None  # the ledger's coalesced write, once due
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -157,6 +163,11 @@ class TelegramIntake:
             for task in late:  # left unconfirmed, so Telegram delivers them again after the restart
                 task.cancel()
             await asyncio.gather(*handling, return_exceptions=True)
+        persisting, self._persisting = self._persisting, None
+        if persisting is not None:
+            persisting.cancel()
+            await asyncio.gather(persisting, return_exceptions=True)
+        await self._persist()  # the ledger's last marks, before the offset confirms them to Telegram
         await self._confirm_handled()
         await self._connection.close()
         log.info("telegram: stopped")
@@ -282,6 +293,15 @@ class TelegramIntake:
             return  # cut off by the stop: left unconfirmed, Telegram offers it again after the restart
         self._ledger.finish(update.update_id)
         self._progress.set()
+        if update.callback_query is not None:
+            await self._persist()  # a press redelivered would run its command again: no inbox key holds it
+        elif self._persisting is None:
+            self._persisting = asyncio.get_running_loop().create_task(self._persist_later(), name="telegram-ledger")
+
+    async def _persist_later(self) -> None:
+        """The ledger's coalesced write: every update finished within LEDGER_SECONDS in one write."""
+        await asyncio.sleep(LEDGER_SECONDS)
+        self._persisting = None  # an update finished from now on is in the next write
         await self._persist()
 
     async def _persist(self) -> None:

@@ -436,6 +436,10 @@ async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
         release.set()
         await telegram.wait_for(lambda: telegram.pending_updates == 0)  # confirmed once handled
         assert telegram.texts_to(USER) == ["handled"]
+        # Stored as handled too: off the turn, within the ledger's coalescing window (LEDGER_SECONDS).
+        async with asyncio.timeout(10):
+            while await stores.modes.get_adapter_state(key) is None:
+                await asyncio.sleep(0.05)
         assert await stores.modes.get_adapter_state(key) == "1"
     finally:
         release.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 
@@ -9,6 +10,7 @@ import pytest
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.stores import Stores
+from adapters.telegram import intake
 from bot.bootstrap import build_companion, core_entry
 from core.commands.export import CONFIRM_WINDOW
 from core.delivery.outbox import Outbox
@@ -134,3 +136,24 @@ def test_the_fake_refuses_callback_data_longer_than_64_bytes():
     ):
         with pytest.raises(BadRequest):
             _inline_keyboard(bad)
+
+
+async def test_a_press_is_stored_in_the_update_ledger_at_once_unlike_a_message(
+    telegram, companion, stores, monkeypatch
+):
+    # A message's mark waits for the coalesced write (here: for the stop); a press, which no inbox key
+    # holds, is written as soon as it was handled, so a kill after its answer cannot run it again.
+    monkeypatch.setattr(intake, "LEDGER_SECONDS", 3600.0)
+    adapter = telegram_adapter(telegram, core_entry(companion))
+    key = f"telegram:offset:{telegram.bot_id}"
+    await adapter.start()
+    try:
+        asked = await crossing_asked(telegram)  # updates 1 to 3
+        assert await stores.modes.get_adapter_state(key) is None
+        telegram.press_button(USER, USER, asked, CONFIRM)  # update 4
+        async with asyncio.timeout(10):
+            while await stores.modes.get_adapter_state(key) is None:
+                await asyncio.sleep(0.05)
+        assert await stores.modes.get_adapter_state(key) == "4"
+    finally:
+        await adapter.aclose()

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
-from tests.helpers.telegram_gateway import USER, gateway_env, say, spawn, stop, wait_until
+from tests.helpers.telegram_gateway import USER, gateway_env, polling, say, spawn, stop, wait_until
 
 pytestmark = pytest.mark.wire
 
@@ -135,3 +135,76 @@ def test_a_reply_written_but_never_sent_before_a_kill_goes_out_once_at_the_next_
     finally:
         stop(gateway)
     assert telegram.texts_to(USER).count("the reply the kill held back") == 1
+
+
+def ledger_through(tmp_path: Path) -> int:
+    """The newest update id the stored update ledger settles, with every one before it (0: none)."""
+    stored = rows(tmp_path, "SELECT value FROM adapter_state WHERE name LIKE 'telegram:offset:%'")
+    return int(stored[0][0].split()[0]) if stored and stored[0][0] else 0
+
+
+def test_a_kill_right_after_an_answer_loses_nothing_and_answers_nothing_twice(
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path
+) -> None:
+    telegram, model = telegram_servers
+    env = gateway_env(tmp_path, telegram, model)
+    gateway = spawn(env)
+    try:
+        model.reply_text("the first answer")
+        assert say(telegram, gateway, "hello before the kill") == "the first answer"
+        # Marked sent (a kill before the mark sends it again at the start: at least once, not this test's).
+        wait_until(
+            telegram,
+            gateway,
+            lambda: rows(tmp_path, "SELECT count(*) FROM deliveries WHERE status = 'pending'") == [(0,)],
+        )
+    finally:
+        gateway.kill()  # right after the answer: the ledger is written off the turn, later
+        gateway.communicate()
+    # What the kill may leave: the ledger without this update, and Telegram offering it again.
+    rows(tmp_path, "DELETE FROM adapter_state WHERE name LIKE 'telegram:offset:%'")
+    telegram.redeliver()
+    asked = len(model.raw_requests)
+    gateway = spawn(env)
+    try:
+        model.reply_text("the second answer")
+        assert say(telegram, gateway, "hello after the kill") == "the second answer"
+    finally:
+        code, stderr = stop(gateway)
+    assert code == 0, stderr
+    # The redelivered message was a no-op (the inbox holds it): not stored, asked or answered again.
+    assert telegram.texts_to(USER) == ["the first answer", "the second answer"]
+    assert len(model.raw_requests) == asked + 1
+    assert rows(tmp_path, "SELECT count(*) FROM messages WHERE text = 'hello before the kill'") == [(1,)]
+    assert ledger_through(tmp_path) == max(telegram._delivered)  # the stop wrote the ledger's last marks
+
+
+def test_a_button_press_is_recorded_at_once_and_never_runs_twice_after_a_kill(
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path
+) -> None:
+    telegram, model = telegram_servers
+    env = gateway_env(tmp_path, telegram, model, COMPANION_ALLOW_PRIVATE_EXPORT="true")
+    gateway = spawn(env)
+    try:
+        assert say(telegram, gateway, "/private sesame").startswith("Private mode is on")
+        say(telegram, gateway, "/export")
+        asked = telegram.sent[-1]
+        assert asked.reply_markup is not None  # the confirmation button
+        telegram.press_button(USER, USER, asked.message_id, "companion:/export confirm")
+        pressed = max(telegram._delivered) + 1
+        wait_until(telegram, gateway, lambda: len(telegram.calls_of("sendDocument")) == 1)
+        # No inbox key holds a press: its update is in the ledger as soon as its answer is out.
+        wait_until(telegram, gateway, lambda: ledger_through(tmp_path) >= pressed)
+    finally:
+        gateway.kill()
+        gateway.communicate()
+    telegram.redeliver()  # the press comes again, as if the kill came before its offset was confirmed
+    gateway = spawn(env)
+    try:
+        polling(telegram, gateway)
+        time.sleep(2.1)  # Telegram dates are whole seconds, rounded down: wait past the restart's second
+        say(telegram, gateway, "hello after the kill")
+    finally:
+        code, stderr = stop(gateway)
+    assert code == 0, stderr
+    assert len(telegram.calls_of("sendDocument")) == 1
