@@ -40,6 +40,7 @@ from tests.helpers.adapters import AttachedPlatform, core_for, telegram_adapter
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.logs import logging_policy
+from tests.helpers.waiting import wait_for_stored
 
 USER, OTHER, GROUP = 111, 333, -100500
 STRANGER = 987650123  # distinctive, so finding it in a stored row means something
@@ -437,9 +438,7 @@ async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(
         await telegram.wait_for(lambda: telegram.pending_updates == 0)  # confirmed once handled
         assert telegram.texts_to(USER) == ["handled"]
         # Stored as handled too: off the turn, within the ledger's coalescing window (LEDGER_SECONDS).
-        async with asyncio.timeout(10):
-            while await stores.modes.get_adapter_state(key) is None:
-                await asyncio.sleep(0.05)
+        await wait_for_stored(lambda: stores.modes.get_adapter_state(key), what="the update ledger")
         assert await stores.modes.get_adapter_state(key) == "1"
     finally:
         release.set()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 
@@ -21,6 +20,7 @@ from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.adapters import AttachedPlatform, telegram_adapter
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.waiting import wait_for_stored
 
 USER = 111
 CONFIRM = "companion:/export confirm"
@@ -151,9 +151,7 @@ async def test_a_press_is_stored_in_the_update_ledger_at_once_unlike_a_message(
         asked = await crossing_asked(telegram)  # updates 1 to 3
         assert await stores.modes.get_adapter_state(key) is None
         telegram.press_button(USER, USER, asked, CONFIRM)  # update 4
-        async with asyncio.timeout(10):
-            while await stores.modes.get_adapter_state(key) is None:
-                await asyncio.sleep(0.05)
+        await wait_for_stored(lambda: stores.modes.get_adapter_state(key), what="the press in the update ledger")
         assert await stores.modes.get_adapter_state(key) == "4"
     finally:
         await adapter.aclose()
