@@ -8,7 +8,7 @@ from typing import Any
 import aiosqlite
 
 from adapters.storage.database import Database, inserted_id, present
-from adapters.storage.engine import Fetch, Ref, Statement
+from adapters.storage.engine import Fetch, Ref, Row, Statement
 from core.values.copy import INTERVAL_ENDED_SHOWN
 from core.values.errors import IntervalEnded
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
@@ -90,6 +90,20 @@ def delivery_row(
     )
 
 
+def alone_in_lane(delivery: int | Ref, now: float) -> Statement:
+    """The delivery row (as `pending_of` reads it) when no earlier delivery of its lane (its
+    conversation, platform and chat) is pending for an open interval: then it goes out first, alone;
+    no row otherwise."""
+    return Statement(
+        f"SELECT {_COLUMNS} FROM deliveries WHERE id = :d AND status = 'pending' AND NOT EXISTS ("
+        " SELECT 1 FROM deliveries e WHERE e.conversation_id = deliveries.conversation_id AND e.status = 'pending'"
+        " AND e.platform = deliveries.platform AND e.chat_id = deliveries.chat_id AND e.id < deliveries.id"
+        f" AND {_interval_open('e')})",
+        {"d": delivery, "now": now},
+        Fetch.ONE,
+    )
+
+
 async def insert_delivery(
     db: aiosqlite.Connection,
     conversation_id: int,
@@ -132,7 +146,7 @@ class SqliteOutboxStore:
             f" AND {_INTERVAL_OPEN} ORDER BY id",
             {"c": conversation_id, "upto": upto, "now": now},
         )
-        return [_delivery(r) for r in rows]
+        return [delivery_of(r) for r in rows]
 
     async def due(
         self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
@@ -358,7 +372,7 @@ class SqliteOutboxStore:
                 retraction = inserted_id(cur)
             async with db.execute(f"SELECT {_COLUMNS} FROM deliveries WHERE id = ?", (retraction,)) as cur:
                 written = await cur.fetchone()
-            return _delivery(written) if written is not None else None
+            return delivery_of(written) if written is not None else None
 
     async def retractions(self, conversation_id: int | None = None) -> list[tuple[int, int]]:
         """(conversation, id) of each retraction waiting to be sent (of one conversation, or all)."""
@@ -425,7 +439,7 @@ async def _forget_retraction(db: aiosqlite.Connection, delivery_id: int) -> None
     await db.execute(_FORGET_RETRACTION, {"id": delivery_id})
 
 
-def _delivery(row: aiosqlite.Row) -> OutboundDelivery:
+def delivery_of(row: Row | aiosqlite.Row) -> OutboundDelivery:
     return OutboundDelivery(
         id=row["id"],
         conversation_id=row["conversation_id"],

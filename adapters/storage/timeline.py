@@ -8,7 +8,7 @@ from adapters.storage.bindings import mirror_rows
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.engine import Fetch, Ref, Result, Row, Statement
 from adapters.storage.memory import insert_run, run_rows
-from adapters.storage.outbox import delivery_row
+from adapters.storage.outbox import alone_in_lane, delivery_of, delivery_row
 from core.values.model import (
     Account,
     ContextReads,
@@ -275,6 +275,8 @@ class TimelineQueries:
             statements.append(
                 delivery_row(conversation_id, target, send_text, now, message_id=message, segment_id=segment_id)
             )
+            if segment_id is None:  # the row as written, when nothing earlier waits in its lane
+                statements.append(alone_in_lane(Ref(len(statements) - 1), now))
         if target is not None and stream is not None:
             # Whether the streaming row took the text is known only once the UPDATE ran: a second trip,
             # in the same transaction, writes a delivery of its own when it did not (the stream was cut off).
@@ -289,9 +291,13 @@ class TimelineQueries:
                         )
                     )
                     delivery_id = written.scalar
+            delivery = None
         else:
             results = await self._db.engine.write(*statements)
-            delivery_id = results[-1].scalar if target is not None else None
+            delivery_at = len(statements) - (2 if target is not None and segment_id is None else 1)
+            delivery_id = results[delivery_at].scalar if target is not None else None
+            alone = results[-1].one if target is not None and segment_id is None else None
+            delivery = delivery_of(alone) if alone is not None else None
         if run is not None and results[run_at].rowcount == 0:
             # A segment the valve could not close is still open: the run is the one lasting row of
             # this reply and is left out; the reply itself is not lost to it.
@@ -300,7 +306,7 @@ class TimelineQueries:
         mirror_ids: tuple[int, ...] = ()
         if mirror is not None and message is not None:
             mirror_ids = tuple(sorted(row["id"] for row in results[mirrors_at].rows))
-        return RecordedReply(message_id, delivery_id, mirror_ids)
+        return RecordedReply(message_id, delivery_id, mirror_ids, delivery)
 
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]:
         """The newest open normal turn of each conversation (on `platforms`, or all): a user

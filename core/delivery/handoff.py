@@ -107,6 +107,9 @@ class HandOff:
                         await self.outbox.deliver(conversation, row)
                         if reply.attachments and sender is not None:
                             await sender.send_answer(target, "", files=reply.attachments)
+                    elif reply.delivery is not None and reply.delivery.id == row and text == reply.text:
+                        # Nothing earlier waits in its lane (the store said so as it wrote it): sent as written.
+                        self.outbox.hand_over_written(reply.delivery)
                     else:  # sent in the outbox's lane: the chat's next event need not wait for it
                         self.outbox.hand_over(conversation, row)
                 elif sender is not None:

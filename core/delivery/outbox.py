@@ -142,17 +142,23 @@ class Outbox:
             raise DeliveryFailed("not configured", permanent=True, parts_sent=0)
         return await sender.send_text(chat_id, text)
 
-    async def deliver(self, conversation_id: int, delivery_id: int) -> bool:
+    async def deliver(self, conversation_id: int, delivery_id: int, *, written: OutboundDelivery | None = None) -> bool:
         """Send the pending deliveries of the lane of `delivery_id` (its conversation, platform and
         chat) up to it, oldest first. Returns whether they all went out (False: the rest waits
-        for `dispatch_due`)."""
-        lane = await self._store.lane_of(delivery_id)
+        for `dispatch_due`). `written`: that row as the store wrote it, a normal reply with nothing
+        earlier waiting in its lane (RecordedReply.delivery): sent without reading the lane again."""
+        if written is not None and written.segment_id is not None:
+            written = None  # a private interval's row is picked with the clock, at its send, as below
+        lane = (written.target.platform, written.target.chat_id) if written else await self._store.lane_of(delivery_id)
         if lane is None:
             return True  # sent and pruned long ago
         async with self._locks.of((conversation_id, *lane)):
             ends = self._interval_sends.ends(conversation_id)
             # Picked with the clock: nothing of an interval that has ended (or was forgotten) goes out.
-            for delivery in await self._store.pending_of(conversation_id, delivery_id, self._clock.now()):
+            picked = (
+                [written] if written else await self._store.pending_of(conversation_id, delivery_id, self._clock.now())
+            )
+            for delivery in picked:
                 sender = self._senders.get(delivery.target.platform)
                 if sender is None:
                     return False
@@ -172,6 +178,17 @@ class Outbox:
         task = asyncio.get_running_loop().create_task(self.deliver_all(conversation_id, delivery_ids))
         self._handed.add(task)
         task.add_done_callback(self._sent)
+
+    def hand_over_written(self, delivery: OutboundDelivery) -> None:
+        """`hand_over` of a normal reply just written with nothing earlier waiting in its lane (the store
+        read that in the transaction that wrote it, RecordedReply.delivery): sent as written, without
+        reading its lane again."""
+        task = asyncio.get_running_loop().create_task(self._deliver_written(delivery))
+        self._handed.add(task)
+        task.add_done_callback(self._sent)
+
+    async def _deliver_written(self, delivery: OutboundDelivery) -> None:
+        await self.deliver(delivery.conversation_id, delivery.id, written=delivery)
 
     def dispatch_in_background(self) -> None:
         """What the last process left, sent once the adapters can send (`dispatch_due(at_start=True)`)

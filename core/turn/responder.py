@@ -289,6 +289,7 @@ class Responder:
             delete_inbound=delete_inbound,
             delivery_id=recorded.delivery_id,
             conversation_id=turn.conversation.id,
+            delivery=recorded.delivery,
         )
 
     def _target(self, turn: Turn, *, delete_inbound: bool = False) -> DeliveryTarget:

@@ -132,6 +132,8 @@ class Reply:
     delivery_id: int | None = None
     conversation_id: int | None = None
     confirm: Confirmation | None = None  # a button under the reply (core.values.edge.button_data)
+    # That row as written, when nothing earlier waited in its lane: the outbox sends it without reading it again.
+    delivery: OutboundDelivery | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +212,9 @@ class RecordedReply:
     message_id: int | None
     delivery_id: int | None
     mirror_ids: tuple[int, ...] = ()
+    # The delivery as written, when it is a normal reply and no earlier pending row of its lane (its
+    # conversation, platform and chat) waited, read in the same transaction; None otherwise.
+    delivery: OutboundDelivery | None = None
 
 
 @dataclass(frozen=True, slots=True)
