@@ -23,6 +23,7 @@ from adapters.telegram import (
     group_text,
     split_message,
 )
+from adapters.telegram import intake as intake_module
 from bot.bootstrap import build_companion, core_entry
 from core.commands.registry import command_specs
 from core.delivery.outbox import Outbox
@@ -408,6 +409,28 @@ async def test_restart_does_not_handle_updates_again(
     assert len(await before_a_later_turn(telegram)) == 3  # "one" and "two" were not answered again
     assert len(model.requests) == 3
     assert user_texts(model.requests[-1])[-1] == "three, sent while the gateway was down"
+
+
+async def test_the_stop_stores_the_update_ledger_the_coalescing_held_back(
+    telegram: FakeTelegramServer, stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The coalesced write would come only after an hour here: what holds the marks is the stop's own write.
+    monkeypatch.setattr(intake_module, "LEDGER_SECONDS", 3600.0)
+
+    async def answer(message: InboundMessage) -> Reply | None:
+        return Reply("handled")
+
+    adapter = telegram_adapter(telegram, core_for(answer, state=stores.modes))
+    key = f"telegram:offset:{telegram.bot_id}"
+    await adapter.start()
+    try:
+        for text in ("one", "two"):
+            telegram.send_text(USER, USER, text)
+        await telegram.wait_for(lambda: telegram.texts_to(USER) == ["handled", "handled"])
+        assert await stores.modes.get_adapter_state(key) is None  # written off the turns, not yet
+    finally:
+        await adapter.aclose()
+    assert await stores.modes.get_adapter_state(key) == "2"
 
 
 async def test_an_update_is_confirmed_and_stored_only_after_it_was_handled(

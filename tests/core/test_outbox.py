@@ -445,3 +445,19 @@ async def test_a_note_is_added_only_to_a_delivery_none_of_whose_parts_went_out(b
     await companion.outbox.append_text(reply.delivery_id, " NOTE")  # sent: nothing to add to
     texts = [r[0] for r in await all_rows(stores, "SELECT text FROM deliveries ORDER BY id")]
     assert texts == [None, long_reply.text]  # a part already out would shift every later part
+
+
+async def test_a_private_answer_handed_over_as_written_is_still_never_sent_after_its_interval_ends(
+    boot, stores, sender
+):
+    companion = await boot()
+    await tell(companion, f"/private {PASSPHRASE}")
+    reply = await tell(companion, CANARY, send=False)
+    assert reply is not None and reply.delivery_id is not None
+    (written,) = await stores.outbox.pending_of(reply.conversation_id, reply.delivery_id, companion.clock.now())
+    assert written.segment_id is not None
+    await tell(companion, "/normal")
+    sent = len(sender.sent)
+    # A row picked before the end (as a hand-over would carry it) is picked again, with the clock, at its send.
+    await companion.outbox.deliver(reply.conversation_id, reply.delivery_id, written=written)
+    assert sender.sent[sent:] == []
