@@ -375,15 +375,24 @@ def details(results: dict) -> list[str]:
     lines: list[str] = []
     profile = results.get("turn", {}).get("profile")
     if profile:
-        verbs = ", ".join(f"{v:g} {k}" for k, v in profile["statements_by_verb"].items())
         methods = ", ".join(
             f"{name} {m['calls']:g}× {m['ms']:.2f} ms" for name, m in profile["store_calls_per_turn"].items()
         )
+        telegram = results["turn"].get("telegram_turn", {})
         lines += [
-            f"Turn: {profile['statements_per_turn']:g} statements a turn ({verbs}) against the baseline's "
-            f"{results['turn']['baseline_statements_per_turn']}; store time a turn by method: {methods}.",
+            f"Turn: {profile['trips']:g} trips to SQLite's threads, {profile['statements']:g} statements,"
+            f" {profile['commits']:g} commits ({profile['fsynced_commits']:g} fsynced) a turn, against the"
+            f" baseline's {results['turn']['baseline_statements_per_turn']} statements; store time a turn by"
+            f" method: {methods}.",
             "",
         ]
+        if telegram:
+            lines += [
+                f"A Telegram-shaped turn (the core's entry, the outbox, a fake sender; the update ledger is"
+                f" written off the turns): {telegram['trips']:g} trips, {telegram['statements']:g} statements,"
+                f" {telegram['commits']:g} commits ({telegram['fsynced_commits']:g} fsynced).",
+                "",
+            ]
     cli = results.get("cli", {})
     if "imports" in cli:
         top = ", ".join(f"{m['module']} {m['ms']:.0f} ms" for m in cli["imports"]["top10_cumulative_ms"])
