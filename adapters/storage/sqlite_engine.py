@@ -5,16 +5,35 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol, TypeVar
 
 import aiosqlite
 
 from adapters.storage.engine import SQLITE, Counters, Fetch, Ref, Result, Statement
 from core.values.errors import IntervalEnded, PrivateWriteRefused, StoreError
 
-if TYPE_CHECKING:
-    from adapters.storage.database import Database
+
+class Connections(Protocol):
+    """What the engine uses of adapters/storage/database.py's `Database` (which holds the engine)."""
+
+    lock: asyncio.Lock
+    busy_seconds: float
+    busy_step: float
+
+    @property
+    def connection(self) -> aiosqlite.Connection: ...
+
+    @property
+    def reader(self) -> aiosqlite.Connection | None: ...
+
+    @property
+    def read_lock(self) -> asyncio.Lock: ...
+
+    def tx(self, *, durable: bool = True) -> AbstractAsyncContextManager[aiosqlite.Connection]: ...
+
+    async def aclose(self) -> None: ...
+
 
 T = TypeVar("T")
 
@@ -76,7 +95,7 @@ class SqliteEngine:
 
     dialect = SQLITE
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Connections) -> None:
         self._db = database
         self.counters = Counters()
         self._raised = Raised()
