@@ -794,12 +794,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         PRIVACY,
         '" WHERE id = :s AND ended_at IS NULL AND (expires_at IS NULL OR expires_at > :now))",',
         '" WHERE :s IS NOT NULL OR :now IS NOT NULL)",',
+        within="TimelineQueries.record_reply",
     ),
     M(
         "stream-opened-in-an-ended-interval",
         PRIVACY,
-        "                if segment is None:\n                    raise IntervalEnded(",
-        "                if segment is None and False:\n                    raise IntervalEnded(",
+        '" WHERE id = :s AND ended_at IS NULL AND (expires_at IS NULL OR expires_at > :now))",',
+        '" WHERE :s IS NOT NULL OR :now IS NOT NULL)",',
+        within="SqliteOutboxStore.open_stream",
     ),
     M(
         "stream-shown-past-its-expiry",

@@ -10,7 +10,7 @@ import aiosqlite
 from adapters.storage.database import Database, inserted_id, present
 from adapters.storage.engine import Fetch, Ref, Row, Statement
 from core.values.copy import INTERVAL_ENDED_SHOWN
-from core.values.errors import IntervalEnded
+from core.values.errors import StoreError
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
 
 _COLUMNS = (
@@ -268,40 +268,45 @@ class SqliteOutboxStore:
     ) -> StreamedReply:
         """The row of a reply shown while the model writes it: 'streaming', without text (no partial
         answer is stored), in the interval of its turn (the trigger of 0011 refuses another), with
-        that interval's expiry, read in the same transaction.
+        that interval's expiry, read in the same transaction (one trip).
 
         Raises:
             IntervalEnded: `segment_id` names an interval that is no longer open by `now`.
         """
         nonce = secrets.token_hex(8)
-        async with self._db.tx() as db:
-            ends_at = None
-            if segment_id is not None:
-                async with db.execute(
-                    "SELECT expires_at FROM segments WHERE id = ? AND ended_at IS NULL"
-                    " AND (expires_at IS NULL OR expires_at > ?)",
-                    (segment_id, now),
-                ) as cur:
-                    segment = await cur.fetchone()
-                if segment is None:
-                    raise IntervalEnded(f"segment {segment_id} ended before its reply was shown")
-                ends_at = segment["expires_at"]
-            cur = await db.execute(
-                "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, reply_to, thread_id,"
-                " nonce, status, next_attempt_at, created_at) VALUES (?, ?, 'reply', ?, ?, ?, ?, ?, 'streaming', ?, ?)",
-                (
-                    conversation_id,
-                    segment_id,
-                    target.platform,
-                    target.chat_id,
-                    target.reply_to,
-                    target.thread_id,
-                    nonce,
-                    now,
-                    now,
-                ),
+        statements = []
+        if segment_id is not None:  # first: nothing is written for an interval that ended
+            statements.append(
+                Statement(
+                    "SELECT companion_raise('interval_ended', :what) WHERE NOT EXISTS (SELECT 1 FROM segments"
+                    " WHERE id = :s AND ended_at IS NULL AND (expires_at IS NULL OR expires_at > :now))",
+                    {"s": segment_id, "now": now, "what": f"segment {segment_id} ended before its reply was shown"},
+                )
             )
-            return StreamedReply(inserted_id(cur), conversation_id, target, nonce, ends_at)
+        statements.append(
+            Statement(
+                "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, reply_to, thread_id,"
+                " nonce, status, next_attempt_at, created_at)"
+                " VALUES (:c, :s, 'reply', :platform, :chat, :reply_to, :thread, :nonce, 'streaming', :now, :now)"
+                " RETURNING id, (SELECT expires_at FROM segments WHERE id = :s) AS ends_at",
+                {
+                    "c": conversation_id,
+                    "s": segment_id,
+                    "platform": target.platform,
+                    "chat": target.chat_id,
+                    "reply_to": target.reply_to,
+                    "thread": target.thread_id,
+                    "nonce": nonce,
+                    "now": now,
+                },
+                Fetch.ONE,
+            )
+        )
+        *_, written = await self._db.engine.write(*statements)
+        row = written.one
+        if row is None:
+            raise StoreError("a stream's row was not written")
+        return StreamedReply(row["id"], conversation_id, target, nonce, row["ends_at"])
 
     async def may_stream(self, delivery_id: int, now: float) -> bool:
         """Still streaming, its interval (if any) open at `now`, and no earlier delivery of its lane
@@ -385,11 +390,12 @@ class SqliteOutboxStore:
 
     async def record_streamed(self, delivery_id: int, message_ids: tuple[str, ...]) -> None:
         # Fsynced: after a power cut as after a crash, the final send must find the messages to edit.
-        async with self._db.tx() as db:
-            await db.execute(
-                "UPDATE deliveries SET streamed_ids = ? WHERE id = ? AND status IN ('streaming', 'pending')",
-                (" ".join(message_ids), delivery_id),
+        await self._db.engine.write(
+            Statement(
+                "UPDATE deliveries SET streamed_ids = :ids WHERE id = :id AND status IN ('streaming', 'pending')",
+                {"ids": " ".join(message_ids), "id": delivery_id},
             )
+        )
 
     async def left_stream(self, conversation_id: int, before: float) -> int | None:
         row = await self._db.one(
