@@ -250,8 +250,9 @@ class TimelineQueries:
                     {"c": conversation_id, "upto": answers},
                 )
             )
-        streamed_at = len(statements)
+        streamed_at = None
         if target is not None and stream is not None:
+            streamed_at = len(statements)
             statements.append(
                 Statement(
                     "UPDATE deliveries SET text = :text, message_id = :m, status = 'pending', next_attempt_at = :now"
@@ -268,44 +269,52 @@ class TimelineQueries:
                     Fetch.ONE,
                 )
             )
-        mirrors_at = len(statements)
-        if mirror is not None and message is not None:
-            statements.append(mirror_rows(conversation_id, message, mirror, now))
+        delivery_at = alone_at = None
         if target is not None and stream is None:
+            delivery_at = len(statements)
             statements.append(
                 delivery_row(conversation_id, target, send_text, now, message_id=message, segment_id=segment_id)
             )
             if segment_id is None:  # the row as written, when nothing earlier waits in its lane
-                statements.append(alone_in_lane(Ref(len(statements) - 1), now))
-        if target is not None and stream is not None:
+                alone_at = len(statements)
+                statements.append(alone_in_lane(Ref(delivery_at), now))
+        copied = mirror is not None and message is not None
+        delivery = mirrored = None
+        if streamed_at is not None and target is not None:
             # Whether the streaming row took the text is known only once the UPDATE ran: a second trip,
-            # in the same transaction, writes a delivery of its own when it did not (the stream was cut off).
+            # in the same transaction, writes a delivery of its own when it did not (the stream was cut
+            # off), and the mirrors after it, as in one trip.
             async with self._db.engine.tx() as tx:
                 results = await tx.run(*statements)
                 delivery_id = results[streamed_at].scalar
+                message_id = results[message.statement].scalar if message is not None else None
+                later = []
                 if delivery_id is None:
-                    message_id = results[message.statement].scalar if message is not None else None
-                    (written,) = await tx.run(
+                    later.append(
                         delivery_row(
                             conversation_id, target, send_text, now, message_id=message_id, segment_id=segment_id
                         )
                     )
-                    delivery_id = written.scalar
-            delivery = None
+                if copied and mirror is not None and message_id is not None:
+                    later.append(mirror_rows(conversation_id, message_id, mirror, now))
+                ran = await tx.run(*later) if later else []
+                if delivery_id is None:
+                    delivery_id = ran[0].scalar
+                mirrored = ran[-1] if copied else None
         else:
+            if copied and mirror is not None and message is not None:
+                statements.append(mirror_rows(conversation_id, message, mirror, now))
             results = await self._db.engine.write(*statements)
-            delivery_at = len(statements) - (2 if target is not None and segment_id is None else 1)
-            delivery_id = results[delivery_at].scalar if target is not None else None
-            alone = results[-1].one if target is not None and segment_id is None else None
+            delivery_id = results[delivery_at].scalar if delivery_at is not None else None
+            alone = results[alone_at].one if alone_at is not None else None
             delivery = delivery_of(alone) if alone is not None else None
+            mirrored = results[-1] if copied else None
         if run is not None and results[run_at].rowcount == 0:
             # A segment the valve could not close is still open: the run is the one lasting row of
             # this reply and is left out; the reply itself is not lost to it.
             log.warning("conversation %s: analytics run skipped (a segment is open)", conversation_id)
         message_id = results[message.statement].scalar if message is not None else None
-        mirror_ids: tuple[int, ...] = ()
-        if mirror is not None and message is not None:
-            mirror_ids = tuple(sorted(row["id"] for row in results[mirrors_at].rows))
+        mirror_ids = tuple(sorted(row["id"] for row in mirrored.rows)) if mirrored is not None else ()
         return RecordedReply(message_id, delivery_id, mirror_ids, delivery)
 
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]:
