@@ -383,7 +383,7 @@ class TimelineQueries:
         conversation's intervals), the newest `limit` items of the view after the watermark of the
         summary the mode uses (the private one if it exists, else the normal one: ContextAssembler's
         rule), and the count of the view's messages after that watermark, up to `count_up_to` per
-        source (its own count decides whether a fold is due, as `has_items_before` would)."""
+        source (its own count decides whether a fold is due: the view's messages before the window)."""
         after = (
             "coalesce((SELECT watermark FROM summaries WHERE segment_id = :s AND mode = 'private'),"
             " (SELECT watermark FROM summaries WHERE conversation_id = :c AND segment_id IS NULL AND mode = 'normal'), 0)"
@@ -422,24 +422,6 @@ class TimelineQueries:
             items=_view_items(results[5:], limit=limit, newest_first=True),
             messages_after=int((counted.one or {"n": 0})["n"]),
         )
-
-    async def has_items_before(
-        self, conversation_id: int, *, visible_segment: int | None, after: int, before: int, at_least: int
-    ) -> bool:
-        """Whether at least `at_least` messages of the view lie strictly between the watermark and `before`.
-        Two branches rather than an OR, so each uses the whole timeline index: the cost stays
-        flat however long the history is."""
-        params = {"c": conversation_id, "s": visible_segment, "after": after, "before": before, "n": at_least}
-        row = await self._db.read_one(
-            "SELECT count(*) FROM ("
-            " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id IS NULL"
-            "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n)"
-            " UNION ALL"
-            " SELECT 1 FROM (SELECT 1 FROM messages WHERE conversation_id = :c AND segment_id = :s"
-            "   AND kind = 'chat' AND id > :after AND id < :before LIMIT :n))",
-            params,
-        )
-        return bool(present(row)[0] >= at_least)
 
     # --- summaries ----------------------------------------------------------
 
