@@ -48,7 +48,8 @@ async def on_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection
     """Run `fn(the sqlite3 connection)` on `conn`'s worker thread, queued after its other calls: one trip.
 
     aiosqlite has no public way to run a function on its thread; `Connection._execute` is the one
-    it uses itself for every call. This is the only place that touches it (a test fails if it goes).
+    it uses itself for every call. This module is the only one that touches it (here and in
+    `count_trips`); tests/adapters/test_sqlite_engine.py fails if a release drops or changes it.
     """
     raw: sqlite3.Connection = conn._conn
     result: T = await conn._execute(fn, raw)
