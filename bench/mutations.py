@@ -228,8 +228,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-privacy-page-lists-an-expired-interval",
         PRIVACY,
-        '" AND (expires_at IS NULL OR expires_at > ?) ORDER BY id",',
-        '" AND ? IS NOT NULL ORDER BY id",',
+        '" AND (expires_at IS NULL OR expires_at > :now) ORDER BY id",',
+        '" AND :now IS NOT NULL ORDER BY id",',
     ),
     M(
         "web-note-forgotten-while-private",
@@ -441,8 +441,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "expired-segment-deletion-owes-no-checkpoint",
         PRIVACY,
-        "            deleted = cur.rowcount\n            if deleted:\n                await owe_checkpoint(db)",
-        "            deleted = cur.rowcount",
+        "        owed = () if self._checkpoints is None else (owing_checkpoint(expired, params),)",
+        "        owed = ()",
         within="ModeQueries.delete_expired_segments",
     ),
     M(
@@ -752,37 +752,39 @@ MUTATIONS: tuple[Mutation, ...] = (
         PRIVACY,
         'f" WHERE segment_id IN ({segments}) AND streamed_ids IS NOT NULL',
         'f" WHERE 0 AND segment_id IN ({segments}) AND streamed_ids IS NOT NULL',
+        within="ending_shown",
     ),
     M(
         "interval-end-leaves-unsent-replies-pending",
         PRIVACY,
         "f\" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')\",",
         "f\" WHERE 0 AND segment_id IN ({segments}) AND status IN ('streaming', 'pending')\",",
+        within="ending_shown",
     ),
     M(
         "valve-close-withdraws-nothing",
         PRIVACY,
-        '            await end_shown(db, "SELECT id FROM segments WHERE id = ? AND ended_at IS NULL", (segment_id,), now)\n',
+        '            *ending_shown("SELECT id FROM segments WHERE id = :seg AND ended_at IS NULL", {"seg": segment_id}, now),\n',
         "",
     ),
     M(
         "normal-withdraws-nothing",
         PRIVACY,
-        "            await end_shown(\n"
-        '                db, "SELECT id FROM segments WHERE conversation_id = ? AND ended_at IS NULL", (conversation_id,), now\n'
-        "            )\n",
+        "            *ending_shown(\n"
+        '                "SELECT id FROM segments WHERE conversation_id = :c AND ended_at IS NULL", {"c": conversation_id}, now\n'
+        "            ),\n",
         "",
     ),
     M(
         "restart-close-withdraws-nothing",
         PRIVACY,
-        '            await end_shown(db, f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0)\n',
+        '            *ending_shown(f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0),\n',
         "",
     ),
     M(
         "expiry-deletion-withdraws-nothing",
         PRIVACY,
-        '            await end_shown(db, "SELECT id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,), now)\n',
+        "            *ending_shown(expired, params, now),\n",
         "",
     ),
     M(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 import aiosqlite
@@ -53,6 +54,24 @@ async def end_shown(db: aiosqlite.Connection, segments: str, params: tuple[Any, 
         "UPDATE deliveries SET status = 'failed', text = NULL, error = 'interval ended', settled_at = ?"
         f" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')",
         (now, *params),
+    )
+
+
+def ending_shown(segments: str, params: Mapping[str, object], now: float) -> tuple[Statement, Statement]:
+    """`end_shown` as the statements of the caller's write (before the one that closes or deletes the
+    intervals `segments`, SQL selecting their ids with named `params`, none of them `:shown`/`:ended`)."""
+    return (
+        Statement(
+            "UPDATE deliveries SET segment_id = NULL, message_id = NULL, status = 'pending', text = :shown,"
+            " retracts = 1, parts_sent = 0, attempts = 0, error = NULL, next_attempt_at = :ended"
+            f" WHERE segment_id IN ({segments}) AND streamed_ids IS NOT NULL AND status IN ('streaming', 'pending')",
+            {**params, "shown": INTERVAL_ENDED_SHOWN, "ended": now},
+        ),
+        Statement(
+            "UPDATE deliveries SET status = 'failed', text = NULL, error = 'interval ended', settled_at = :ended"
+            f" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')",
+            {**params, "ended": now},
+        ),
     )
 
 

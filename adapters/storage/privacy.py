@@ -6,12 +6,13 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import aiosqlite
 
 from adapters.storage.database import Database, inserted_id
+from adapters.storage.engine import Statement
 from adapters.storage.outbox import end_shown
 from adapters.storage.timeline import TimelineQueries
 from core.values.model import TimelineItem
@@ -23,14 +24,22 @@ log = logging.getLogger(__name__)
 CHECKPOINT_OWED = "store:checkpoint_owed"
 
 
-async def owe_checkpoint(db: aiosqlite.Connection) -> None:
-    """Record, inside the deleting transaction, that a checkpoint is owed: a crash between the
-    commit and the checkpoint still leaves the debt for the next start or sweep."""
-    await db.execute(
-        "INSERT INTO adapter_state (name, value, updated_at) VALUES (?, '1', ?) ON CONFLICT (name)"
-        " DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT), updated_at = excluded.updated_at",
-        (CHECKPOINT_OWED, time.time()),
+def owing_checkpoint(deleting: str, params: Mapping[str, object]) -> Statement:
+    """The statement that records, inside the deleting write and before its DELETE, that a checkpoint
+    is owed when `deleting` (SQL selecting what the DELETE removes, with named `params`) finds a row: a
+    crash between the commit and the checkpoint still leaves the debt for the next start or sweep."""
+    return Statement(
+        "INSERT INTO adapter_state (name, value, updated_at) SELECT :owed_name, '1', :owed_at"
+        f" WHERE EXISTS ({deleting}) ON CONFLICT (name) DO UPDATE"
+        " SET value = CAST(CAST(adapter_state.value AS INTEGER) + 1 AS TEXT), updated_at = excluded.updated_at",
+        {**params, "owed_name": CHECKPOINT_OWED, "owed_at": time.time()},
     )
+
+
+async def owe_checkpoint(db: aiosqlite.Connection) -> None:
+    """`owing_checkpoint` unconditionally, inside the caller's transaction."""
+    owed = owing_checkpoint("SELECT 1", {})
+    await db.execute(owed.sql, dict(owed.params))
 
 
 def _checkpoint_file(path: Path) -> tuple[int, int, bool]:

@@ -62,7 +62,7 @@ class Stores:
             database=database,
             timeline=timeline,
             checkpoints=checkpoints,
-            modes=ModeQueries(database, checkpoints),
+            modes=ModeQueries(database.engine, checkpoints),
             memory=MemoryQueries(database),
             lifetime=LifetimeQueries(database, timeline, checkpoints),
             bindings=BindingQueries(database),
