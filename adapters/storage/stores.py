@@ -56,7 +56,7 @@ class Stores:
     @classmethod
     def over(cls, database: Database) -> Stores:
         """The query classes over `database` (started or not: nothing is read here)."""
-        timeline = TimelineQueries(database)
+        timeline = TimelineQueries(database.engine)
         checkpoints = Checkpoints(database)
         return cls(
             database=database,
