@@ -435,8 +435,28 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "forget-private-deletes-nothing",
         PRIVACY,
-        '"DELETE FROM segments WHERE conversation_id = ?"',
-        '"DELETE FROM segments WHERE conversation_id = ? AND 0"',
+        '"DELETE FROM segments WHERE conversation_id = :c"',
+        '"DELETE FROM segments WHERE conversation_id = :c AND 0 = 1"',
+    ),
+    M(
+        "valve-opens-a-segment-without-the-guards-row-lock",  # PostgreSQL only: SQLite's BEGIN IMMEDIATE serialises
+        PRIVACY,
+        "            statements.insert(0, Statement(lock, params))",
+        "            pass",
+        within="ModeQueries.open_segment",
+    ),
+    M(
+        "forget-and-artifact-deletions-owe-no-checkpoint",
+        PRIVACY,
+        "        return () if self._checkpoints is None else (owing_checkpoint(deleting, params),)",
+        "        return ()",
+        within="LifetimeQueries._owing",
+    ),
+    M(
+        "crossing-confirmed-after-its-time",
+        PRIVACY,
+        " FROM crossings WHERE segment_id = :s AND confirm_by >= :now ORDER BY id DESC LIMIT 1 RETURNING id",
+        " FROM crossings WHERE segment_id = :s ORDER BY id DESC LIMIT 1 RETURNING id",
     ),
     M(
         "expired-segment-deletion-owes-no-checkpoint",
@@ -790,8 +810,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "forget-private-withdraws-nothing",
         PRIVACY,
-        '            await end_shown(db, "SELECT id FROM segments WHERE conversation_id = ?", (conversation_id,), now)\n',
+        "            *ending_shown(segments, params, now),\n",
         "",
+        within="LifetimeQueries.delete_segments_of",
     ),
     M(
         "reply-written-into-an-ended-interval",

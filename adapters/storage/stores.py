@@ -64,7 +64,7 @@ class Stores:
             checkpoints=checkpoints,
             modes=ModeQueries(database.engine, checkpoints),
             memory=MemoryQueries(database),
-            lifetime=LifetimeQueries(database, timeline, checkpoints),
+            lifetime=LifetimeQueries(database.engine, timeline, checkpoints),
             bindings=BindingQueries(database),
             proactive=ProactiveQueries(database),
             links=LinkQueries(database),
