@@ -658,14 +658,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "quote-reads-another-interval",
         PRIVACY,
-        "(:s IS NOT NULL AND m.segment_id = :s)",
+        "(CAST(:s AS BIGINT) IS NOT NULL AND m.segment_id = :s)",
         "(m.segment_id IS NOT NULL)",
     ),
     M(
         "quote-matches-private-replies",
         PRIVACY,
-        "AND m.kind = 'chat'\"\n            f\" AND {_READABLE}",
-        "AND m.kind = 'chat'\"\n            f\" AND 1",
+        "AND m.kind = 'chat'\"\n                f\" AND {_READABLE}",
+        "AND m.kind = 'chat'\"\n                f\" AND 1 = 1",
     ),
     M(
         "quote-unknown-included-in-direct-chat",
@@ -720,8 +720,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "edit-sql-ignores-the-mode-it-is-made-in",
         PRIVACY,
-        ' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}",',
-        ' AND {_NOT_EXPIRED}",',
+        ' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}"\n)',
+        ' AND {_NOT_EXPIRED}"\n)',
     ),
     M(
         "unknown-command-answer-outside-its-interval",
@@ -1041,7 +1041,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "edit-answered-when-unchanged",
         RELIABILITY,
-        " AND m.text IS NOT :t",
+        '    " AND m.text IS DISTINCT FROM :t"\n',
         "",
     ),
     # --- the HTTP service (issue 23): metrics that count no private turn, sign-in, requests -------------

@@ -69,7 +69,7 @@ class Stores:
             proactive=ProactiveQueries(database),
             links=LinkQueries(database),
             chats=ChatQueries(database),
-            quotes=QuoteQueries(database),
+            quotes=QuoteQueries(database.engine),
             outbox=SqliteOutboxStore(database),
             web=WebQueries(database),
             passphrase_attempts=AttemptQueries(database, "valve_attempts"),
