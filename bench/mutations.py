@@ -459,6 +459,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         " FROM crossings WHERE segment_id = :s ORDER BY id DESC LIMIT 1 RETURNING id",
     ),
     M(
+        "chat-merge-moves-a-row-onto-a-taken-unique-key",  # PostgreSQL only: SQLite's UPDATE OR IGNORE
+        RELIABILITY,
+        '            unless = "".join(f" AND NOT {collision}" for collision in kept_back)',
+        '            unless = ""',
+        within="_merge",
+    ),
+    M(
         "expired-segment-deletion-owes-no-checkpoint",
         PRIVACY,
         "        owed = () if self._checkpoints is None else (owing_checkpoint(expired, params),)",

@@ -68,7 +68,7 @@ class Stores:
             bindings=BindingQueries(database),
             proactive=ProactiveQueries(database),
             links=LinkQueries(database),
-            chats=ChatQueries(database),
+            chats=ChatQueries(database.engine),
             quotes=QuoteQueries(database.engine),
             outbox=SqliteOutboxStore(database),
             web=WebQueries(database),

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from adapters.storage.engine import Database, Statement
+from adapters.storage.engine import Database, Fetch, Statement
 from adapters.storage.guard import refusing_while_private
 from adapters.storage.modes import ModeQueries
 from core.values.copy import INTERVAL_ENDED_SHOWN
@@ -150,3 +150,25 @@ async def test_an_expired_interval_leaves_a_retraction_of_what_it_showed_and_not
     left = "SELECT text FROM deliveries WHERE id = :d AND segment_id IS NULL AND retracts = 1 AND status = 'pending'"
     assert await column(engine, left, d=shown) == [INTERVAL_ENDED_SHOWN]
     assert await column(engine, "SELECT text FROM deliveries") == [INTERVAL_ENDED_SHOWN]
+
+
+async def test_two_valves_opening_at_once_open_one_interval(engine: Database) -> None:
+    modes = ModeQueries(engine)
+    c = await conversation(engine)
+    async with engine.tx() as tx:  # another valve's open_segment, caught between its statements
+        await tx.run(Statement(f"SELECT id FROM conversations WHERE id = :c{engine.dialect.for_update}", {"c": c}))
+        first = await tx.run(
+            Statement(
+                "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at)"
+                " VALUES (:c, 0, 20.0, 20.0) RETURNING id",
+                {"c": c},
+                Fetch.ONE,
+            )
+        )
+        opening = asyncio.create_task(modes.open_segment(c, 21.0, None))
+        for _ in range(20):  # this valve gets every chance to run before the other one commits
+            await asyncio.sleep(0.01)
+    opened = await opening
+
+    assert opened.id == first[0].scalar
+    assert await scalar(engine, "SELECT count(*) FROM segments WHERE ended_at IS NULL") == 1
