@@ -72,8 +72,8 @@ class Stores:
             quotes=QuoteQueries(database.engine),
             outbox=SqliteOutboxStore(database),
             web=WebQueries(database),
-            passphrase_attempts=AttemptQueries(database, "valve_attempts"),
-            link_attempts=AttemptQueries(database, "link_attempts"),
+            passphrase_attempts=AttemptQueries(database.engine, "valve_attempts"),
+            link_attempts=AttemptQueries(database.engine, "link_attempts"),
         )
 
 
