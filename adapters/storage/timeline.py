@@ -183,20 +183,18 @@ class TimelineQueries:
             Fetch.ONE,
             inserts="messages",
         )
-        after: list[Statement] = []
-        if segment_id is not None:
-            after.append(_touch_segment(segment_id, now))
-        if run is not None:
-            after += run_rows(run, at=len(guard) + 1)
-        if platform_message_id is None or not after:  # nothing can make the insert a no-op, or nothing follows it
+        if run is None or platform_message_id is None:  # one write
+            keyed = None if platform_message_id is None else Ref(len(guard))  # the idle clock: only if stored
+            after = [] if segment_id is None else [_touch_segment(segment_id, now, stored=keyed)]
+            after += [] if run is None else run_rows(run, at=len(guard) + 1)
             results = await self._engine.write(*guard, insert, *after)
             return results[len(guard)].scalar
-        # An inbox key may already be stored: what follows the insert is written only when it stored a row.
+        # A normal turn's run with an inbox key that may be stored already: the run only when the row was.
         async with self._engine.tx() as tx:
             results = await tx.run(*guard, insert)
             message_id = results[-1].scalar
             if message_id is not None:
-                await tx.run(*(run_rows(run, at=0) if run is not None else after))  # its own trip: Refs from 0
+                await tx.run(*run_rows(run, at=0))  # its own trip: its Refs count from 0
             return message_id
 
     async def add_inbound(
