@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.storage.engine import Database, Statement
+from adapters.storage.modes import ModeQueries
 from adapters.storage.timeline import TimelineQueries
 from core.values.errors import PrivateWriteRefused
 from core.values.model import ConversationKey, RunRecord, Summary
@@ -129,3 +130,20 @@ async def test_a_private_turn_is_never_an_open_turn_to_answer_after_a_restart(en
     assert [t.message_id for t in await timeline.open_turns(frozenset({"telegram"}))] == []
     assert [t.message_id for t in await timeline.open_turns(None)] == [other]
     assert await timeline.turn_is_open(private) and await timeline.turn_is_open(normal)
+
+
+@pytest.mark.parametrize("write", ["user message", "reply", "other message"])
+async def test_every_private_write_extends_the_segments_idle_clock(engine: Database, write: str) -> None:
+    timeline, modes = TimelineQueries(engine), ModeQueries(engine)
+    conversation = await timeline.ensure_conversation(ConversationKey("terminal", "t"), "direct", None, 0.0)
+    segment = await modes.open_segment(conversation.id, 0.0, None)
+    if write == "user message":
+        await timeline.add_inbound(
+            conversation.id, "x", 500.0, segment_id=segment.id, account_id=None, platform_message_id="m1"
+        )
+    elif write == "reply":
+        await timeline.record_reply(conversation.id, "x", 500.0, stored_text="x", segment_id=segment.id)
+    else:
+        await timeline.add_message(conversation.id, "assistant", "x", 500.0, segment_id=segment.id)
+    opened = await modes.open_segment_of(conversation.id)
+    assert opened is not None and opened.last_activity_at == 500.0
