@@ -228,8 +228,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-privacy-page-lists-an-expired-interval",
         PRIVACY,
-        '" AND (expires_at IS NULL OR expires_at > ?) ORDER BY id",',
-        '" AND ? IS NOT NULL ORDER BY id",',
+        '" AND (expires_at IS NULL OR expires_at > :now) ORDER BY id",',
+        '" AND :now IS NOT NULL ORDER BY id",',
     ),
     M(
         "web-note-forgotten-while-private",
@@ -433,14 +433,41 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "forget-private-deletes-nothing",
         PRIVACY,
-        '"DELETE FROM segments WHERE conversation_id = ?"',
-        '"DELETE FROM segments WHERE conversation_id = ? AND 0"',
+        '"DELETE FROM segments WHERE conversation_id = :c"',
+        '"DELETE FROM segments WHERE conversation_id = :c AND 0 = 1"',
+    ),
+    M(
+        "valve-opens-a-segment-without-the-guards-row-lock",  # PostgreSQL only: SQLite's BEGIN IMMEDIATE serialises
+        PRIVACY,
+        "            statements.insert(0, Statement(lock, params))",
+        "            pass",
+        within="ModeQueries.open_segment",
+    ),
+    M(
+        "forget-and-artifact-deletions-owe-no-checkpoint",
+        PRIVACY,
+        "        return () if self._checkpoints is None else (owing_checkpoint(deleting, params),)",
+        "        return ()",
+        within="LifetimeQueries._owing",
+    ),
+    M(
+        "crossing-confirmed-after-its-time",
+        PRIVACY,
+        " FROM crossings WHERE segment_id = :s AND confirm_by >= :now ORDER BY id DESC LIMIT 1 RETURNING id",
+        " FROM crossings WHERE segment_id = :s ORDER BY id DESC LIMIT 1 RETURNING id",
+    ),
+    M(
+        "chat-merge-moves-a-row-onto-a-taken-unique-key",  # PostgreSQL only: SQLite's UPDATE OR IGNORE
+        RELIABILITY,
+        '            unless = "".join(f" AND NOT {collision}" for collision in kept_back)',
+        '            unless = ""',
+        within="_merge",
     ),
     M(
         "expired-segment-deletion-owes-no-checkpoint",
         PRIVACY,
-        "            deleted = cur.rowcount\n            if deleted:\n                await owe_checkpoint(db)",
-        "            deleted = cur.rowcount",
+        "        owed = () if self._checkpoints is None else (owing_checkpoint(expired, params),)",
+        "        owed = ()",
         within="ModeQueries.delete_expired_segments",
     ),
     M(
@@ -636,14 +663,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "quote-reads-another-interval",
         PRIVACY,
-        "(:s IS NOT NULL AND m.segment_id = :s)",
+        "(CAST(:s AS BIGINT) IS NOT NULL AND m.segment_id = :s)",
         "(m.segment_id IS NOT NULL)",
     ),
     M(
         "quote-matches-private-replies",
         PRIVACY,
-        "AND m.kind = 'chat'\"\n            f\" AND {_READABLE}",
-        "AND m.kind = 'chat'\"\n            f\" AND 1",
+        "AND m.kind = 'chat'\"\n                f\" AND {_READABLE}",
+        "AND m.kind = 'chat'\"\n                f\" AND 1 = 1",
     ),
     M(
         "quote-unknown-included-in-direct-chat",
@@ -698,8 +725,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "edit-sql-ignores-the-mode-it-is-made-in",
         PRIVACY,
-        ' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}",',
-        ' AND {_NOT_EXPIRED}",',
+        ' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}"\n)',
+        ' AND {_NOT_EXPIRED}"\n)',
     ),
     M(
         "unknown-command-answer-outside-its-interval",
@@ -750,44 +777,47 @@ MUTATIONS: tuple[Mutation, ...] = (
         PRIVACY,
         'f" WHERE segment_id IN ({segments}) AND streamed_ids IS NOT NULL',
         'f" WHERE 0 AND segment_id IN ({segments}) AND streamed_ids IS NOT NULL',
+        within="ending_shown",
     ),
     M(
         "interval-end-leaves-unsent-replies-pending",
         PRIVACY,
         "f\" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')\",",
         "f\" WHERE 0 AND segment_id IN ({segments}) AND status IN ('streaming', 'pending')\",",
+        within="ending_shown",
     ),
     M(
         "valve-close-withdraws-nothing",
         PRIVACY,
-        '            await end_shown(db, "SELECT id FROM segments WHERE id = ? AND ended_at IS NULL", (segment_id,), now)\n',
+        '            *ending_shown("SELECT id FROM segments WHERE id = :seg AND ended_at IS NULL", {"seg": segment_id}, now),\n',
         "",
     ),
     M(
         "normal-withdraws-nothing",
         PRIVACY,
-        "            await end_shown(\n"
-        '                db, "SELECT id FROM segments WHERE conversation_id = ? AND ended_at IS NULL", (conversation_id,), now\n'
-        "            )\n",
+        "            *ending_shown(\n"
+        '                "SELECT id FROM segments WHERE conversation_id = :c AND ended_at IS NULL", {"c": conversation_id}, now\n'
+        "            ),\n",
         "",
     ),
     M(
         "restart-close-withdraws-nothing",
         PRIVACY,
-        '            await end_shown(db, f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0)\n',
+        '            *ending_shown(f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0),\n',
         "",
     ),
     M(
         "expiry-deletion-withdraws-nothing",
         PRIVACY,
-        '            await end_shown(db, "SELECT id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,), now)\n',
+        "            *ending_shown(expired, params, now),\n",
         "",
     ),
     M(
         "forget-private-withdraws-nothing",
         PRIVACY,
-        '            await end_shown(db, "SELECT id FROM segments WHERE conversation_id = ?", (conversation_id,), now)\n',
+        "            *ending_shown(segments, params, now),\n",
         "",
+        within="LifetimeQueries.delete_segments_of",
     ),
     M(
         "reply-written-into-an-ended-interval",
@@ -1018,7 +1048,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "edit-answered-when-unchanged",
         RELIABILITY,
-        " AND m.text IS NOT :t",
+        '    " AND m.text IS DISTINCT FROM :t"\n',
         "",
     ),
     # --- the HTTP service (issue 23): metrics that count no private turn, sign-in, requests -------------

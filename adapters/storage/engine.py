@@ -86,10 +86,13 @@ class Dialect:
 
     name: str  # "sqlite" or "postgres"
     join_in_order: str  # a join the planner must not reorder: SQLite's CROSS JOIN, PostgreSQL's JOIN
+    # Ends a SELECT that locks the rows it reads until the write commits. SQLite needs none: a write is
+    # BEGIN IMMEDIATE, so no other writer runs between its statements; PostgreSQL's read committed does.
+    for_update: str
 
 
-SQLITE = Dialect(name="sqlite", join_in_order="CROSS JOIN")
-POSTGRES = Dialect(name="postgres", join_in_order="JOIN")
+SQLITE = Dialect(name="sqlite", join_in_order="CROSS JOIN", for_update="")
+POSTGRES = Dialect(name="postgres", join_in_order="JOIN", for_update=" FOR UPDATE")
 
 
 class Tx(Protocol):

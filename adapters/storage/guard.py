@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 import aiosqlite
 
 from adapters.storage.database import Database
+from adapters.storage.engine import Dialect, Statement
 from core.values.errors import PrivateWriteRefused
 
 
@@ -59,3 +60,40 @@ async def lasting_tx(db: Database, origin: int, what: str) -> AsyncIterator[aios
     async with db.tx() as conn:
         await refuse_while_private(conn, origin, what)
         yield conn
+
+
+# --- the same guard as statements, for the engine interface (adapters/storage/engine.py) ---------------
+
+
+def refusing_while_private(dialect: Dialect, origin: int, what: str) -> tuple[Statement, ...]:
+    """The statements that open a guarded write (`engine.write(*refusing_while_private(...), *the_write)`):
+    the write is refused whole, PrivateWriteRefused(`what`), when the conversation `origin` has an open
+    segment. On PostgreSQL the conversation's row is locked first, and the valve's `open_segment` takes the
+    same lock, so no segment opens between the check and the write (SQLite's BEGIN IMMEDIATE does that)."""
+    check = Statement(
+        "SELECT companion_raise('private_write', :what) FROM segments"
+        " WHERE conversation_id = :origin AND ended_at IS NULL LIMIT 1",
+        {"origin": origin, "what": what},
+    )
+    if not dialect.for_update:
+        return (check,)
+    lock = Statement(f"SELECT id FROM conversations WHERE id = :origin{dialect.for_update}", {"origin": origin})
+    return (lock, check)
+
+
+def refusing_while_person_private(dialect: Dialect, people: tuple[int, ...], what: str) -> tuple[Statement, ...]:
+    """As `refusing_while_private`, over every conversation of every one of `people` (linking and
+    unlinking change whose memory a conversation reads)."""
+    params: dict[str, object] = {f"p{n}": person for n, person in enumerate(people)}
+    named = ", ".join(f":{name}" for name in params)
+    check = Statement(
+        "SELECT companion_raise('private_write', :what) FROM segments s JOIN conversations c"
+        f" ON c.id = s.conversation_id WHERE s.ended_at IS NULL AND c.person_id IN ({named}) LIMIT 1",
+        {**params, "what": what},
+    )
+    if not dialect.for_update:
+        return (check,)
+    lock = Statement(
+        f"SELECT id FROM conversations WHERE person_id IN ({named}) ORDER BY id{dialect.for_update}", params
+    )
+    return (lock, check)

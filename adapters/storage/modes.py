@@ -4,76 +4,106 @@ from __future__ import annotations
 
 import aiosqlite
 
-from adapters.storage.database import Database, inserted_id, present
-from adapters.storage.outbox import end_shown
-from adapters.storage.privacy import Checkpoints, owe_checkpoint
+from adapters.storage.engine import Database, Fetch, Row, Statement
+from adapters.storage.outbox import ending_shown
+from adapters.storage.privacy import Checkpoints, owing_checkpoint
+from core.values.errors import StoreError
 from core.values.model import Segment
 
 SEGMENT_COLUMNS = (
     "id, conversation_id, anchor_message_id, started_at, last_activity_at, ended_at, end_reason, expires_at"
 )
 
+# A restart closes an interval at the end of its stored record: the latest of its start, its last
+# activity and its newest message (SQLite's scalar max() and PostgreSQL's greatest() differ, CASE does not).
+_RECORD_END = "coalesce((SELECT max(created_at) FROM messages WHERE messages.segment_id = segments.id), 0)"
+_LATEST = (
+    f"CASE WHEN started_at >= last_activity_at AND started_at >= {_RECORD_END} THEN started_at"
+    f" WHEN last_activity_at >= {_RECORD_END} THEN last_activity_at ELSE {_RECORD_END} END"
+)
+
 
 class ModeQueries:
     """Private segments and adapter offsets; implements core.ports.store.modes (ModeStore,
-    OpenSegmentRead, CrashModes, IntervalList) and core.ports.chat.AdapterStateStore. Deleting expired segments finishes the WAL checkpoint it owes through `checkpoints`."""
+    OpenSegmentRead, CrashModes, IntervalList) and core.ports.chat.AdapterStateStore.
 
-    def __init__(self, db: Database, checkpoints: Checkpoints) -> None:
-        self._db = db
+    `checkpoints` (SQLite only: its WAL) is the hook of the checkpoint a deletion of private rows owes:
+    with it, deleting expired segments records the debt in the same write and finishes it after; without
+    it (PostgreSQL, which has no such checkpoint to force) nothing is owed."""
+
+    def __init__(self, engine: Database, checkpoints: Checkpoints | None = None) -> None:
+        self._engine = engine
         self._checkpoints = checkpoints
 
     # --- private segments (the mode state) ---------------------------------
 
     async def open_segment(self, conversation_id: int, now: float, expires_at: float | None) -> Segment:
-        async with self._db.tx() as db:
-            async with db.execute(
-                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL",
-                (conversation_id,),
-            ) as cur:
-                row = await cur.fetchone()
-            if row is not None:
-                return segment_of_row(row)
-            async with db.execute(
-                "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = ?", (conversation_id,)
-            ) as cur:
-                anchor = present(await cur.fetchone())[0]
-            cur = await db.execute(
+        """The conversation's open segment, opened now unless one is open already: one write. On PostgreSQL
+        the conversation's row is locked first, the lock the guard of lasting writes takes (guard.py), so no
+        segment opens between a guarded write's check and its commit."""
+        params = {"c": conversation_id, "now": now, "expires": expires_at}
+        statements = [
+            Statement(
                 "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (conversation_id, anchor, now, now, expires_at),
-            )
-            return Segment(inserted_id(cur), conversation_id, anchor, now, now, None, None, expires_at)
+                " SELECT :c, coalesce((SELECT max(id) FROM messages WHERE conversation_id = :c), 0), :now, :now,"
+                " CAST(:expires AS DOUBLE PRECISION) WHERE NOT EXISTS"
+                " (SELECT 1 FROM segments WHERE conversation_id = :c AND ended_at IS NULL)",
+                params,
+            ),
+            Statement(
+                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
+                " ORDER BY id DESC LIMIT 1",
+                params,
+                Fetch.ONE,
+            ),
+        ]
+        if self._engine.dialect.for_update:
+            lock = f"SELECT id FROM conversations WHERE id = :c{self._engine.dialect.for_update}"
+            statements.insert(0, Statement(lock, params))
+        results = await self._engine.write(*statements)
+        row = results[-1].one
+        if row is None:  # the INSERT's foreign key refuses a conversation that does not exist
+            raise StoreError(f"conversation {conversation_id} has no open segment after opening one")
+        return segment_of_row(row)
 
     async def open_segment_of(self, conversation_id: int) -> Segment | None:
-        row = await self._db.read_one(
-            f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ? AND ended_at IS NULL"
-            " ORDER BY id DESC LIMIT 1",
-            (conversation_id,),
+        (result,) = await self._engine.read(
+            Statement(
+                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
+                " ORDER BY id DESC LIMIT 1",
+                {"c": conversation_id},
+                Fetch.ONE,
+            )
         )
-        return segment_of_row(row) if row else None
+        return segment_of_row(result.one) if result.one else None
 
-    # Each end of an interval settles, in its own transaction, the replies of the interval not sent
-    # yet (`end_shown`): nothing more of it goes out, and what it showed is edited once into a constant.
+    # Each end of an interval settles, in the same write, the replies of the interval not sent yet
+    # (`ending_shown`): nothing more of it goes out, and what it showed is edited once into a constant.
 
     async def close_segment(self, segment_id: int, now: float, reason: str) -> bool:
-        async with self._db.tx() as db:
-            await end_shown(db, "SELECT id FROM segments WHERE id = ? AND ended_at IS NULL", (segment_id,), now)
-            cur = await db.execute(
-                "UPDATE segments SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
-                (now, reason, segment_id),
-            )
-            return cur.rowcount > 0
+        results = await self._engine.write(
+            *ending_shown("SELECT id FROM segments WHERE id = :seg AND ended_at IS NULL", {"seg": segment_id}, now),
+            Statement(
+                "UPDATE segments SET ended_at = :now, end_reason = :reason WHERE id = :seg AND ended_at IS NULL",
+                {"now": now, "reason": reason, "seg": segment_id},
+                Fetch.ROWCOUNT,
+            ),
+        )
+        return results[-1].rowcount > 0
 
     async def close_open_segments(self, conversation_id: int, now: float, reason: str) -> int:
-        async with self._db.tx() as db:
-            await end_shown(
-                db, "SELECT id FROM segments WHERE conversation_id = ? AND ended_at IS NULL", (conversation_id,), now
-            )
-            cur = await db.execute(
-                "UPDATE segments SET ended_at = ?, end_reason = ? WHERE conversation_id = ? AND ended_at IS NULL",
-                (now, reason, conversation_id),
-            )
-            return cur.rowcount
+        results = await self._engine.write(
+            *ending_shown(
+                "SELECT id FROM segments WHERE conversation_id = :c AND ended_at IS NULL", {"c": conversation_id}, now
+            ),
+            Statement(
+                "UPDATE segments SET ended_at = :now, end_reason = :reason WHERE conversation_id = :c"
+                " AND ended_at IS NULL",
+                {"now": now, "reason": reason, "c": conversation_id},
+                Fetch.ROWCOUNT,
+            ),
+        )
+        return results[-1].rowcount
 
     async def close_crash_open_segments(
         self, platforms: frozenset[str] | None = None, now: float | None = None
@@ -83,40 +113,44 @@ class ModeQueries:
         after the restart falls inside it; `now` is kept as the segment's `restart_at`, so a
         message sent before it that arrives later is known to belong to it. Returns the
         conversations whose segment was closed."""
+        params: dict[str, object] = {f"p{n}": platform for n, platform in enumerate(sorted(platforms or ()))}
         scope = (
             ""
             if platforms is None
             else (
                 " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"
-                f" ({', '.join('?' for _ in platforms)}))"
+                f" ({', '.join(f':{name}' for name in params) or 'NULL'}))"
             )
         )
-        params = () if platforms is None else tuple(sorted(platforms))
-        async with self._db.tx() as db:
-            async with db.execute(
-                f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope}", params
-            ) as cur:
-                conversations = [row[0] for row in await cur.fetchall()]
+        results = await self._engine.write(
+            Statement(
+                f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope} ORDER BY conversation_id",
+                params,
+                Fetch.ALL,
+            ),
             # Due at once: the retractions are sent as soon as the adapters can send.
-            await end_shown(db, f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0)
-            await db.execute(
-                "UPDATE segments SET end_reason = 'restart', restart_at = ?, ended_at = max(started_at,"
-                " last_activity_at,"
-                " coalesce((SELECT max(created_at) FROM messages WHERE messages.segment_id = segments.id), 0))"
+            *ending_shown(f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0),
+            Statement(
+                f"UPDATE segments SET end_reason = 'restart', restart_at = :restart, ended_at = {_LATEST}"
                 f" WHERE ended_at IS NULL{scope}",
-                (now, *params),
-            )
-            return conversations
+                {**params, "restart": now},
+            ),
+        )
+        return [row["conversation_id"] for row in results[0].rows]
 
     async def restart_segment_for(self, conversation_id: int, sent_at: float) -> int | None:
         """The segment a message sent at `sent_at` (platform time) belongs to although it arrives
         only now: the conversation's newest segment, when a restart closed it after `sent_at`.
         Turns of a chat run in order, so a message not stored yet was sent after every stored
         one, inside that interval."""
-        row = await self._db.one(
-            "SELECT id, restart_at FROM segments WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
-            (conversation_id,),
+        (result,) = await self._engine.read(
+            Statement(
+                "SELECT id, restart_at FROM segments WHERE conversation_id = :c ORDER BY id DESC LIMIT 1",
+                {"c": conversation_id},
+                Fetch.ONE,
+            )
         )
+        row = result.one
         if row is None or row["restart_at"] is None:  # only a restart's close sets restart_at
             return None
         return row["id"] if sent_at < row["restart_at"] else None
@@ -124,45 +158,57 @@ class ModeQueries:
     async def private_intervals(self, conversation_id: int, now: float) -> list[Segment]:
         """The segments of the conversation that still exist: open, or ended and not expired by `now`
         (an expired one the sweep has not deleted yet is gone already for every reader)."""
-        rows = await self._db.all(
-            f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = ?"
-            " AND (expires_at IS NULL OR expires_at > ?) ORDER BY id",
-            (conversation_id, now),
+        (result,) = await self._engine.read(
+            Statement(
+                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = :c"
+                " AND (expires_at IS NULL OR expires_at > :now) ORDER BY id",
+                {"c": conversation_id, "now": now},
+                Fetch.ALL,
+            )
         )
-        return [segment_of_row(row) for row in rows]
+        return [segment_of_row(row) for row in result.rows]
 
     async def delete_expired_segments(self, now: float) -> int:
         """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it
-        (messages, summaries, pad entries, tool operations, pending crossings), and a checkpoint
+        (messages, summaries, pad entries, tool operations, pending crossings). On SQLite a checkpoint
         leaves none of it in the WAL (or, blocked by a reader, is owed and finished by the next
         deletion, sweep or start)."""
-        async with self._db.tx() as db:
-            await end_shown(db, "SELECT id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,), now)
-            cur = await db.execute("DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
-            deleted = cur.rowcount
-            if deleted:
-                await owe_checkpoint(db)
-        await self._checkpoints.finish_owed()
-        return deleted
+        expired = "SELECT id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now"
+        params = {"now": now}
+        owed = () if self._checkpoints is None else (owing_checkpoint(expired, params),)
+        results = await self._engine.write(
+            *ending_shown(expired, params, now),
+            *owed,
+            Statement(
+                "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now", params, Fetch.ROWCOUNT
+            ),
+        )
+        if self._checkpoints is not None:
+            await self._checkpoints.finish_owed()
+        return results[-1].rowcount
 
     # --- adapter state (offsets, cursors) -----------------------------------
 
     async def get_adapter_state(self, name: str) -> str | None:
-        row = await self._db.one("SELECT value FROM adapter_state WHERE name = ?", (name,))
-        return row[0] if row else None
+        (result,) = await self._engine.read(
+            Statement("SELECT value FROM adapter_state WHERE name = :name", {"name": name}, Fetch.ONE)
+        )
+        return result.scalar
 
     async def set_adapter_state(self, name: str, value: str, now: float) -> None:
         """Not fsynced: an offset lost to a power cut only makes the platform deliver again, and
         the inbox makes a redelivery a no-op."""
-        async with self._db.tx(durable=False) as db:
-            await db.execute(
-                "INSERT INTO adapter_state (name, value, updated_at) VALUES (?, ?, ?)"
+        await self._engine.write(
+            Statement(
+                "INSERT INTO adapter_state (name, value, updated_at) VALUES (:name, :value, :now)"
                 " ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                (name, value, now),
-            )
+                {"name": name, "value": value, "now": now},
+            ),
+            durable=False,
+        )
 
 
-def segment_of_row(row: aiosqlite.Row) -> Segment:
+def segment_of_row(row: Row | aiosqlite.Row) -> Segment:
     return Segment(
         row["id"],
         row["conversation_id"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 import aiosqlite
@@ -31,28 +32,31 @@ def _interval_open(row: str) -> str:
 
 # Nothing is sent for an interval that has ended: a delivery that names an interval is picked only
 # while that interval is open (not closed by /normal, the idle timeout or a restart, not expired by
-# :now, not deleted). The transaction that ends an interval settles its rows (`end_shown`); the
+# :now, not deleted). The transaction that ends an interval settles its rows (`ending_shown`); the
 # minute sweep deletes expired intervals; this predicate, in the queries that pick what to send,
 # covers the time until they ran.
 _INTERVAL_OPEN = _interval_open("deliveries")
 
 
-async def end_shown(db: aiosqlite.Connection, segments: str, params: tuple[Any, ...], now: float) -> None:
-    """Inside the transaction that ends the intervals `segments` (SQL selecting their ids, with
-    `params`), before they are closed or deleted: their replies not finally sent are never sent. One
-    that showed messages while written becomes their retraction (it leaves the interval as a pending
-    row holding only the constant INTERVAL_ENDED_SHOWN, which edits those messages once); every
-    other one is settled unsent. Written with the end, so a crash right after it still edits them."""
-    await db.execute(
-        "UPDATE deliveries SET segment_id = NULL, message_id = NULL, status = 'pending', text = ?, retracts = 1,"
-        " parts_sent = 0, attempts = 0, error = NULL, next_attempt_at = ?"
-        f" WHERE segment_id IN ({segments}) AND streamed_ids IS NOT NULL AND status IN ('streaming', 'pending')",
-        (INTERVAL_ENDED_SHOWN, now, *params),
-    )
-    await db.execute(
-        "UPDATE deliveries SET status = 'failed', text = NULL, error = 'interval ended', settled_at = ?"
-        f" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')",
-        (now, *params),
+def ending_shown(segments: str, params: Mapping[str, object], now: float) -> tuple[Statement, Statement]:
+    """In the write that ends the intervals `segments` (SQL selecting their ids, with named `params`, none
+    of them `:shown` or `:ended`), before the statement that closes or deletes them: their replies not
+    finally sent are never sent. One that showed messages while written becomes their retraction (it
+    leaves the interval as a pending row holding only the constant INTERVAL_ENDED_SHOWN, which edits
+    those messages once); every other one is settled unsent. Written with the end, so a crash right
+    after it still edits them."""
+    return (
+        Statement(
+            "UPDATE deliveries SET segment_id = NULL, message_id = NULL, status = 'pending', text = :shown,"
+            " retracts = 1, parts_sent = 0, attempts = 0, error = NULL, next_attempt_at = :ended"
+            f" WHERE segment_id IN ({segments}) AND streamed_ids IS NOT NULL AND status IN ('streaming', 'pending')",
+            {**params, "shown": INTERVAL_ENDED_SHOWN, "ended": now},
+        ),
+        Statement(
+            "UPDATE deliveries SET status = 'failed', text = NULL, error = 'interval ended', settled_at = :ended"
+            f" WHERE segment_id IN ({segments}) AND status IN ('streaming', 'pending')",
+            {**params, "ended": now},
+        ),
     )
 
 
@@ -324,7 +328,7 @@ class SqliteOutboxStore:
         self, delivery_id: int, conversation_id: int, target: DeliveryTarget, shown: tuple[str, ...], now: float
     ) -> OutboundDelivery | None:
         """The row of a private answer whose interval ended while this process showed it (`shown`:
-        the messages it posted, in order) or sent it becomes their retraction, as `end_shown` makes
+        the messages it posted, in order) or sent it becomes their retraction, as `ending_shown` makes
         it, unless its interval is still open (then nothing changes). A row its interval's deletion
         took with it is written again as the retraction alone. Returns the retraction to send; None
         when nothing was shown, or the row was settled already."""

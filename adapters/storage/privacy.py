@@ -6,13 +6,15 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import aiosqlite
 
-from adapters.storage.database import Database, inserted_id
-from adapters.storage.outbox import end_shown
+from adapters.storage.database import Database
+from adapters.storage.engine import Database as EngineDatabase
+from adapters.storage.engine import Fetch, Statement
+from adapters.storage.outbox import ending_shown
 from adapters.storage.timeline import TimelineQueries
 from core.values.model import TimelineItem
 
@@ -23,14 +25,22 @@ log = logging.getLogger(__name__)
 CHECKPOINT_OWED = "store:checkpoint_owed"
 
 
-async def owe_checkpoint(db: aiosqlite.Connection) -> None:
-    """Record, inside the deleting transaction, that a checkpoint is owed: a crash between the
-    commit and the checkpoint still leaves the debt for the next start or sweep."""
-    await db.execute(
-        "INSERT INTO adapter_state (name, value, updated_at) VALUES (?, '1', ?) ON CONFLICT (name)"
-        " DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT), updated_at = excluded.updated_at",
-        (CHECKPOINT_OWED, time.time()),
+def owing_checkpoint(deleting: str, params: Mapping[str, object]) -> Statement:
+    """The statement that records, inside the deleting write and before its DELETE, that a checkpoint
+    is owed when `deleting` (SQL selecting what the DELETE removes, with named `params`) finds a row: a
+    crash between the commit and the checkpoint still leaves the debt for the next start or sweep."""
+    return Statement(
+        "INSERT INTO adapter_state (name, value, updated_at) SELECT :owed_name, '1', :owed_at"
+        f" WHERE EXISTS ({deleting}) ON CONFLICT (name) DO UPDATE"
+        " SET value = CAST(CAST(adapter_state.value AS INTEGER) + 1 AS TEXT), updated_at = excluded.updated_at",
+        {**params, "owed_name": CHECKPOINT_OWED, "owed_at": time.time()},
     )
+
+
+async def owe_checkpoint(db: aiosqlite.Connection) -> None:
+    """`owing_checkpoint` unconditionally, inside the caller's transaction."""
+    owed = owing_checkpoint("SELECT 1", {})
+    await db.execute(owed.sql, dict(owed.params))
 
 
 def _checkpoint_file(path: Path) -> tuple[int, int, bool]:
@@ -101,35 +111,52 @@ class Checkpoints:
 
 class LifetimeQueries:
     """Forgetting, expiry of artifacts, export and confirmed crossings; implements
-    core.ports.store.lifetime (ForgetStore, ArtifactExpiry, ExportStore)."""
+    core.ports.store.lifetime (ForgetStore, ArtifactExpiry, ExportStore).
 
-    def __init__(self, db: Database, timeline: TimelineQueries, checkpoints: Checkpoints) -> None:
-        self._db = db
+    `checkpoints` (SQLite only) is the hook of the WAL checkpoint a deletion owes, as for ModeQueries:
+    with it, each deletion records the debt in its own write and finishes it after; without it
+    (PostgreSQL) nothing is owed."""
+
+    def __init__(
+        self, engine: EngineDatabase, timeline: TimelineQueries, checkpoints: Checkpoints | None = None
+    ) -> None:
+        self._engine = engine
         self._timeline = timeline
         self._checkpoints = checkpoints
 
+    def _owing(self, deleting: str, params: Mapping[str, object]) -> tuple[Statement, ...]:
+        return () if self._checkpoints is None else (owing_checkpoint(deleting, params),)
+
+    async def _finish_owed(self) -> None:
+        if self._checkpoints is not None:
+            await self._checkpoints.finish_owed()
+
     async def delete_segments_of(self, conversation_id: int, now: float) -> int:
         """`/forget private`: delete every segment of the conversation now; cascades do the rest (a
-        reply of theirs that showed messages first leaves as their retraction, `end_shown`)."""
-        async with self._db.tx() as db:
-            await end_shown(db, "SELECT id FROM segments WHERE conversation_id = ?", (conversation_id,), now)
-            cur = await db.execute("DELETE FROM segments WHERE conversation_id = ?", (conversation_id,))
-            deleted = cur.rowcount
-            if deleted:
-                await owe_checkpoint(db)
-        await self._checkpoints.finish_owed()
-        return deleted
+        reply of theirs that showed messages first leaves as their retraction, `ending_shown`)."""
+        segments = "SELECT id FROM segments WHERE conversation_id = :c"
+        params = {"c": conversation_id}
+        results = await self._engine.write(
+            *ending_shown(segments, params, now),
+            *self._owing(segments, params),
+            Statement("DELETE FROM segments WHERE conversation_id = :c", params, Fetch.ROWCOUNT),
+        )
+        await self._finish_owed()
+        return results[-1].rowcount
 
     async def delete_expired_artifacts(self, now: float) -> int:
         """Delete crossing artifacts past their retention; like every deletion, it also
         finishes an owed checkpoint, so a sweep or start retries one a reader blocked."""
-        async with self._db.tx() as db:
-            cur = await db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
-            deleted = cur.rowcount
-            if deleted:
-                await owe_checkpoint(db)
-        await self._checkpoints.finish_owed()
-        return deleted
+        expired = "SELECT id FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= :now"
+        params = {"now": now}
+        results = await self._engine.write(
+            *self._owing(expired, params),
+            Statement(
+                "DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= :now", params, Fetch.ROWCOUNT
+            ),
+        )
+        await self._finish_owed()
+        return results[-1].rowcount
 
     async def export_items(
         self, conversation_id: int, *, visible_segment: int | None, chunk: int = 1000
@@ -150,19 +177,26 @@ class LifetimeQueries:
             after = messages[-1].position
 
     async def segment_items(self, segment_id: int) -> list[TimelineItem]:
-        rows = await self._db.all(
-            "SELECT id, role, text FROM messages WHERE segment_id = ? AND kind = 'chat' ORDER BY id", (segment_id,)
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT id, role, text FROM messages WHERE segment_id = :s AND kind = 'chat' ORDER BY id",
+                {"s": segment_id},
+                Fetch.ALL,
+            )
         )
-        return [TimelineItem(r["id"], r["role"], r["text"]) for r in rows]
+        return [TimelineItem(r["id"], r["role"], r["text"]) for r in found.rows]
 
     async def request_crossing(self, segment_id: int, destination: str, now: float, confirm_by: float) -> int:
-        async with self._db.tx() as db:
-            await db.execute("DELETE FROM crossings WHERE segment_id = ?", (segment_id,))
-            cur = await db.execute(
-                "INSERT INTO crossings (segment_id, destination, requested_at, confirm_by) VALUES (?, ?, ?, ?)",
-                (segment_id, destination, now, confirm_by),
-            )
-            return inserted_id(cur)
+        _, made = await self._engine.write(
+            Statement("DELETE FROM crossings WHERE segment_id = :s", {"s": segment_id}),
+            Statement(
+                "INSERT INTO crossings (segment_id, destination, requested_at, confirm_by)"
+                " VALUES (:s, :destination, :now, :confirm_by) RETURNING id",
+                {"s": segment_id, "destination": destination, "now": now, "confirm_by": confirm_by},
+                Fetch.ONE,
+            ),
+        )
+        return int(made.scalar)
 
     async def confirm_crossing(
         self,
@@ -174,20 +208,22 @@ class LifetimeQueries:
         expires_at: float | None,
     ) -> int | None:
         """Consume a pending, unexpired crossing of this segment and create the artifact, in one
-        transaction. Returns the artifact id, or None when nothing was pending."""
-        async with self._db.tx() as db:
-            async with db.execute(
-                "SELECT id, destination FROM crossings WHERE segment_id = ? AND confirm_by >= ?"
-                " ORDER BY id DESC LIMIT 1",
-                (segment_id, now),
-            ) as cur:
-                pending = await cur.fetchone()
-            await db.execute("DELETE FROM crossings WHERE segment_id = ?", (segment_id,))
-            if pending is None:
-                return None
-            cur = await db.execute(
+        write. Returns the artifact id, or None when nothing was pending."""
+        made, _ = await self._engine.write(
+            Statement(
                 "INSERT INTO artifacts (conversation_id, kind, destination, filename, content, created_at, expires_at)"
-                " VALUES (?, 'crossing', ?, ?, ?, ?, ?)",
-                (conversation_id, pending["destination"], filename, content, now, expires_at),
-            )
-            return cur.lastrowid
+                " SELECT :c, 'crossing', destination, :filename, :content, :now, CAST(:expires AS DOUBLE PRECISION)"
+                " FROM crossings WHERE segment_id = :s AND confirm_by >= :now ORDER BY id DESC LIMIT 1 RETURNING id",
+                {
+                    "c": conversation_id,
+                    "filename": filename,
+                    "content": content,
+                    "now": now,
+                    "expires": expires_at,
+                    "s": segment_id,
+                },
+                Fetch.ONE,
+            ),
+            Statement("DELETE FROM crossings WHERE segment_id = :s", {"s": segment_id}),
+        )
+        return None if made.scalar is None else int(made.scalar)

@@ -3,12 +3,12 @@ message's own mode and segment. The privacy predicates are inside each statement
 
 from __future__ import annotations
 
-from adapters.storage.database import Database
+from adapters.storage.engine import Database, Fetch, Statement
 from core.values.model import EditableMessage, QuotedMessage
 
 # What one mode may read of a message row: a normal row, or a row of the segment it lives in
 # (:s is NULL in normal mode, so only normal rows). The same predicate as the masked view's.
-_READABLE = "((m.segment_id IS NULL AND m.mode = 'normal') OR (:s IS NOT NULL AND m.segment_id = :s))"
+_READABLE = "((m.segment_id IS NULL AND m.mode = 'normal') OR (CAST(:s AS BIGINT) IS NOT NULL AND m.segment_id = :s))"
 
 # A message an edit may change: a normal row, or a row of an interval that has not expired.
 # An expired interval's rows are deleted at the next sweep; an edit never keeps them alive.
@@ -26,39 +26,59 @@ _EDITED_IN_ITS_OWN_MODE = (
 )
 
 
+# The message row an edit changes: the one read (its id, its segment as read, a user's chat message), only
+# when the text differs, and only where the mode the edit is made in may change it.
+_EDITABLE = (
+    "m.id = :id AND m.segment_id IS NOT DISTINCT FROM :s"
+    " AND m.text IS DISTINCT FROM :t"
+    f" AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}"
+)
+
+
 class QuoteQueries:
     """Implements core.ports.store.quotes (QuoteStore, EditStore)."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(self, engine: Database) -> None:
+        self._engine = engine
 
     async def quoted_message(
         self, conversation_id: int, platform_message_id: str, *, visible_segment: int | None
     ) -> QuotedMessage | None:
         """The message with this inbox key; its text only where the mode may read it: a private
         row's text never leaves the database for a mode that may not read it."""
-        row = await self._db.read_one(
-            f"SELECT m.role, m.kind, CASE WHEN {_READABLE} THEN m.text END AS text FROM messages m"
-            " WHERE m.conversation_id = :c AND m.platform_message_id = :p",
-            {"c": conversation_id, "p": platform_message_id, "s": visible_segment},
+        (found,) = await self._engine.read(
+            Statement(
+                f"SELECT m.role, m.kind, CASE WHEN {_READABLE} THEN m.text END AS text FROM messages m"
+                " WHERE m.conversation_id = :c AND m.platform_message_id = :p",
+                {"c": conversation_id, "p": platform_message_id, "s": visible_segment},
+                Fetch.ONE,
+            )
         )
+        row = found.one
         return QuotedMessage(row["role"], row["kind"], row["text"]) if row is not None else None
 
     async def visible_texts(
         self, conversation_id: int, role: str, *, visible_segment: int | None, limit: int
     ) -> list[str]:
-        rows = await self._db.read(
-            f"SELECT m.text FROM messages m WHERE m.conversation_id = :c AND m.role = :r AND m.kind = 'chat'"
-            f" AND {_READABLE} ORDER BY m.id DESC LIMIT :n",
-            {"c": conversation_id, "r": role, "s": visible_segment, "n": limit},
+        (found,) = await self._engine.read(
+            Statement(
+                f"SELECT m.text FROM messages m WHERE m.conversation_id = :c AND m.role = :r AND m.kind = 'chat'"
+                f" AND {_READABLE} ORDER BY m.id DESC LIMIT :n",
+                {"c": conversation_id, "r": role, "s": visible_segment, "n": limit},
+                Fetch.ALL,
+            )
         )
-        return [r["text"] for r in rows]
+        return [r["text"] for r in found.rows]
 
     async def conversation_of_chat(self, platform: str, chat_id: str) -> int | None:
-        row = await self._db.read_one(
-            "SELECT id FROM conversations WHERE platform = ? AND chat_id = ?", (platform, chat_id)
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT id FROM conversations WHERE platform = :platform AND chat_id = :chat",
+                {"platform": platform, "chat": chat_id},
+                Fetch.ONE,
+            )
         )
-        return row["id"] if row is not None else None
+        return found.scalar
 
     async def private_interval_at(
         self, conversation_id: int, sent_at: float, *, visible_segment: int | None, margin: float
@@ -66,22 +86,29 @@ class QuoteQueries:
         """Any interval of the conversation but the visible one whose span holds `sent_at`: from
         its start to its end, or to the restart that closed it (a message sent before that restart
         belongs to it), or on while it is open; `margin` widens it both ways (the safe direction)."""
-        row = await self._db.read_one(
-            "SELECT EXISTS (SELECT 1 FROM segments g WHERE g.conversation_id = :c AND g.id IS NOT :s"
-            " AND g.started_at - :m <= :at"
-            " AND (g.ended_at IS NULL OR :at <= max(g.ended_at, coalesce(g.restart_at, g.ended_at)) + :m))",
-            {"c": conversation_id, "s": visible_segment, "at": sent_at, "m": margin},
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT EXISTS (SELECT 1 FROM segments g WHERE g.conversation_id = :c AND g.id IS DISTINCT FROM :s"
+                " AND g.started_at - :m <= :at AND (g.ended_at IS NULL OR :at <= (CASE WHEN g.restart_at > g.ended_at"
+                " THEN g.restart_at ELSE g.ended_at END) + :m)) AS inside",
+                {"c": conversation_id, "s": visible_segment, "at": sent_at, "m": margin},
+                Fetch.ONE,
+            )
         )
-        return bool(row is not None and row[0])
+        return bool(found.scalar)
 
     async def editable_message(
         self, conversation_id: int, platform_message_id: str, now: float
     ) -> EditableMessage | None:
-        row = await self._db.one(
-            "SELECT m.id, m.segment_id, m.turn FROM messages m WHERE m.conversation_id = :c"
-            f" AND m.platform_message_id = :p AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED}",
-            {"c": conversation_id, "p": platform_message_id, "now": now},
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT m.id, m.segment_id, m.turn FROM messages m WHERE m.conversation_id = :c"
+                f" AND m.platform_message_id = :p AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED}",
+                {"c": conversation_id, "p": platform_message_id, "now": now},
+                Fetch.ONE,
+            )
         )
+        row = found.one
         return EditableMessage(row["id"], row["segment_id"], row["turn"]) if row is not None else None
 
     async def edit_message(
@@ -92,25 +119,34 @@ class QuoteQueries:
         statement names both as they were read), so an edit can never move a private message into
         normal mode; and a normal row changes only while no interval is open, a private row only
         while its own interval is open, so words typed in one mode never land in a row of the
-        other. The recall index follows by the trigger `recall_message_update` (0010), normal rows only."""
-        async with self._db.tx() as db:
-            cur = await db.execute(
-                "UPDATE messages AS m SET text = :t, said = :said WHERE m.id = :id AND m.segment_id IS :s"
-                " AND m.text IS NOT :t"
-                f" AND m.role = 'user' AND m.kind = 'chat' AND {_NOT_EXPIRED} AND {_EDITED_IN_ITS_OWN_MODE}",
-                {"t": text, "said": said, "id": message_id, "s": segment_id, "now": now},
+        other. The recall index follows by the trigger `recall_message_update` (0010), normal rows only.
+        One write: the interval's idle clock moves first, under the same predicate as the edit."""
+        params = {"t": text, "said": said, "id": message_id, "s": segment_id, "now": now}
+        touch = (
+            ()
+            if segment_id is None
+            else (
+                Statement(
+                    "UPDATE segments SET last_activity_at = :now WHERE id = :s AND ended_at IS NULL"
+                    f" AND EXISTS (SELECT 1 FROM messages m WHERE {_EDITABLE})",
+                    params,
+                ),
             )
-            if cur.rowcount and segment_id is not None:
-                await db.execute(
-                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
-                )
-            return bool(cur.rowcount)
+        )
+        *_, edited = await self._engine.write(
+            *touch,
+            Statement(f"UPDATE messages AS m SET text = :t, said = :said WHERE {_EDITABLE}", params, Fetch.ROWCOUNT),
+        )
+        return edited.rowcount > 0
 
     async def answered_since(self, conversation_id: int, message_id: int, since: float) -> bool:
-        row = await self._db.read_one(
-            "SELECT NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = :c AND role = 'user' AND id > :m)"
-            " AND EXISTS (SELECT 1 FROM messages WHERE conversation_id = :c AND role = 'assistant' AND id > :m"
-            "  AND created_at >= :since) AS answered",
-            {"c": conversation_id, "m": message_id, "since": since},
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT NOT EXISTS (SELECT 1 FROM messages WHERE conversation_id = :c AND role = 'user' AND id > :m)"
+                " AND EXISTS (SELECT 1 FROM messages WHERE conversation_id = :c AND role = 'assistant' AND id > :m"
+                "  AND created_at >= :since) AS answered",
+                {"c": conversation_id, "m": message_id, "since": since},
+                Fetch.ONE,
+            )
         )
-        return bool(row is not None and row["answered"])
+        return bool(found.scalar)

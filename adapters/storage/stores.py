@@ -56,24 +56,24 @@ class Stores:
     @classmethod
     def over(cls, database: Database) -> Stores:
         """The query classes over `database` (started or not: nothing is read here)."""
-        timeline = TimelineQueries(database)
+        timeline = TimelineQueries(database.engine)
         checkpoints = Checkpoints(database)
         return cls(
             database=database,
             timeline=timeline,
             checkpoints=checkpoints,
-            modes=ModeQueries(database, checkpoints),
+            modes=ModeQueries(database.engine, checkpoints),
             memory=MemoryQueries(database),
-            lifetime=LifetimeQueries(database, timeline, checkpoints),
+            lifetime=LifetimeQueries(database.engine, timeline, checkpoints),
             bindings=BindingQueries(database),
             proactive=ProactiveQueries(database),
             links=LinkQueries(database),
-            chats=ChatQueries(database),
-            quotes=QuoteQueries(database),
+            chats=ChatQueries(database.engine),
+            quotes=QuoteQueries(database.engine),
             outbox=SqliteOutboxStore(database),
             web=WebQueries(database),
-            passphrase_attempts=AttemptQueries(database, "valve_attempts"),
-            link_attempts=AttemptQueries(database, "link_attempts"),
+            passphrase_attempts=AttemptQueries(database.engine, "valve_attempts"),
+            link_attempts=AttemptQueries(database.engine, "link_attempts"),
         )
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 
 from adapters.storage.bindings import mirror_rows
-from adapters.storage.database import Database, inserted_id, present
-from adapters.storage.engine import Fetch, Ref, Result, Row, Statement
-from adapters.storage.memory import insert_run, run_rows
+from adapters.storage.engine import Database, Fetch, Ref, Result, Row, Statement
+from adapters.storage.guard import refusing_while_private
+from adapters.storage.memory import run_rows
 from adapters.storage.outbox import alone_in_lane, delivery_of, delivery_row
+from core.values.errors import StoreError
 from core.values.model import (
     Account,
     ContextReads,
@@ -27,73 +28,105 @@ from core.values.model import (
 
 log = logging.getLogger(__name__)
 
+_CONVERSATION = "SELECT id, platform, chat_id, kind, person_id FROM conversations"
+
+
+def _conversation(row: Row) -> Conversation:
+    return Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
+
 
 class TimelineQueries:
     """The conversation record as each mode may see it; implements
     core.ports.store.timeline (every Protocol there)."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(self, engine: Database) -> None:
+        self._engine = engine
 
     # --- people, accounts, conversations -----------------------------------
 
     async def ensure_account(self, platform: str, user_id: str, display_name: str | None, now: float) -> Account:
-        row = await self._db.one(
-            "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?", (platform, user_id)
+        select = Statement(
+            "SELECT id, person_id FROM accounts WHERE platform = :platform AND platform_user_id = :user",
+            {"platform": platform, "user": user_id},
+            Fetch.ONE,
         )
-        if row is not None:  # the common case reads only
-            return Account(row["id"], row["person_id"], platform, user_id)
-        async with self._db.tx() as db:
-            async with db.execute(
-                "SELECT id, person_id FROM accounts WHERE platform = ? AND platform_user_id = ?",
-                (platform, user_id),
-            ) as cur:
-                row = await cur.fetchone()
-            if row is not None:
-                return Account(row["id"], row["person_id"], platform, user_id)
-            cur = await db.execute("INSERT INTO people (display_name, created_at) VALUES (?, ?)", (display_name, now))
-            person_id = inserted_id(cur)
-            cur = await db.execute(
-                "INSERT INTO accounts (person_id, platform, platform_user_id, created_at) VALUES (?, ?, ?, ?)",
-                (person_id, platform, user_id, now),
+        (found,) = await self._engine.read(select)
+        row = found.one
+        if row is None:  # the first contact writes once; a concurrent first contact's person is removed again
+            params = {"platform": platform, "user": user_id, "name": display_name, "now": now, "person": Ref(0)}
+            *_, written = await self._engine.write(
+                Statement(
+                    "INSERT INTO people (display_name, created_at) VALUES (CAST(:name AS TEXT), :now) RETURNING id",
+                    {"name": display_name, "now": now},
+                    Fetch.ONE,
+                    inserts="people",
+                ),
+                Statement(
+                    "INSERT INTO accounts (person_id, platform, platform_user_id, created_at)"
+                    " VALUES (:person, :platform, :user, :now) ON CONFLICT (platform, platform_user_id) DO NOTHING",
+                    params,
+                ),
+                Statement(
+                    "DELETE FROM people WHERE id = :person AND NOT EXISTS"
+                    " (SELECT 1 FROM accounts WHERE accounts.person_id = people.id)",
+                    params,
+                ),
+                select,
             )
-            return Account(inserted_id(cur), person_id, platform, user_id)
+            row = written.one
+            if row is None:
+                raise StoreError(f"no account of {platform} after writing it")
+        return Account(row["id"], row["person_id"], platform, user_id)
 
     async def ensure_conversation(
         self, key: ConversationKey, kind: str, person_id: int | None, now: float
     ) -> Conversation:
-        select = "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?"
-        row = await self._db.one(select, (key.platform, key.chat_id))
+        select = Statement(
+            f"{_CONVERSATION} WHERE platform = :platform AND chat_id = :chat",
+            {"platform": key.platform, "chat": key.chat_id},
+            Fetch.ONE,
+        )
+        (found,) = await self._engine.read(select)
+        row = found.one
         if row is None:
-            async with self._db.tx() as db:
-                await db.execute(
+            _, written = await self._engine.write(
+                Statement(
                     "INSERT INTO conversations (platform, chat_id, kind, person_id, created_at)"
-                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (platform, chat_id) DO NOTHING",
-                    (key.platform, key.chat_id, kind, person_id if kind == "direct" else None, now),
-                )
-            row = present(await self._db.one(select, (key.platform, key.chat_id)))
-        return Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
+                    " VALUES (:platform, :chat, :kind, CAST(:p AS BIGINT), :now) ON CONFLICT (platform, chat_id) DO NOTHING",
+                    {
+                        "platform": key.platform,
+                        "chat": key.chat_id,
+                        "kind": kind,
+                        "p": person_id if kind == "direct" else None,
+                        "now": now,
+                    },
+                ),
+                select,
+            )
+            row = written.one
+            if row is None:
+                raise StoreError(f"no conversation of {key.platform} after writing it")
+        return _conversation(row)
 
     async def conversation_at(self, key: ConversationKey) -> Conversation | None:
         """The conversation of one chat, if it began; None otherwise (nothing is created)."""
-        row = await self._db.read_one(
-            "SELECT id, platform, chat_id, kind, person_id FROM conversations WHERE platform = ? AND chat_id = ?",
-            (key.platform, key.chat_id),
+        (found,) = await self._engine.read(
+            Statement(
+                f"{_CONVERSATION} WHERE platform = :platform AND chat_id = :chat",
+                {"platform": key.platform, "chat": key.chat_id},
+                Fetch.ONE,
+            )
         )
-        return (
-            None
-            if row is None
-            else Conversation(row["id"], row["platform"], row["chat_id"], row["kind"], row["person_id"])
-        )
+        return None if found.one is None else _conversation(found.one)
 
     async def conversations_of(self, person_id: int) -> list[Conversation]:
         """The person's direct conversations on every platform, oldest first (a group has no person)."""
-        rows = await self._db.read(
-            "SELECT id, platform, chat_id, kind, person_id FROM conversations"
-            " WHERE person_id = ? AND kind = 'direct' ORDER BY id",
-            (person_id,),
+        (found,) = await self._engine.read(
+            Statement(
+                f"{_CONVERSATION} WHERE person_id = :p AND kind = 'direct' ORDER BY id", {"p": person_id}, Fetch.ALL
+            )
         )
-        return [Conversation(r["id"], r["platform"], r["chat_id"], r["kind"], r["person_id"]) for r in rows]
+        return [_conversation(row) for row in found.rows]
 
     # --- the timeline -------------------------------------------------------
 
@@ -119,23 +152,40 @@ class TimelineQueries:
             raise ValueError("a private turn has no analytics run")
         mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
         capture = "pending" if (mode == "normal" and kind == "chat") else "skipped"
-        async with self._db.tx() as db:
-            cur = await db.execute(
-                "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
-                " created_at, platform_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
-                " DO NOTHING",
-                (conversation_id, segment_id, account_id, mode, role, kind, text, capture, now, platform_message_id),
-            )
-            if cur.rowcount == 0:
-                return None
-            message_id = cur.lastrowid
-            if segment_id is not None:
-                await db.execute(
-                    "UPDATE segments SET last_activity_at = ? WHERE id = ? AND ended_at IS NULL", (now, segment_id)
-                )
-            if run is not None:
-                await insert_run(db, run)
+        # A run is lasting: the write is refused whole (PrivateWriteRefused) while the conversation is private.
+        guard = () if run is None else refusing_while_private(self._engine.dialect, conversation_id, "analytics")
+        insert = Statement(
+            "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
+            " created_at, platform_message_id) VALUES (:c, :s, :account, :mode, :role, :kind, :text, :capture,"
+            " :now, :key) ON CONFLICT (conversation_id, platform_message_id) WHERE platform_message_id IS NOT NULL"
+            " DO NOTHING RETURNING id",
+            {
+                "c": conversation_id,
+                "s": segment_id,
+                "account": account_id,
+                "mode": mode,
+                "role": role,
+                "kind": kind,
+                "text": text,
+                "capture": capture,
+                "now": now,
+                "key": platform_message_id,
+            },
+            Fetch.ONE,
+            inserts="messages",
+        )
+        if run is None or platform_message_id is None:  # one write
+            keyed = None if platform_message_id is None else Ref(len(guard))  # the idle clock: only if stored
+            after = [] if segment_id is None else [_touch_segment(segment_id, now, stored=keyed)]
+            after += [] if run is None else run_rows(run, at=len(guard) + 1)
+            results = await self._engine.write(*guard, insert, *after)
+            return results[len(guard)].scalar
+        # A normal turn's run with an inbox key that may be stored already: the run only when the row was.
+        async with self._engine.tx() as tx:
+            results = await tx.run(*guard, insert)
+            message_id = results[-1].scalar
+            if message_id is not None:
+                await tx.run(*run_rows(run, at=0))  # its own trip: its Refs count from 0
             return message_id
 
     async def add_inbound(
@@ -178,7 +228,7 @@ class TimelineQueries:
         ]
         if segment_id is not None:  # the idle clock, only when the message was stored (not a redelivery)
             statements.append(_touch_segment(segment_id, now, stored=Ref(0)))
-        stored = await self._db.engine.write(*statements)
+        stored = await self._engine.write(*statements)
         return stored[0].scalar
 
     async def record_reply(
@@ -284,7 +334,7 @@ class TimelineQueries:
             # Whether the streaming row took the text is known only once the UPDATE ran: a second trip,
             # in the same transaction, writes a delivery of its own when it did not (the stream was cut
             # off), and the mirrors after it, as in one trip.
-            async with self._db.engine.tx() as tx:
+            async with self._engine.tx() as tx:
                 results = await tx.run(*statements)
                 delivery_id = results[streamed_at].scalar
                 message_id = results[message.statement].scalar if message is not None else None
@@ -304,7 +354,7 @@ class TimelineQueries:
         else:
             if copied and mirror is not None and message is not None:
                 statements.append(mirror_rows(conversation_id, message, mirror, now))
-            results = await self._db.engine.write(*statements)
+            results = await self._engine.write(*statements)
             delivery_id = results[delivery_at].scalar if delivery_at is not None else None
             alone = results[alone_at].one if alone_at is not None else None
             delivery = delivery_of(alone) if alone is not None else None
@@ -320,14 +370,18 @@ class TimelineQueries:
     async def open_turns(self, platforms: frozenset[str] | None) -> list[OpenTurn]:
         """The newest open normal turn of each conversation (on `platforms`, or all): a user
         message whose reply was never written because the process died mid-turn."""
-        scope = "" if platforms is None else f" AND c.platform IN ({', '.join('?' for _ in platforms)})"
-        rows = await self._db.all(
-            "SELECT m.id, m.account_id, m.created_at, m.platform_message_id, c.id AS cid, c.platform, c.chat_id, c.kind, c.person_id"
-            " FROM messages m JOIN conversations c ON c.id = m.conversation_id"
-            " WHERE m.turn = 'open' AND m.segment_id IS NULL AND m.mode = 'normal'"
-            " AND m.id = (SELECT max(id) FROM messages WHERE conversation_id = m.conversation_id AND turn = 'open')"
-            f"{scope} ORDER BY m.id",
-            () if platforms is None else tuple(sorted(platforms)),
+        params: dict[str, object] = {f"p{n}": platform for n, platform in enumerate(sorted(platforms or ()))}
+        scope = "" if platforms is None else f" AND c.platform IN ({', '.join(f':{n}' for n in params) or 'NULL'})"
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT m.id, m.account_id, m.created_at, m.platform_message_id, c.id AS cid, c.platform, c.chat_id,"
+                " c.kind, c.person_id FROM messages m JOIN conversations c ON c.id = m.conversation_id"
+                " WHERE m.turn = 'open' AND m.segment_id IS NULL AND m.mode = 'normal'"
+                " AND m.id = (SELECT max(id) FROM messages WHERE conversation_id = m.conversation_id AND turn = 'open')"
+                f"{scope} ORDER BY m.id",
+                params,
+                Fetch.ALL,
+            )
         )
         return [
             OpenTurn(
@@ -337,12 +391,14 @@ class TimelineQueries:
                 r["created_at"],
                 r["platform_message_id"],
             )
-            for r in rows
+            for r in found.rows
         ]
 
     async def turn_is_open(self, message_id: int) -> bool:
-        row = await self._db.one("SELECT turn FROM messages WHERE id = ?", (message_id,))
-        return row is not None and row["turn"] == "open"
+        (found,) = await self._engine.read(
+            Statement("SELECT turn FROM messages WHERE id = :m", {"m": message_id}, Fetch.ONE)
+        )
+        return found.scalar == "open"
 
     async def view(
         self,
@@ -373,7 +429,7 @@ class TimelineQueries:
             limit=limit,
             newest_first=newest_first,
         )
-        return _view_items(await self._db.engine.read(*statements), limit=limit, newest_first=newest_first)
+        return _view_items(await self._engine.read(*statements), limit=limit, newest_first=newest_first)
 
     async def context_reads(
         self, conversation_id: int, *, person_id: int | None, segment_id: int | None, limit: int, count_up_to: int
@@ -412,7 +468,7 @@ class TimelineQueries:
         statements += _view_statements(
             conversation_id, segment_id, after, {}, upto=None, limit=limit, newest_first=True
         )
-        results = await self._db.engine.read(*statements)
+        results = await self._engine.read(*statements)
         normal, private, pad, private_pad, counted = results[:5]
         return ContextReads(
             normal_summary=_summary(normal.one),
@@ -426,12 +482,12 @@ class TimelineQueries:
     # --- summaries ----------------------------------------------------------
 
     async def normal_summary(self, conversation_id: int) -> Summary | None:
-        row = await self._db.read_one(_NORMAL_SUMMARY, {"c": conversation_id})
-        return Summary(row["text"], row["watermark"]) if row else None
+        (found,) = await self._engine.read(Statement(_NORMAL_SUMMARY, {"c": conversation_id}, Fetch.ONE))
+        return _summary(found.one)
 
     async def private_summary(self, segment_id: int) -> Summary | None:
-        row = await self._db.read_one(_PRIVATE_SUMMARY, {"s": segment_id})
-        return Summary(row["text"], row["watermark"]) if row else None
+        (found,) = await self._engine.read(Statement(_PRIVATE_SUMMARY, {"s": segment_id}, Fetch.ONE))
+        return _summary(found.one)
 
     async def save_summary(
         self,
@@ -444,43 +500,57 @@ class TimelineQueries:
         pad_facts: tuple[str, ...] = (),
     ) -> None:
         """Store a rolling summary and advance its watermark; for a private summary, in the
-        same transaction, add the stable facts its consolidation found to the private pad,
+        same write, add the stable facts its consolidation found to the private pad,
         owned by the segment they came from."""
-        mode = "private" if segment_id is not None else "normal"
-        key_sql = "segment_id = ?" if segment_id is not None else "conversation_id = ? AND segment_id IS NULL"
-        key = segment_id if segment_id is not None else conversation_id
-        async with self._db.tx() as db:
-            cur = await db.execute(
-                f"UPDATE summaries SET text = ?, watermark = ?, updated_at = ? WHERE {key_sql}",
-                (summary.text, summary.watermark, now, key),
+        # One summary per conversation in normal mode, one per segment in private mode: the partial unique
+        # indexes summaries_normal_key and summaries_private_key, named by the upsert's conflict target.
+        target = (
+            "(segment_id) WHERE segment_id IS NOT NULL"
+            if segment_id is not None
+            else ("(conversation_id) WHERE segment_id IS NULL")
+        )
+        statements = [
+            Statement(
+                "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
+                " VALUES (:c, :s, :mode, :text, :watermark, :now)"
+                f" ON CONFLICT {target} DO UPDATE SET text = excluded.text, watermark = excluded.watermark,"
+                " updated_at = excluded.updated_at",
+                {
+                    "c": conversation_id,
+                    "s": segment_id,
+                    "mode": "private" if segment_id is not None else "normal",
+                    "text": summary.text,
+                    "watermark": summary.watermark,
+                    "now": now,
+                },
             )
-            if cur.rowcount == 0:
-                await db.execute(
-                    "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (conversation_id, segment_id, mode, summary.text, summary.watermark, now),
+        ]
+        if segment_id is not None and pad_person_id is not None:
+            statements += [
+                Statement(
+                    "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+                    " SELECT :p, :s, 'private', :fact, :now WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
+                    "  WHERE person_id = :p AND mode = 'private' AND text = :fact)",
+                    {"p": pad_person_id, "s": segment_id, "fact": fact, "now": now},
                 )
-            if segment_id is not None and pad_person_id is not None:
-                for fact in pad_facts:
-                    await db.execute(
-                        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-                        " SELECT ?, ?, 'private', ?, ? WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
-                        "  WHERE person_id = ? AND mode = 'private' AND text = ?)",
-                        (pad_person_id, segment_id, fact, now, pad_person_id, fact),
-                    )
+                for fact in pad_facts
+            ]
+        await self._engine.write(*statements)
 
     # --- memory pads --------------------------------------------------------
 
     async def normal_pad(self, person_id: int) -> list[PadEntry]:
-        rows = await self._db.read(_NORMAL_PAD, {"p": person_id})
-        return [PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in rows]
+        (found,) = await self._engine.read(Statement(_NORMAL_PAD, {"p": person_id}, Fetch.ALL))
+        return [PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in found.rows]
 
     async def private_pad(self, person_id: int, conversation_id: int | None = None) -> list[PadEntry]:
         """Only the private-mode context assembly calls this. With `conversation_id`, only the
         facts of that conversation's own intervals: a linked account's private mode in another
         conversation never reads them (a private interval belongs to one conversation)."""
-        rows = await self._db.read(_PRIVATE_PAD + " ORDER BY id", {"p": person_id, "c": conversation_id})
-        return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in rows]
+        (found,) = await self._engine.read(
+            Statement(_PRIVATE_PAD + " ORDER BY id", {"p": person_id, "c": conversation_id}, Fetch.ALL)
+        )
+        return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in found.rows]
 
 
 _NORMAL_SUMMARY = (

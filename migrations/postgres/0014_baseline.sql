@@ -512,3 +512,16 @@ BEGIN
 END $$;
 CREATE TRIGGER recall_pad_delete AFTER DELETE ON pad_entries
     FOR EACH ROW WHEN (OLD.mode = 'normal') EXECUTE FUNCTION recall_pad_delete();
+
+-- The guard's refusal as one SQL call, named as on SQLite (adapters/storage/sqlite_engine.py registers a Python
+-- function of this name): `SELECT companion_raise('private_write', :what) FROM segments WHERE ... LIMIT 1` aborts
+-- the write it stands in; the engine turns CP001 into PrivateWriteRefused and CP002 into IntervalEnded.
+CREATE FUNCTION companion_raise(kind text, what text) RETURNS integer LANGUAGE plpgsql AS $$
+BEGIN
+    IF kind = 'private_write' THEN
+        RAISE EXCEPTION USING ERRCODE = 'CP001', MESSAGE = what;
+    ELSIF kind = 'interval_ended' THEN
+        RAISE EXCEPTION USING ERRCODE = 'CP002', MESSAGE = what;
+    END IF;
+    RAISE EXCEPTION 'companion_raise: no such kind %', kind;
+END $$;

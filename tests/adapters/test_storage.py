@@ -182,18 +182,3 @@ async def test_a_delivery_mark_skips_the_fsync_once_and_every_later_commit_is_fu
     await stores.outbox.mark_sent(delivery_id, 1, 1.0)
     assert await pragma(stores, "synchronous") == 2  # FULL
     assert [tuple(r) for r in await engines.rows(stores, "SELECT status FROM deliveries")] == [("sent",)]
-
-
-@pytest.mark.parametrize("write", ["user message", "reply", "other message"])
-async def test_every_private_write_extends_the_segments_idle_clock(stores, write):
-    conversation = await stores.timeline.ensure_conversation(ConversationKey("terminal", "t"), "direct", None, 0.0)
-    segment = await stores.modes.open_segment(conversation.id, 0.0, None)
-    if write == "user message":
-        await stores.timeline.add_inbound(
-            conversation.id, "x", 500.0, segment_id=segment.id, account_id=None, platform_message_id="m1"
-        )
-    elif write == "reply":
-        await stores.timeline.record_reply(conversation.id, "x", 500.0, stored_text="x", segment_id=segment.id)
-    else:
-        await stores.timeline.add_message(conversation.id, "assistant", "x", 500.0, segment_id=segment.id)
-    assert (await stores.modes.open_segment_of(conversation.id)).last_activity_at == 500.0

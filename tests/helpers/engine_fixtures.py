@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from adapters.storage.engine import Database
 from tests.helpers.postgres import HOW_TO_GET_IT, REQUIRE_ENV, PostgresCluster, PostgresUnavailable, required
 
 ENGINES = ("sqlite", "postgres")
@@ -55,6 +56,31 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+async def engine(store_backend: str, request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Database]:
+    """adapters/storage/engine.py's Database of the case's engine, started (migrated) on a database of the test's
+    own: SQLite's engine over a file in `tmp_path`, or PostgreSQL's over a copy of the migrated template. A query
+    class ported to the engine interface is built over it, so one test runs on both (mark it `engines`)."""
+    if store_backend == "postgres":
+        from adapters.storage.postgres.engine import PostgresDatabase
+
+        database = PostgresDatabase(request.getfixturevalue("postgres_url"))
+        await database.start()
+        try:
+            yield database
+        finally:
+            await database.aclose()
+        return
+    from adapters.storage.database import Database as SqliteDatabase
+
+    sqlite = SqliteDatabase(tmp_path / "engine.db")
+    await sqlite.start()
+    try:
+        yield sqlite.engine
+    finally:
+        await sqlite.aclose()
 
 
 @pytest.fixture

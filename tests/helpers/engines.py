@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.storage.database import Params
+from adapters.storage.sqlite_engine import SqliteEngine
 from adapters.storage.stores import Stores
 from adapters.storage.timeline import TimelineQueries
 from core.turn.companion import Companion
@@ -47,4 +48,6 @@ def stores_of(companion: Companion) -> Stores:
     no whole store: its inbox slice is the timeline's query class, on the companion's database)."""
     timeline = companion.parts.inbox
     assert isinstance(timeline, TimelineQueries), type(timeline)
-    return Stores.over(timeline._db)
+    engine = timeline._engine
+    assert isinstance(engine, SqliteEngine), type(engine)
+    return Stores.over(engine._db)
