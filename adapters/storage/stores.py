@@ -63,7 +63,7 @@ class Stores:
             timeline=timeline,
             checkpoints=checkpoints,
             modes=ModeQueries(database, checkpoints),
-            memory=MemoryQueries(database),
+            memory=MemoryQueries(database.engine),
             lifetime=LifetimeQueries(database, timeline, checkpoints),
             bindings=BindingQueries(database),
             proactive=ProactiveQueries(database),

@@ -1,0 +1,88 @@
+"""Rows for the contract modules, written with raw statements on any engine (no query class needed)."""
+
+from __future__ import annotations
+
+from adapters.storage.engine import Database, Fetch, Statement
+
+
+async def insert(engine: Database, sql: str, **params: object) -> int:
+    """One `INSERT ... RETURNING id` in a write of its own; the new id."""
+    (made,) = await engine.write(Statement(sql + " RETURNING id", params, Fetch.ONE))
+    return int(made.scalar)
+
+
+async def count(engine: Database, sql: str, **params: object) -> int:
+    (found,) = await engine.read(Statement(sql, params, Fetch.ONE))
+    return int(found.scalar)
+
+
+async def person(engine: Database, name: str = "owner") -> int:
+    return await insert(engine, "INSERT INTO people (display_name, created_at) VALUES (:n, 1.0)", n=name)
+
+
+async def account(engine: Database, person_id: int, platform: str = "telegram", user: str = "1") -> int:
+    return await insert(
+        engine,
+        "INSERT INTO accounts (person_id, platform, platform_user_id, created_at) VALUES (:p, :pl, :u, 1.0)",
+        p=person_id,
+        pl=platform,
+        u=user,
+    )
+
+
+async def conversation(
+    engine: Database, person_id: int | None, chat: str = "1", kind: str = "direct", platform: str = "telegram"
+) -> int:
+    return await insert(
+        engine,
+        "INSERT INTO conversations (person_id, platform, chat_id, kind, created_at) VALUES (:p, :pl, :chat, :k, 1.0)",
+        p=person_id,
+        pl=platform,
+        chat=chat,
+        k=kind,
+    )
+
+
+async def open_segment(engine: Database, conversation_id: int, at: float = 10.0) -> int:
+    return await insert(
+        engine,
+        "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at)"
+        " VALUES (:c, 0, :at, :at)",
+        c=conversation_id,
+        at=at,
+    )
+
+
+async def end_segment(engine: Database, segment_id: int, at: float = 20.0) -> None:
+    await engine.write(
+        Statement(
+            "UPDATE segments SET ended_at = :at, end_reason = 'command' WHERE id = :s", {"at": at, "s": segment_id}
+        )
+    )
+
+
+async def message(
+    engine: Database,
+    conversation_id: int,
+    text: str,
+    *,
+    segment_id: int | None = None,
+    role: str = "user",
+    at: float = 1.0,
+    capture: str | None = None,
+) -> int:
+    """A message of `conversation_id`: private (and skipped by capture) when it has a segment."""
+    mode = "normal" if segment_id is None else "private"
+    mark = capture or ("pending" if segment_id is None else "skipped")
+    return await insert(
+        engine,
+        "INSERT INTO messages (conversation_id, segment_id, mode, role, text, capture, created_at)"
+        " VALUES (:c, :s, :mode, :role, :text, :cap, :at)",
+        c=conversation_id,
+        s=segment_id,
+        mode=mode,
+        role=role,
+        text=text,
+        cap=mark,
+        at=at,
+    )
