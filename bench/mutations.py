@@ -234,9 +234,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-note-forgotten-while-private",
         PRIVACY,
-        '        async with lasting_tx(self._db, origin, "change to memory") as db:\n'
-        '            cur = await db.execute("DELETE FROM notes',
-        '        async with self._db.tx() as db:\n            cur = await db.execute("DELETE FROM notes',
+        'self._guarded(origin, "change to memory"),',
+        "(),",
+        within="MemoryQueries.forget_note",
     ),
     M(
         "web-private-banner-missing",
@@ -338,6 +338,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         '""',
     ),
     M(
+        "pg-recall-message-predicate",
+        PRIVACY,
+        "\"   AND (r.source <> 'message' OR (m.mode <> 'private' AND m.segment_id IS NULL))\"",
+        '""',
+    ),
+    M(
+        "pg-recall-pad-predicate",
+        PRIVACY,
+        "\"   AND (r.source <> 'pad' OR (p.mode <> 'private' AND p.segment_id IS NULL))\"",
+        '""',
+    ),
+    M(
+        "goal-added-while-private",
+        PRIVACY,
+        'self._guarded(origin, "goal"),',
+        "(),",
+    ),
+    M(
+        "followup-added-while-private",
+        PRIVACY,
+        'self._guarded(origin, "follow-up"),',
+        "(),",
+    ),
+    M(
+        "tool-operation-recorded-while-private",
+        PRIVACY,
+        'guard = self._guarded(conversation_id, "tool operation") if segment_id is None else ()',
+        "guard = ()",
+    ),
+    M(
+        "analytics-saved-while-private",
+        PRIVACY,
+        'guard = self._guarded(run.conversation_id, "analytics")',
+        "guard = ()",
+    ),
+    M(
         "recall-index-takes-private-messages",
         PRIVACY,
         "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
@@ -385,14 +421,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "memory-write-while-private",
         PRIVACY,
-        'async with lasting_tx(self._db, origin, "memory") as db:',
-        "async with self._db.tx() as db:",
+        'self._guarded(origin, "memory"),',
+        "(),",
     ),
     M(
         "goal-update-while-private",  # issue 12 gap
         PRIVACY,
-        'async with lasting_tx(self._db, origin, "change to a goal") as db:',
-        "async with self._db.tx() as db:",
+        'self._guarded(origin, "change to a goal"),',
+        "(),",
     ),
     M(
         "lasting-write-guard-refuses-nothing",
@@ -409,16 +445,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "forget-while-private",
         PRIVACY,
-        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
-        '        async with lasting_tx(self._db, origin, "change to memory") as db:',
-        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
-        "        async with self._db.tx() as db:",
+        'self._guarded(origin, "change to memory"),',
+        "(),",
+        within="MemoryQueries.forget_pad_entry",
     ),
     M(
         "followup-update-while-private",
         PRIVACY,
-        'async with lasting_tx(self._db, origin, "change to a follow-up") as db:',
-        "async with self._db.tx() as db:",
+        'self._guarded(origin, "change to a follow-up"),',
+        "(),",
     ),
     M(
         "segments-left-open-at-start",
@@ -725,7 +760,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "mirror-notice-outside-the-open-interval",
         PRIVACY,
-        'segment_id=open_segment["id"] if open_segment is not None else None,',
+        'segment_id=segment.one["id"] if segment.one is not None else None,',
         "segment_id=None,",
     ),
     M(
@@ -806,7 +841,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "stream-shown-past-its-expiry",
         PRIVACY,
-        "        return row is not None\n\n    async def retract(",
+        "        return found.one is not None\n\n    async def retract(",
         "        return True\n\n    async def retract(",
     ),
     M(
@@ -878,7 +913,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "answer-of-an-open-interval-withdrawn",
         PRIVACY,
-        'if row["status"] not in ("streaming", "pending") or (row["open"] and not row["retracts"]):',
+        'if row["status"] not in ("streaming", "pending") or (row["is_open"] and not row["retracts"]):',
         'if row["status"] not in ("streaming", "pending"):',
     ),
     M(

@@ -31,24 +31,24 @@ class MemoryQueries:
         self._engine = engine
 
     def _guarded(self, origin: int, what: str) -> tuple[Statement, ...]:
+        """The guard that opens a lasting write from the conversation `origin` (adapters/storage/guard.py)."""
         return refusing_while_private(self._engine.dialect, origin, what)
 
-    async def _changed(self, origin: int, what: str, statement: Statement) -> int:
-        """A guarded lasting write of one statement; how many rows it changed."""
-        results = await self._engine.write(*self._guarded(origin, what), statement)
+    async def _changed(self, guard: tuple[Statement, ...], statement: Statement) -> int:
+        """A lasting write of one statement behind `guard`; how many rows it changed."""
+        results = await self._engine.write(*guard, statement)
         return results[-1].rowcount
 
-    async def _inserted(self, origin: int, what: str, statement: Statement) -> int:
-        """A guarded lasting write of one `INSERT ... RETURNING id`; the new row's id."""
-        results = await self._engine.write(*self._guarded(origin, what), statement)
+    async def _inserted(self, guard: tuple[Statement, ...], statement: Statement) -> int:
+        """A lasting write of one `INSERT ... RETURNING id` behind `guard`; the new row's id."""
+        results = await self._engine.write(*guard, statement)
         return int(results[-1].scalar)
 
     # --- normal pad ---------------------------------------------------------
 
     async def remember(self, person_id: int, origin: int, text: str, now: float) -> int:
         return await self._inserted(
-            origin,
-            "memory",
+            self._guarded(origin, "memory"),
             Statement(
                 "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at, conversation_id)"
                 " VALUES (:p, NULL, 'normal', :text, :now, :origin) RETURNING id",
@@ -59,8 +59,7 @@ class MemoryQueries:
 
     async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:
         return await self._changed(
-            origin,
-            "change to memory",
+            self._guarded(origin, "change to memory"),
             Statement(
                 "DELETE FROM pad_entries WHERE id = :id AND person_id = :p AND mode = 'normal'",
                 {"id": entry_id, "p": person_id},
@@ -72,8 +71,7 @@ class MemoryQueries:
         pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         # lower() on both sides: SQLite's LIKE ignores ASCII case, PostgreSQL's does not.
         return await self._changed(
-            origin,
-            "change to memory",
+            self._guarded(origin, "change to memory"),
             Statement(
                 "DELETE FROM pad_entries WHERE person_id = :p AND mode = 'normal'"
                 " AND lower(text) LIKE lower(:pattern) ESCAPE '\\'",
@@ -103,8 +101,7 @@ class MemoryQueries:
 
     async def add_goal(self, person_id: int, origin: int, title: str, due_at: float | None, now: float) -> int:
         return await self._inserted(
-            origin,
-            "goal",
+            self._guarded(origin, "goal"),
             Statement(
                 "INSERT INTO goals (person_id, conversation_id, title, due_at, created_at, updated_at)"
                 " VALUES (:p, :origin, :title, :due, :now, :now) RETURNING id",
@@ -140,8 +137,7 @@ class MemoryQueries:
             PrivateWriteRefused: the conversation `origin` is private (told apart from a missing goal).
         """
         changed = await self._changed(
-            origin,
-            "change to a goal",
+            self._guarded(origin, "change to a goal"),
             Statement(
                 "UPDATE goals SET status = coalesce(CAST(:status AS TEXT), status),"
                 " title = coalesce(CAST(:title AS TEXT), title), updated_at = :now WHERE id = :id AND person_id = :p",
@@ -157,8 +153,7 @@ class MemoryQueries:
         self, person_id: int, origin: int, kind: str, text: str, due_at: float | None, now: float
     ) -> int:
         return await self._inserted(
-            origin,
-            "follow-up",
+            self._guarded(origin, "follow-up"),
             Statement(
                 "INSERT INTO followups (person_id, conversation_id, kind, text, due_at, created_at, updated_at)"
                 " VALUES (:p, :origin, :kind, :text, :due, :now, :now) RETURNING id",
@@ -186,8 +181,7 @@ class MemoryQueries:
             PrivateWriteRefused: the conversation `origin` is private (told apart from a missing follow-up).
         """
         changed = await self._changed(
-            origin,
-            "change to a follow-up",
+            self._guarded(origin, "change to a follow-up"),
             Statement(
                 "UPDATE followups SET status = :status, outcome = NULL, updated_at = :now"
                 " WHERE id = :id AND person_id = :p AND (status IN ('scheduled', 'paused') OR outcome = 'missed')",
@@ -328,8 +322,7 @@ class MemoryQueries:
         """A lasting write like forgetting a memory: refused while `origin` is private. The recall
         index loses the note with it (trigger recall_note_delete)."""
         return await self._changed(
-            origin,
-            "change to memory",
+            self._guarded(origin, "change to memory"),
             Statement(
                 "DELETE FROM notes WHERE id = :id AND person_id = :p", {"id": note_id, "p": person_id}, Fetch.ROWCOUNT
             ),
