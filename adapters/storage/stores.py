@@ -24,7 +24,7 @@ from adapters.storage.database import Database
 from adapters.storage.links import LinkQueries
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
-from adapters.storage.outbox import SqliteOutboxStore
+from adapters.storage.outbox import OutboxQueries
 from adapters.storage.privacy import Checkpoints, LifetimeQueries
 from adapters.storage.proactive import ProactiveQueries
 from adapters.storage.quotes import QuoteQueries
@@ -48,7 +48,7 @@ class Stores:
     links: LinkQueries
     chats: ChatQueries
     quotes: QuoteQueries
-    outbox: SqliteOutboxStore
+    outbox: OutboxQueries
     web: WebQueries
     passphrase_attempts: AttemptQueries
     link_attempts: AttemptQueries
@@ -70,7 +70,7 @@ class Stores:
             links=LinkQueries(database),
             chats=ChatQueries(database),
             quotes=QuoteQueries(database),
-            outbox=SqliteOutboxStore(database),
+            outbox=OutboxQueries(database.engine, database),
             web=WebQueries(database),
             passphrase_attempts=AttemptQueries(database, "valve_attempts"),
             link_attempts=AttemptQueries(database, "link_attempts"),
