@@ -222,8 +222,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-memory-page-lists-private-decisions",
         PRIVACY,
-        '" WHERE person_id = ? AND segment_id IS NULL ORDER BY id DESC LIMIT ?",',
-        '" WHERE person_id = ? ORDER BY id DESC LIMIT ?",',
+        '" WHERE person_id = :p AND segment_id IS NULL ORDER BY id DESC LIMIT :limit",',
+        '" WHERE person_id = :p ORDER BY id DESC LIMIT :limit",',
     ),
     M(
         "web-privacy-page-lists-an-expired-interval",
@@ -372,6 +372,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         PRIVACY,
         'guard = self._guarded(run.conversation_id, "analytics")',
         "guard = ()",
+    ),
+    M(
+        "nudge-candidate-of-a-private-person",
+        PRIVACY,
+        '+ _guarded("f.person_id", "t.id")',
+        '+ ""',
+    ),
+    M(
+        "claim-of-a-private-person",
+        PRIVACY,
+        "sql += f\" AND {_NO_PRIVATE_PERSON.format(p=':person')}\"",
+        'sql += ""',
     ),
     M(
         "recall-index-takes-private-messages",

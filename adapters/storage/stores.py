@@ -66,7 +66,7 @@ class Stores:
             memory=MemoryQueries(database.engine),
             lifetime=LifetimeQueries(database, timeline, checkpoints),
             bindings=BindingQueries(database),
-            proactive=ProactiveQueries(database),
+            proactive=ProactiveQueries(database.engine),
             links=LinkQueries(database),
             chats=ChatQueries(database),
             quotes=QuoteQueries(database),
