@@ -386,6 +386,24 @@ MUTATIONS: tuple[Mutation, ...] = (
         'sql += ""',
     ),
     M(
+        "link-while-private",
+        PRIVACY,
+        '*refusing_while_person_private(dialect, (keep, drop), "linking"),',
+        "*(),",
+    ),
+    M(
+        "unlink-while-private",
+        PRIVACY,
+        '*refusing_while_person_private(dialect, (person_id,), "unlinking"),',
+        "*(),",
+    ),
+    M(
+        "unlinked-messages-stay-recallable-by-the-old-person",
+        PRIVACY,
+        "Statement(_RECALL_MOVES_WITH_ITS_CONVERSATIONS[dialect.name].format(moved=moved), names),",
+        "",
+    ),
+    M(
         "recall-index-takes-private-messages",
         PRIVACY,
         "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",

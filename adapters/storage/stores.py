@@ -67,7 +67,7 @@ class Stores:
             lifetime=LifetimeQueries(database, timeline, checkpoints),
             bindings=BindingQueries(database),
             proactive=ProactiveQueries(database.engine),
-            links=LinkQueries(database),
+            links=LinkQueries(database.engine),
             chats=ChatQueries(database),
             quotes=QuoteQueries(database),
             outbox=OutboxQueries(database.engine, database),
