@@ -65,7 +65,7 @@ class Stores:
             modes=ModeQueries(database, checkpoints),
             memory=MemoryQueries(database.engine),
             lifetime=LifetimeQueries(database, timeline, checkpoints),
-            bindings=BindingQueries(database),
+            bindings=BindingQueries(database.engine),
             proactive=ProactiveQueries(database.engine),
             links=LinkQueries(database.engine),
             chats=ChatQueries(database),
