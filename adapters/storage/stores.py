@@ -71,7 +71,7 @@ class Stores:
             chats=ChatQueries(database),
             quotes=QuoteQueries(database),
             outbox=OutboxQueries(database.engine, database),
-            web=WebQueries(database),
+            web=WebQueries(database.engine),
             passphrase_attempts=AttemptQueries(database, "valve_attempts"),
             link_attempts=AttemptQueries(database, "link_attempts"),
         )
