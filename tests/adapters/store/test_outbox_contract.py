@@ -152,8 +152,8 @@ async def test_marks_settle_a_delivery_and_drop_its_text(engine: Database) -> No
     assert report["streamed"] == 0 and report["bindings"] == []
 
 
-async def test_a_mirror_given_up_disables_its_binding_once_and_tells_the_source(engine: Database) -> None:
-    outbox = OutboxQueries(engine)
+async def _mirrored(engine: Database, *texts: str) -> tuple[int, list[int]]:
+    """A conversation bound to discord:77, with a pending mirror copy of each of `texts`."""
     chat = await conversation(engine, await person(engine))
     binding = await insert(
         engine,
@@ -169,8 +169,14 @@ async def test_a_mirror_given_up_disables_its_binding_once_and_tells_the_source(
             t=text,
             b=binding,
         )
-        for text in ("one", "two")
+        for text in texts
     ]
+    return chat, copies
+
+
+async def test_a_mirror_given_up_disables_its_binding_once_and_tells_the_source(engine: Database) -> None:
+    outbox = OutboxQueries(engine)
+    chat, copies = await _mirrored(engine, "one", "two")
 
     notice = await outbox.give_up_mirror(copies[0], 0, "forbidden", 5.0, "cannot post to {target}: {reason}")
 
@@ -183,19 +189,7 @@ async def test_a_mirror_given_up_disables_its_binding_once_and_tells_the_source(
 
 async def test_a_give_up_notice_written_while_private_belongs_to_the_open_interval(engine: Database) -> None:
     outbox = OutboxQueries(engine)
-    chat = await conversation(engine, await person(engine))
-    binding = await insert(
-        engine,
-        "INSERT INTO bindings (conversation_id, platform, chat_id, created_at) VALUES (:c, 'discord', '77', 1.0)",
-        c=chat,
-    )
-    copy = await insert(
-        engine,
-        "INSERT INTO deliveries (conversation_id, kind, platform, chat_id, nonce, text, binding_id,"
-        " next_attempt_at, created_at) VALUES (:c, 'mirror', 'discord', '77', 'n', 'one', :b, 1.0, 1.0)",
-        c=chat,
-        b=binding,
-    )
+    chat, (copy,) = await _mirrored(engine, "one")
     segment = await open_segment(engine, chat)
 
     notice = await outbox.give_up_mirror(copy, 0, "forbidden", 15.0, "cannot post to {target}")
