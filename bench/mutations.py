@@ -404,6 +404,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "",
     ),
     M(
+        "pg-claim-without-the-persons-lock",  # a segment opened meanwhile would not stop the claim on PostgreSQL
+        PRIVACY,
+        "*self._person_locked(candidate.prefs.person_id),",
+        "*(),",
+        within="ProactiveQueries._claim_and_send",
+    ),
+    M(
         "recall-index-takes-private-messages",
         PRIVACY,
         "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
@@ -1126,14 +1133,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-sign-in-code-reusable",
         PRIVACY,
-        '"DELETE FROM web_login_codes WHERE code_hash = ? AND expires_at > ? RETURNING id"',
-        '"SELECT id FROM web_login_codes WHERE code_hash = ? AND expires_at > ?"',
+        '"DELETE FROM web_login_codes WHERE code_hash = :code AND expires_at > :now RETURNING id",',
+        '"SELECT id FROM web_login_codes WHERE code_hash = :code AND expires_at > :now",',
     ),
     M(
         "web-sign-in-code-never-expires",
         PRIVACY,
-        'RETURNING id", (code_hash, now)',
-        'RETURNING id", (code_hash, 0.0)',
+        '{"code": code_hash, "now": now},',
+        '{"code": code_hash, "now": 0.0},',
     ),
     M(
         "web-signed-out-session-kept-in-memory",
@@ -1150,8 +1157,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-session-never-expires",
         PRIVACY,
-        'WHERE token_hash = ? AND expires_at > ?", (token_hash, now)',
-        'WHERE token_hash = ? AND expires_at > ?", (token_hash, 0.0)',
+        '{"token": token_hash, "now": now},',
+        '{"token": token_hash, "now": 0.0},',
     ),
     M(
         "web-sign-in-code-stored-plain",

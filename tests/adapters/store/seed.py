@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
 from adapters.storage.engine import Database, Fetch, Statement
+
+T = TypeVar("T")
 
 
 async def insert(engine: Database, sql: str, **params: object) -> int:
@@ -86,3 +93,28 @@ async def message(
         cap=mark,
         at=at,
     )
+
+
+@asynccontextmanager
+async def opening_segment(engine: Database, conversation_id: int, at: float = 10.0) -> AsyncIterator[None]:
+    """A segment of `conversation_id` being opened as the valve opens one (the conversation's row locked first on
+    PostgreSQL), committed when the block ends: a write started inside the block runs against that open."""
+    lock = Statement(f"SELECT id FROM conversations WHERE id = :c{engine.dialect.for_update}", {"c": conversation_id})
+    opened = Statement(
+        "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at)"
+        " VALUES (:c, 0, :at, :at)",
+        {"c": conversation_id, "at": at},
+    )
+    async with engine.tx() as tx:
+        await tx.run(lock, opened)
+        yield
+
+
+async def racing(write: Awaitable[T], engine: Database, conversation_id: int) -> asyncio.Task[T]:
+    """`write` started while a segment of `conversation_id` is being opened, and left waiting behind it until the
+    open commits (a moment's pause lets it reach the database first; had it not, it runs after the open all the
+    same, so the outcome asserted never depends on the timing)."""
+    async with opening_segment(engine, conversation_id):
+        task = asyncio.ensure_future(write)
+        await asyncio.sleep(0.3)
+    return task

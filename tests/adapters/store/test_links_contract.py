@@ -11,7 +11,7 @@ from adapters.storage.links import LinkQueries
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.proactive import ProactiveQueries
 from core.values.errors import LinkConflict, PrivateWriteRefused
-from tests.adapters.store.seed import account, conversation, count, message, open_segment, person
+from tests.adapters.store.seed import account, conversation, count, message, open_segment, person, racing
 
 pytestmark = pytest.mark.engines
 
@@ -198,3 +198,16 @@ async def test_two_people_with_an_account_on_the_same_platform_are_not_merged(en
 
     assert await _snapshot(engine) == before
     assert await links.merge_accounts(tg, tg, NOW) == kept  # one person already: nothing to do
+
+
+async def test_a_link_behind_a_segment_being_opened_is_refused(engine: Database) -> None:
+    links = LinkQueries(engine)
+    (tg, _, _), (dc, _, dc_chat) = await _two_people(engine)
+    before = await _snapshot(engine)
+
+    merged = await racing(links.merge_accounts(tg, dc, NOW), engine, dc_chat)
+
+    with pytest.raises(PrivateWriteRefused):
+        await merged
+    after = await _snapshot(engine)
+    assert {t: rows for t, rows in after.items() if t != "segments"} == before

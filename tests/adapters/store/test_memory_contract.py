@@ -9,7 +9,7 @@ from adapters.storage.engine import Database, Statement
 from adapters.storage.memory import MemoryQueries
 from core.values.errors import PrivateWriteRefused
 from core.values.model import RunRecord
-from tests.adapters.store.seed import conversation, count, end_segment, message, open_segment, person
+from tests.adapters.store.seed import conversation, count, end_segment, message, open_segment, person, racing
 
 pytestmark = pytest.mark.engines
 
@@ -213,3 +213,13 @@ async def test_goals_and_follow_ups_change_only_the_persons_own(engine: Database
     assert not await memory.set_followup_status(other, chat, watch, "cancelled", 2.0)
     assert [f.status for f in await memory.followups(owner)] == ["paused", "scheduled"]
     assert await memory.forget_pad_entry(owner, chat, 999) == 0
+
+
+async def test_a_lasting_write_behind_a_segment_being_opened_is_refused(engine: Database) -> None:
+    memory, owner, chat = await _owner(engine)
+
+    remembered = await racing(memory.remember(owner, chat, "likes tea", 11.0), engine, chat)
+
+    with pytest.raises(PrivateWriteRefused):
+        await remembered
+    assert await count(engine, "SELECT count(*) FROM pad_entries") == 0

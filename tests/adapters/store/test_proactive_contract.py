@@ -4,13 +4,15 @@ listed."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from adapters.storage.engine import Database, Statement
 from adapters.storage.proactive import ProactiveQueries
 from core.values.errors import PrivateWriteRefused
 from core.values.model import ProactiveCandidate, ProactiveDecision
-from tests.adapters.store.seed import conversation, count, end_segment, insert, open_segment, person
+from tests.adapters.store.seed import conversation, count, end_segment, insert, open_segment, person, racing
 
 pytestmark = pytest.mark.engines
 
@@ -164,3 +166,29 @@ async def test_a_nudge_setting_is_refused_while_private(engine: Database) -> Non
 
     assert (await proactive.proactive_prefs(owner)).budget == 2
     assert (await proactive.proactive_prefs(owner + 1)).budget is None
+
+
+async def test_a_claim_behind_a_segment_being_opened_is_refused(engine: Database) -> None:
+    proactive = ProactiveQueries(engine)
+    _, _, other = await _everything_due(engine)
+    reminder = next(c for c in await _due(proactive) if c.kind == "reminder")
+
+    claim = proactive.claim_and_send(reminder, "Reminder: water", _decision(reminder), "telegram")
+    claimed = await racing(claim, engine, other)  # private on another account: private everywhere
+
+    assert await claimed is None
+    assert await count(engine, "SELECT count(*) FROM messages") == 0
+    assert await count(engine, "SELECT count(*) FROM followups WHERE status = 'scheduled'") == 2
+
+
+async def test_two_claims_at_once_send_once(engine: Database) -> None:
+    proactive = ProactiveQueries(engine)
+    await _everything_due(engine)
+    reminder = next(c for c in await _due(proactive) if c.kind == "reminder")
+
+    sent = await asyncio.gather(
+        *(proactive.claim_and_send(reminder, "Reminder: water", _decision(reminder), "telegram") for _ in range(2))
+    )
+
+    assert sum(s is not None for s in sent) == 1
+    assert await count(engine, "SELECT count(*) FROM deliveries") == 1

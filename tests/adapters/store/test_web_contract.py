@@ -3,6 +3,8 @@ most, expired codes and sessions open nothing and are dropped, the readiness pro
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from adapters.storage.engine import Database
@@ -51,3 +53,13 @@ async def test_an_ended_session_is_gone_and_the_probe_writes(engine: Database) -
 
     assert await web.session("token", 5.0) is None
     assert await count(engine, "SELECT count(*) FROM health_probe WHERE probed_at = 4.0") == 1
+
+
+async def test_two_exchanges_of_one_code_at_once_open_one_session(engine: Database) -> None:
+    web = WebQueries(engine)
+    await web.save_login_code("code-hash", 1.0, 301.0)
+
+    opened = await asyncio.gather(*(web.exchange_login_code("code-hash", f"t{n}", 2.0, 900.0) for n in range(2)))
+
+    assert sum(session is not None for session in opened) == 1
+    assert await count(engine, "SELECT count(*) FROM web_sessions") == 1
