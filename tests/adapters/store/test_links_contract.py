@@ -1,6 +1,6 @@
 """LinkQueries' contract (adapters/storage/links.py) on SQLite and PostgreSQL: a merge keeps every row of both
 people once and is one transaction; linking and unlinking are refused while a conversation of either person is
-private; recall follows the rows it indexes."""
+private; recall follows the rows it indexes (issue 16's store tests, moved here from test_link_store.py)."""
 
 from __future__ import annotations
 
@@ -164,6 +164,7 @@ async def test_an_unlinked_account_keeps_its_conversation_and_recall_of_it_and_n
 
     assert separated is not None and separated.person_id != merged and separated.id == dc
     assert await memory.goals(separated.person_id) == []
+    assert await count(engine, "SELECT count(*) FROM pad_entries WHERE person_id = :p", p=separated.person_id) == 0
     assert await _rows(engine, f"SELECT person_id FROM conversations WHERE id = {dc_chat}") == [(separated.person_id,)]
     assert [a.platform for a in await links.accounts_of(separated.person_id)] == ["discord"]
     assert [a.platform for a in await links.accounts_of(merged)] == ["telegram"]
