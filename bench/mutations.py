@@ -476,8 +476,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "link-guard-refuses-nothing",
         PRIVACY,
-        '        f" WHERE s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",',
-        '        f" WHERE 0 AND s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",',
+        'f" ON c.id = s.conversation_id WHERE s.ended_at IS NULL AND c.person_id IN ({named}) LIMIT 1",',
+        'f" ON c.id = s.conversation_id WHERE 1 = 0 AND s.ended_at IS NULL AND c.person_id IN ({named}) LIMIT 1",',
+    ),
+    M(
+        "lasting-write-guard-statement-refuses-nothing",
+        PRIVACY,
+        '" WHERE conversation_id = :origin AND ended_at IS NULL LIMIT 1",',
+        '" WHERE 1 = 0 AND conversation_id = :origin AND ended_at IS NULL LIMIT 1",',
     ),
     M(
         "forget-while-private",
