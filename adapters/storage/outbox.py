@@ -140,7 +140,7 @@ class OutboxQueries:
                 Fetch.ALL,
             )
         )
-        return [_delivery(r) for r in found.rows]
+        return [delivery_of(r) for r in found.rows]
 
     async def due(
         self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
@@ -401,7 +401,7 @@ class OutboxQueries:
             (written,) = await tx.run(
                 Statement(f"SELECT {_COLUMNS} FROM deliveries WHERE id = :id", {"id": retraction}, Fetch.ONE)
             )
-            return _delivery(written.one) if written.one is not None else None
+            return delivery_of(written.one) if written.one is not None else None
 
     async def retractions(self, conversation_id: int | None = None) -> list[tuple[int, int]]:
         """(conversation, id) of each retraction waiting to be sent (of one conversation, or all)."""
@@ -476,7 +476,7 @@ class OutboxQueries:
 _FORGET_RETRACTION = "DELETE FROM deliveries WHERE id = :id AND retracts = 1"
 
 
-def _delivery(row: Row | aiosqlite.Row) -> OutboundDelivery:
+def delivery_of(row: Row | aiosqlite.Row) -> OutboundDelivery:
     return OutboundDelivery(
         id=row["id"],
         conversation_id=row["conversation_id"],
