@@ -223,3 +223,13 @@ async def test_a_lasting_write_behind_a_segment_being_opened_is_refused(engine: 
     with pytest.raises(PrivateWriteRefused):
         await remembered
     assert await count(engine, "SELECT count(*) FROM pad_entries") == 0
+
+
+async def test_recall_ignores_case_on_both_engines_and_matches_accents_as_written(engine: Database) -> None:
+    # What both engines share: case folded, an accented word found as written. (FTS5 also folds diacritics,
+    # PostgreSQL's 'simple' configuration does not: "cafe" finds "Café" on SQLite only, so no test asks it.)
+    memory, owner, chat = await _owner(engine)
+    said = await message(engine, chat, "Meet me at the Café Über")
+
+    assert [h.ref for h in await memory.recall(owner, ("café",))] == [said]
+    assert [h.ref for h in await memory.recall(owner, ("ÜBER",))] == [said]
