@@ -222,8 +222,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-memory-page-lists-private-decisions",
         PRIVACY,
-        '" WHERE person_id = ? AND segment_id IS NULL ORDER BY id DESC LIMIT ?",',
-        '" WHERE person_id = ? ORDER BY id DESC LIMIT ?",',
+        '" WHERE person_id = :p AND segment_id IS NULL ORDER BY id DESC LIMIT :limit",',
+        '" WHERE person_id = :p ORDER BY id DESC LIMIT :limit",',
     ),
     M(
         "web-privacy-page-lists-an-expired-interval",
@@ -234,9 +234,9 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-note-forgotten-while-private",
         PRIVACY,
-        '        async with lasting_tx(self._db, origin, "change to memory") as db:\n'
-        '            cur = await db.execute("DELETE FROM notes',
-        '        async with self._db.tx() as db:\n            cur = await db.execute("DELETE FROM notes',
+        'self._guarded(origin, "change to memory"),',
+        "(),",
+        within="MemoryQueries.forget_note",
     ),
     M(
         "web-private-banner-missing",
@@ -338,6 +338,79 @@ MUTATIONS: tuple[Mutation, ...] = (
         '""',
     ),
     M(
+        "pg-recall-message-predicate",
+        PRIVACY,
+        "\"   AND (r.source <> 'message' OR (m.mode <> 'private' AND m.segment_id IS NULL))\"",
+        '""',
+    ),
+    M(
+        "pg-recall-pad-predicate",
+        PRIVACY,
+        "\"   AND (r.source <> 'pad' OR (p.mode <> 'private' AND p.segment_id IS NULL))\"",
+        '""',
+    ),
+    M(
+        "goal-added-while-private",
+        PRIVACY,
+        'self._guarded(origin, "goal"),',
+        "(),",
+    ),
+    M(
+        "followup-added-while-private",
+        PRIVACY,
+        'self._guarded(origin, "follow-up"),',
+        "(),",
+    ),
+    M(
+        "tool-operation-recorded-while-private",
+        PRIVACY,
+        'guard = self._guarded(conversation_id, "tool operation") if segment_id is None else ()',
+        "guard = ()",
+    ),
+    M(
+        "analytics-saved-while-private",
+        PRIVACY,
+        'guard = self._guarded(run.conversation_id, "analytics")',
+        "guard = ()",
+    ),
+    M(
+        "nudge-candidate-of-a-private-person",
+        PRIVACY,
+        '+ _guarded("f.person_id", "t.id")',
+        '+ ""',
+    ),
+    M(
+        "claim-of-a-private-person",
+        PRIVACY,
+        "sql += f\" AND {_NO_PRIVATE_PERSON.format(p=':person')}\"",
+        'sql += ""',
+    ),
+    M(
+        "link-while-private",
+        PRIVACY,
+        '*refusing_while_person_private(dialect, (keep, drop), "linking"),',
+        "*(),",
+    ),
+    M(
+        "unlink-while-private",
+        PRIVACY,
+        '*refusing_while_person_private(dialect, (person_id,), "unlinking"),',
+        "*(),",
+    ),
+    M(
+        "unlinked-messages-stay-recallable-by-the-old-person",
+        PRIVACY,
+        "Statement(_RECALL_MOVES_WITH_ITS_CONVERSATIONS[dialect.name].format(moved=moved), names),",
+        "",
+    ),
+    M(
+        "pg-claim-without-the-persons-lock",  # a segment opened meanwhile would not stop the claim on PostgreSQL
+        PRIVACY,
+        "*self._person_locked(candidate.prefs.person_id),",
+        "*(),",
+        within="ProactiveQueries._claim_and_send",
+    ),
+    M(
         "recall-index-takes-private-messages",
         PRIVACY,
         "WHEN new.mode = 'normal' AND new.segment_id IS NULL AND new.kind = 'chat'",
@@ -383,40 +456,39 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "memory-write-while-private",
         PRIVACY,
-        'async with lasting_tx(self._db, origin, "memory") as db:',
-        "async with self._db.tx() as db:",
+        'self._guarded(origin, "memory"),',
+        "(),",
     ),
     M(
         "goal-update-while-private",  # issue 12 gap
         PRIVACY,
-        'async with lasting_tx(self._db, origin, "change to a goal") as db:',
-        "async with self._db.tx() as db:",
-    ),
-    M(
-        "lasting-write-guard-refuses-nothing",
-        PRIVACY,
-        '        "SELECT 1 FROM segments WHERE conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)',
-        '        "SELECT 1 FROM segments WHERE 0 AND conversation_id = ? AND ended_at IS NULL LIMIT 1", (origin,)',
+        'self._guarded(origin, "change to a goal"),',
+        "(),",
     ),
     M(
         "link-guard-refuses-nothing",
         PRIVACY,
-        '        f" WHERE s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",',
-        '        f" WHERE 0 AND s.ended_at IS NULL AND c.person_id IN ({marks}) LIMIT 1",',
+        'f" ON c.id = s.conversation_id WHERE s.ended_at IS NULL AND c.person_id IN ({named}) LIMIT 1",',
+        'f" ON c.id = s.conversation_id WHERE 1 = 0 AND s.ended_at IS NULL AND c.person_id IN ({named}) LIMIT 1",',
+    ),
+    M(
+        "lasting-write-guard-statement-refuses-nothing",
+        PRIVACY,
+        '" WHERE conversation_id = :origin AND ended_at IS NULL LIMIT 1",',
+        '" WHERE 1 = 0 AND conversation_id = :origin AND ended_at IS NULL LIMIT 1",',
     ),
     M(
         "forget-while-private",
         PRIVACY,
-        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
-        '        async with lasting_tx(self._db, origin, "change to memory") as db:',
-        "    async def forget_pad_entry(self, person_id: int, origin: int, entry_id: int) -> int:\n"
-        "        async with self._db.tx() as db:",
+        'self._guarded(origin, "change to memory"),',
+        "(),",
+        within="MemoryQueries.forget_pad_entry",
     ),
     M(
         "followup-update-while-private",
         PRIVACY,
-        'async with lasting_tx(self._db, origin, "change to a follow-up") as db:',
-        "async with self._db.tx() as db:",
+        'self._guarded(origin, "change to a follow-up"),',
+        "(),",
     ),
     M(
         "segments-left-open-at-start",
@@ -750,7 +822,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "mirror-notice-outside-the-open-interval",
         PRIVACY,
-        'segment_id=open_segment["id"] if open_segment is not None else None,',
+        'segment_id=segment.one["id"] if segment.one is not None else None,',
         "segment_id=None,",
     ),
     M(
@@ -831,12 +903,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         PRIVACY,
         '" WHERE id = :s AND ended_at IS NULL AND (expires_at IS NULL OR expires_at > :now))",',
         '" WHERE :s IS NOT NULL OR :now IS NOT NULL)",',
-        within="SqliteOutboxStore.open_stream",
+        within="OutboxQueries.open_stream",
     ),
     M(
         "stream-shown-past-its-expiry",
         PRIVACY,
-        "        return row is not None\n\n    async def retract(",
+        "        return found.one is not None\n\n    async def retract(",
         "        return True\n\n    async def retract(",
     ),
     M(
@@ -908,7 +980,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "answer-of-an-open-interval-withdrawn",
         PRIVACY,
-        'if row["status"] not in ("streaming", "pending") or (row["open"] and not row["retracts"]):',
+        'if row["status"] not in ("streaming", "pending") or (row["is_open"] and not row["retracts"]):',
         'if row["status"] not in ("streaming", "pending"):',
     ),
     M(
@@ -1091,14 +1163,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-sign-in-code-reusable",
         PRIVACY,
-        '"DELETE FROM web_login_codes WHERE code_hash = ? AND expires_at > ? RETURNING id"',
-        '"SELECT id FROM web_login_codes WHERE code_hash = ? AND expires_at > ?"',
+        '"DELETE FROM web_login_codes WHERE code_hash = :code AND expires_at > :now RETURNING id",',
+        '"SELECT id FROM web_login_codes WHERE code_hash = :code AND expires_at > :now",',
     ),
     M(
         "web-sign-in-code-never-expires",
         PRIVACY,
-        'RETURNING id", (code_hash, now)',
-        'RETURNING id", (code_hash, 0.0)',
+        '{"code": code_hash, "now": now},',
+        '{"code": code_hash, "now": 0.0},',
     ),
     M(
         "web-signed-out-session-kept-in-memory",
@@ -1115,8 +1187,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "web-session-never-expires",
         PRIVACY,
-        'WHERE token_hash = ? AND expires_at > ?", (token_hash, now)',
-        'WHERE token_hash = ? AND expires_at > ?", (token_hash, 0.0)',
+        '{"token": token_hash, "now": now},',
+        '{"token": token_hash, "now": 0.0},',
     ),
     M(
         "web-sign-in-code-stored-plain",

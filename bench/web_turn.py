@@ -139,7 +139,7 @@ async def _measure(turns: int, warmup: int, block: int) -> dict:
         chat = web_chat(companion, entry, EdgeSettings())
         await chat.intake.start()
         entry.attach(chat)
-        queries = WebQueries(stores.database)
+        queries = WebQueries(stores.database.engine)
         service = WebService(
             "127.0.0.1",
             0,

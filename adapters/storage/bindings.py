@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import secrets
 
-import aiosqlite
-
-from adapters.storage.database import Database
-from adapters.storage.engine import Fetch, Ref, Statement
+from adapters.storage.engine import Database as Engine
+from adapters.storage.engine import Fetch, Ref, Row, Statement
+from adapters.storage.guard import refusing_while_private
 from core.values.errors import PrivateWriteRefused
 from core.values.model import Binding, MirrorOf
 
@@ -58,21 +57,12 @@ def mirror_rows(conversation_id: int, message: int | Ref, mirror: MirrorOf, now:
     )
 
 
-async def insert_mirrors(
-    db: aiosqlite.Connection, conversation_id: int, message_id: int, mirror: MirrorOf, now: float
-) -> tuple[int, ...]:
-    """`mirror_rows` inside the caller's transaction (the one that stored the reply `message_id`);
-    returns the new rows' ids, oldest first."""
-    statement = mirror_rows(conversation_id, message_id, mirror, now)
-    rows = await db.execute_fetchall(statement.sql, statement.params)  # one trip, not three (fetch, close)
-    return tuple(sorted(row[0] for row in rows))
-
-
 class BindingQueries:
-    """Bindings of a conversation; implements core.ports.store.bindings (BindingStore, BindingList)."""
+    """Bindings of a conversation; implements core.ports.store.bindings (BindingStore, BindingList) over the
+    engine interface (adapters/storage/engine.py)."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
 
     async def add_binding(self, conversation_id: int, platform: str, chat_id: str, now: float) -> Binding:
         """Bind the conversation's normal output to (platform, chat_id), or make a disabled binding
@@ -82,47 +72,47 @@ class BindingQueries:
         Raises:
             PrivateWriteRefused: the conversation is in private mode; nothing was written.
         """
-        async with self._db.tx() as db:
-            cur = await db.execute(
+        *_, made = await self._engine.write(
+            # The guard first (on PostgreSQL it locks the conversation, as the valve does to open a segment).
+            *refusing_while_private(self._engine.dialect, conversation_id, "binding"),
+            Statement(
                 "INSERT INTO bindings (conversation_id, platform, chat_id, created_at)"
                 " SELECT c.id, :platform, :chat, :now FROM conversations c"
                 f" WHERE c.id = :c AND {_NO_OPEN_SEGMENT.format(c='c.id')}"
                 " ON CONFLICT (conversation_id, platform, chat_id) DO UPDATE SET state = 'active',"
-                " disabled_reason = NULL, disabled_at = NULL",
+                f" disabled_reason = NULL, disabled_at = NULL RETURNING {_COLUMNS}",
                 {"c": conversation_id, "platform": platform, "chat": chat_id, "now": now},
-            )
-            if cur.rowcount != 1:
-                raise PrivateWriteRefused("binding")
-            async with db.execute(
-                f"SELECT {_COLUMNS} FROM bindings WHERE conversation_id = ? AND platform = ? AND chat_id = ?",
-                (conversation_id, platform, chat_id),
-            ) as rows:
-                row = await rows.fetchone()
-        if row is None:
+                Fetch.ONE,
+            ),
+        )
+        if made.one is None:
             raise PrivateWriteRefused("binding")
-        return _binding(row)
+        return _binding(made.one)
 
     async def bindings_of(self, conversation_id: int) -> list[Binding]:
-        rows = await self._db.all(
-            f"SELECT {_COLUMNS} FROM bindings WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        (found,) = await self._engine.read(
+            Statement(
+                f"SELECT {_COLUMNS} FROM bindings WHERE conversation_id = :c ORDER BY id",
+                {"c": conversation_id},
+                Fetch.ALL,
+            )
         )
-        return [_binding(r) for r in rows]
+        return [_binding(r) for r in found.rows]
 
     async def remove_binding(self, conversation_id: int, binding_id: int) -> Binding | None:
         """Delete one binding of the conversation; its pending mirror rows go with it (cascade).
         Returns what was removed, or None when the conversation has no such binding."""
-        async with (
-            self._db.tx() as db,
-            db.execute(
-                f"DELETE FROM bindings WHERE id = ? AND conversation_id = ? RETURNING {_COLUMNS}",
-                (binding_id, conversation_id),
-            ) as cur,
-        ):
-            row = await cur.fetchone()
-        return _binding(row) if row is not None else None
+        (removed,) = await self._engine.write(
+            Statement(
+                f"DELETE FROM bindings WHERE id = :id AND conversation_id = :c RETURNING {_COLUMNS}",
+                {"id": binding_id, "c": conversation_id},
+                Fetch.ONE,
+            )
+        )
+        return _binding(removed.one) if removed.one is not None else None
 
 
-def _binding(row: aiosqlite.Row) -> Binding:
+def _binding(row: Row) -> Binding:
     return Binding(
         id=row["id"],
         conversation_id=row["conversation_id"],

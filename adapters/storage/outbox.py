@@ -8,7 +8,8 @@ from typing import Any
 
 import aiosqlite
 
-from adapters.storage.database import Database, inserted_id, present
+from adapters.storage.database import present
+from adapters.storage.engine import Database as Engine
 from adapters.storage.engine import Fetch, Ref, Row, Statement
 from core.values.copy import INTERVAL_ENDED_SHOWN
 from core.values.errors import StoreError
@@ -127,30 +128,35 @@ async def insert_delivery(
     return int(present(next(iter(rows), None))[0])
 
 
-class SqliteOutboxStore:
-    """The outbox's reads and marks; implements core.ports.store.outbox (OutboxStore,
-    StreamMarks) on the database of the other query classes (adapters/storage/stores.py: one writer
-    connection, one lock)."""
+class OutboxQueries:
+    """The outbox's reads and marks; implements core.ports.store.outbox (OutboxStore, StreamMarks) over
+    the engine interface (adapters/storage/engine.py)."""
 
-    def __init__(self, database: Database) -> None:
-        self._db = database
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
 
     async def lane_of(self, delivery_id: int) -> tuple[str, str] | None:
         """The (platform, chat) a delivery goes to: its lane, in which deliveries go out in order."""
-        row = await self._db.one("SELECT platform, chat_id FROM deliveries WHERE id = ?", (delivery_id,))
+        (found,) = await self._engine.read(
+            Statement("SELECT platform, chat_id FROM deliveries WHERE id = :id", {"id": delivery_id}, Fetch.ONE)
+        )
+        row = found.one
         return (row["platform"], row["chat_id"]) if row is not None else None
 
     async def pending_of(self, conversation_id: int, upto: int, now: float) -> list[OutboundDelivery]:
         """Pending deliveries of one conversation up to `upto` in the lane of `upto` (the same
         platform and chat), oldest first: they go out in order. None of an interval that has ended
         (closed, expired by `now`, deleted): a private answer left pending is never sent after its end."""
-        rows = await self._db.all(
-            f"SELECT {_COLUMNS} FROM deliveries WHERE conversation_id = :c AND status = 'pending' AND id <= :upto"
-            " AND (platform, chat_id) = (SELECT platform, chat_id FROM deliveries WHERE id = :upto)"
-            f" AND {_INTERVAL_OPEN} ORDER BY id",
-            {"c": conversation_id, "upto": upto, "now": now},
+        (found,) = await self._engine.read(
+            Statement(
+                f"SELECT {_COLUMNS} FROM deliveries WHERE conversation_id = :c AND status = 'pending' AND id <= :upto"
+                " AND (platform, chat_id) = (SELECT platform, chat_id FROM deliveries WHERE id = :upto)"
+                f" AND {_INTERVAL_OPEN} ORDER BY id",
+                {"c": conversation_id, "upto": upto, "now": now},
+                Fetch.ALL,
+            )
         )
-        return [delivery_of(r) for r in rows]
+        return [delivery_of(r) for r in found.rows]
 
     async def due(
         self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
@@ -162,18 +168,22 @@ class SqliteOutboxStore:
         if not platforms:
             return []
         marks = {f"p{i}": platform for i, platform in enumerate(sorted(platforms))}
-        rows = await self._db.all(
-            "SELECT conversation_id, max(id) FROM deliveries WHERE status = 'pending' AND next_attempt_at <= :now"
-            f" AND (attempts > 0 OR created_at <= :untried) AND platform IN ({', '.join(':' + k for k in marks)})"
-            f" AND {_INTERVAL_OPEN}"
-            " GROUP BY conversation_id, platform, chat_id ORDER BY min(id) LIMIT :limit",
-            {"now": now, "untried": now - untried_after, "limit": limit, **marks},
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT conversation_id, max(id) AS newest FROM deliveries"
+                " WHERE status = 'pending' AND next_attempt_at <= :now"
+                f" AND (attempts > 0 OR created_at <= :untried) AND platform IN ({', '.join(':' + k for k in marks)})"
+                f" AND {_INTERVAL_OPEN}"
+                " GROUP BY conversation_id, platform, chat_id ORDER BY min(id) LIMIT :limit",
+                {"now": now, "untried": now - untried_after, "limit": limit, **marks},
+                Fetch.ALL,
+            )
         )
-        return [(r[0], r[1]) for r in rows]
+        return [(r["conversation_id"], r["newest"]) for r in found.rows]
 
     async def mark_sent(self, delivery_id: int, parts_sent: int, now: float) -> None:
         # Not fsynced: a mark lost to a power cut only sends the reply again (at least once). One trip.
-        await self._db.engine.write(
+        await self._engine.write(
             Statement(_FORGET_RETRACTION, {"id": delivery_id}),
             Statement(
                 "UPDATE deliveries SET status = 'sent', text = NULL, parts_sent = :parts, settled_at = :now,"
@@ -184,29 +194,33 @@ class SqliteOutboxStore:
         )
 
     async def mark_retry(self, delivery_id: int, parts_sent: int, error: str, next_attempt_at: float) -> None:
-        async with self._db.tx() as db:
-            await db.execute(
-                "UPDATE deliveries SET attempts = attempts + 1, parts_sent = ?, error = ?, next_attempt_at = ?"
-                " WHERE id = ? AND status = 'pending'",
-                (parts_sent, error[:64], next_attempt_at, delivery_id),
+        await self._engine.write(
+            Statement(
+                "UPDATE deliveries SET attempts = attempts + 1, parts_sent = :parts, error = :error,"
+                " next_attempt_at = :next WHERE id = :id AND status = 'pending'",
+                {"parts": parts_sent, "error": error[:64], "next": next_attempt_at, "id": delivery_id},
             )
+        )
 
     async def mark_failed(self, delivery_id: int, parts_sent: int, error: str, now: float) -> None:
-        async with self._db.tx() as db:
-            await _forget_retraction(db, delivery_id)
-            await db.execute(
-                "UPDATE deliveries SET status = 'failed', text = NULL, attempts = attempts + 1, parts_sent = ?,"
-                " error = ?, settled_at = ? WHERE id = ? AND status = 'pending'",
-                (parts_sent, error[:64], now, delivery_id),
-            )
+        await self._engine.write(
+            Statement(_FORGET_RETRACTION, {"id": delivery_id}),
+            Statement(
+                "UPDATE deliveries SET status = 'failed', text = NULL, attempts = attempts + 1, parts_sent = :parts,"
+                " error = :error, settled_at = :now WHERE id = :id AND status = 'pending'",
+                {"parts": parts_sent, "error": error[:64], "now": now, "id": delivery_id},
+            ),
+        )
 
     async def append_text(self, delivery_id: int, suffix: str) -> None:
         """Add a line to a pending delivery before it is sent (the note to delete a secret)."""
-        async with self._db.tx() as db:
-            await db.execute(
-                "UPDATE deliveries SET text = text || ? WHERE id = ? AND status = 'pending' AND parts_sent = 0",
-                (suffix, delivery_id),
+        await self._engine.write(
+            Statement(
+                "UPDATE deliveries SET text = text || CAST(:suffix AS TEXT)"
+                " WHERE id = :id AND status = 'pending' AND parts_sent = 0",
+                {"suffix": suffix, "id": delivery_id},
             )
+        )
 
     async def give_up_mirror(
         self, delivery_id: int, parts_sent: int, error: str, now: float, notice: str
@@ -215,55 +229,70 @@ class SqliteOutboxStore:
         disable its binding (the reason is `error`, a kind), settle the binding's other pending
         copies, and, only when this disabled the binding, queue `notice` (its `{target}` filled
         in) as a reply to the source conversation. Returns that notice's delivery id, or None."""
-        async with self._db.tx() as db:
-            await db.execute(
-                "UPDATE deliveries SET status = 'failed', text = NULL, attempts = attempts + 1, parts_sent = ?,"
-                " error = ?, settled_at = ? WHERE id = ? AND status = 'pending'",
-                (parts_sent, error[:64], now, delivery_id),
+        error = error[:64]
+        async with self._engine.tx() as tx:  # the notice's text is made in Python, from the binding disabled
+            _, disabled = await tx.run(
+                Statement(
+                    "UPDATE deliveries SET status = 'failed', text = NULL, attempts = attempts + 1,"
+                    " parts_sent = :parts, error = :error, settled_at = :now WHERE id = :id AND status = 'pending'",
+                    {"parts": parts_sent, "error": error, "now": now, "id": delivery_id},
+                ),
+                Statement(
+                    "UPDATE bindings SET state = 'disabled', disabled_reason = :error, disabled_at = :now"
+                    " WHERE state = 'active'"
+                    " AND id = (SELECT binding_id FROM deliveries WHERE id = :id AND kind = 'mirror')"
+                    " RETURNING id, conversation_id, platform, chat_id",
+                    {"error": error, "now": now, "id": delivery_id},
+                    Fetch.ONE,
+                ),
             )
-            async with db.execute(
-                "UPDATE bindings SET state = 'disabled', disabled_reason = ?, disabled_at = ?"
-                " WHERE state = 'active' AND id = (SELECT binding_id FROM deliveries WHERE id = ? AND kind = 'mirror')"
-                " RETURNING id, conversation_id, platform, chat_id",
-                (error[:64], now, delivery_id),
-            ) as cur:
-                binding = await cur.fetchone()
+            binding = disabled.one
             if binding is None:
                 return None  # disabled already (by an earlier copy), or removed: nothing to say again
-            await db.execute(
-                "UPDATE deliveries SET status = 'failed', text = NULL, error = 'binding disabled', settled_at = ?"
-                " WHERE binding_id = ? AND status = 'pending'",
-                (now, binding["id"]),
+            source_of = {"c": binding["conversation_id"]}
+            _, source, segment = await tx.run(
+                Statement(
+                    "UPDATE deliveries SET status = 'failed', text = NULL, error = 'binding disabled',"
+                    " settled_at = :now WHERE binding_id = :b AND status = 'pending'",
+                    {"now": now, "b": binding["id"]},
+                ),
+                # Locked on PostgreSQL as the valve locks it to open a segment: none opens before the notice is in.
+                Statement(
+                    f"SELECT platform, chat_id FROM conversations WHERE id = :c{self._engine.dialect.for_update}",
+                    source_of,
+                    Fetch.ONE,
+                ),
+                # Said in the interval open in the source now, if one is: written while private, it
+                # belongs there (the schema refuses it otherwise, 0011).
+                Statement(
+                    "SELECT id FROM segments WHERE conversation_id = :c AND ended_at IS NULL ORDER BY id DESC LIMIT 1",
+                    source_of,
+                    Fetch.ONE,
+                ),
             )
-            async with db.execute(
-                "SELECT platform, chat_id FROM conversations WHERE id = ?", (binding["conversation_id"],)
-            ) as cur:
-                source = await cur.fetchone()
-            if source is None:
+            if source.one is None:
                 return None
-            # Said in the interval open in the source now, if one is: written while private, it
-            # belongs there (the schema refuses it otherwise, 0011).
-            async with db.execute(
-                "SELECT id FROM segments WHERE conversation_id = ? AND ended_at IS NULL ORDER BY id DESC LIMIT 1",
-                (binding["conversation_id"],),
-            ) as cur:
-                open_segment = await cur.fetchone()
-            return await insert_delivery(
-                db,
-                binding["conversation_id"],
-                DeliveryTarget(source["platform"], source["chat_id"]),
-                notice.format(target=f"{binding['platform']}:{binding['chat_id']}", reason=error[:64]),
-                now,
-                segment_id=open_segment["id"] if open_segment is not None else None,
+            (notice_row,) = await tx.run(
+                delivery_row(
+                    binding["conversation_id"],
+                    DeliveryTarget(source.one["platform"], source.one["chat_id"]),
+                    notice.format(target=f"{binding['platform']}:{binding['chat_id']}", reason=error),
+                    now,
+                    segment_id=segment.one["id"] if segment.one is not None else None,
+                )
             )
+            return int(notice_row.scalar)
 
     async def prune_settled(self, before: float) -> int:
         """Forget settled rows (they hold no text) once they are old."""
-        async with self._db.tx() as db:
-            cur = await db.execute(
-                "DELETE FROM deliveries WHERE status IN ('sent', 'failed') AND settled_at < ?", (before,)
+        (deleted,) = await self._engine.write(
+            Statement(
+                "DELETE FROM deliveries WHERE status IN ('sent', 'failed') AND settled_at < :before",
+                {"before": before},
+                Fetch.ROWCOUNT,
             )
-            return cur.rowcount
+        )
+        return deleted.rowcount
 
     # --- streamed replies ------------------------------------------------------------------
 
@@ -306,7 +335,7 @@ class SqliteOutboxStore:
                 Fetch.ONE,
             )
         )
-        *_, written = await self._db.engine.write(*statements)
+        *_, written = await self._engine.write(*statements)
         row = written.one
         if row is None:
             raise StoreError("a stream's row was not written")
@@ -315,14 +344,17 @@ class SqliteOutboxStore:
     async def may_stream(self, delivery_id: int, now: float) -> bool:
         """Still streaming, its interval (if any) open at `now`, and no earlier delivery of its lane
         waiting to be sent (one of an ended interval never will be: it holds nothing back)."""
-        row = await self._db.one(
-            "SELECT 1 FROM deliveries d WHERE d.id = :id AND d.status = 'streaming'"
-            f" AND {_interval_open('d')} AND NOT EXISTS ("
-            " SELECT 1 FROM deliveries e WHERE e.conversation_id = d.conversation_id AND e.status = 'pending'"
-            f" AND e.platform = d.platform AND e.chat_id = d.chat_id AND e.id < d.id AND {_interval_open('e')})",
-            {"id": delivery_id, "now": now},
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT 1 AS yes FROM deliveries d WHERE d.id = :id AND d.status = 'streaming'"
+                f" AND {_interval_open('d')} AND NOT EXISTS ("
+                " SELECT 1 FROM deliveries e WHERE e.conversation_id = d.conversation_id AND e.status = 'pending'"
+                f" AND e.platform = d.platform AND e.chat_id = d.chat_id AND e.id < d.id AND {_interval_open('e')})",
+                {"id": delivery_id, "now": now},
+                Fetch.ONE,
+            )
         )
-        return row is not None
+        return found.one is not None
 
     async def retract(
         self, delivery_id: int, conversation_id: int, target: DeliveryTarget, shown: tuple[str, ...], now: float
@@ -332,24 +364,30 @@ class SqliteOutboxStore:
         it, unless its interval is still open (then nothing changes). A row its interval's deletion
         took with it is written again as the retraction alone. Returns the retraction to send; None
         when nothing was shown, or the row was settled already."""
-        async with self._db.tx() as db:
-            async with db.execute(
-                f"SELECT status, streamed_ids, retracts, {_INTERVAL_OPEN} AS open FROM deliveries WHERE id = :id",
-                {"id": delivery_id, "now": now},
-            ) as cur:
-                row = await cur.fetchone()
+        async with self._engine.tx() as tx:  # what is written depends on the row read first
+            (found,) = await tx.run(
+                Statement(
+                    f"SELECT status, streamed_ids, retracts, {_INTERVAL_OPEN} AS is_open FROM deliveries"
+                    f" WHERE id = :id{self._engine.dialect.for_update}",
+                    {"id": delivery_id, "now": now},
+                    Fetch.ONE,
+                )
+            )
+            row = found.one
             if row is not None:
-                if row["status"] not in ("streaming", "pending") or (row["open"] and not row["retracts"]):
+                if row["status"] not in ("streaming", "pending") or (row["is_open"] and not row["retracts"]):
                     return None
                 recorded = tuple((row["streamed_ids"] or "").split())
                 ids = shown if len(shown) >= len(recorded) else recorded
                 if not ids:
                     return None
-                await db.execute(
-                    "UPDATE deliveries SET segment_id = NULL, message_id = NULL, status = 'pending', text = ?,"
-                    " retracts = 1, streamed_ids = ?, parts_sent = 0, attempts = 0, error = NULL, next_attempt_at = ?"
-                    " WHERE id = ?",
-                    (INTERVAL_ENDED_SHOWN, " ".join(ids), now, delivery_id),
+                await tx.run(
+                    Statement(
+                        "UPDATE deliveries SET segment_id = NULL, message_id = NULL, status = 'pending', text = :shown,"
+                        " retracts = 1, streamed_ids = :ids, parts_sent = 0, attempts = 0, error = NULL,"
+                        " next_attempt_at = :now WHERE id = :id",
+                        {"shown": INTERVAL_ENDED_SHOWN, "ids": " ".join(ids), "now": now, "id": delivery_id},
+                    )
                 )
                 retraction = delivery_id
             else:
@@ -357,44 +395,51 @@ class SqliteOutboxStore:
                     return None
                 # Gone with its interval (the sweep ran first): only the retraction is written, and only
                 # while no interval is open in the conversation (it belongs to none).
-                cur = await db.execute(
-                    "INSERT INTO deliveries (conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce,"
-                    " text, retracts, streamed_ids, next_attempt_at, created_at)"
-                    " SELECT ?, 'reply', ?, ?, ?, ?, ?, ?, 1, ?, ?, ? WHERE NOT EXISTS ("
-                    " SELECT 1 FROM segments WHERE conversation_id = ? AND ended_at IS NULL)",
-                    (
-                        conversation_id,
-                        target.platform,
-                        target.chat_id,
-                        target.reply_to,
-                        target.thread_id,
-                        secrets.token_hex(8),
-                        INTERVAL_ENDED_SHOWN,
-                        " ".join(shown),
-                        now,
-                        now,
-                        conversation_id,
-                    ),
+                (inserted,) = await tx.run(
+                    Statement(
+                        "INSERT INTO deliveries (conversation_id, kind, platform, chat_id, reply_to, thread_id, nonce,"
+                        " text, retracts, streamed_ids, next_attempt_at, created_at)"
+                        " SELECT :c, 'reply', :platform, :chat, :reply_to, :thread, :nonce, :shown, 1, :ids, :now, :now"
+                        " WHERE NOT EXISTS (SELECT 1 FROM segments WHERE conversation_id = :c AND ended_at IS NULL)"
+                        " RETURNING id",
+                        {
+                            "c": conversation_id,
+                            "platform": target.platform,
+                            "chat": target.chat_id,
+                            "reply_to": target.reply_to,
+                            "thread": target.thread_id,
+                            "nonce": secrets.token_hex(8),
+                            "shown": INTERVAL_ENDED_SHOWN,
+                            "ids": " ".join(shown),
+                            "now": now,
+                        },
+                        Fetch.ONE,
+                    )
                 )
-                if cur.rowcount != 1:
+                if inserted.one is None:
                     return None
-                retraction = inserted_id(cur)
-            async with db.execute(f"SELECT {_COLUMNS} FROM deliveries WHERE id = ?", (retraction,)) as cur:
-                written = await cur.fetchone()
-            return delivery_of(written) if written is not None else None
+                retraction = int(inserted.scalar)
+            (written,) = await tx.run(
+                Statement(f"SELECT {_COLUMNS} FROM deliveries WHERE id = :id", {"id": retraction}, Fetch.ONE)
+            )
+            return delivery_of(written.one) if written.one is not None else None
 
     async def retractions(self, conversation_id: int | None = None) -> list[tuple[int, int]]:
         """(conversation, id) of each retraction waiting to be sent (of one conversation, or all)."""
-        scope, params = ("", ()) if conversation_id is None else (" AND conversation_id = ?", (conversation_id,))
-        rows = await self._db.all(
-            f"SELECT conversation_id, id FROM deliveries WHERE retracts = 1 AND status = 'pending'{scope} ORDER BY id",
-            params,
+        scope = "" if conversation_id is None else " AND conversation_id = :c"
+        (found,) = await self._engine.read(
+            Statement(
+                f"SELECT conversation_id, id FROM deliveries WHERE retracts = 1 AND status = 'pending'{scope}"
+                " ORDER BY id",
+                {} if conversation_id is None else {"c": conversation_id},
+                Fetch.ALL,
+            )
         )
-        return [(r[0], r[1]) for r in rows]
+        return [(r["conversation_id"], r["id"]) for r in found.rows]
 
     async def record_streamed(self, delivery_id: int, message_ids: tuple[str, ...]) -> None:
         # Fsynced: after a power cut as after a crash, the final send must find the messages to edit.
-        await self._db.engine.write(
+        await self._engine.write(
             Statement(
                 "UPDATE deliveries SET streamed_ids = :ids WHERE id = :id AND status IN ('streaming', 'pending')",
                 {"ids": " ".join(message_ids), "id": delivery_id},
@@ -402,51 +447,55 @@ class SqliteOutboxStore:
         )
 
     async def left_stream(self, conversation_id: int, before: float) -> int | None:
-        row = await self._db.one(
-            "SELECT max(id) FROM deliveries WHERE conversation_id = ? AND status = 'streaming' AND created_at < ?",
-            (conversation_id, before),
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT max(id) FROM deliveries WHERE conversation_id = :c AND status = 'streaming'"
+                " AND created_at < :before",
+                {"c": conversation_id, "before": before},
+                Fetch.ONE,
+            )
         )
-        return row[0] if row is not None else None
+        return found.scalar
 
     async def cut_off_streams(self, before: float, text: str, now: float) -> list[tuple[int, int]]:
-        async with self._db.tx() as db:
-            await db.execute(
-                "DELETE FROM deliveries WHERE status = 'streaming' AND created_at < ? AND streamed_ids IS NULL",
-                (before,),
-            )
-            async with db.execute(
-                "UPDATE deliveries SET status = 'pending', text = ?, next_attempt_at = ?"
-                " WHERE status = 'streaming' AND created_at < ? RETURNING conversation_id, id",
-                (text, now, before),
-            ) as cur:
-                return [(r[0], r[1]) for r in await cur.fetchall()]
+        _, cut = await self._engine.write(
+            Statement(
+                "DELETE FROM deliveries WHERE status = 'streaming' AND created_at < :before AND streamed_ids IS NULL",
+                {"before": before},
+            ),
+            Statement(
+                "UPDATE deliveries SET status = 'pending', text = :text, next_attempt_at = :now"
+                " WHERE status = 'streaming' AND created_at < :before RETURNING conversation_id, id",
+                {"text": text, "now": now, "before": before},
+                Fetch.ALL,
+            ),
+        )
+        return sorted((r["conversation_id"], r["id"]) for r in cut.rows)
 
     async def report(self, now: float) -> dict[str, Any]:
         """For `companion report`: deliveries by kind and state, the oldest pending one's age, and
         bindings by state. Counts and times only."""
-        by_kind = await self._db.all(
-            "SELECT kind, status, count(*) FROM deliveries GROUP BY kind, status ORDER BY kind, status"
+        by_kind, oldest, streamed, bindings = await self._engine.read(
+            Statement("SELECT kind, status, count(*) AS n FROM deliveries GROUP BY kind, status", fetch=Fetch.ALL),
+            Statement("SELECT min(created_at) FROM deliveries WHERE status = 'pending'", fetch=Fetch.ONE),
+            Statement(
+                "SELECT count(*) FROM deliveries WHERE kind = 'reply' AND status = 'sent' AND streamed_ids IS NOT NULL",
+                fetch=Fetch.ONE,
+            ),
+            Statement("SELECT state, count(*) AS n FROM bindings GROUP BY state", fetch=Fetch.ALL),
         )
-        oldest = await self._db.one("SELECT min(created_at) FROM deliveries WHERE status = 'pending'")
-        streamed = await self._db.one(
-            "SELECT count(*) FROM deliveries WHERE kind = 'reply' AND status = 'sent' AND streamed_ids IS NOT NULL"
-        )
-        bindings = await self._db.all("SELECT state, count(*) FROM bindings GROUP BY state ORDER BY state")
-        oldest_at = oldest[0] if oldest is not None else None
+        oldest_at = oldest.scalar
+        # Sorted here, not in SQL: by code point on every engine (PostgreSQL's collation may order otherwise).
         return {
-            "deliveries": [(r[0], r[1], r[2]) for r in by_kind],
+            "deliveries": sorted((r["kind"], r["status"], r["n"]) for r in by_kind.rows),
             "oldest_pending_age": None if oldest_at is None else max(0.0, now - oldest_at),
-            "streamed": streamed[0] if streamed is not None else 0,
-            "bindings": [(r[0], r[1]) for r in bindings],
+            "streamed": streamed.scalar or 0,
+            "bindings": sorted((r["state"], r["n"]) for r in bindings.rows),
         }
 
 
 # A retraction settled is deleted at once: nothing of its interval is kept longer than needed.
 _FORGET_RETRACTION = "DELETE FROM deliveries WHERE id = :id AND retracts = 1"
-
-
-async def _forget_retraction(db: aiosqlite.Connection, delivery_id: int) -> None:
-    await db.execute(_FORGET_RETRACTION, {"id": delivery_id})
 
 
 def delivery_of(row: Row | aiosqlite.Row) -> OutboundDelivery:

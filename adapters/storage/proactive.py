@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiosqlite
-
-from adapters.storage.bindings import insert_mirrors
-from adapters.storage.database import Database, inserted_id
-from adapters.storage.guard import lasting_tx
-from adapters.storage.outbox import insert_delivery
+from adapters.storage.bindings import mirror_rows
+from adapters.storage.engine import SQLITE, Dialect, Fetch, Row, Statement
+from adapters.storage.engine import Database as Engine
+from adapters.storage.guard import refusing_while_private
+from adapters.storage.outbox import delivery_row
+from core.values.errors import StoreError
 from core.values.model import (
     Conversation,
     DeliveryTarget,
@@ -38,13 +38,14 @@ _PREFS = (
 _TARGET = "t.id AS cid, t.platform, t.chat_id, t.kind AS ckind, t.person_id AS cperson"
 # Where a proactive message goes: `/nudges here`, else the direct conversation the person last
 # wrote in (normal mode), else where the item was made. Never a group, never another person's.
-# CROSS JOIN keeps the due rows' index the outer loop (SQLite never reorders it): without
+# SQLite's CROSS JOIN keeps the due rows' index the outer loop (SQLite never reorders it): without
 # statistics the planner would otherwise start from every conversation of the platform.
 _TARGET_JOIN = (
-    " CROSS JOIN conversations t ON t.id = coalesce(pp.pinned_conversation_id, pp.conversation_id, {origin})"
+    " {join} conversations t ON t.id = coalesce(pp.pinned_conversation_id, pp.conversation_id, {origin})"
     " AND t.kind = 'direct' AND t.person_id = {p} AND t.platform IN ({platforms})"
 )
 _PREF_NAMES = frozenset({"budget", "quiet", "timezone", "pinned_conversation_id", "cooldown"})
+_PREF_COLUMNS = "budget, quiet, timezone, pinned_conversation_id, last_wrote_at, last_nudge_at, unanswered, cooldown"
 
 
 def _guarded(person: str, target: str) -> str:
@@ -59,40 +60,42 @@ def candidate_statements(
     goal_every: float,
     checkin_after: float,
     limit: int,
-) -> list[tuple[str, str, tuple[object, ...]]]:
-    """(kind, SQL, parameters) of the four candidate statements; bench/triage.py reads their plans."""
-    marks = ", ".join("?" for _ in platforms)
-    served = tuple(sorted(platforms))
+    dialect: Dialect = SQLITE,
+) -> list[tuple[str, str, dict[str, object]]]:
+    """(kind, SQL, named parameters) of the four candidate statements; bench/triage.py reads their plans."""
+    served: dict[str, object] = {f"pl{i}": platform for i, platform in enumerate(sorted(platforms))}
+    marks = ", ".join(f":{name}" for name in served)
+    join = dialect.join_in_order
     followups = (
         f"SELECT f.id AS item, f.due_at AS due, f.text AS text, f.person_id AS person, {_TARGET}, {_PREFS}"
         " FROM followups f LEFT JOIN proactive_people pp ON pp.person_id = f.person_id"
-        + _TARGET_JOIN.format(origin="f.conversation_id", p="f.person_id", platforms=marks)
-        + " WHERE f.status = 'scheduled' AND f.kind = ? AND f.due_at IS NOT NULL AND f.due_at <= ?"
+        + _TARGET_JOIN.format(join=join, origin="f.conversation_id", p="f.person_id", platforms=marks)
+        + " WHERE f.status = 'scheduled' AND f.kind = :kind AND f.due_at IS NOT NULL AND f.due_at <= :due"
         + _guarded("f.person_id", "t.id")
-        + " ORDER BY f.due_at, f.id LIMIT ?"
+        + " ORDER BY f.due_at, f.id LIMIT :limit"
     )
     goals = (
         "SELECT g.id AS item, coalesce(g.checked_in_at, g.created_at) AS due, g.title AS text,"
         f" g.person_id AS person, {_TARGET}, {_PREFS}"
         " FROM goals g LEFT JOIN proactive_people pp ON pp.person_id = g.person_id"
-        + _TARGET_JOIN.format(origin="g.conversation_id", p="g.person_id", platforms=marks)
-        + " WHERE g.status = 'active' AND coalesce(g.checked_in_at, g.created_at) <= ?"
+        + _TARGET_JOIN.format(join=join, origin="g.conversation_id", p="g.person_id", platforms=marks)
+        + " WHERE g.status = 'active' AND coalesce(g.checked_in_at, g.created_at) <= :due"
         + _guarded("g.person_id", "t.id")
-        + " ORDER BY coalesce(g.checked_in_at, g.created_at), g.id LIMIT ?"
+        + " ORDER BY coalesce(g.checked_in_at, g.created_at), g.id LIMIT :limit"
     )
     checkins = (
         f"SELECT pp.person_id AS item, pp.last_wrote_at AS due, '' AS text, pp.person_id AS person, {_TARGET},"
         f" {_PREFS} FROM proactive_people pp"
-        + _TARGET_JOIN.format(origin="NULL", p="pp.person_id", platforms=marks)
-        + " WHERE pp.checkin_open = 1 AND pp.last_wrote_at <= ?"
+        + _TARGET_JOIN.format(join=join, origin="CAST(NULL AS BIGINT)", p="pp.person_id", platforms=marks)
+        + " WHERE pp.checkin_open = 1 AND pp.last_wrote_at <= :due"
         + _guarded("pp.person_id", "t.id")
-        + " ORDER BY pp.last_wrote_at, pp.person_id LIMIT ?"
+        + " ORDER BY pp.last_wrote_at, pp.person_id LIMIT :limit"
     )
     return [
-        ("reminder", followups, (*served, "reminder", now, limit)),
-        ("watch", followups, (*served, "watch", now - watch_after, limit)),
-        ("goal", goals, (*served, now - goal_every, limit)),
-        ("checkin", checkins, (*served, now - checkin_after, limit)),
+        ("reminder", followups, {**served, "kind": "reminder", "due": now, "limit": limit}),
+        ("watch", followups, {**served, "kind": "watch", "due": now - watch_after, "limit": limit}),
+        ("goal", goals, {**served, "due": now - goal_every, "limit": limit}),
+        ("checkin", checkins, {**served, "due": now - checkin_after, "limit": limit}),
     ]
 
 
@@ -101,10 +104,11 @@ class _NothingWritten(Exception):
 
 
 class ProactiveQueries:
-    """Implements core.ports.store.proactive (ProactiveStore, PrefsReader, NudgeSettings, DecisionLog)."""
+    """Implements core.ports.store.proactive (ProactiveStore, PrefsReader, NudgeSettings, DecisionLog) over
+    the engine interface (adapters/storage/engine.py)."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
 
     # --- candidates -----------------------------------------------------------
 
@@ -118,16 +122,25 @@ class ProactiveQueries:
         checkin_after: float,
         limit: int = 500,
     ) -> list[ProactiveCandidate]:
-        """Four statements, each an index range over what is due (flat in everyone else), each
-        with the privacy predicates inside it; reminders first, then watches, goals, check-ins."""
+        """Four statements in one read, each an index range over what is due (flat in everyone else),
+        each with the privacy predicates inside it; reminders first, then watches, goals, check-ins."""
         if not platforms:
             return []
-        found: list[ProactiveCandidate] = []
-        for kind, sql, params in candidate_statements(
-            now, platforms, watch_after=watch_after, goal_every=goal_every, checkin_after=checkin_after, limit=limit
-        ):
-            found += [_candidate(kind, row) for row in await self._db.all(sql, params)]
-        return found
+        statements = candidate_statements(
+            now,
+            platforms,
+            watch_after=watch_after,
+            goal_every=goal_every,
+            checkin_after=checkin_after,
+            limit=limit,
+            dialect=self._engine.dialect,
+        )
+        results = await self._engine.read(*(Statement(sql, params, Fetch.ALL) for _, sql, params in statements))
+        return [
+            _candidate(kind, row)
+            for (kind, _, _), result in zip(statements, results, strict=True)
+            for row in result.rows
+        ]
 
     async def waiting_in_private(
         self,
@@ -140,55 +153,71 @@ class ProactiveQueries:
     ) -> list[tuple[int, int, str, int]]:
         """From the open segments (few) to their people's due follow-ups, goal check-ins and open
         check-ins (due as `due_candidates` counts them): ids only, never a row of the segment."""
-        rows = await self._db.all(
-            "SELECT f.person_id, s.id, f.kind, f.id, f.due_at FROM segments s"
-            " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
-            " JOIN followups f ON f.person_id = c.person_id AND f.status = 'scheduled'"
-            "  AND f.due_at <= CASE f.kind WHEN 'watch' THEN :watch ELSE :now END"
-            " WHERE s.ended_at IS NULL"
-            " UNION ALL SELECT g.person_id, s.id, 'goal', g.id, coalesce(g.checked_in_at, g.created_at) FROM segments s"
-            " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
-            " JOIN goals g ON g.person_id = c.person_id AND g.status = 'active'"
-            "  AND coalesce(g.checked_in_at, g.created_at) <= :goal"
-            " WHERE s.ended_at IS NULL"
-            " UNION ALL SELECT pp.person_id, s.id, 'checkin', pp.person_id, pp.last_wrote_at FROM segments s"
-            " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
-            " JOIN proactive_people pp ON pp.person_id = c.person_id AND pp.checkin_open = 1"
-            "  AND pp.last_wrote_at <= :checkin"
-            " WHERE s.ended_at IS NULL ORDER BY 5, 4 LIMIT :limit",
-            {
-                "now": now,
-                "watch": now - watch_after,
-                "goal": now - goal_every,
-                "checkin": now - checkin_after,
-                "limit": limit,
-            },
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT f.person_id AS person, s.id AS segment, f.kind AS kind, f.id AS item, f.due_at AS due"
+                " FROM segments s"
+                " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
+                " JOIN followups f ON f.person_id = c.person_id AND f.status = 'scheduled'"
+                "  AND f.due_at <= CASE f.kind WHEN 'watch' THEN :watch ELSE :now END"
+                " WHERE s.ended_at IS NULL"
+                " UNION ALL SELECT g.person_id, s.id, 'goal', g.id, coalesce(g.checked_in_at, g.created_at)"
+                " FROM segments s"
+                " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
+                " JOIN goals g ON g.person_id = c.person_id AND g.status = 'active'"
+                "  AND coalesce(g.checked_in_at, g.created_at) <= :goal"
+                " WHERE s.ended_at IS NULL"
+                " UNION ALL SELECT pp.person_id, s.id, 'checkin', pp.person_id, pp.last_wrote_at FROM segments s"
+                " JOIN conversations c ON c.id = s.conversation_id AND c.person_id IS NOT NULL"
+                " JOIN proactive_people pp ON pp.person_id = c.person_id AND pp.checkin_open = 1"
+                "  AND pp.last_wrote_at <= :checkin"
+                " WHERE s.ended_at IS NULL ORDER BY 5, 4 LIMIT :limit",
+                {
+                    "now": now,
+                    "watch": now - watch_after,
+                    "goal": now - goal_every,
+                    "checkin": now - checkin_after,
+                    "limit": limit,
+                },
+                Fetch.ALL,
+            )
         )
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
+        return [(r["person"], r["segment"], r["kind"], r["item"]) for r in found.rows]
 
     async def nudges_sent_on(self, person_id: int, local_day: str) -> int:
-        row = await self._db.one(
-            "SELECT count(*) FROM proactive_decisions WHERE person_id = ? AND local_day = ? AND outcome = 'sent'"
-            " AND kind <> 'reminder'",
-            (person_id, local_day),
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT count(*) FROM proactive_decisions WHERE person_id = :p AND local_day = :day"
+                " AND outcome = 'sent' AND kind <> 'reminder'",
+                {"p": person_id, "day": local_day},
+                Fetch.ONE,
+            )
         )
-        return int(row[0]) if row is not None else 0
+        return int(found.scalar or 0)
 
     # --- decisions --------------------------------------------------------------
 
     async def latest_decisions(self, person_id: int, limit: int = 20) -> list[ProactiveDecision]:
         """Newest first; never a decision of private mode (`segment_id IS NULL`): while its interval
         lives, even that a reminder waited for it is the interval's to keep."""
-        rows = await self._db.all(
-            "SELECT person_id, kind, subject, outcome, reason, local_day, decided_at FROM proactive_decisions"
-            " WHERE person_id = ? AND segment_id IS NULL ORDER BY id DESC LIMIT ?",
-            (person_id, limit),
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT person_id, kind, subject, outcome, reason, local_day, decided_at FROM proactive_decisions"
+                " WHERE person_id = :p AND segment_id IS NULL ORDER BY id DESC LIMIT :limit",
+                {"p": person_id, "limit": limit},
+                Fetch.ALL,
+            )
         )
-        return [ProactiveDecision(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows]
+        return [
+            ProactiveDecision(
+                r["person_id"], r["kind"], r["subject"], r["outcome"], r["reason"], r["local_day"], r["decided_at"]
+            )
+            for r in found.rows
+        ]
 
     async def record_decision(self, decision: ProactiveDecision) -> bool:
-        async with self._db.tx() as db:
-            return await _insert_decision(db, decision)
+        (written,) = await self._engine.write(_decision_row(decision))
+        return written.rowcount == 1
 
     # --- the claim --------------------------------------------------------------
 
@@ -213,87 +242,121 @@ class ProactiveQueries:
     ) -> ProactiveSent:
         conversation = candidate.conversation
         now = decision.decided_at
-        async with self._db.tx() as db:
-            if not await _claim(db, candidate, now, "sent"):
-                raise _NothingWritten
-            # The message is written only where no segment is open (BEGIN IMMEDIATE: none opens now).
-            cur = await db.execute(
-                "INSERT INTO messages (conversation_id, segment_id, mode, role, kind, text, capture, created_at)"
-                " SELECT c.id, NULL, 'normal', 'assistant', 'chat', :text, 'pending', :now FROM conversations c"
-                " WHERE c.id = :c AND c.kind = 'direct'"
-                f" AND {_NO_PRIVATE_PERSON.format(p='c.person_id')} AND {_NO_OPEN_SEGMENT.format(c='c.id')}",
-                {"text": text, "now": now, "c": conversation.id},
-            )
-            if cur.rowcount != 1:
-                raise _NothingWritten  # rolls the claim back with it
-            message_id = inserted_id(cur)
-            delivery_id = await insert_delivery(
-                db,
-                conversation.id,
-                DeliveryTarget(conversation.platform, conversation.chat_id),
-                text,
-                now,
-                kind="reminder" if candidate.is_reminder else "nudge",
-                message_id=message_id,
-            )
-            mirror_ids = await insert_mirrors(db, conversation.id, message_id, MirrorOf(None, mirror_label), now)
-            if not candidate.is_reminder:
-                await db.execute(
-                    "INSERT INTO proactive_people (person_id, last_nudge_at, unanswered) VALUES (?, ?, 1)"
-                    " ON CONFLICT (person_id) DO UPDATE SET last_nudge_at = excluded.last_nudge_at,"
-                    " unanswered = unanswered + 1",
-                    (candidate.prefs.person_id, now),
+        # A transaction of two trips: the rest is written only once the claim and the message were.
+        async with self._engine.tx() as tx:
+            claimed, message = (
+                await tx.run(
+                    *self._person_locked(candidate.prefs.person_id),
+                    _claim(candidate, now, "sent"),
+                    # The message is written only where no segment is open (SQLite's BEGIN IMMEDIATE, and
+                    # PostgreSQL's lock on the person's conversations, which the valve takes too: none opens now).
+                    Statement(
+                        "INSERT INTO messages (conversation_id, segment_id, mode, role, kind, text, capture, created_at)"
+                        " SELECT c.id, NULL, 'normal', 'assistant', 'chat', :text, 'pending', :now FROM conversations c"
+                        " WHERE c.id = :c AND c.kind = 'direct'"
+                        f" AND {_NO_PRIVATE_PERSON.format(p='c.person_id')} AND {_NO_OPEN_SEGMENT.format(c='c.id')}"
+                        " RETURNING id",
+                        {"text": text, "now": now, "c": conversation.id},
+                        Fetch.ONE,
+                    ),
                 )
-            await _insert_decision(db, decision)
-            return ProactiveSent(message_id, delivery_id, mirror_ids)
+            )[-2:]
+            if claimed.rowcount != 1 or message.one is None:
+                raise _NothingWritten  # rolls the claim (or the message) back with it
+            message_id = int(message.scalar)
+            statements = [
+                delivery_row(
+                    conversation.id,
+                    DeliveryTarget(conversation.platform, conversation.chat_id),
+                    text,
+                    now,
+                    kind="reminder" if candidate.is_reminder else "nudge",
+                    message_id=message_id,
+                ),
+                mirror_rows(conversation.id, message_id, MirrorOf(None, mirror_label), now),
+                _decision_row(decision),
+            ]
+            if not candidate.is_reminder:
+                statements.append(
+                    Statement(
+                        "INSERT INTO proactive_people (person_id, last_nudge_at, unanswered) VALUES (:p, :now, 1)"
+                        " ON CONFLICT (person_id) DO UPDATE SET last_nudge_at = excluded.last_nudge_at,"
+                        " unanswered = proactive_people.unanswered + 1",
+                        {"p": candidate.prefs.person_id, "now": now},
+                    )
+                )
+            delivery, mirrors, *_ = await tx.run(*statements)
+            return ProactiveSent(message_id, int(delivery.scalar), tuple(sorted(r["id"] for r in mirrors.rows)))
 
     async def settle_without_message(self, candidate: ProactiveCandidate, decision: ProactiveDecision) -> bool:
-        async with self._db.tx() as db:
-            outcome = "missed" if decision.outcome == "missed" else None
-            if not await _claim(db, candidate, decision.decided_at, outcome):
+        outcome = "missed" if decision.outcome == "missed" else None
+        async with self._engine.tx() as tx:
+            claimed = (
+                await tx.run(
+                    *self._person_locked(candidate.prefs.person_id), _claim(candidate, decision.decided_at, outcome)
+                )
+            )[-1]
+            if claimed.rowcount != 1:
                 return False
-            await _insert_decision(db, decision)
+            await tx.run(_decision_row(decision))
             return True
+
+    def _person_locked(self, person_id: int) -> tuple[Statement, ...]:
+        """On PostgreSQL, the person's conversations locked as the valve locks one to open a segment, so none
+        opens between a claim's privacy check and its commit (SQLite's BEGIN IMMEDIATE does that)."""
+        if not self._engine.dialect.for_update:
+            return ()
+        return (
+            Statement(
+                f"SELECT id FROM conversations WHERE person_id = :p ORDER BY id{self._engine.dialect.for_update}",
+                {"p": person_id},
+            ),
+        )
 
     # --- manners ----------------------------------------------------------------
 
     async def proactive_prefs(self, person_id: int) -> ProactivePrefs:
-        row = await self._db.one(
-            "SELECT budget, quiet, timezone, pinned_conversation_id, last_wrote_at, last_nudge_at, unanswered,"
-            " cooldown FROM proactive_people pp WHERE person_id = ?",
-            (person_id,),
+        (found,) = await self._engine.read(
+            Statement(f"SELECT {_PREF_COLUMNS} FROM proactive_people WHERE person_id = :p", {"p": person_id}, Fetch.ONE)
         )
-        return ProactivePrefs(person_id) if row is None else _prefs(person_id, row)
+        return ProactivePrefs(person_id) if found.one is None else _prefs(person_id, found.one)
 
     async def set_proactive_pref(
         self, person_id: int, origin: int, name: str, value: float | str | None
     ) -> ProactivePrefs:
         if name not in _PREF_NAMES:
             raise ValueError(f"no manner named {name}")
-        async with lasting_tx(self._db, origin, "nudge setting") as db:
-            await db.execute(
-                f"INSERT INTO proactive_people (person_id, {name}) VALUES (?, ?)"
-                f" ON CONFLICT (person_id) DO UPDATE SET {name} = excluded.{name}",
-                (person_id, value),
-            )
-        return await self.proactive_prefs(person_id)
+        *_, written = await self._engine.write(
+            *refusing_while_private(self._engine.dialect, origin, "nudge setting"),
+            Statement(
+                f"INSERT INTO proactive_people (person_id, {name}) VALUES (:p, :value)"
+                f" ON CONFLICT (person_id) DO UPDATE SET {name} = excluded.{name} RETURNING {_PREF_COLUMNS}",
+                {"p": person_id, "value": value},
+                Fetch.ONE,
+            ),
+        )
+        return _prefs(person_id, present_row(written.one))
 
     async def report(self) -> dict[str, Any]:
         """For `companion report`: decisions counted by kind, outcome and reason. No text."""
-        rows = await self._db.all(
-            "SELECT kind, outcome, reason, count(*) FROM proactive_decisions"
-            " GROUP BY kind, outcome, reason ORDER BY kind, outcome, reason"
+        (found,) = await self._engine.read(
+            Statement(
+                "SELECT kind, outcome, reason, count(*) AS n FROM proactive_decisions GROUP BY kind, outcome, reason",
+                fetch=Fetch.ALL,
+            )
         )
-        return {"decisions": [(r[0], r[1], r[2], r[3]) for r in rows]}
+        # Sorted here (no reason first, as SQLite orders NULL), not by either engine's collation.
+        rows = sorted(found.rows, key=lambda r: (r["kind"], r["outcome"], r["reason"] is not None, r["reason"] or ""))
+        return {"decisions": [(r["kind"], r["outcome"], r["reason"], r["n"]) for r in rows]}
 
 
-async def _claim(db: aiosqlite.Connection, candidate: ProactiveCandidate, now: float, outcome: str | None) -> bool:
-    """Inside the caller's transaction: take the candidate if it is still due as it was read and
-    its person has no open segment. The second of two claims finds nothing (rowcount 0)."""
+def _claim(candidate: ProactiveCandidate, now: float, outcome: str | None) -> Statement:
+    """Take the candidate if it is still due as it was read and its person has no open segment. The
+    second of two claims finds nothing (rowcount 0)."""
     person = candidate.prefs.person_id
     if candidate.kind in ("reminder", "watch"):
         sql = (
-            "UPDATE followups SET status = 'done', outcome = :outcome, updated_at = :now"
+            "UPDATE followups SET status = 'done', outcome = CAST(:outcome AS TEXT), updated_at = :now"
             " WHERE id = :item AND status = 'scheduled' AND due_at = :due AND person_id = :person"
         )
     elif candidate.kind == "goal":
@@ -307,22 +370,25 @@ async def _claim(db: aiosqlite.Connection, candidate: ProactiveCandidate, now: f
             " AND last_wrote_at = :due AND person_id = :person"
         )
     sql += f" AND {_NO_PRIVATE_PERSON.format(p=':person')}"
-    cur = await db.execute(
-        sql, {"outcome": outcome, "now": now, "item": candidate.item_id, "due": candidate.due_at, "person": person}
-    )
-    return cur.rowcount == 1
+    params: dict[str, object] = {"now": now, "item": candidate.item_id, "due": candidate.due_at, "person": person}
+    if ":outcome" in sql:
+        params["outcome"] = outcome
+    return Statement(sql, params, Fetch.ROWCOUNT)
 
 
-async def _insert_decision(db: aiosqlite.Connection, decision: ProactiveDecision) -> bool:
-    """A skip that repeats the subject's latest decision is not written again (a nudge waiting
-    out quiet hours is one row, not one per tick). A 'private' one only while its segment exists."""
-    cur = await db.execute(
+def _decision_row(decision: ProactiveDecision) -> Statement:
+    """A decision, as a statement. A skip that repeats the subject's latest decision is not written again
+    (a nudge waiting out quiet hours is one row, not one per tick). A 'private' one only while its segment
+    exists."""
+    return Statement(
         "INSERT INTO proactive_decisions (person_id, segment_id, kind, subject, outcome, reason, local_day,"
-        " decided_at) SELECT :person, :segment, :kind, :subject, :outcome, :reason, :day, :at"
-        " WHERE (:segment IS NULL OR EXISTS (SELECT 1 FROM segments WHERE id = :segment))"
-        " AND (:outcome <> 'skipped' OR NOT EXISTS (SELECT 1 FROM proactive_decisions d"
+        " decided_at) SELECT :person, CAST(:segment AS BIGINT), :kind, :subject, CAST(:outcome AS TEXT),"
+        " CAST(:reason AS TEXT), :day, :at"
+        " WHERE (CAST(:segment AS BIGINT) IS NULL OR EXISTS (SELECT 1 FROM segments WHERE id = :segment))"
+        " AND (CAST(:outcome AS TEXT) <> 'skipped' OR NOT EXISTS (SELECT 1 FROM proactive_decisions d"
         "  WHERE d.id = (SELECT max(id) FROM proactive_decisions WHERE subject = :subject AND person_id = :person)"
-        "  AND d.outcome = 'skipped' AND d.reason = :reason AND d.segment_id IS :segment))",
+        "  AND d.outcome = 'skipped' AND d.reason = :reason"
+        "  AND d.segment_id IS NOT DISTINCT FROM CAST(:segment AS BIGINT)))",
         {
             "person": decision.person_id,
             "segment": decision.segment_id,
@@ -333,11 +399,18 @@ async def _insert_decision(db: aiosqlite.Connection, decision: ProactiveDecision
             "day": decision.local_day,
             "at": decision.decided_at,
         },
+        Fetch.ROWCOUNT,
     )
-    return cur.rowcount == 1
 
 
-def _prefs(person_id: int, row: aiosqlite.Row) -> ProactivePrefs:
+def present_row(row: Row | None) -> Row:
+    """The row a write that always returns one returned."""
+    if row is None:
+        raise StoreError("a write that always returns a row returned none")
+    return row
+
+
+def _prefs(person_id: int, row: Row) -> ProactivePrefs:
     return ProactivePrefs(
         person_id=person_id,
         budget=row["budget"],
@@ -351,7 +424,7 @@ def _prefs(person_id: int, row: aiosqlite.Row) -> ProactivePrefs:
     )
 
 
-def _candidate(kind: str, row: aiosqlite.Row) -> ProactiveCandidate:
+def _candidate(kind: str, row: Row) -> ProactiveCandidate:
     return ProactiveCandidate(
         kind=kind,
         item_id=row["item"],

@@ -24,7 +24,7 @@ from adapters.storage.database import Database
 from adapters.storage.links import LinkQueries
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
-from adapters.storage.outbox import SqliteOutboxStore
+from adapters.storage.outbox import OutboxQueries
 from adapters.storage.privacy import Checkpoints, LifetimeQueries
 from adapters.storage.proactive import ProactiveQueries
 from adapters.storage.quotes import QuoteQueries
@@ -48,7 +48,7 @@ class Stores:
     links: LinkQueries
     chats: ChatQueries
     quotes: QuoteQueries
-    outbox: SqliteOutboxStore
+    outbox: OutboxQueries
     web: WebQueries
     passphrase_attempts: AttemptQueries
     link_attempts: AttemptQueries
@@ -63,15 +63,15 @@ class Stores:
             timeline=timeline,
             checkpoints=checkpoints,
             modes=ModeQueries(database.engine, checkpoints),
-            memory=MemoryQueries(database),
+            memory=MemoryQueries(database.engine),
             lifetime=LifetimeQueries(database.engine, timeline, checkpoints),
-            bindings=BindingQueries(database),
-            proactive=ProactiveQueries(database),
-            links=LinkQueries(database),
+            bindings=BindingQueries(database.engine),
+            proactive=ProactiveQueries(database.engine),
+            links=LinkQueries(database.engine),
             chats=ChatQueries(database.engine),
             quotes=QuoteQueries(database.engine),
-            outbox=SqliteOutboxStore(database),
-            web=WebQueries(database),
+            outbox=OutboxQueries(database.engine),
+            web=WebQueries(database.engine),
             passphrase_attempts=AttemptQueries(database.engine, "valve_attempts"),
             link_attempts=AttemptQueries(database.engine, "link_attempts"),
         )

@@ -248,7 +248,7 @@ async def test_a_backup_or_restore_killed_at_any_stage_leaves_no_private_byte_in
 async def test_a_backup_and_a_restore_hold_no_web_session_or_sign_in_code(stores, tmp_path):
     from adapters.storage.web import WebQueries
 
-    web = WebQueries(stores.database)
+    web = WebQueries(stores.database.engine)
     await web.save_login_code("a" * 64, time.time(), time.time() + 600)
     await web.exchange_login_code("a" * 64, "b" * 64, time.time(), time.time() + 3600)
     await web.save_login_code("c" * 64, time.time(), time.time() + 600)

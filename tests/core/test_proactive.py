@@ -456,10 +456,10 @@ async def test_claim_message_and_delivery_are_one_transaction(make, clock, store
     counts = "SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM deliveries), (SELECT count(*) FROM proactive_decisions)"
     before = await all_rows(stores, counts)
 
-    async def broken(*args, **kwargs):
+    def broken(*args, **kwargs):  # the delivery's statement fails after the claim and the message ran
         raise RuntimeError("disk gone")
 
-    monkeypatch.setattr(proactive_sql, "insert_delivery", broken)
+    monkeypatch.setattr(proactive_sql, "delivery_row", broken)
     await tick(companion)
     assert await all_rows(stores, counts) == before
     assert await all_rows(stores, "SELECT status, outcome FROM followups") == [("scheduled", None)]

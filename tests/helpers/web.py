@@ -60,7 +60,7 @@ async def served(
     live_limit: float = 30.0,
 ) -> AsyncIterator[Served]:
     """A WebService wired as bot/bootstrap.py wires it, listening on a free loopback port."""
-    queries = WebQueries(stores.database)
+    queries = WebQueries(stores.database.engine)
     metrics = metrics or PrometheusMetrics()
     probe = probe or DatabaseProbe(queries.probe_write, metrics=metrics)
     operators = Operators(probe, checks, metrics)

@@ -45,7 +45,7 @@ class SiteSide:
 async def site_served(stores, provider, clock, **config) -> AsyncIterator[SiteSide]:
     """The pages served on a free loopback port, and a client signed in as the owner."""
     async with web_side(stores, provider, clock, **config) as web:
-        queries = WebQueries(stores.database)
+        queries = WebQueries(stores.database.engine)
         service = WebService(
             "127.0.0.1",
             0,

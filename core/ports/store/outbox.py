@@ -1,5 +1,5 @@
 """The outbox's ports: delivery rows read and marked, and the messages a reply streamed into
-(adapters.storage.outbox.SqliteOutboxStore implements both)."""
+(adapters.storage.outbox.OutboxQueries implements both)."""
 
 from __future__ import annotations
 

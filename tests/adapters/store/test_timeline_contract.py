@@ -31,10 +31,12 @@ async def test_normal_mode_reads_a_placeholder_not_the_private_rows(engine: Data
         (before, None, interval),
         (after, "normal after", None),
     ]
-    # What decides a fold counts the view's messages only: never the private rows.
-    assert await timeline.has_items_before(c, visible_segment=None, after=0, before=after + 1, at_least=2)
-    assert not await timeline.has_items_before(c, visible_segment=None, after=0, before=after + 1, at_least=3)
-    assert await timeline.has_items_before(c, visible_segment=interval, after=0, before=after + 1, at_least=3)
+    # What decides a fold counts the view's messages only: never the private rows in normal mode.
+    normal = await timeline.context_reads(c, person_id=None, segment_id=None, limit=10, count_up_to=10)
+    assert normal.messages_after == 2
+    assert [i.text for i in normal.items] == [i.text for i in items]
+    own = await timeline.context_reads(c, person_id=None, segment_id=interval, limit=10, count_up_to=10)
+    assert own.messages_after == 3
 
 
 async def test_a_private_message_is_never_captured_and_moves_its_intervals_idle_clock(engine: Database) -> None:
