@@ -190,8 +190,8 @@ def test_a_button_press_is_recorded_at_once_and_never_runs_twice_after_a_kill(
         say(telegram, gateway, "/export")
         asked = telegram.sent[-1]
         assert asked.reply_markup is not None  # the confirmation button
+        pressed = max(telegram._delivered) + 1  # the press's update id: every update before it was delivered
         telegram.press_button(USER, USER, asked.message_id, "companion:/export confirm")
-        pressed = max(telegram._delivered) + 1
         wait_until(telegram, gateway, lambda: len(telegram.calls_of("sendDocument")) == 1)
         # No inbox key holds a press: its update is in the ledger as soon as its answer is out.
         wait_until(telegram, gateway, lambda: ledger_through(tmp_path) >= pressed)
