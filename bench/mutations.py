@@ -1680,6 +1680,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                ended = True",
     ),
     M(
+        "stream-read-after-the-answer-unbounded",  # a server that goes on sending holds the answer and its connection
+        RELIABILITY,
+        "                if left < 0:\n                    return False",
+        "                if False:\n                    return False",
+    ),
+    M(
         "stream-broken-before-words-not-asked-unstreamed",  # a stream closed after its headers: an apology
         RELIABILITY,
         "                if not shown:\n",

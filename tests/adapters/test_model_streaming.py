@@ -43,7 +43,7 @@ from core.values.model import (
 from tests.adapters.test_openai_provider import ask, full_text
 from tests.helpers.boot import USER, boot_companion
 from tests.helpers.chat import all_rows
-from tests.helpers.fake_openai import FakeOpenAIServer, ScriptedResponse, completion_json
+from tests.helpers.fake_openai import FakeOpenAIServer, ScriptedResponse, completion_json, stream_completion
 from tests.helpers.fakes import FakeStreamer
 from tests.helpers.logs import logging_policy
 from tests.helpers.media import png_with
@@ -193,6 +193,20 @@ async def test_a_stream_that_ended_as_an_answer_leaves_its_connection_for_the_ne
 
     assert all(streamed(body) for body in server.requests)
     assert len(server.connections) == 3 and len(set(server.connections)) == 1
+
+
+async def test_a_stream_that_goes_on_after_its_answer_is_answered_and_its_connection_dropped(server, provider) -> None:
+    """What comes after `data: [DONE]` is read up to a bound: a server that goes on sending keeps
+    neither the answer waiting nor its connection in the pool."""
+    chunks = tuple(json.dumps(chunk) for chunk in stream_completion(completion_json("the answer"), include_usage=True))
+    more = b": " + b"x" * 100_000 + b"\n\n"  # past the 64 KiB read after the answer
+    server.script(ScriptedResponse(events=(*chunks, b"data: [DONE]\n\n", more), pause=0.0))
+    completion = await provider.complete(ask(), partial=Sink())
+    assert completion.text == "the answer"
+
+    server.reply_text("the next answer")
+    assert (await provider.complete(ask(), partial=Sink())).text == "the next answer"
+    assert len(set(server.connections)) == 2  # the first connection was dropped, not handed out again
 
 
 # --- the fake model's own streams: a token rate, tool-call deltas in pieces -------------------------------------
