@@ -2,9 +2,11 @@
 
 There is no webhook mode: polling needs no public HTTPS endpoint, and the restart guarantees rest
 on confirming offsets ourselves. An update is confirmed to Telegram (the getUpdates offset) and
-recorded in the store (the update ledger) only once the core's outcome for it is in, so updates
-that arrived while the gateway was down are handled once and a restart does not handle one again;
-an update the stop cut off stays unconfirmed, and Telegram offers it again after the restart.
+recorded in the store (the update ledger, written at most every LEDGER_SECONDS and at the stop; a
+press at once) only once the core's outcome for it is in, so updates that arrived while the gateway
+was down are handled once, and one a kill left unrecorded comes again as a no-op (the inbox holds
+its message); an update the stop cut off stays unconfirmed, and Telegram offers it again after the
+restart.
 
 Updates are routed here, not through python-telegram-bot's dispatcher (whose awaits could reorder
 them): each fetched update gets a task, in the order fetched, and nothing a task does before it
