@@ -16,11 +16,13 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from adapters.storage.attempts import AttemptQueries
 from adapters.storage.bindings import BindingQueries
 from adapters.storage.chats import ChatQueries
 from adapters.storage.database import Database
+from adapters.storage.engine import Database as Engine
 from adapters.storage.links import LinkQueries
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
@@ -32,14 +34,25 @@ from adapters.storage.timeline import TimelineQueries
 from adapters.storage.web import WebQueries
 
 
+class StoreDatabase(Protocol):
+    """A database the stores sit on: SQLite's `Database` or PostgreSQL's `PostgresDatabase`."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    async def start(self) -> object: ...
+
+    async def aclose(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Stores:
     """Every query class over one Database (`database`: its lifecycle, and raw SQL for tests and
     bench/ only). Each class implements the ports of one data group."""
 
-    database: Database
+    database: StoreDatabase
     timeline: TimelineQueries
-    checkpoints: Checkpoints
+    checkpoints: Checkpoints | None  # SQLite only: the WAL checkpoint a deletion of private rows owes
     modes: ModeQueries  # also the adapters' offsets (core.ports.chat.AdapterStateStore)
     memory: MemoryQueries
     lifetime: LifetimeQueries
@@ -54,10 +67,10 @@ class Stores:
     link_attempts: AttemptQueries
 
     @classmethod
-    def over(cls, database: Database) -> Stores:
+    def over(cls, database: StoreDatabase) -> Stores:
         """The query classes over `database` (started or not: nothing is read here)."""
         timeline = TimelineQueries(database.engine)
-        checkpoints = Checkpoints(database)
+        checkpoints = Checkpoints(database) if isinstance(database, Database) else None
         return cls(
             database=database,
             timeline=timeline,

@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.storage.engine import POSTGRES, Counters, Fetch, Ref, Result, Statement
@@ -43,13 +44,27 @@ class PostgresDatabase:
 
     dialect = POSTGRES
 
-    def __init__(self, url: str, *, pool_size: int = POOL_SIZE, prepare_threshold: int | None = 5) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        key_dir: Path | None = None,
+        pool_size: int = POOL_SIZE,
+        prepare_threshold: int | None = 5,
+    ) -> None:
         self.target: PostgresUrl = parse_url(url)
+        # COMPANION_KEY_DIR: where the private intervals' keys live (adapters/storage/keys.py), never in the database.
+        self.key_dir = key_dir
         self.counters = Counters()
         self._pool_size = pool_size
         # None behind PgBouncer in transaction mode, which cannot keep a prepared statement on one server.
         self._prepare_threshold = prepare_threshold
         self._pool: AsyncConnectionPool[Any] | None = None
+
+    @property
+    def engine(self) -> PostgresDatabase:
+        """The engine interface itself (SQLite's `Database` keeps its engine beside its connections)."""
+        return self
 
     # --- lifecycle ----------------------------------------------------------
 
