@@ -2301,4 +2301,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        await self._persist()  # the ledger's last marks, before the offset confirms them to Telegram",
         "        pass",
     ),
+    M(
+        "export-chunk-repeats-its-placeholders",  # an export in chunks gives an interval's placeholder twice, or stops early
+        RELIABILITY,
+        "            fresh = [i for i in items if last is None or timeline_order(i) > last]",
+        "            fresh = [i for i in items if last is None or timeline_order(i) >= last]",
+    ),
 )

@@ -15,7 +15,7 @@ from adapters.storage.database import Database
 from adapters.storage.engine import Database as EngineDatabase
 from adapters.storage.engine import Fetch, Statement
 from adapters.storage.outbox import ending_shown
-from adapters.storage.timeline import TimelineQueries
+from adapters.storage.timeline import TimelineQueries, timeline_order
 from core.values.model import TimelineItem
 
 log = logging.getLogger(__name__)
@@ -161,20 +161,27 @@ class LifetimeQueries:
     async def export_items(
         self, conversation_id: int, *, visible_segment: int | None, chunk: int = 1000
     ) -> AsyncIterator[TimelineItem]:
-        """The whole view of one mode, oldest first, in chunks (masked for normal mode)."""
-        after = -1
+        """The whole view of one mode, oldest first, in chunks (masked for normal mode).
+
+        A chunk goes on from its last item's position: the view gives messages after it and placeholders
+        at it or after, so the items already yielded at that position (placeholders of intervals that
+        followed one another with no normal message between) are skipped by their place in the timeline;
+        a chunk of nothing but those is read again twice as long.
+        """
+        after, last, limit = -1, None, chunk
         while True:
             items: list[TimelineItem] = await self._timeline.view(
-                conversation_id, visible_segment=visible_segment, after=after, limit=chunk, newest_first=False
+                conversation_id, visible_segment=visible_segment, after=after, limit=limit, newest_first=False
             )
-            if not items:
-                return
-            for item in items:
+            fresh = [i for i in items if last is None or timeline_order(i) > last]
+            for item in fresh:
                 yield item
-            messages = [i for i in items if not i.is_placeholder]
-            if len(items) < chunk or not messages:
+            if len(items) < limit:
                 return
-            after = messages[-1].position
+            if not fresh:
+                limit *= 2
+                continue
+            last, after, limit = timeline_order(fresh[-1]), fresh[-1].position, chunk
 
     async def segment_items(self, segment_id: int) -> list[TimelineItem]:
         (found,) = await self._engine.read(

@@ -625,7 +625,7 @@ def _view_items(results: list[Result], *, limit: int, newest_first: bool) -> lis
     *messages, masked = results
     items = [TimelineItem(r["id"], r["role"], r["text"]) for result in messages for r in result.rows]
     items += [TimelineItem(r["anchor_message_id"], None, None, r["id"]) for r in masked.rows]
-    items.sort(key=_timeline_order, reverse=newest_first)
+    items.sort(key=timeline_order, reverse=newest_first)
     items = items[:limit]
     if newest_first:
         items.reverse()
@@ -642,6 +642,6 @@ def _touch_segment(segment_id: int, now: float, *, stored: Ref | None = None) ->
     return Statement(f"UPDATE segments SET last_activity_at = :now WHERE id = :s AND ended_at IS NULL{only_if}", params)
 
 
-def _timeline_order(item: TimelineItem) -> tuple[int, int, int]:
+def timeline_order(item: TimelineItem) -> tuple[int, int, int]:
     # A placeholder stands right after the message that preceded its interval.
     return (item.position, 1 if item.is_placeholder else 0, item.masked_segment_id or 0)

@@ -109,3 +109,18 @@ async def test_a_normal_export_holds_a_placeholder_never_the_private_rows(engine
     assert normal == [(first, "normal one", None), (first, None, interval), (last, "normal two", None)]
     assert private == ["normal one", "a private word", "normal two"]
     assert [i.text for i in await lifetime.segment_items(interval)] == ["a private word"]
+
+
+async def test_an_export_in_chunks_gives_every_item_once_across_intervals_on_one_anchor(engine: Database) -> None:
+    lifetime = lifetime_over(engine)
+    c = await conversation(engine)
+    first = await message(engine, c, "normal one")
+    intervals = [await segment(engine, c, ended_at=20.0) for _ in range(3)]  # one after another: one anchor
+    last = await message(engine, c, "normal two")
+    whole = [(first, None), *((first, i) for i in intervals), (last, None)]
+
+    for chunk in (1, 2, 3, 5):
+        exported = [
+            (i.position, i.masked_segment_id) async for i in lifetime.export_items(c, visible_segment=None, chunk=chunk)
+        ]
+        assert exported == whole, chunk
