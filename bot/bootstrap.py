@@ -58,6 +58,7 @@ from core.values.retry import Sleep
 
 if TYPE_CHECKING:
     from adapters.storage.backup import BackupResult
+    from adapters.storage.move import MoveResult
     from adapters.storage.stores import Stores
     from adapters.web.chat import WebIntake, WebPlatform
     from adapters.web.metrics import PrometheusMetrics
@@ -616,6 +617,25 @@ def restore(settings: Settings, path: Path) -> None:
     ):
         restore_backup(path, settings.db_path)
         asyncio.run(_apply_migrations(settings))
+
+
+def move_to_postgres(settings: Settings, url: str | None) -> MoveResult:
+    """`companion move-to-postgres`: the SQLite file's normal rows into an empty PostgreSQL database (`url`, else
+    COMPANION_DATABASE_URL), its private intervals left behind. Nothing may serve from the file meanwhile: it
+    takes both roles' locks (adapters/storage/move.py takes the target's)."""
+    from adapters.storage.move import move_to_postgres as move
+
+    chosen = url or (settings.database_url.get_secret_value() if settings.database_url else None)
+    if not chosen:
+        raise ConfigError(
+            "name the PostgreSQL database: companion move-to-postgres postgresql://user:password@host/database "
+            "(or set COMPANION_DATABASE_URL)"
+        )
+    with (
+        InstanceLock(settings.db_path, RUN, purpose="move-to-postgres"),
+        InstanceLock(settings.db_path, CHAT, purpose="move-to-postgres"),
+    ):
+        return asyncio.run(move(settings.db_path, chosen))
 
 
 async def _apply_migrations(settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""`companion`: chat, run, doctor, web-login, passphrase, backup, restore, report."""
+"""`companion`: chat, run, doctor, web-login, passphrase, backup, restore, move-to-postgres, report."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def _parser() -> argparse.ArgumentParser:
     backup.add_argument("path", help="a folder (recommended; ends with / or exists) or a file name")
     restore = sub.add_parser("restore", help="replace the database with a backup (stop the gateway first)")
     restore.add_argument("path")
+    move = sub.add_parser(
+        "move-to-postgres",
+        help="move the SQLite database into an empty PostgreSQL database (stop the gateway first; "
+        "private intervals are left behind)",
+    )
+    move.add_argument("url", nargs="?", help="postgresql://... (default: COMPANION_DATABASE_URL)")
     sub.add_parser("report", help="print the structural report of normal turns (counts, errors, latencies; no text)")
     web_login = sub.add_parser(
         "web-login", help="print a one-time sign-in link for the web (valid 10 minutes, works once)"
@@ -74,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_web_login(settings, args.url))
         if args.command in ("backup", "restore"):
             return _backup_or_restore(settings, args.command, args.path)
+        if args.command == "move-to-postgres":
+            return _move_to_postgres(settings, args.url)
         from bot.gateway import run_gateway
 
         return asyncio.run(run_gateway(settings))
@@ -136,6 +144,24 @@ def _backup_or_restore(settings, command: str, where: str) -> int:
         return 0
     restore(settings, path)
     print(f"restored {path} into {settings.db_path}; private rows dropped and expiry applied")
+    return 0
+
+
+def _move_to_postgres(settings, url: str | None) -> int:
+    from bot.bootstrap import move_to_postgres
+
+    result = move_to_postgres(settings, url)
+    tables = sum(1 for rows in result.moved.values() if rows)
+    done = "was moved by an earlier run" if result.resumed else "moved"
+    print(f"{result.rows} rows in {tables} tables {done} from {settings.db_path} to PostgreSQL at {result.target}")
+    print(
+        f"{result.intervals_left} private intervals left behind and deleted from {settings.db_path}; "
+        "web sign-ins were not moved (sign in again)"
+    )
+    if url:
+        print(f"now set {result.setting} (with its password), keep COMPANION_KEY_DIR, and start `companion run`")
+    else:
+        print("COMPANION_DATABASE_URL already names it: start `companion run`")
     return 0
 
 
