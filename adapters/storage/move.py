@@ -311,23 +311,21 @@ async def move_to_postgres(path: Path, url: str) -> MoveResult:
         import psycopg
     except ImportError as exc:
         raise extra_missing() from exc
+    source = await open_source(path)
     locks = [AdvisoryInstanceLock(url, role) for role in KEYS]  # type: ignore[arg-type]
     try:
         for lock in locks:
             await lock.acquire()
-        source = await open_source(path)
         try:
-            try:
-                conn = await psycopg.AsyncConnection.connect(url, autocommit=True, application_name=APPLICATION)
-            except psycopg.Error as exc:
-                raise translate(exc, target) from exc
-            try:
-                result = await _copy_unless_moved(source, conn, target, path)
-            finally:
-                await conn.close()
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True, application_name=APPLICATION)
+        except psycopg.Error as exc:
+            raise translate(exc, target) from exc
+        try:
+            result = await _copy_unless_moved(source, conn, target, path)
         finally:
-            source.close()
+            await conn.close()
     finally:
+        source.close()
         for lock in reversed(locks):
             await lock.aclose()
     _pause("commit")

@@ -364,3 +364,21 @@ def test_killed_after_the_commit_a_rerun_finishes_and_the_file_keeps_no_private_
     third = move(source, empty_postgres_url)
     assert third.returncode == 0, third.stderr
     assert third.stdout.splitlines()[1].startswith("0 private intervals left behind")
+
+
+def test_without_a_url_or_a_file_the_move_says_so_in_one_line(tmp_path: Path) -> None:
+    env = companion_env(tmp_path)
+    no_url = run_companion(["move-to-postgres"], env)
+    assert (no_url.returncode, no_url.stderr.splitlines()) == (
+        2,
+        [
+            "companion: name the PostgreSQL database: companion move-to-postgres "
+            "postgresql://user:password@host/database (or set COMPANION_DATABASE_URL)"
+        ],
+    )
+    no_file = run_companion(["move-to-postgres", "postgresql://companion:secret@/nowhere?host=/nonexistent"], env)
+    assert (no_file.returncode, no_file.stderr.splitlines()) == (
+        2,
+        [f"companion: there is no database at {tmp_path / 'companion.db'} to move (COMPANION_DB_PATH)"],
+    )
+    assert not (tmp_path / "companion.db").exists()
