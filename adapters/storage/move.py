@@ -312,7 +312,7 @@ async def move_to_postgres(path: Path, url: str) -> MoveResult:
     except ImportError as exc:
         raise extra_missing() from exc
     source = await open_source(path)
-    locks = [AdvisoryInstanceLock(url, role) for role in KEYS]  # type: ignore[arg-type]
+    locks = [AdvisoryInstanceLock(url, role, purpose="move-to-postgres") for role in KEYS]  # type: ignore[arg-type]
     try:
         for lock in locks:
             await lock.acquire()

@@ -269,7 +269,8 @@ def test_a_companion_serving_the_target_refuses_the_move(source: Path, empty_pos
     before = source.read_bytes()
     refused = asyncio.run(refused_while_held())
     assert refused.returncode == 2
-    assert refused.stderr.splitlines()[-1].startswith("companion: another companion run holds ")
+    assert refused.stderr.splitlines()[-1].startswith("companion: companion run holds ")
+    assert refused.stderr.splitlines()[-1].endswith("; stop it before companion move-to-postgres")
     assert source.read_bytes() == before
     assert companion_tables(empty_postgres_url) == []
 
