@@ -4,6 +4,7 @@ the private intervals left behind and deleted from the file, and both ways it ca
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import signal
 import sqlite3
@@ -19,6 +20,7 @@ from adapters.storage.postgres.engine import PostgresDatabase
 from adapters.storage.postgres.instance import AdvisoryInstanceLock
 from adapters.storage.privacy import CHECKPOINT_OWED
 from adapters.storage.stores import Stores, open_stores
+from core.values import copy
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.proc import companion_env, run_companion, spawn_companion
@@ -197,6 +199,39 @@ def test_a_populated_database_moves_with_its_normal_history_and_no_private_inter
     assert CANARY.encode() not in file_bytes(source) and PAD_CANARY.encode() not in file_bytes(source)
     with closing(sqlite3.connect(source)) as db, db:
         assert db.execute("SELECT count(*) FROM segments").fetchone() == (0,)
+
+
+def test_after_the_move_a_gateway_on_postgresql_answers_from_the_normal_history_without_the_interval(
+    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, empty_postgres_url: str
+) -> None:
+    telegram, model = telegram_servers  # one fake Telegram throughout: its update ids go on across the move
+    env = gateway_env(tmp_path, telegram, model, COMPANION_PRIVATE_IDLE_MINUTES="0")
+    gateway = spawn(env)
+    try:
+        polling(telegram, gateway)
+        say(telegram, gateway, NORMAL[0])
+        say(telegram, gateway, "/private sesame")
+        say(telegram, gateway, f"my secret is {CANARY}")
+    finally:
+        code, stderr = stop(gateway)
+    assert code == 0, stderr
+    moved = run_companion(["move-to-postgres", empty_postgres_url], env, timeout=120)
+    assert moved.returncode == 0, moved.stderr
+
+    on_postgres = {**env, "COMPANION_DATABASE_URL": empty_postgres_url, "COMPANION_KEY_DIR": str(tmp_path / "keys")}
+    gateway = spawn(on_postgres)
+    try:
+        polling(telegram, gateway)
+        assert say(telegram, gateway, "/mode").startswith("You are in normal mode")
+        assert say(telegram, gateway, NORMAL[2]).startswith("fake reply")
+    finally:
+        code, stderr = stop(gateway)
+    assert code == 0, stderr
+    (asked,) = [raw for raw in model.raw_requests if NORMAL[2].encode() in raw]
+    contents = [m["content"] for m in json.loads(asked)["messages"]]
+    assert NORMAL[0] in contents  # the history moved with its conversation
+    assert copy.PLACEHOLDER not in contents  # no interval left, not even its placeholder
+    assert CANARY.encode() not in asked
 
 
 def test_a_new_row_on_postgresql_takes_an_id_past_every_id_of_the_file(source: Path, empty_postgres_url: str) -> None:
