@@ -358,7 +358,8 @@ async def _copy_unless_moved(
             )
         result.moved = await _copy(source, conn, target, path)
     except psycopg.Error as exc:
-        raise translate(exc, target) from exc
+        # Rolled back, or (the connection lost at the COMMIT) committed with its marker: a rerun settles either.
+        raise StoreError(f"{translate(exc, target)}; the move did not complete: run it again") from exc
     return result
 
 

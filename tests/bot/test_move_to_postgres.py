@@ -9,6 +9,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -21,6 +22,7 @@ from adapters.storage.postgres.instance import AdvisoryInstanceLock
 from adapters.storage.privacy import CHECKPOINT_OWED
 from adapters.storage.stores import Stores, open_stores
 from core.values import copy
+from core.values.model import Summary
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.proc import companion_env, run_companion, spawn_companion
@@ -48,18 +50,42 @@ def populated(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 say(telegram, gateway, text)
             say(telegram, gateway, "/private sesame")
             say(telegram, gateway, f"my secret is {CANARY}")
-            say(telegram, gateway, f"/remember {PAD_CANARY}")
         finally:
             code, stderr = stop(gateway)
     assert code == 0, stderr
+    asyncio.run(fold_summaries(folder / "companion.db"))
     return folder / "companion.db"
+
+
+async def fold_summaries(path: Path) -> None:
+    """What folds write after more turns than a test makes: a normal summary, and the interval's private summary
+    with a fact for the private pad (the store's own write)."""
+    async with open_stores(path) as stores:
+        (found,) = await stores.database.engine.read(
+            _statement(
+                "SELECT s.id AS s, s.conversation_id AS c, c.person_id AS p FROM segments s"
+                " JOIN conversations c ON c.id = s.conversation_id"
+            )
+        )
+        ((segment, conversation, person),) = [(row["s"], row["c"], row["p"]) for row in found.rows]
+        now = time.time()
+        await stores.timeline.save_summary(conversation, Summary("they liked the apple pie", 2), now)
+        await stores.timeline.save_summary(
+            conversation,
+            Summary(f"they told {CANARY}", 8),
+            now,
+            segment_id=segment,
+            pad_person_id=person,
+            pad_facts=(PAD_CANARY,),
+        )
 
 
 @pytest.fixture
 def source(populated: Path, tmp_path: Path) -> Path:
     path = tmp_path / "companion.db"
     shutil.copyfile(populated, path)
-    assert CANARY.encode() in path.read_bytes()  # the file holds the live interval before the move
+    # The file holds the live interval before the move: its message, its summary, its pad entry.
+    assert CANARY.encode() in path.read_bytes() and PAD_CANARY.encode() in path.read_bytes()
     return path
 
 
@@ -183,6 +209,7 @@ def test_a_populated_database_moves_with_its_normal_history_and_no_private_inter
     assert after[2:] == before[2:]
     stored = every_text(empty_postgres_url)
     assert CANARY not in stored and PAD_CANARY not in stored
+    assert pg(empty_postgres_url, "SELECT mode, text FROM summaries") == [("normal", "they liked the apple pie")]
     for table in ("segments", "crossings", "web_sessions", "web_login_codes"):
         assert pg(empty_postgres_url, f"SELECT count(*) FROM {table}") == [(0,)], table
     assert pg(empty_postgres_url, "SELECT name FROM adapter_state WHERE name LIKE 'store:%'") == [(MARKER,)]
@@ -374,8 +401,10 @@ def test_a_connection_dropped_mid_copy_rolls_back_whole_and_a_rerun_moves(
     code, stderr = stopped.resume()
 
     assert code == 2
-    assert stderr.splitlines()[-1].startswith("companion: ")
-    assert CANARY not in stderr
+    assert stderr.splitlines()[-1] == (
+        "companion: PostgreSQL failed: terminating connection due to administrator command; "
+        "the move did not complete: run it again"
+    )
     assert companion_tables(empty_postgres_url) == []
     assert source.read_bytes() == before
     assert_rerun_moves(source, empty_postgres_url)
