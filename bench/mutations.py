@@ -2317,6 +2317,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/bot/test_move_to_postgres.py",),
     ),
     M(
+        "move-copies-private-summaries",
+        PRIVACY,
+        '    "summaries": Copy(NORMAL),',
+        '    "summaries": Copy(),',
+        also=("tests/bot/test_move_to_postgres.py",),
+    ),
+    M(
         "move-copies-web-sessions",
         PRIVACY,
         '    "web_sessions": Skip("sign-in credentials: sign in again on the new store"),',
@@ -2335,6 +2342,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         PRIVACY,
         '        deleted = db.execute("DELETE FROM segments").rowcount',
         '        deleted = db.execute("DELETE FROM segments WHERE 0").rowcount',
+        also=("tests/bot/test_move_to_postgres.py",),
+    ),
+    M(
+        "move-copies-without-a-plan-entry",
+        RELIABILITY,
+        "    if missing:",
+        "    if False:",
+        within="plan_steps",
         also=("tests/bot/test_move_to_postgres.py",),
     ),
     M(

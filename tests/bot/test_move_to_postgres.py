@@ -287,6 +287,23 @@ def test_a_target_holding_rows_is_refused_and_nothing_changes(source: Path, post
     assert pg(postgres_url, "SELECT count(*) FROM messages") == [(0,)]
 
 
+def test_a_table_without_a_move_plan_entry_stops_the_move_before_anything_is_copied(
+    source: Path, empty_postgres_url: str
+) -> None:
+    with closing(sqlite3.connect(source)) as db, db:  # as a later migration might add it
+        db.execute("CREATE TABLE intervals_elsewhere (id INTEGER PRIMARY KEY, text TEXT)")
+    before = source.read_bytes()
+
+    refused = move(source, empty_postgres_url)
+
+    assert (refused.returncode, refused.stderr.splitlines()[-1]) == (
+        2,
+        "companion: MOVE_PLAN has no entry for the table intervals_elsewhere: nothing was moved",
+    )
+    assert source.read_bytes() == before
+    assert companion_tables(empty_postgres_url) == []
+
+
 def test_a_target_holding_another_files_move_is_refused(source: Path, empty_postgres_url: str, tmp_path: Path) -> None:
     other = tmp_path / "other" / "companion.db"
     other.parent.mkdir()
