@@ -1,4 +1,4 @@
-"""`companion`: chat, run, doctor, web-login, passphrase, backup, restore, report."""
+"""`companion`: chat, run, doctor, web-login, passphrase, backup, restore, move-to-postgres, report."""
 
 from __future__ import annotations
 
@@ -19,8 +19,18 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("run", help="run the gateway: every configured platform adapter and the scheduler")
     backup = sub.add_parser("backup", help="write a snapshot without any private row; prune old backups")
     backup.add_argument("path", help="a folder (recommended; ends with / or exists) or a file name")
-    restore = sub.add_parser("restore", help="replace the database with a backup (stop the gateway first)")
-    restore.add_argument("path")
+    restore = sub.add_parser(
+        "restore",
+        help="replace the database with a backup (stop the gateway first); on PostgreSQL, no PATH: run it after "
+        "restoring your own backup",
+    )
+    restore.add_argument("path", nargs="?")
+    move = sub.add_parser(
+        "move-to-postgres",
+        help="move the SQLite database into an empty PostgreSQL database (stop the gateway first; "
+        "private intervals are left behind)",
+    )
+    move.add_argument("url", nargs="?", help="postgresql://... (default: COMPANION_DATABASE_URL)")
     sub.add_parser("report", help="print the structural report of normal turns (counts, errors, latencies; no text)")
     web_login = sub.add_parser(
         "web-login", help="print a one-time sign-in link for the web (valid 10 minutes, works once)"
@@ -62,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_doctor(settings))
     configure_logging(settings.log_level)
     try:
-        # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
-        _check_db_path(settings.db_path, must_be_sqlite=args.command != "restore")
+        # On PostgreSQL the SQLite path is not used, but by the move out of it.
+        if settings.database_url is None or args.command == "move-to-postgres":
+            # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
+            _check_db_path(settings.db_path, must_be_sqlite=args.command != "restore")
         if args.command == "chat":
             from bot.bootstrap import run_terminal_chat
 
@@ -74,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_web_login(settings, args.url))
         if args.command in ("backup", "restore"):
             return _backup_or_restore(settings, args.command, args.path)
+        if args.command == "move-to-postgres":
+            return _move_to_postgres(settings, args.url)
         from bot.gateway import run_gateway
 
         return asyncio.run(run_gateway(settings))
@@ -122,9 +136,17 @@ def _check_db_path(path: Path, *, must_be_sqlite: bool) -> None:
         raise ConfigError(f"COMPANION_DB_PATH: the folder {folder} is not writable")
 
 
-def _backup_or_restore(settings, command: str, where: str) -> int:
+def _backup_or_restore(settings, command: str, where: str | None) -> int:
     from bot.bootstrap import backup, restore
 
+    if where is None:  # `restore` alone may leave out PATH (PostgreSQL; on SQLite it says what is missing)
+        restored = restore(settings, None)
+        if restored is not None:
+            print(
+                f"made the restored database ready: {restored.sign_ins} web sign-ins, {restored.segments} expired "
+                f"private intervals and {restored.artifacts} expired artifacts deleted"
+            )
+        return 0
     path = Path(where)
     if command == "backup":
         folder = where.endswith(("/", "\\")) or path.is_dir() or not path.suffix
@@ -136,6 +158,24 @@ def _backup_or_restore(settings, command: str, where: str) -> int:
         return 0
     restore(settings, path)
     print(f"restored {path} into {settings.db_path}; private rows dropped and expiry applied")
+    return 0
+
+
+def _move_to_postgres(settings, url: str | None) -> int:
+    from bot.bootstrap import move_to_postgres
+
+    result = move_to_postgres(settings, url)
+    tables = sum(1 for rows in result.moved.values() if rows)
+    done = "was moved by an earlier run" if result.resumed else "moved"
+    print(f"{result.rows} rows in {tables} tables {done} from {settings.db_path} to PostgreSQL at {result.target}")
+    print(
+        f"{result.intervals_left} private intervals left behind and deleted from {settings.db_path}; "
+        "web sign-ins were not moved (sign in again)"
+    )
+    if url:
+        print(f"now set {result.setting} (with its password), keep COMPANION_KEY_DIR, and start `companion run`")
+    else:
+        print("COMPANION_DATABASE_URL already names it: start `companion run`")
     return 0
 
 

@@ -135,16 +135,23 @@ def _drop_private_rows(db: sqlite3.Connection, now: float | None = None) -> None
         db.execute("DELETE FROM deliveries WHERE retracts = 1")
     if now is not None and _has_table(db, "artifacts"):
         db.execute("DELETE FROM artifacts WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
-    leftovers = db.execute(
-        "SELECT (SELECT count(*) FROM messages WHERE mode = 'private' OR segment_id IS NOT NULL)"
-        " + (SELECT count(*) FROM summaries WHERE mode = 'private')"
-        " + (SELECT count(*) FROM pad_entries WHERE mode = 'private')"
-    ).fetchone()[0]
+    leftovers = private_rows_left(db)
     if leftovers:
         db.execute("ROLLBACK")
         raise StoreError(f"{leftovers} private rows did not cascade away; refusing to write this copy")
     db.execute("COMMIT")
     db.execute("VACUUM")
+
+
+def private_rows_left(db: sqlite3.Connection) -> int:
+    """The private rows a deletion of every segment left (none when the cascades ran)."""
+    return int(
+        db.execute(
+            "SELECT (SELECT count(*) FROM messages WHERE mode = 'private' OR segment_id IS NOT NULL)"
+            " + (SELECT count(*) FROM summaries WHERE mode = 'private')"
+            " + (SELECT count(*) FROM pad_entries WHERE mode = 'private')"
+        ).fetchone()[0]
+    )
 
 
 def _write_file(copy: sqlite3.Connection, path: Path) -> None:
