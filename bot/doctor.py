@@ -403,7 +403,9 @@ async def _postgres_section(settings: Settings) -> Section:
 def _postgres_lines(facts: PostgresFacts, section: Section) -> None:
     where = f"{facts.target.where}/{facts.target.database}"
     section.add(OK, f"reachable at {where}, PostgreSQL {facts.version}")
-    if facts.unknown:
+    if not facts.migrations_readable:
+        section.add(INFO, f"migrations: user {facts.target.user} may not read schema_migrations (see below)")
+    elif facts.unknown:
         section.add(
             FAIL,
             f"written by a newer companion (migration {facts.unknown[-1]}): upgrade companion, or restore a backup "
