@@ -48,11 +48,19 @@ def url(postgres_url: str) -> str:
     return with_password(postgres_url)
 
 
-def test_a_telegram_turn_on_postgresql_is_answered_and_stored_there(
+@pytest.fixture
+def gateway_on_postgres(
     telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, url: str
-) -> None:
+) -> tuple[FakeTelegramServer, dict[str, str]]:
+    """The fake Telegram server, and the environment of a gateway on it and on the test's PostgreSQL database."""
     telegram, model = telegram_servers
-    env = gateway_env(tmp_path, telegram, model, COMPANION_DATABASE_URL=url)
+    return telegram, gateway_env(tmp_path, telegram, model, COMPANION_DATABASE_URL=url)
+
+
+def test_a_telegram_turn_on_postgresql_is_answered_and_stored_there(
+    gateway_on_postgres: tuple[FakeTelegramServer, dict[str, str]], tmp_path: Path, url: str
+) -> None:
+    telegram, env = gateway_on_postgres
     gateway = spawn(env)
     try:
         polling(telegram, gateway)
@@ -70,10 +78,9 @@ def test_a_telegram_turn_on_postgresql_is_answered_and_stored_there(
 
 
 def test_one_companion_run_per_postgresql_database_and_what_may_run_beside_it(
-    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, url: str
+    gateway_on_postgres: tuple[FakeTelegramServer, dict[str, str]], tmp_path: Path, url: str
 ) -> None:
-    telegram, model = telegram_servers
-    env = gateway_env(tmp_path, telegram, model, COMPANION_DATABASE_URL=url)
+    telegram, env = gateway_on_postgres
     first = spawn(env)
     try:
         polling(telegram, first)
@@ -112,10 +119,9 @@ def test_one_companion_run_per_postgresql_database_and_what_may_run_beside_it(
 
 
 def test_a_gateway_that_loses_its_instance_lock_stops_with_one_line_and_the_next_start_serves(
-    telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path, url: str
+    gateway_on_postgres: tuple[FakeTelegramServer, dict[str, str]], tmp_path: Path, url: str
 ) -> None:
-    telegram, model = telegram_servers
-    env = gateway_env(tmp_path, telegram, model, COMPANION_DATABASE_URL=url)
+    telegram, env = gateway_on_postgres
     with Running(env) as gateway:
         gateway.wait_running()
         # What a restart of PostgreSQL does to the lock's connection (the pool's connections reconnect).
@@ -144,7 +150,8 @@ def test_a_gateway_that_loses_its_instance_lock_stops_with_one_line_and_the_next
 def test_backup_on_postgresql_is_refused_in_one_line_and_restore_makes_a_restored_database_safe(
     tmp_path: Path, url: str
 ) -> None:
-    env = companion_env(tmp_path, COMPANION_DATABASE_URL=url)
+    # A port for `web-login`'s link (nothing listens: no gateway runs here).
+    env = companion_env(tmp_path, COMPANION_DATABASE_URL=url, COMPANION_HTTP_PORT=str(free_port()))
     backup = run_companion(["backup", str(tmp_path / "backups") + "/"], env)
     assert (backup.returncode, backup.stdout) == (2, "")
     assert backup.stderr.splitlines() == [
@@ -156,7 +163,7 @@ def test_backup_on_postgresql_is_refused_in_one_line_and_restore_makes_a_restore
     with_path = run_companion(["restore", str(tmp_path / "a-backup.db")], env)
     assert with_path.returncode == 2 and "without a PATH" in with_path.stderr
 
-    # What the operator's own backup brought back: a sign-in, a code, an interval whose expiry passed meanwhile
+    # What the operator's own backup brought back: a sign-in, a code (web-login's), an interval whose expiry passed meanwhile
     # (and its row), one still running, and an artifact past its retention.
     now = time.time()
     rows(
@@ -176,7 +183,9 @@ def test_backup_on_postgresql_is_refused_in_one_line_and_restore_makes_a_restore
         (now,),
     )
     rows(url, "INSERT INTO web_sessions (token_hash, created_at, expires_at) VALUES ('t', ?, ?)", (now, now + 9e3))
-    rows(url, "INSERT INTO web_login_codes (code_hash, created_at, expires_at) VALUES ('c', ?, ?)", (now, now + 600))
+    login = run_companion(["web-login"], env)
+    assert login.returncode == 0 and "/login#" in login.stdout, login.stderr
+    assert rows(url, "SELECT count(*) FROM web_login_codes") == [(1,)]
     restored = run_companion(["restore"], env)
     assert restored.returncode == 0, restored.stderr
     assert restored.stdout.splitlines() == [
