@@ -611,11 +611,11 @@ def backup(settings: Settings, path: Path, *, folder: bool) -> BackupResult:
 
 BACKUP_ON_POSTGRES = (
     "companion backup is for the SQLite file; on PostgreSQL (COMPANION_DATABASE_URL) use the server's own base "
-    "backups, WAL archives or pg_dump, and never put COMPANION_KEY_DIR in them (docs/operations.md, Backups and restore)"
+    "backups, WAL archives or pg_dump, and never put COMPANION_KEY_DIR in them (docs/operations.md, Backups on PostgreSQL)"
 )
 RESTORE_ON_POSTGRES = (
     "companion restore PATH is for the SQLite file; on PostgreSQL restore your own backup with the gateway "
-    "stopped, then run `companion restore` without a PATH (docs/operations.md, Backups and restore)"
+    "stopped, then run `companion restore` without a PATH (docs/operations.md, Backups on PostgreSQL)"
 )
 RESTORE_NEEDS_PATH = "companion restore: name the backup file to restore (PATH)"
 

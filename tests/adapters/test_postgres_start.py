@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from adapters.storage.postgres.errors import mask, parse_url, translate
 from adapters.storage.postgres.instance import AdvisoryInstanceLock
 from adapters.storage.postgres.migrate import Migration, known_migrations, migrate
 from core.values.errors import MigrationError, StoreError
-from tests.helpers.engine_fixtures import PASSWORD
-from tests.helpers.postgres import PostgresCluster
+from tests.helpers.postgres import PostgresCluster, PostgresUnavailable, required
+
+PASSWORD = "correct horse battery staple"
+
 
 # --- the migrator -----------------------------------------------------------------------------
 
@@ -162,6 +165,20 @@ def test_the_driver_missing_is_one_line_saying_what_to_install(monkeypatch: pyte
         asyncio.run(PostgresDatabase("postgresql://companion:hunter2@db.example.com/companion").start())
     assert str(info.value).startswith("COMPANION_DATABASE_URL is set, but the PostgreSQL driver is not installed")
     assert "companion[postgres]" in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def password_cluster(psycopg_driver: None) -> Iterator[PostgresCluster]:
+    """A second cluster whose superuser logs in with a password (scram-sha-256), not by trust."""
+    cluster = PostgresCluster(password=PASSWORD)
+    try:
+        cluster.start()
+    except PostgresUnavailable as exc:
+        if required():
+            pytest.fail(f"PostgreSQL did not start ({exc})", pytrace=False)
+        pytest.skip(f"PostgreSQL did not start ({exc})")
+    yield cluster
+    cluster.stop()
 
 
 async def test_a_refused_password_is_one_line_without_it(password_cluster: PostgresCluster) -> None:

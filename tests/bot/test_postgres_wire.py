@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from adapters.storage.postgres.errors import parse_url
+from adapters.storage.postgres.migrate import known_migrations
+from tests.adapters.test_postgres_start import password_cluster  # noqa: F401 - its fixture, for a refused password
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.postgres import PostgresCluster
@@ -110,7 +112,7 @@ def test_one_companion_run_per_postgresql_database_and_what_may_run_beside_it(
     assert section[0] == f"database {url.replace(PASSWORD, '***')} (PostgreSQL)"
     assert section[1].startswith(f"  OK    reachable at {held(url)}, PostgreSQL 1")
     assert section[2:5] == [
-        "  OK    1 migration current",
+        f"  OK    {len(known_migrations())} migration{'s' if len(known_migrations()) != 1 else ''} current",
         f"  --    a companion run holds this database (pid {first.pid})",
         "  --    0 private intervals open",
     ]
@@ -157,7 +159,7 @@ def test_backup_on_postgresql_is_refused_in_one_line_and_restore_makes_a_restore
     assert backup.stderr.splitlines() == [
         "companion: companion backup is for the SQLite file; on PostgreSQL (COMPANION_DATABASE_URL) use the "
         "server's own base backups, WAL archives or pg_dump, and never put COMPANION_KEY_DIR in them "
-        "(docs/operations.md, Backups and restore)"
+        "(docs/operations.md, Backups on PostgreSQL)"
     ]
     assert not (tmp_path / "backups").exists()
     with_path = run_companion(["restore", str(tmp_path / "a-backup.db")], env)

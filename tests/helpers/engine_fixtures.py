@@ -13,7 +13,6 @@ from tests.helpers.postgres import HOW_TO_GET_IT, REQUIRE_ENV, PostgresCluster, 
 
 ENGINES = ("sqlite", "postgres")
 TEMPLATE = "companion_tmpl"
-PASSWORD = "correct horse battery staple"  # the superuser's of `password_cluster`
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -53,22 +52,6 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
         if required():
             pytest.fail(f"{why}; {REQUIRE_ENV} is set", pytrace=False)
         pytest.skip(why)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def password_cluster(psycopg_driver: None) -> Iterator[PostgresCluster]:
-    """A second cluster whose superuser logs in with PASSWORD (scram-sha-256), not by trust."""
-    cluster = PostgresCluster(password=PASSWORD)
-    try:
-        cluster.start()
-    except PostgresUnavailable as exc:
-        if required():
-            pytest.fail(f"PostgreSQL did not start ({exc})", pytrace=False)
-        pytest.skip(f"PostgreSQL did not start ({exc}); {HOW_TO_GET_IT}")
     try:
         yield cluster
     finally:
