@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from adapters.storage.engine import Database, Fetch, Statement
@@ -11,6 +12,9 @@ from adapters.storage.outbox import ending_shown
 log = logging.getLogger(__name__)
 
 KEY_LOST = "key_lost"  # the end_reason of an interval closed because its key is gone
+# A key younger than this is no orphan at start: `companion run` and `companion chat` may share a database,
+# and the other one may be between a key's creation and its segment's commit (milliseconds, as a rule).
+ORPHAN_GRACE = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,14 +36,15 @@ async def bind_segments(engine: Database) -> None:
         engine.sealer.bind(row["id"], row["key_id"])
 
 
-async def reconcile(engine: Database, now: float) -> Reconciled:
+async def reconcile(engine: Database, now: float, *, grace: float = ORPHAN_GRACE) -> Reconciled:
     """At start, before any interval opens and while no other process writes (after the instance lock):
     settle the key folder with the segments both ways. Every key no segment names is shredded (an orphan:
     a crash between a key's creation and its segment's commit, or after a deletion's shred); a segment left
     without its key (a lost or restored-elsewhere key folder, a crash between a shred and the deletion) is
     masked: its rows open to nothing and are left out of every view, normal mode still sees its one
     placeholder, an open one is closed (`key_lost`) with its pending replies settled unsent, and it is
-    deleted at its expiry or by `/forget private` like any other. No-op for a sealer without keys."""
+    deleted at its expiry or by `/forget private` like any other. A key written in the last `grace` seconds
+    (wall clock) is spared: another process's segment may be about to name it. No-op for a sealer without keys."""
     sealer = engine.sealer
     if not sealer.keyed:
         return Reconciled(0, 0)
@@ -48,7 +53,7 @@ async def reconcile(engine: Database, now: float) -> Reconciled:
     for row in found.rows:
         sealer.bind(row["id"], row["key_id"])
     live = {row["key_id"] for row in found.rows if row["key_id"] is not None}
-    lost = await sealer.reconcile(live)
+    lost = await sealer.reconcile(live, spare_after=time.time() - grace)
     keyless = [row["id"] for row in found.rows if row["key_id"] is None or row["key_id"] in lost]
     closed = await close_keyless(engine, keyless, now)
     if keyless:

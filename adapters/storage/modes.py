@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import aiosqlite
 
 from adapters.storage.engine import Database, Fetch, Row, Statement
@@ -142,7 +144,11 @@ class ModeQueries:
         end of its stored record (its newest message, or its start when it holds none). Nothing
         after the restart falls inside it; `now` is kept as the segment's `restart_at`, so a
         message sent before it that arrives later is known to belong to it. Returns the
-        conversations whose segment was closed."""
+        conversations whose segment was closed.
+
+        First, the interval keys' start-up step (`reconcile_keys`): orphan keys shredded, intervals
+        without their key masked (an open one closed `key_lost`, its replies settled unsent)."""
+        await reconcile(self._engine, time.time() if now is None else now)
         params: dict[str, object] = {f"p{n}": platform for n, platform in enumerate(sorted(platforms or ()))}
         scope = (
             ""
@@ -238,8 +244,9 @@ class ModeQueries:
         return len(results[-1].rows)
 
     async def reconcile_keys(self, now: float) -> Reconciled:
-        """The start-up hook of the interval keys (adapters/storage/intervals.py `reconcile`): call it once at
-        start, after the instance lock and before any interval opens. No-op on SQLite's plain text."""
+        """The start-up step of the interval keys (adapters/storage/intervals.py `reconcile`), before any
+        interval opens. `close_crash_open_segments` runs it at every start; call it alone where no start-up
+        recovery runs (after `companion restore`). No-op with a sealer without keys (SQLite's plain text)."""
         return await reconcile(self._engine, now)
 
     # --- adapter state (offsets, cursors) -----------------------------------
