@@ -505,8 +505,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "forget-private-deletes-nothing",
         PRIVACY,
-        '"DELETE FROM segments WHERE conversation_id = :c"',
-        '"DELETE FROM segments WHERE conversation_id = :c AND 0 = 1"',
+        '"DELETE FROM segments WHERE conversation_id = :c RETURNING id, key_id"',
+        '"DELETE FROM segments WHERE conversation_id = :c AND 0 = 1 RETURNING id, key_id"',
     ),
     M(
         "valve-opens-a-segment-without-the-guards-row-lock",  # PostgreSQL only: SQLite's BEGIN IMMEDIATE serialises
@@ -525,8 +525,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "crossing-confirmed-after-its-time",
         PRIVACY,
-        " FROM crossings WHERE segment_id = :s AND confirm_by >= :now ORDER BY id DESC LIMIT 1 RETURNING id",
-        " FROM crossings WHERE segment_id = :s ORDER BY id DESC LIMIT 1 RETURNING id",
+        '"SELECT destination FROM crossings WHERE segment_id = :s AND confirm_by >= :now"',
+        '"SELECT destination FROM crossings WHERE segment_id = :s AND CAST(:now AS DOUBLE PRECISION) IS NOT NULL"',
     ),
     M(
         "chat-merge-moves-a-row-onto-a-taken-unique-key",  # PostgreSQL only: SQLite's UPDATE OR IGNORE
@@ -822,8 +822,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "mirror-notice-outside-the-open-interval",
         PRIVACY,
-        'segment_id=segment.one["id"] if segment.one is not None else None,',
-        "segment_id=None,",
+        'in_segment = segment.one["id"] if segment.one is not None else None',
+        "in_segment = None",
     ),
     M(
         "outbox-due-picks-an-expired-interval",

@@ -394,6 +394,9 @@ async def test_an_open_interval_whose_key_is_lost_is_closed_at_the_next_settle(k
     )
     await engine.sealer.shred([found.scalar])
 
+    # Masked from the moment its key is gone: its pending reply is never picked to be sent ...
+    assert await OutboxQueries(engine).pending_of(lived.conversation, lived.reply, 20.0) == []
+    # ... and the next settle closes it.
     assert await ModeQueries(engine).open_segment_of(lived.conversation) is None  # normal mode from here
     (row,) = await engine.read(
         Statement(
@@ -465,3 +468,45 @@ async def test_a_confirmed_crossing_takes_its_destination_out_in_words(keyed: Ke
     (found,) = await engine.read(Statement("SELECT destination FROM artifacts WHERE id = :a", {"a": made}, Fetch.ONE))
     assert found.scalar == f"{CANARY} destination"  # the one way out of an interval, as the person asked
     assert await count(engine, "SELECT count(*) FROM crossings") == 0
+
+
+async def test_expiry_shreds_a_key_its_name_does_not_date(keyed: Keyed) -> None:
+    engine = keyed.engine
+    c = await conversation(engine, await person(engine))
+    modes = ModeQueries(engine)
+    segment = (await modes.open_segment(c, 10.0, None)).id  # its key's name says "never"
+    await engine.write(
+        Statement("UPDATE segments SET expires_at = 50.0, ended_at = 20.0 WHERE id = :s", {"s": segment})
+    )
+    assert await modes.delete_expired_segments(50.0) == 1
+    assert key_files(keyed.folder) == []  # the segment named its key: shredded before its rows went
+
+
+async def test_a_cut_off_private_stream_gets_its_line_sealed(keyed: Keyed) -> None:
+    engine = keyed.engine
+    c = await conversation(engine, await person(engine))
+    segment = (await ModeQueries(engine).open_segment(c, 10.0, None)).id
+    outbox = OutboxQueries(engine)
+    stream = await outbox.open_stream(c, TARGET, 11.0, segment_id=segment)
+    await outbox.record_streamed(stream.delivery_id, ("m1",))
+
+    assert await outbox.cut_off_streams(12.0, f"{CANARY} cut off", 12.0) == [(c, stream.delivery_id)]
+
+    (pending,) = await outbox.pending_of(c, stream.delivery_id, 13.0)
+    assert pending.text == f"{CANARY} cut off"
+    assert all(re.fullmatch(SEALED_PATTERN, value) for value in await stored_values(engine))
+
+
+async def test_a_private_message_is_quoted_and_exported_in_words_only_in_its_interval(keyed: Keyed) -> None:
+    engine = keyed.engine
+    lived = await lived_in(engine)
+    quotes = QuoteQueries(engine)
+    inside = await quotes.quoted_message(lived.conversation, "7", visible_segment=lived.segment)
+    assert inside is not None and inside.text == f"{CANARY} asked"
+    outside = await quotes.quoted_message(lived.conversation, "7", visible_segment=None)
+    assert outside is not None and outside.text is None
+    assert await quotes.visible_texts(lived.conversation, "user", visible_segment=lived.segment, limit=5) == [
+        f"{CANARY} asked"
+    ]
+    items = await LifetimeQueries(engine, TimelineQueries(engine)).segment_items(lived.segment)
+    assert [item.text for item in items] == [f"{CANARY} asked", f"{CANARY} answered"]
