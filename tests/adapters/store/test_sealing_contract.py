@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from adapters.storage.engine import Database, Fetch, Statement
-from adapters.storage.intervals import KEY_LOST, ORPHAN_GRACE, reconcile
+from adapters.storage.intervals import KEY_LOST, ORPHAN_GRACE
 from adapters.storage.keys import KeyDir
-from adapters.storage.modes import ModeQueries
+from adapters.storage.modes import ModeQueries, reconcile
 from adapters.storage.outbox import OutboxQueries
 from adapters.storage.privacy import LifetimeQueries
 from adapters.storage.quotes import QuoteQueries
