@@ -627,6 +627,7 @@ class Restored:
     sign_ins: int
     segments: int
     artifacts: int
+    keyless: int  # intervals whose key is not in COMPANION_KEY_DIR: masked (an open one closed `key_lost`)
 
 
 def restore(settings: Settings, path: Path | None) -> Restored | None:
@@ -659,7 +660,8 @@ async def restore_postgres(settings: Settings) -> Restored:
     """After the operator restored their own backup of the PostgreSQL database, with both instance locks held:
     the migrations applied, every web sign-in (sessions and codes) deleted, and expiry applied again through the
     sweep's own queries (crossing artifacts, then the private intervals whose expiry passed while the backup lay
-    about, with everything hanging off them); then the key folder reconciled with the segments left."""
+    about, with everything hanging off them); then the key folder settled with the segments left (ModeQueries
+    `reconcile_keys`, the start-up step of the interval keys)."""
     now = time.time()
     async with (
         holding(instance_lock(settings, RUN, purpose="restore")),
@@ -669,15 +671,16 @@ async def restore_postgres(settings: Settings) -> Restored:
         sign_ins = await stores.web.delete_every_sign_in()
         artifacts = await stores.lifetime.delete_expired_artifacts(now)
         segments = await stores.modes.delete_expired_segments(now)
-        await reconcile_key_dir(stores)
-    log.info("restore: %d sign-ins, %d expired segments, %d expired artifacts deleted", sign_ins, segments, artifacts)
-    return Restored(sign_ins, segments, artifacts)
-
-
-async def reconcile_key_dir(stores: Stores) -> None:
-    """The key folder (COMPANION_KEY_DIR) made to match the restored segments: keyless segments deleted, orphan
-    keys shredded. The call point for the sealing of private intervals (issue 31's i31-seal), which owns the key
-    folder; nothing to do until PostgreSQL's private rows are sealed."""
+        # The key folder settled with the intervals left: orphan keys shredded, keyless intervals masked.
+        keys = await stores.modes.reconcile_keys(now)
+    log.info(
+        "restore: %d sign-ins, %d expired segments, %d expired artifacts deleted; %d keyless intervals masked",
+        sign_ins,
+        segments,
+        artifacts,
+        keys.keyless,
+    )
+    return Restored(sign_ins, segments, artifacts, keys.keyless)
 
 
 async def _apply_migrations(settings: Settings) -> None:

@@ -116,7 +116,7 @@ def test_one_companion_run_per_postgresql_database_and_what_may_run_beside_it(
         f"  --    a companion run holds this database (pid {first.pid})",
         "  --    0 private intervals open",
     ]
-    assert section[5].startswith("  --    COMPANION_KEY_DIR data/keys not created yet")
+    assert section[5] == "  OK    COMPANION_KEY_DIR data/keys: ours, 0700, writable, 0 key file(s)"  # the gateway's
     never_shown(stderr, second.stderr, chat.stdout, chat.stderr, restore.stderr, doctor.stdout, doctor.stderr)
 
 
@@ -180,9 +180,8 @@ def test_backup_on_postgresql_is_refused_in_one_line_and_restore_makes_a_restore
     rows(
         url,
         "INSERT INTO messages (conversation_id, role, mode, text, capture, created_at, segment_id)"
-        " SELECT conversation_id, 'user', 'private', 'said in the expired interval', 'skipped', started_at, id"
-        " FROM segments WHERE expires_at < ?",
-        (now,),
+        " SELECT conversation_id, 'user', 'private', ?, 'skipped', started_at, id FROM segments WHERE expires_at < ?",
+        ("s1." + "A" * 40, now),  # sealed words, in shape (the schema takes no plain text in a private row)
     )
     rows(url, "INSERT INTO web_sessions (token_hash, created_at, expires_at) VALUES ('t', ?, ?)", (now, now + 9e3))
     login = run_companion(["web-login"], env)
@@ -191,7 +190,8 @@ def test_backup_on_postgresql_is_refused_in_one_line_and_restore_makes_a_restore
     restored = run_companion(["restore"], env)
     assert restored.returncode == 0, restored.stderr
     assert restored.stdout.splitlines() == [
-        "made the restored database ready: 2 web sign-ins, 1 expired private intervals and 0 expired artifacts deleted"
+        "made the restored database ready: 2 web sign-ins, 1 expired private intervals and 0 expired artifacts "
+        "deleted; 1 intervals without their key masked"
     ]
     assert rows(url, "SELECT count(*) FROM segments WHERE expires_at > ?", (now,)) == [(1,)]
     assert rows(url, "SELECT count(*) FROM segments") == [(1,)]
