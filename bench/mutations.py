@@ -2567,4 +2567,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        segments = 0",
         also=("tests/bot/test_postgres_wire.py",),
     ),
+    M(
+        "postgres-restore-leaves-the-key-folder-unsettled",
+        PRIVACY,
+        "        keyless = (await stores.modes.reconcile_keys(now)).keyless",
+        "        keyless = 0",
+        also=("tests/bot/test_postgres_wire.py",),
+    ),
 )

@@ -672,15 +672,15 @@ async def restore_postgres(settings: Settings) -> Restored:
         artifacts = await stores.lifetime.delete_expired_artifacts(now)
         segments = await stores.modes.delete_expired_segments(now)
         # The key folder settled with the intervals left: orphan keys shredded, keyless intervals masked.
-        keys = await stores.modes.reconcile_keys(now)
+        keyless = (await stores.modes.reconcile_keys(now)).keyless
     log.info(
         "restore: %d sign-ins, %d expired segments, %d expired artifacts deleted; %d keyless intervals masked",
         sign_ins,
         segments,
         artifacts,
-        keys.keyless,
+        keyless,
     )
-    return Restored(sign_ins, segments, artifacts, keys.keyless)
+    return Restored(sign_ins, segments, artifacts, keyless)
 
 
 async def _apply_migrations(settings: Settings) -> None:

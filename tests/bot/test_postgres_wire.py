@@ -194,7 +194,8 @@ def test_backup_on_postgresql_is_refused_in_one_line_and_restore_makes_a_restore
         "deleted; 1 intervals without their key masked"
     ]
     assert rows(url, "SELECT count(*) FROM segments WHERE expires_at > ?", (now,)) == [(1,)]
-    assert rows(url, "SELECT count(*) FROM segments") == [(1,)]
+    # The one left has no key in COMPANION_KEY_DIR (the backup's keys were never copied): masked, closed.
+    assert rows(url, "SELECT end_reason FROM segments") == [("key_lost",)]
     assert rows(url, "SELECT count(*) FROM messages") == [(0,)]
     assert rows(url, "SELECT (SELECT count(*) FROM web_sessions) + (SELECT count(*) FROM web_login_codes)") == [(0,)]
     never_shown(restored.stdout, restored.stderr)
