@@ -394,6 +394,14 @@ async def _postgres_section(settings: Settings) -> Section:
         section.add(FAIL, facts.problem)
     else:
         _postgres_lines(facts, section)
+    try:
+        import cryptography  # noqa: F401 - the sealing of private intervals needs it (the `postgres` extra)
+    except ImportError:
+        section.add(
+            FAIL,
+            "the cryptography package is missing, so the store cannot seal private intervals and will not start: "
+            "pip install 'companion[postgres]'",
+        )
     levels = {KEY_OK: OK, KEY_FAIL: FAIL, KEY_WARN: WARN}
     for check in check_key_dir(settings.key_dir, data_directory=facts.data_directory):
         section.add(levels.get(check.level, INFO), f"COMPANION_KEY_DIR {check.text}")

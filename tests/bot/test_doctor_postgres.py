@@ -4,6 +4,7 @@ a lock, and the key folder (COMPANION_KEY_DIR) checked beside it."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -149,3 +150,14 @@ async def test_the_key_folder_is_checked_beside_the_database(
     report = await doctor(settings_on(tmp_path, postgres_url, key_dir=inside))
     assert [text for status, text in section(report) if status == FAIL and "data directory" in text]
     assert not inside.exists()
+
+
+async def test_without_cryptography_the_doctor_says_what_to_install(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "cryptography", None)
+    report = await doctor(settings_on(tmp_path, postgres_url))
+    assert [text for status, text in section(report) if status == FAIL] == [
+        "the cryptography package is missing, so the store cannot seal private intervals and will not start: "
+        "pip install 'companion[postgres]'"
+    ]
