@@ -2574,4 +2574,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        keyless = 0",
         also=("tests/bot/test_postgres_wire.py",),
     ),
+    M(
+        "chat-runs-on-after-losing-its-instance-lock",
+        RELIABILITY,
+        "        lost = asyncio.ensure_future(lock.lost())",
+        "        lost = asyncio.ensure_future(asyncio.Event().wait())",
+        also=("tests/bot/test_postgres_wire.py",),
+    ),
 )

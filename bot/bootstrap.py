@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from bot.instance import CHAT, RUN, DatabaseInstanceLock, FileInstanceLock, InstanceLock, Role, holding
+from bot.instance import CHAT, LOCK_LOST, RUN, DatabaseInstanceLock, FileInstanceLock, InstanceLock, Role, holding
 from bot.scheduler import Job
 from bot.settings import ConfigError, Settings
 from core.commands.services import CommandServices, CommandSettings
@@ -54,6 +54,7 @@ from core.turn.responder import Responder
 from core.turn.transcript import Transcripts
 from core.values.addresses import is_wildcard
 from core.values.edge import EdgeSettings
+from core.values.errors import StoreError
 from core.values.retry import Sleep
 
 if TYPE_CHECKING:
@@ -530,7 +531,11 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
 
 async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """`companion chat`: the terminal as a platform on the core's entry until end of input, then the
-    work it started finishes (a summary fold) and today's capture runs (the gateway schedules it)."""
+    work it started finishes (a summary fold) and today's capture runs (the gateway schedules it).
+
+    Raises:
+        StoreError: the instance lock was lost (PostgreSQL's connection holding it dropped): the chat ends.
+    """
     from adapters.terminal import terminal_platform
 
     # Before the store opens: a second chat's start-up would close the first one's private segment.
@@ -545,7 +550,8 @@ async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, std
         entry.attach(terminal)  # it needs no connection: its answers print from the first line on
         await terminal.intake.start()
         # The end of input; or the instance lock lost (PostgreSQL's connection dropped): a second chat may start.
-        ended = [asyncio.ensure_future(terminal.intake.wait_lost()), asyncio.ensure_future(lock.lost())]
+        lost = asyncio.ensure_future(lock.lost())
+        ended = [asyncio.ensure_future(terminal.intake.wait_lost()), lost]
         await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
         for waiter in ended:
             waiter.cancel()
@@ -553,6 +559,8 @@ async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, std
         await terminal.intake.aclose()
         await companion.drain()  # let a pending summary fold finish first
         entry.detach(terminal)
+        if not lost.cancelled():
+            raise StoreError(LOCK_LOST)
         await companion.capture.run_once()
     return 0
 

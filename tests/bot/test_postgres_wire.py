@@ -13,11 +13,13 @@ import pytest
 
 from adapters.storage.postgres.errors import parse_url
 from adapters.storage.postgres.migrate import known_migrations
+from bot.instance import LOCK_LOST
 from tests.adapters.test_postgres_start import password_cluster  # noqa: F401 - its fixture, for a refused password
+from tests.bot.test_instance import Output
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.postgres import PostgresCluster
-from tests.helpers.proc import companion_env, run_companion
+from tests.helpers.proc import companion_env, run_companion, spawn_companion
 from tests.helpers.running import Running
 from tests.helpers.telegram_gateway import gateway_env, polling, say, spawn, stop
 from tests.helpers.web import free_port
@@ -147,6 +149,37 @@ def test_a_gateway_that_loses_its_instance_lock_stops_with_one_line_and_the_next
     finally:
         code, stderr = stop(again)
     assert code == 0, stderr
+
+
+def test_a_companion_chat_that_loses_its_instance_lock_ends_with_one_line(tmp_path: Path, url: str) -> None:
+    chat = spawn_companion(["chat"], companion_env(tmp_path, COMPANION_DATABASE_URL=url))
+    out, err = Output(chat.stdout), Output(chat.stderr)
+    try:
+        chat.stdin.write("/mode\n")
+        chat.stdin.flush()
+        assert out.until("You are in").startswith("You are in normal mode.")  # it holds the lock, and answers
+        (ended,) = rows(
+            url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?",
+            (f"companion chat pid {chat.pid}",),
+        )
+        assert ended == (True,)
+        err.until("dropped")  # noticed: it takes no more lines
+        # The line its input thread still waits for; then it ends (a thread blocked on input holds up an exit).
+        chat.stdin.write("a line after the drop\n")
+        chat.stdin.flush()
+        chat.wait(30)
+        said = err.until("companion:")
+    finally:
+        if chat.poll() is None:
+            chat.kill()
+            chat.wait()
+        chat.stdin.close()
+        out.join()
+        err.join()
+    assert chat.returncode == 2
+    assert said == f"companion: {LOCK_LOST}\n"
+    never_shown(said)
 
 
 def test_backup_on_postgresql_is_refused_in_one_line_and_restore_makes_a_restored_database_safe(
