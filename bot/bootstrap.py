@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from bot.instance import CHAT, RUN, DatabaseInstanceLock, FileInstanceLock, InstanceLock, Role, holding
+from bot.instance import CHAT, LOCK_LOST, RUN, DatabaseInstanceLock, FileInstanceLock, InstanceLock, Role, holding
 from bot.scheduler import Job
 from bot.settings import ConfigError, Settings
 from core.commands.services import CommandServices, CommandSettings
@@ -54,6 +54,7 @@ from core.turn.responder import Responder
 from core.turn.transcript import Transcripts
 from core.values.addresses import is_wildcard
 from core.values.edge import EdgeSettings
+from core.values.errors import StoreError
 from core.values.retry import Sleep
 
 if TYPE_CHECKING:
@@ -531,7 +532,11 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
 
 async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """`companion chat`: the terminal as a platform on the core's entry until end of input, then the
-    work it started finishes (a summary fold) and today's capture runs (the gateway schedules it)."""
+    work it started finishes (a summary fold) and today's capture runs (the gateway schedules it).
+
+    Raises:
+        StoreError: the instance lock was lost (PostgreSQL's connection holding it dropped): the chat ends.
+    """
     from adapters.terminal import terminal_platform
 
     # Before the store opens: a second chat's start-up would close the first one's private segment.
@@ -546,7 +551,8 @@ async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, std
         entry.attach(terminal)  # it needs no connection: its answers print from the first line on
         await terminal.intake.start()
         # The end of input; or the instance lock lost (PostgreSQL's connection dropped): a second chat may start.
-        ended = [asyncio.ensure_future(terminal.intake.wait_lost()), asyncio.ensure_future(lock.lost())]
+        lost = asyncio.ensure_future(lock.lost())
+        ended = [asyncio.ensure_future(terminal.intake.wait_lost()), lost]
         await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
         for waiter in ended:
             waiter.cancel()
@@ -554,6 +560,8 @@ async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, std
         await terminal.intake.aclose()
         await companion.drain()  # let a pending summary fold finish first
         entry.detach(terminal)
+        if not lost.cancelled():
+            raise StoreError(LOCK_LOST)
         await companion.capture.run_once()
     return 0
 
@@ -612,11 +620,11 @@ def backup(settings: Settings, path: Path, *, folder: bool) -> BackupResult:
 
 BACKUP_ON_POSTGRES = (
     "companion backup is for the SQLite file; on PostgreSQL (COMPANION_DATABASE_URL) use the server's own base "
-    "backups, WAL archives or pg_dump, and never put COMPANION_KEY_DIR in them (docs/operations.md, Backups and restore)"
+    "backups, WAL archives or pg_dump, and never put COMPANION_KEY_DIR in them (docs/operations.md, Backups on PostgreSQL)"
 )
 RESTORE_ON_POSTGRES = (
     "companion restore PATH is for the SQLite file; on PostgreSQL restore your own backup with the gateway "
-    "stopped, then run `companion restore` without a PATH (docs/operations.md, Backups and restore)"
+    "stopped, then run `companion restore` without a PATH (docs/operations.md, Backups on PostgreSQL)"
 )
 RESTORE_NEEDS_PATH = "companion restore: name the backup file to restore (PATH)"
 
@@ -628,6 +636,7 @@ class Restored:
     sign_ins: int
     segments: int
     artifacts: int
+    keyless: int  # intervals whose key is not in COMPANION_KEY_DIR: masked (an open one closed `key_lost`)
 
 
 def restore(settings: Settings, path: Path | None) -> Restored | None:
@@ -660,7 +669,8 @@ async def restore_postgres(settings: Settings) -> Restored:
     """After the operator restored their own backup of the PostgreSQL database, with both instance locks held:
     the migrations applied, every web sign-in (sessions and codes) deleted, and expiry applied again through the
     sweep's own queries (crossing artifacts, then the private intervals whose expiry passed while the backup lay
-    about, with everything hanging off them); then the key folder reconciled with the segments left."""
+    about, with everything hanging off them); then the key folder settled with the segments left (ModeQueries
+    `reconcile_keys`, the start-up step of the interval keys)."""
     now = time.time()
     async with (
         holding(instance_lock(settings, RUN, purpose="restore")),
@@ -670,15 +680,16 @@ async def restore_postgres(settings: Settings) -> Restored:
         sign_ins = await stores.web.delete_every_sign_in()
         artifacts = await stores.lifetime.delete_expired_artifacts(now)
         segments = await stores.modes.delete_expired_segments(now)
-        await reconcile_key_dir(stores)
-    log.info("restore: %d sign-ins, %d expired segments, %d expired artifacts deleted", sign_ins, segments, artifacts)
-    return Restored(sign_ins, segments, artifacts)
-
-
-async def reconcile_key_dir(stores: Stores) -> None:
-    """The key folder (COMPANION_KEY_DIR) made to match the restored segments: keyless segments deleted, orphan
-    keys shredded. The call point for the sealing of private intervals (issue 31's i31-seal), which owns the key
-    folder; nothing to do until PostgreSQL's private rows are sealed."""
+        # The key folder settled with the intervals left: orphan keys shredded, keyless intervals masked.
+        keyless = (await stores.modes.reconcile_keys(now)).keyless
+    log.info(
+        "restore: %d sign-ins, %d expired segments, %d expired artifacts deleted; %d keyless intervals masked",
+        sign_ins,
+        segments,
+        artifacts,
+        keyless,
+    )
+    return Restored(sign_ins, segments, artifacts, keyless)
 
 
 def move_to_postgres(settings: Settings, url: str | None) -> MoveResult:

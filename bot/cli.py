@@ -144,7 +144,8 @@ def _backup_or_restore(settings, command: str, where: str | None) -> int:
         if restored is not None:
             print(
                 f"made the restored database ready: {restored.sign_ins} web sign-ins, {restored.segments} expired "
-                f"private intervals and {restored.artifacts} expired artifacts deleted"
+                f"private intervals and {restored.artifacts} expired artifacts deleted; {restored.keyless} intervals "
+                "without their key masked"
             )
         return 0
     path = Path(where)

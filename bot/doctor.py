@@ -394,6 +394,14 @@ async def _postgres_section(settings: Settings) -> Section:
         section.add(FAIL, facts.problem)
     else:
         _postgres_lines(facts, section)
+    try:
+        import cryptography  # noqa: F401 - the sealing of private intervals needs it (the `postgres` extra)
+    except ImportError:
+        section.add(
+            FAIL,
+            "the cryptography package is missing, so the store cannot seal private intervals and will not start: "
+            "pip install 'companion[postgres]'",
+        )
     levels = {KEY_OK: OK, KEY_FAIL: FAIL, KEY_WARN: WARN}
     for check in check_key_dir(settings.key_dir, data_directory=facts.data_directory):
         section.add(levels.get(check.level, INFO), f"COMPANION_KEY_DIR {check.text}")
@@ -403,7 +411,9 @@ async def _postgres_section(settings: Settings) -> Section:
 def _postgres_lines(facts: PostgresFacts, section: Section) -> None:
     where = f"{facts.target.where}/{facts.target.database}"
     section.add(OK, f"reachable at {where}, PostgreSQL {facts.version}")
-    if facts.unknown:
+    if not facts.migrations_readable:
+        section.add(INFO, f"migrations: user {facts.target.user} may not read schema_migrations (see below)")
+    elif facts.unknown:
         section.add(
             FAIL,
             f"written by a newer companion (migration {facts.unknown[-1]}): upgrade companion, or restore a backup "

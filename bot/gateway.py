@@ -13,7 +13,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from bot.bootstrap import Assembly, instance_lock, open_gateway
-from bot.instance import RUN, DatabaseInstanceLock, holding
+from bot.instance import LOCK_LOST, RUN, DatabaseInstanceLock, holding
 from bot.scheduler import SchedulerService
 from bot.settings import Settings
 from core.ports.chat import BaseIntake
@@ -138,7 +138,7 @@ async def _lock_lost(lock: DatabaseInstanceLock) -> str:
     # Without the lock a second gateway could start and answer every message again: stop, and let the next
     # start apply crash semantics (PostgreSQL restarted, or the lock's connection ended).
     await lock.lost()
-    return "the database connection holding the instance lock dropped (PostgreSQL restarted?)"
+    return LOCK_LOST
 
 
 async def _first_loss(watches: list[asyncio.Task[str]], stop: asyncio.Event) -> str | None:

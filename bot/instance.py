@@ -26,6 +26,10 @@ RUN: Final = "run"  # `companion run`: the gateway, serving every configured pla
 CHAT: Final = "chat"  # `companion chat`: the terminal only, so it may run beside the gateway
 
 
+# What a process says when its lock's connection dropped: without it a second process of its role could start.
+LOCK_LOST = "the database connection holding the instance lock dropped (PostgreSQL restarted?)"
+
+
 class DatabaseInstanceLock(Protocol):
     """One process per database and role, whatever the engine: `FileInstanceLock` beside an SQLite file,
     adapters/storage/postgres/instance.py's `AdvisoryInstanceLock` on PostgreSQL."""

@@ -32,6 +32,7 @@ class PostgresFacts:
     target: PostgresUrl
     version: str = ""
     applied: int = 0
+    migrations_readable: bool = True  # False: the user may not read schema_migrations (its rights say more)
     pending: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
     may_create: bool | None = None  # CREATE on schema public; asked only with migrations pending
@@ -72,10 +73,12 @@ async def inspect_postgres(url: str) -> PostgresFacts:
 async def _facts(conn: AsyncConnection[Any], target: PostgresUrl) -> PostgresFacts:
     version = str(await _one(conn, "SHOW server_version")).split()[0]
     applied: list[str] = []
-    if await _one(conn, "SELECT to_regclass('schema_migrations') IS NOT NULL"):
+    exists = bool(await _one(conn, "SELECT to_regclass('schema_migrations') IS NOT NULL"))
+    readable = not exists or bool(await _one(conn, "SELECT has_table_privilege('schema_migrations', 'SELECT')"))
+    if exists and readable:
         applied = [str(row[0]) for row in await _all(conn, "SELECT name FROM schema_migrations ORDER BY name")]
     known = [m.name for m in known_migrations()]
-    pending = tuple(name for name in known if name not in applied)
+    pending = tuple(name for name in known if name not in applied) if readable else ()
     unknown = tuple(sorted(set(applied) - set(known)))
     may_create = None
     if pending:
@@ -104,6 +107,7 @@ async def _facts(conn: AsyncConnection[Any], target: PostgresUrl) -> PostgresFac
         target,
         version=version,
         applied=len(applied),
+        migrations_readable=readable,
         pending=pending,
         unknown=unknown,
         may_create=may_create,
