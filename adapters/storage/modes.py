@@ -5,6 +5,7 @@ from __future__ import annotations
 import aiosqlite
 
 from adapters.storage.engine import Database, Fetch, Row, Statement
+from adapters.storage.intervals import Reconciled, close_keyless, reconcile
 from adapters.storage.outbox import ending_shown
 from adapters.storage.privacy import Checkpoints, owing_checkpoint
 from core.values.errors import StoreError
@@ -40,18 +41,27 @@ class ModeQueries:
     async def open_segment(self, conversation_id: int, now: float, expires_at: float | None) -> Segment:
         """The conversation's open segment, opened now unless one is open already: one write. On PostgreSQL
         the conversation's row is locked first, the lock the guard of lasting writes takes (guard.py), so no
-        segment opens between a guarded write's check and its commit."""
-        params = {"c": conversation_id, "now": now, "expires": expires_at}
+        segment opens between a guarded write's check and its commit.
+
+        With a sealer that keeps keys, the interval's key is made durable first and the segment row names
+        it (`key_id`): a crash between the two leaves an orphan key, shredded at the next start; a key made
+        for nothing (a segment was open already) is shredded at once.
+
+        Raises:
+            KeyLost: no key can be made (PostgreSQL without a key folder): nothing opens."""
+        sealer = self._engine.sealer
+        key_id = await sealer.create(expires_at)
+        params = {"c": conversation_id, "now": now, "expires": expires_at, "key": key_id}
         statements = [
             Statement(
-                "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, expires_at)"
-                " SELECT :c, coalesce((SELECT max(id) FROM messages WHERE conversation_id = :c), 0), :now, :now,"
-                " CAST(:expires AS DOUBLE PRECISION) WHERE NOT EXISTS"
+                "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, expires_at,"
+                " key_id) SELECT :c, coalesce((SELECT max(id) FROM messages WHERE conversation_id = :c), 0), :now,"
+                " :now, CAST(:expires AS DOUBLE PRECISION), CAST(:key AS TEXT) WHERE NOT EXISTS"
                 " (SELECT 1 FROM segments WHERE conversation_id = :c AND ended_at IS NULL)",
                 params,
             ),
             Statement(
-                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
+                f"SELECT {SEGMENT_COLUMNS}, key_id FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
                 " ORDER BY id DESC LIMIT 1",
                 params,
                 Fetch.ONE,
@@ -60,22 +70,42 @@ class ModeQueries:
         if self._engine.dialect.for_update:
             lock = f"SELECT id FROM conversations WHERE id = :c{self._engine.dialect.for_update}"
             statements.insert(0, Statement(lock, params))
-        results = await self._engine.write(*statements)
+        try:
+            results = await self._engine.write(*statements)
+        except BaseException:
+            if key_id is not None:
+                await sealer.shred([key_id])
+            raise
         row = results[-1].one
+        if key_id is not None and (row is None or row["key_id"] != key_id):
+            await sealer.shred([key_id])  # not used: a segment was open already (or none could open)
         if row is None:  # the INSERT's foreign key refuses a conversation that does not exist
             raise StoreError(f"conversation {conversation_id} has no open segment after opening one")
+        sealer.bind(row["id"], row["key_id"])
         return segment_of_row(row)
 
     async def open_segment_of(self, conversation_id: int) -> Segment | None:
+        """The conversation's open segment. One whose key is gone fails closed: it is closed now
+        (`key_lost`, its replies not sent yet settled unsent) and the conversation reads as normal mode."""
         (result,) = await self._engine.read(
             Statement(
-                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
+                f"SELECT {SEGMENT_COLUMNS}, key_id FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
                 " ORDER BY id DESC LIMIT 1",
                 {"c": conversation_id},
                 Fetch.ONE,
             )
         )
-        return segment_of_row(result.one) if result.one else None
+        row = result.one
+        if row is None:
+            return None
+        sealer = self._engine.sealer
+        if sealer.keyed:
+            sealer.bind(row["id"], row["key_id"])
+            if not sealer.has_key(row["id"]):
+                # Closed at its last activity, as a restart closes one at the end of its record.
+                await close_keyless(self._engine, [row["id"]], row["last_activity_at"])
+                return None
+        return segment_of_row(row)
 
     # Each end of an interval settles, in the same write, the replies of the interval not sent yet
     # (`ending_shown`): nothing more of it goes out, and what it showed is edited once into a constant.
@@ -172,20 +202,45 @@ class ModeQueries:
         """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it
         (messages, summaries, pad entries, tool operations, pending crossings). On SQLite a checkpoint
         leaves none of it in the WAL (or, blocked by a reader, is owed and finished by the next
-        deletion, sweep or start)."""
+        deletion, sweep or start).
+
+        Keys first, rows after: every key whose file name says its interval expired is shredded before
+        the database is asked anything (so expiry holds while it is down), then the keys of the expired
+        segments it names, then their rows."""
+        sealer = self._engine.sealer
         expired = "SELECT id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now"
         params = {"now": now}
+        if sealer.keyed:
+            await sealer.expire(now)
+            (keyed,) = await self._engine.read(
+                Statement(
+                    "SELECT key_id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now"
+                    " AND key_id IS NOT NULL",
+                    params,
+                    Fetch.ALL,
+                )
+            )
+            await sealer.shred(row["key_id"] for row in keyed.rows)
         owed = () if self._checkpoints is None else (owing_checkpoint(expired, params),)
         results = await self._engine.write(
             *ending_shown(expired, params, now),
             *owed,
             Statement(
-                "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now", params, Fetch.ROWCOUNT
+                "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now RETURNING id",
+                params,
+                Fetch.ALL,
             ),
         )
+        for row in results[-1].rows:
+            sealer.unbind(row["id"])
         if self._checkpoints is not None:
             await self._checkpoints.finish_owed()
-        return results[-1].rowcount
+        return len(results[-1].rows)
+
+    async def reconcile_keys(self, now: float) -> Reconciled:
+        """The start-up hook of the interval keys (adapters/storage/intervals.py `reconcile`): call it once at
+        start, after the instance lock and before any interval opens. No-op on SQLite's plain text."""
+        return await reconcile(self._engine, now)
 
     # --- adapter state (offsets, cursors) -----------------------------------
 
