@@ -369,14 +369,18 @@ class CopiesOf:
         return folder
 
     def replica(self, *, port: int) -> PostgresCluster:
-        """A streaming replica in a folder of its own (`pg_basebackup -R -X stream`), started on `port`."""
+        """A streaming replica in a folder of its own (`pg_basebackup -R -X stream`, with a replication slot), started
+        on `port`."""
         primary = self.cluster
         standby = PostgresCluster(
             settings=primary.settings, password=primary.password, bindir=primary.bindir, port=port
         )
         try:
             standby._make_folder()
-            self.tool("pg_basebackup", "-D", str(standby.data), "-R", "-X", "stream", "-c", "fast", "--no-sync")
+            # A replication slot of its own: the primary keeps every segment the replica has not confirmed, also
+            # across a crash recovery that would otherwise recycle the one it is reading.
+            slot = ["-C", "-S", f"replica_{port}"]
+            self.tool("pg_basebackup", "-D", str(standby.data), "-R", *slot, "-X", "stream", "-c", "fast", "--no-sync")
             standby.resume()
         except (PostgresUnavailable, OSError, subprocess.SubprocessError) as exc:
             standby.stop()
