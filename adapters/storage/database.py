@@ -17,6 +17,7 @@ from typing import Any
 
 import aiosqlite
 
+from adapters.storage.intervals import bind_segments
 from adapters.storage.migrate import migrate
 from adapters.storage.sealing import Sealer
 from adapters.storage.sqlite_engine import SqliteEngine, on_thread
@@ -102,11 +103,7 @@ class Database:
             raise
         self._writer = db
         self.engine.attach(db, self._reader)
-        if self.engine.sealer.keyed:
-            # Here, not at the top: intervals.py reaches this module back through the outbox's SQL.
-            from adapters.storage.intervals import bind_segments
-
-            await bind_segments(self.engine)
+        await bind_segments(self.engine)  # no-op on Plaintext
 
     async def _open_reader(self) -> aiosqlite.Connection:
         reader = await aiosqlite.connect(self.path, isolation_level=None)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import aiosqlite
 
 from adapters.storage.engine import Database, Fetch, Row, Statement
-from adapters.storage.intervals import Reconciled, close_keyless, reconcile
+from adapters.storage.intervals import KEY_LOST, ORPHAN_GRACE, Reconciled
 from adapters.storage.outbox import ending_shown
 from adapters.storage.privacy import Checkpoints, owing_checkpoint
 from core.values.errors import StoreError
 from core.values.model import Segment
+
+log = logging.getLogger(__name__)
 
 SEGMENT_COLUMNS = (
     "id, conversation_id, anchor_message_id, started_at, last_activity_at, ended_at, end_reason, expires_at"
@@ -142,7 +147,11 @@ class ModeQueries:
         end of its stored record (its newest message, or its start when it holds none). Nothing
         after the restart falls inside it; `now` is kept as the segment's `restart_at`, so a
         message sent before it that arrives later is known to belong to it. Returns the
-        conversations whose segment was closed."""
+        conversations whose segment was closed.
+
+        First, the interval keys' start-up step (`reconcile_keys`): orphan keys shredded, intervals
+        without their key masked (an open one closed `key_lost`, its replies settled unsent)."""
+        await reconcile(self._engine, time.time() if now is None else now)
         params: dict[str, object] = {f"p{n}": platform for n, platform in enumerate(sorted(platforms or ()))}
         scope = (
             ""
@@ -238,8 +247,9 @@ class ModeQueries:
         return len(results[-1].rows)
 
     async def reconcile_keys(self, now: float) -> Reconciled:
-        """The start-up hook of the interval keys (adapters/storage/intervals.py `reconcile`): call it once at
-        start, after the instance lock and before any interval opens. No-op on SQLite's plain text."""
+        """The start-up step of the interval keys (`reconcile` below), before any
+        interval opens. `close_crash_open_segments` runs it at every start; call it alone where no start-up
+        recovery runs (after `companion restore`). No-op with a sealer without keys (SQLite's plain text)."""
         return await reconcile(self._engine, now)
 
     # --- adapter state (offsets, cursors) -----------------------------------
@@ -261,6 +271,54 @@ class ModeQueries:
             ),
             durable=False,
         )
+
+
+# --- the interval keys at start, and failing closed ---------------------------------------------------
+
+
+async def reconcile(engine: Database, now: float, *, grace: float = ORPHAN_GRACE) -> Reconciled:
+    """At start, before any interval opens and while no other process writes (after the instance lock):
+    settle the key folder with the segments both ways. Every key no segment names is shredded (an orphan:
+    a crash between a key's creation and its segment's commit, or after a deletion's shred); a segment left
+    without its key (a lost or restored-elsewhere key folder, a crash between a shred and the deletion) is
+    masked: its rows open to nothing and are left out of every view, normal mode still sees its one
+    placeholder, an open one is closed (`key_lost`) with its pending replies settled unsent, and it is
+    deleted at its expiry or by `/forget private` like any other. A key written in the last `grace` seconds
+    (wall clock) is spared: another process's segment may be about to name it. No-op for a sealer without keys."""
+    sealer = engine.sealer
+    if not sealer.keyed:
+        return Reconciled(0, 0)
+    await sealer.expire(now)  # keys first: an expired interval's key goes even before its rows
+    (found,) = await engine.read(Statement("SELECT id, key_id, ended_at FROM segments", fetch=Fetch.ALL))
+    for row in found.rows:
+        sealer.bind(row["id"], row["key_id"])
+    live = {row["key_id"] for row in found.rows if row["key_id"] is not None}
+    lost = await sealer.reconcile(live, spare_after=time.time() - grace)
+    keyless = [row["id"] for row in found.rows if row["key_id"] is None or row["key_id"] in lost]
+    closed = await close_keyless(engine, keyless, now)
+    if keyless:
+        log.warning("%d private interval(s) have no key: masked, %d closed", len(keyless), closed)
+    return Reconciled(len(keyless), closed)
+
+
+async def close_keyless(engine: Database, segment_ids: list[int], now: float) -> int:
+    """Close the open ones of `segment_ids` (`key_lost`), settling their replies not sent yet in the same
+    write (`ending_shown`): nothing of an interval whose words cannot be opened goes out. Returns how many."""
+    if not segment_ids:
+        return 0
+    params: dict[str, object] = {f"k{n}": segment for n, segment in enumerate(segment_ids)}
+    ids = ", ".join(f":{name}" for name in params)
+    open_ones = f"SELECT id FROM segments WHERE id IN ({ids}) AND ended_at IS NULL"
+    *_, closed = await engine.write(
+        *ending_shown(open_ones, params, now),
+        Statement(
+            f"UPDATE segments SET ended_at = :ended_now, end_reason = '{KEY_LOST}'"
+            f" WHERE id IN ({ids}) AND ended_at IS NULL",
+            {**params, "ended_now": now},
+            Fetch.ROWCOUNT,
+        ),
+    )
+    return closed.rowcount
 
 
 def segment_of_row(row: Row | aiosqlite.Row) -> Segment:

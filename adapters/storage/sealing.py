@@ -103,8 +103,9 @@ class Sealer(Protocol):
         """Shred every key whose interval expired by `now`, asking no database; the ids shredded."""
         ...
 
-    async def reconcile(self, live: Collection[str]) -> set[str]:
-        """At start: shred every key no segment names; the `live` key ids left without a key."""
+    async def reconcile(self, live: Collection[str], *, spare_after: float | None = None) -> set[str]:
+        """At start: shred every key no segment names (but those written at or after `spare_after`, wall
+        clock: another process may be about to commit their segments); the `live` key ids left without a key."""
         ...
 
 
@@ -138,7 +139,7 @@ class Plaintext:
     async def expire(self, now: float) -> list[str]:
         return []
 
-    async def reconcile(self, live: Collection[str]) -> set[str]:
+    async def reconcile(self, live: Collection[str], *, spare_after: float | None = None) -> set[str]:
         return set()
 
 
@@ -173,7 +174,7 @@ class Unkeyed:
     async def expire(self, now: float) -> list[str]:
         return []
 
-    async def reconcile(self, live: Collection[str]) -> set[str]:
+    async def reconcile(self, live: Collection[str], *, spare_after: float | None = None) -> set[str]:
         return set(live)
 
 
@@ -189,7 +190,7 @@ class KeySource(Protocol):
 
     def expire(self, now: float) -> list[str]: ...
 
-    def reconcile(self, live: Collection[str]) -> set[str]: ...
+    def reconcile(self, live: Collection[str], *, spare_after: float | None = None) -> set[str]: ...
 
 
 class IntervalKeys:
@@ -263,8 +264,8 @@ class IntervalKeys:
     async def expire(self, now: float) -> list[str]:
         return await asyncio.to_thread(self._keys.expire, now)
 
-    async def reconcile(self, live: Collection[str]) -> set[str]:
-        return await asyncio.to_thread(self._keys.reconcile, live)
+    async def reconcile(self, live: Collection[str], *, spare_after: float | None = None) -> set[str]:
+        return await asyncio.to_thread(lambda: self._keys.reconcile(live, spare_after=spare_after))
 
     def _cipher(self, segment_id: int) -> AESGCM | None:
         key_id = self._key_ids.get(segment_id)
