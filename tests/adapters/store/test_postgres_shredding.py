@@ -21,7 +21,9 @@ from core.values.model import ConversationKey, DeliveryTarget, Summary
 from tests.helpers.engine_fixtures import did_not_start, need_psycopg
 from tests.helpers.postgres import KEEPING_EVERY_BYTE, CopiesOf, PostgresCluster, PostgresUnavailable, holding
 
-# One cluster and its replica for the whole module, on one xdist worker (`--dist loadgroup`): each costs seconds.
+# One cluster and its replica for the whole module (seconds each to start). The suite's `-n 4` (`--dist load`)
+# sends a module's tests to one worker in a chunk as a rule; one split costs that worker a cluster of its own, and
+# `--dist loadgroup` keeps the group together always (not the default: it would scatter other modules' fixtures).
 pytestmark = pytest.mark.xdist_group("postgres_shredding")
 
 T = TypeVar("T")
