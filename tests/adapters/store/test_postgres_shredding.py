@@ -16,9 +16,11 @@ import pytest
 
 from adapters.storage.sealing import SEALED_FIELDS
 from adapters.storage.stores import Stores
+from core.memory.context import ContextBudget
 from core.values.errors import StoreError
-from core.values.model import ConversationKey, DeliveryTarget, Summary
+from core.values.model import Completion, CompletionRequest, ConversationKey, DeliveryTarget, Summary
 from tests.helpers.engine_fixtures import did_not_start, need_psycopg
+from tests.helpers.fakes import FakeClock, FakeProvider, request_text
 from tests.helpers.postgres import KEEPING_EVERY_BYTE, CopiesOf, PostgresCluster, PostgresUnavailable, holding
 
 # One cluster and its replica for the whole module (seconds each to start). The suite's `-n 4` (`--dist load`)
@@ -48,6 +50,7 @@ PLACES = (
 )
 SEALED = re.compile(rb"s1\.[A-Za-z0-9_-]{38,}")
 PLACEHOLDER = "(the placeholder)"
+SMALL_BUDGET = ContextBudget(total_tokens=320, fold_min=2, fold_batch=6)  # folds within a few turns
 
 
 @dataclass
@@ -413,7 +416,6 @@ async def test_a_postgres_crash_mid_interval_lands_in_normal_mode(kept: Kept, tm
     key_dir = tmp_path / "keys"
     from core.privacy.secrets import hash_passphrase
     from core.privacy.valve import ModeValve
-    from tests.helpers.fakes import FakeClock
 
     stores = await opened(kept, kept.cluster.create_database(name="crash"), key_dir)
     try:
@@ -454,3 +456,60 @@ async def sealed_shown(stores: Stores, interval: Interval) -> bool:
     """Whether private mode's view of the interval shows anything sealed (a masked row must not show)."""
     items = await stores.timeline.view(interval.conversation_id, visible_segment=interval.segment_id, after=0, limit=50)
     return any(SEALED.search((item.text or "").encode()) for item in items)
+
+
+# --- the whole companion over the store ------------------------------------------------------------------
+
+
+class EchoingProvider(FakeProvider):
+    """A model that repeats the private word it was given: its answers and its folds (summary and pad fact) carry
+    the canary, so the companion's own writes of them are searched too."""
+
+    def __init__(self, canary: str) -> None:
+        super().__init__()
+        self.canary = canary
+
+    async def _answer(self, request: CompletionRequest) -> Completion:
+        if self.canary not in request_text(request):
+            return await super()._answer(request)
+        self.requests.append(request)
+        if request.purpose == "summary":
+            return Completion(f"SUMMARY:\nfolded-{self.canary}\nFACTS:\n- fact-{self.canary}")
+        return Completion(f"answer-{self.canary}")
+
+
+async def test_a_private_conversation_leaves_no_word_in_anything_postgres_wrote(kept: Kept, tmp_path: Path) -> None:
+    """The companion's own turns (as `companion run` builds it, in-process): the passphrase that opened the
+    interval reaches PostgreSQL never; the words, the model's answers and its folds only sealed while it lives, and
+    nothing of them once `/forget private` ended it."""
+    from bot.bootstrap import build_companion
+    from core.privacy.secrets import hash_passphrase
+    from core.turn.config import CompanionConfig
+    from tests.helpers.chat import say
+
+    stores = await opened(kept, kept.cluster.create_database(name="companion"), tmp_path / "keys")
+    canary, passphrase, normal = (f"{kind}-{secrets.token_hex(8)}" for kind in ("private", "pass", "normal"))
+    provider = EchoingProvider(canary)
+    config = CompanionConfig(passphrase_hash=hash_passphrase(passphrase), budget=SMALL_BUDGET)
+    companion = build_companion(stores, provider, config, clock=FakeClock())
+    await companion.start()
+    try:
+        await say(companion, f"hello {normal}")
+        await say(companion, f"/private {passphrase} 7d")
+        for turn in range(8):
+            await say(companion, f"{turn} {canary} " + "p" * 60)
+            await companion.drain()  # the folds of the private summary and pad
+        # Private mode read its own history back: its answers, its summary and its pad fact, opened.
+        read = "\n".join(request_text(request) for request in provider.replies())
+        assert all(f"{kind}-{canary}" in read for kind in ("answer", "folded", "fact"))
+        needles = {"the private words": canary.encode(), "the passphrase": passphrase.encode()}
+        kept.copies.flush(kept.replica)
+        places = kept.places()
+        assert holding(places, needles) == set()  # live: sealed, and the passphrase nowhere
+        await say(companion, "/forget private")
+        kept.copies.flush(kept.replica)
+        assert holding(places, needles) == set()
+        assert {place for place, _ in holding(places, {"normal": normal.encode()})} == set(places)
+    finally:
+        await companion.stop(1.0)
+        await stores.database.aclose()
