@@ -7,6 +7,7 @@ import concurrent.futures
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -48,20 +49,26 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
     (or fails, with COMPANION_TEST_REQUIRE_POSTGRES=1)."""
     cluster = PostgresCluster()
     try:
-        _need_psycopg()
+        need_psycopg()
         cluster.start()
         cluster.create_database(name=TEMPLATE)
         prepare_template(cluster)
     except PostgresUnavailable as exc:
         cluster.stop()
-        why = f"PostgreSQL did not start ({exc}); {HOW_TO_GET_IT}"
-        if required():
-            pytest.fail(f"{why}; {REQUIRE_ENV} is set", pytrace=False)
-        pytest.skip(why)
+        did_not_start(exc)
     try:
         yield cluster
     finally:
         cluster.stop()
+
+
+def did_not_start(exc: PostgresUnavailable) -> NoReturn:
+    """The case skips, saying why PostgreSQL did not start and how to get it (or fails, with
+    COMPANION_TEST_REQUIRE_POSTGRES=1)."""
+    why = f"PostgreSQL did not start ({exc}); {HOW_TO_GET_IT}"
+    if required():
+        pytest.fail(f"{why}; {REQUIRE_ENV} is set", pytrace=False)
+    pytest.skip(why)
 
 
 @pytest.fixture
@@ -135,14 +142,14 @@ def psycopg_driver() -> None:
     """For a PostgreSQL test that needs the driver but not the worker's cluster: skips without it (or fails,
     with COMPANION_TEST_REQUIRE_POSTGRES=1)."""
     try:
-        _need_psycopg()
+        need_psycopg()
     except PostgresUnavailable as exc:
         if required():
             pytest.fail(f"{exc}; {REQUIRE_ENV} is set", pytrace=False)
         pytest.skip(str(exc))
 
 
-def _need_psycopg() -> None:
+def need_psycopg() -> None:
     try:
         import psycopg  # noqa: F401
     except ImportError as exc:

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -23,6 +23,7 @@ HOW_TO_GET_IT = "apt-get install postgresql-15 (`.ci/run` does)"
 SUPERUSER = "companion"
 START_SECONDS = 60.0  # initdb and the first start on a busy 2-core machine
 STOP_SECONDS = 20.0
+DEFAULT_PORT = 5432  # on a unix socket only, the port is the socket file's name (`.s.PGSQL.<port>`)
 
 # Fast and disposable: nothing a test writes has to survive a power loss.
 FAST = {
@@ -31,6 +32,21 @@ FAST = {
     "full_page_writes": "off",
     "shared_buffers": "16MB",
     "max_connections": "40",
+}
+
+
+# Every byte kept, as an operator's careful cluster keeps it (tests/adapters/store/test_postgres_shredding.py):
+# durable commits, full pages and the WAL a replica and an archive need, every statement logged with its
+# parameters whole. With `archive=True` the cluster also copies each finished WAL segment into `archive`.
+KEEPING_EVERY_BYTE = {
+    "fsync": "on",
+    "synchronous_commit": "on",
+    "full_page_writes": "on",
+    "wal_level": "replica",
+    "max_wal_senders": "4",
+    "log_statement": "all",
+    "log_parameter_max_length": "-1",
+    "log_min_duration_statement": "0",
 }
 
 
@@ -80,9 +96,13 @@ class PostgresCluster:
         settings: Mapping[str, str] | None = None,
         password: str | None = None,
         bindir: Path | None = None,
+        port: int = DEFAULT_PORT,
+        archive: bool = False,
     ) -> None:
         self.settings = {**FAST, **(settings or {})}
         self.password = password
+        self.port = port
+        self.archive = archive
         self._bindir = bindir
         self.folder: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -98,16 +118,10 @@ class PostgresCluster:
         """
         if self._process is not None:
             return self
-        bindir = self._bindir or find_bindir()
-        # Not pytest's tmp_path: root's 0700 tree is closed to the server's user.
-        folder = Path(tempfile.mkdtemp(prefix="companion-pg-"))
-        self.folder = folder
-        atexit.register(self._kill)
         try:
+            folder = self._make_folder()
             owner = _server_user()
-            if owner is not None:
-                os.chown(folder, owner.pw_uid, owner.pw_gid)
-            init = [str(bindir / "initdb"), "-D", str(self.data), "-U", SUPERUSER, "-E", "UTF8", "--locale=C"]
+            init = [str(self.bindir / "initdb"), "-D", str(self.data), "-U", SUPERUSER, "-E", "UTF8", "--locale=C"]
             init.append("--no-sync")
             if self.password is None:
                 init += ["-A", "trust"]
@@ -120,12 +134,7 @@ class PostgresCluster:
             done = subprocess.run(init, capture_output=True, text=True, timeout=START_SECONDS, **_as(owner))
             if done.returncode != 0:
                 raise PostgresUnavailable(f"initdb failed: {_last_line(done.stderr or done.stdout)}")
-            command = [str(bindir / "postgres"), "-D", str(self.data), "-k", str(folder), "-c", "listen_addresses="]
-            for name, value in self.settings.items():
-                command += ["-c", f"{name}={value}"]
-            with open(self.log_path, "wb") as log:
-                self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, **_as(owner))
-            self._wait_ready(bindir)
+            self.resume()
         except PostgresUnavailable:
             self.stop()
             raise
@@ -134,14 +143,69 @@ class PostgresCluster:
             raise PostgresUnavailable(f"{type(exc).__name__}: {exc}") from exc
         return self
 
+    @property
+    def bindir(self) -> Path:
+        if self._bindir is None:
+            self._bindir = find_bindir()
+        return self._bindir
+
+    def _make_folder(self) -> Path:
+        # Not pytest's tmp_path: root's 0700 tree is closed to the server's user.
+        folder = Path(tempfile.mkdtemp(prefix="companion-pg-"))
+        self.folder = folder
+        atexit.register(self._kill)
+        owner = _server_user()
+        if owner is not None:
+            os.chown(folder, owner.pw_uid, owner.pw_gid)
+        if self.archive:
+            self.archive_dir.mkdir()
+            if owner is not None:
+                os.chown(self.archive_dir, owner.pw_uid, owner.pw_gid)
+        return folder
+
+    def resume(self) -> None:
+        """Start the server on the data folder as it is (after `start`, `halt` or `crash`), and wait until it
+        accepts connections; the server log goes on where it was.
+
+        Raises:
+            PostgresUnavailable: the server did not start (one line why).
+        """
+        if self.running:
+            return
+        command = [str(self.bindir / "postgres"), "-D", str(self.data), "-k", str(self.socket_dir)]
+        command += ["-c", "listen_addresses=", "-p", str(self.port)]
+        settings = dict(self.settings)
+        if self.archive:
+            settings |= {"archive_mode": "on", "archive_command": f"cp %p {self.archive_dir}/%f"}
+        for name, value in settings.items():
+            command += ["-c", f"{name}={value}"]
+        with open(self.log_path, "ab") as log:
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, **_as(_server_user()))
+        self._wait_ready(self.bindir)
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server and keep its folder (`resume` starts it again): "fast" as `pg_ctl stop -m fast`
+        (SIGINT), "immediate" as `pg_ctl stop -m immediate` (SIGQUIT: no checkpoint, a crash recovery at the
+        next start)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGQUIT if mode == "immediate" else signal.SIGINT)
+        try:
+            process.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(STOP_SECONDS)
+
     def _wait_ready(self, bindir: Path) -> None:
         deadline = time.monotonic() + START_SECONDS
         while True:
             assert self._process is not None
             if self._process.poll() is not None:
                 raise PostgresUnavailable(f"postgres exited: {_last_line(self.server_log())}")
+            probe = [str(bindir / "pg_isready"), "-q", "-h", str(self.socket_dir), "-p", str(self.port)]
             ready = subprocess.run(
-                [str(bindir / "pg_isready"), "-q", "-h", str(self.socket_dir), "-U", SUPERUSER, "-d", "postgres"],
+                [*probe, "-U", SUPERUSER, "-d", "postgres"],
                 capture_output=True,
                 timeout=10,
             )
@@ -153,14 +217,7 @@ class PostgresCluster:
 
     def stop(self) -> None:
         """A fast shutdown (SIGINT, as `pg_ctl stop -m fast`), then the folder removed; safe to call twice."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(STOP_SECONDS)
+        self.halt()
         folder, self.folder = self.folder, None
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -199,6 +256,12 @@ class PostgresCluster:
         return self.folder / "server.log"
 
     @property
+    def archive_dir(self) -> Path:
+        """Where `archive_command` copies each finished WAL segment (with `archive=True`)."""
+        assert self.folder is not None, "the cluster is not started"
+        return self.folder / "archive"
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
@@ -211,7 +274,8 @@ class PostgresCluster:
     def url(self, database: str = "postgres", *, user: str = SUPERUSER, password: str | None = None) -> str:
         """A postgresql:// URL reaching this cluster's socket (the folder as `host`, percent-encoded)."""
         secret = f":{quote(password, safe='')}" if password is not None else ""
-        return f"postgresql://{quote(user, safe='')}{secret}@/{quote(database, safe='')}?host={quote(str(self.socket_dir), safe='')}"
+        port = "" if self.port == DEFAULT_PORT else f"&port={self.port}"
+        return f"postgresql://{quote(user, safe='')}{secret}@/{quote(database, safe='')}?host={quote(str(self.socket_dir), safe='')}{port}"
 
     # --- databases ----------------------------------------------------------
 
@@ -251,6 +315,118 @@ class PostgresCluster:
             yield self.url(name, password=self.password)
         finally:
             self.drop_database(name)
+
+
+class CopiesOf:
+    """What an operator keeps of a cluster beside it, taken by PostgreSQL's own tools run as the server's user:
+    base backups, dumps and a streaming replica. Each lands in a folder of the cluster's own (`taken`)."""
+
+    def __init__(self, cluster: PostgresCluster) -> None:
+        self.cluster = cluster
+
+    def tool(self, name: str, *args: str) -> bytes:
+        """Run a client program of the cluster's binaries against it; its standard output.
+
+        Raises:
+            PostgresUnavailable: it failed (its last line of error).
+        """
+        cluster = self.cluster
+        run = _as(_server_user())
+        env = dict(run.pop("env", None) or os.environ)
+        env |= {"PGHOST": str(cluster.socket_dir), "PGPORT": str(cluster.port), "PGUSER": SUPERUSER}
+        if cluster.password is not None:
+            env["PGPASSWORD"] = cluster.password
+        done = subprocess.run([str(cluster.bindir / name), *args], capture_output=True, timeout=120, env=env, **run)
+        if done.returncode != 0:
+            raise PostgresUnavailable(f"{name} failed: {_last_line(done.stderr.decode(errors='replace'))}")
+        return done.stdout
+
+    def folder(self, name: str) -> Path:
+        """A new folder `taken/<name>` the server's user may write into."""
+        assert self.cluster.folder is not None, "the cluster is not started"
+        owner = _server_user()
+        for path in (self.cluster.folder / "taken", self.cluster.folder / "taken" / name):
+            path.mkdir(exist_ok=path.name == "taken")
+            if owner is not None:
+                os.chown(path, owner.pw_uid, owner.pw_gid)
+        return path
+
+    def base_backup(self, name: str) -> Path:
+        """`pg_basebackup` in tar format with the WAL it needs streamed beside it (base.tar, pg_wal.tar), after
+        a fast checkpoint; the folder."""
+        folder = self.folder(name)
+        self.tool("pg_basebackup", "-D", str(folder), "-F", "t", "-X", "stream", "-c", "fast", "--no-sync")
+        return folder
+
+    def dumps(self, database: str, name: str) -> Path:
+        """`pg_dump` of `database` in plain SQL and in the custom format; beside the custom one, the SQL
+        `pg_restore` reads back out of it (the custom format compresses: its words are not in its bytes)."""
+        folder = self.folder(name)
+        self.tool("pg_dump", "-F", "p", "-f", str(folder / "dump.sql"), database)
+        self.tool("pg_dump", "-F", "c", "-f", str(folder / "dump.custom"), database)
+        restored = self.tool("pg_restore", "-f", "-", str(folder / "dump.custom"))
+        (folder / "dump.custom.sql").write_bytes(restored)
+        return folder
+
+    def replica(self, *, port: int) -> PostgresCluster:
+        """A streaming replica in a folder of its own (`pg_basebackup -R -X stream`, with a replication slot), started
+        on `port`."""
+        primary = self.cluster
+        standby = PostgresCluster(
+            settings=primary.settings, password=primary.password, bindir=primary.bindir, port=port
+        )
+        try:
+            standby._make_folder()
+            # A replication slot of its own: the primary keeps every segment the replica has not confirmed, also
+            # across a crash recovery that would otherwise recycle the one it is reading.
+            slot = ["-C", "-S", f"replica_{port}"]
+            self.tool("pg_basebackup", "-D", str(standby.data), "-R", *slot, "-X", "stream", "-c", "fast", "--no-sync")
+            standby.resume()
+        except (PostgresUnavailable, OSError, subprocess.SubprocessError) as exc:
+            standby.stop()
+            raise PostgresUnavailable(f"the replica did not start: {exc}") from exc
+        return standby
+
+    def flush(self, *replicas: PostgresCluster) -> None:
+        """Everything written so far, everywhere it goes: a CHECKPOINT (the data files), `pg_switch_wal()` and
+        the wait until the archive holds the segment it closed, every replica caught up to it and its own
+        CHECKPOINT (a restartpoint: its data files too).
+
+        Raises:
+            PostgresUnavailable: the archive or a replica did not catch up in time.
+        """
+        cluster = self.cluster
+        cluster.execute("CHECKPOINT")
+        ((segment, lsn),) = cluster.execute("SELECT pg_walfile_name(pg_current_wal_lsn()), pg_switch_wal()::text")
+        cluster.execute("CHECKPOINT")
+        _wait(lambda: not cluster.archive or (cluster.archive_dir / str(segment)).exists(), "the WAL archive")
+        caught_up = f"SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn"
+        for replica in replicas:
+            _wait(lambda replica=replica: replica.execute(caught_up)[0][0] is True, "the replica")
+            replica.execute("CHECKPOINT")
+
+
+def holding(places: Mapping[str, Path], needles: Mapping[str, bytes]) -> set[tuple[str, str]]:
+    """Which needles are in which places: (place, needle) for every needle found in the bytes of any file
+    under a place's path (or the file itself), whatever the file (heap, WAL, tar, dump, log)."""
+    found = set()
+    for place, root in places.items():
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        for path in files:
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # a WAL segment recycled or a temporary file gone while we walk
+                continue
+            found |= {(place, name) for name, needle in needles.items() if needle in data}
+    return found
+
+
+def _wait(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while not done():
+        if time.monotonic() > deadline:
+            raise PostgresUnavailable(f"{what} did not catch up")
+        time.sleep(0.05)
 
 
 def _server_user() -> pwd.struct_passwd | None:
