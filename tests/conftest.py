@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.storage.stores import open_stores
+from adapters.storage.stores import Stores, open_stores
 from bot.bootstrap import build_companion
 from core.privacy.secrets import hash_passphrase
 from core.turn.companion import Companion
@@ -21,8 +21,21 @@ def passphrase_hash() -> str:
 
 
 @pytest.fixture
-async def stores(tmp_path):
-    """Every query class over one database of the test's own (adapters/storage/stores.py)."""
+async def stores(store_backend, request, tmp_path):
+    """Every query class over one database of the test's own (adapters/storage/stores.py): a SQLite file in
+    `tmp_path`, or (a test marked `engines`, its postgres case) the worker's PostgreSQL database emptied."""
+    if store_backend == "postgres":
+        from adapters.storage.postgres.engine import PostgresDatabase
+
+        keys = tmp_path / "keys"
+        keys.mkdir(mode=0o700)
+        opened = Stores.over(PostgresDatabase(request.getfixturevalue("emptied_postgres_url"), key_dir=keys))
+        await opened.database.start()
+        try:
+            yield opened
+        finally:
+            await opened.database.aclose()
+        return
     async with open_stores(tmp_path / "companion.db") as opened:
         yield opened
 

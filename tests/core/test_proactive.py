@@ -24,6 +24,8 @@ from tests.helpers import engines
 from tests.helpers.chat import all_rows, segments_of
 from tests.helpers.fakes import FakeSender, request_text
 
+pytestmark = pytest.mark.engines
+
 USER = "100"
 CANARY = "NUDGE-PRIVATE-CANARY"
 HOUR = 3600.0
