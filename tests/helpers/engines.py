@@ -54,8 +54,12 @@ class PgRow(tuple):
 
 
 def statement(sql: str, params: Params = ()) -> Statement:
-    """SQLite's `?` SQL as an engine Statement (`:p0`, `:p1`, ...), fetching rows when it gives any."""
-    values = list(params.values()) if isinstance(params, Mapping) else list(params)
+    """SQLite's `?` SQL as an engine Statement (`:p0`, `:p1`, ...), fetching rows when it gives any; SQL with
+    `:name` parameters and a mapping of them is the engine's own already."""
+    fetch = Fetch.ALL if _GIVES_ROWS.search(sql) else Fetch.NONE
+    if isinstance(params, Mapping):
+        return Statement(sql, dict(params), fetch)
+    values = list(params)
     named: dict[str, object] = {}
 
     def name(match: re.Match[str]) -> str:
@@ -67,7 +71,7 @@ def statement(sql: str, params: Params = ()) -> Statement:
 
     rendered = _TOKENS.sub(name, sql)
     assert len(named) == len(values), f"{len(values)} values for {len(named)} parameters: {sql}"
-    return Statement(rendered, named, Fetch.ALL if _GIVES_ROWS.search(sql) else Fetch.NONE)
+    return Statement(rendered, named, fetch)
 
 
 async def rows(stores: Stores, sql: str, params: Params = ()) -> list[Any]:
@@ -196,6 +200,30 @@ async def recall_hits(stores: Stores, words: str) -> int:
         return (await first(stores, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{words}"',)))[0]
     sql = "SELECT count(*) FROM recall_index WHERE tsv @@ phraseto_tsquery('simple', ?)"
     return (await first(stores, sql, (words,)))[0]
+
+
+async def recall_entries(stores: Stores, like: str) -> list[tuple[str, int]]:
+    """(source, its row's id) of every entry of recall's index whose text is LIKE `like`."""
+    if on_sqlite(stores):
+        sql = "SELECT source, rowid / 4 FROM recall_fts WHERE text LIKE ?"  # rowid = id * 4 + the source's code
+    else:
+        sql = "SELECT source, ref FROM recall_index WHERE text LIKE ?"
+    return [(r[0], r[1]) for r in await rows(stores, sql, (like,))]
+
+
+async def plant_past_foreign_keys(stores: Stores, sql: str, params: Params = ()) -> None:
+    """`plant` with foreign keys not enforced, as a copy restored without them or a bug would write: no cascade
+    runs and no reference is checked (on PostgreSQL the replica role, which also holds back every trigger)."""
+    if on_sqlite(stores):
+        await rows(stores, "PRAGMA foreign_keys = OFF")
+        try:
+            await plant(stores, sql, params)
+        finally:
+            await rows(stores, "PRAGMA foreign_keys = ON")
+        return
+    await stores.database.engine.write(
+        Statement("SET LOCAL session_replication_role = replica"), statement(sql, params)
+    )
 
 
 async def plant_in_recall(stores: Stores, source: str, ref: int, person_id: int, text: str) -> None:

@@ -40,9 +40,9 @@ async def test_a_write_that_fails_half_way_writes_nothing(engine: Database) -> N
 
 async def test_companion_raise_refuses_the_write_as_the_error_it_names(engine: Database) -> None:
     # The same words on every engine: what the refusal names is what a caller tells the person.
-    with pytest.raises(PrivateWriteRefused, match="^private mode writes no a test$"):
+    with pytest.raises(PrivateWriteRefused, match=r"^private mode writes no a test$"):
         await engine.write(PERSON, Statement("SELECT companion_raise('private_write', 'a test')", fetch=Fetch.ONE))
-    with pytest.raises(IntervalEnded, match="^a reply$"):
+    with pytest.raises(IntervalEnded, match=r"^a reply$"):
         await engine.write(PERSON, Statement("SELECT companion_raise('interval_ended', 'a reply')", fetch=Fetch.ONE))
 
     counted = await engine.read(Statement("SELECT count(*) AS n FROM people", fetch=Fetch.ONE))
