@@ -158,13 +158,14 @@ async def test_every_child_table_cascades_from_its_owner(stores):
                 assert on_delete == "CASCADE", f"{table}.{column} does not cascade"
 
 
+@pytest.mark.engines
 async def test_a_private_message_cannot_be_stored_as_pending_for_capture(stores):
     await stores.timeline.ensure_conversation(
         __import__("core.values.model").values.model.ConversationKey("terminal", "t"), "direct", None, 1.0
     )
     segment = await stores.modes.open_segment(1, 1.0, None)
-    with pytest.raises(sqlite3.IntegrityError):
-        await engines.rows(
+    with engines.refused_by_the_database(stores):
+        await engines.plant(
             stores,
             "INSERT INTO messages (conversation_id, segment_id, mode, role, text, capture, created_at)"
             " VALUES (1, ?, 'private', 'user', 'x', 'pending', 1.0)",

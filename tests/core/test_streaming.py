@@ -124,6 +124,7 @@ async def test_a_stream_cut_off_by_a_crash_is_taken_over_by_the_answer_after_the
     assert rows == [("sent",)]
 
 
+@pytest.mark.engines
 async def test_a_private_stream_leaves_no_partial_text_after_its_interval(
     boot, provider, telegram, stores, clock, tmp_path
 ):
