@@ -132,16 +132,10 @@ def test_every_shipped_sql_file_is_a_migration_with_a_number_of_its_own():
     assert numbers == list(range(1, len(shipped) + 1))
 
 
+@pytest.mark.engines
 async def test_every_child_table_cascades_from_its_owner(stores):
-    tables = [
-        r[0]
-        for r in await engines.rows(
-            stores, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    ]
-    for table in tables:
-        for fk in await engines.rows(stores, f"PRAGMA foreign_key_list({table})"):
-            column, on_delete = fk["from"], fk["on_delete"]
+    for table in await engines.tables(stores):
+        for column, _, on_delete in await engines.foreign_keys(stores, table):
             # account_id on messages only attributes authorship; it is SET NULL so that
             # an account's removal never silently deletes a shared group timeline.
             # proactive_people only points at where nudges go: a person's manners outlive one
