@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -21,7 +22,6 @@ from core.values import copy
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
 from tests.helpers import engines
-from tests.helpers.engine_fixtures import WorkerDatabase
 from tests.helpers.fakes import FakeClock, FakeProvider, placeholders, request_text
 
 pytestmark = pytest.mark.engines
@@ -52,15 +52,17 @@ OPS = st.lists(
 )
 
 
-async def scenario(ops, budget: ContextBudget, exact: bool, postgres: WorkerDatabase | None) -> None:
-    """One example on a database of its own: a new SQLite file, or the worker's PostgreSQL database emptied."""
+async def scenario(ops, budget: ContextBudget, exact: bool, database: Path | str) -> None:
+    """One example on a database of its own: a copy of the migrated SQLite template (`database`, a path), or the
+    worker's PostgreSQL database emptied (its URL)."""
     with tempfile.TemporaryDirectory() as folder:
-        if postgres is None:
+        if isinstance(database, Path):
+            shutil.copyfile(database, Path(folder) / "db")
             stores = sqlite_stores(Path(folder) / "db")
         else:
             from adapters.storage.postgres.engine import PostgresDatabase
 
-            stores = Stores.over(PostgresDatabase(postgres.emptied(), key_dir=Path(folder)))
+            stores = Stores.over(PostgresDatabase(database, key_dir=Path(folder)))
         await stores.database.start()
         try:
             await run_ops(stores, ops, budget, exact)
@@ -73,16 +75,17 @@ def explore(store_backend: str, request: pytest.FixtureRequest, examples: int, b
     the context's (Python, the same on both engines), explored in full on SQLite; on PostgreSQL the examples check
     that its SQL keeps the same wall (masked view, placeholders, expiry's cascade), at about twice an SQLite
     example's cost (a pool per example, a round trip per statement)."""
-    postgres = request.getfixturevalue("worker_database") if store_backend == "postgres" else None
+    postgres = store_backend == "postgres"
+    database = request.getfixturevalue("worker_database" if postgres else "sqlite_template")
 
     @settings(
-        max_examples=examples if postgres is None else examples // 4,
+        max_examples=examples // 4 if postgres else examples,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
     @given(OPS)
     def check(ops):
-        asyncio.run(scenario(ops, budget, exact, postgres))
+        asyncio.run(scenario(ops, budget, exact, database.emptied() if postgres else database))
 
     check()
 
