@@ -70,3 +70,22 @@ async def test_a_test_of_a_module_marked_engines_gets_stores_over_its_engine(
 ) -> None:
     assert engines.on_sqlite(stores) == (store_backend == "sqlite")
     assert (stores.checkpoints is None) == (store_backend == "postgres")
+
+
+async def test_a_schema_a_test_changed_is_copied_afresh_for_the_next(worker_database: WorkerDatabase) -> None:
+    stores = Stores.over(PostgresDatabase(worker_database.emptied()))
+    await stores.database.start()
+    try:
+        async with engines.failing_inserts(stores, "people", "new.display_name = 'x'"):
+            pass  # created and dropped: nothing is left
+        await engines.plant(stores, "ALTER TABLE people DISABLE TRIGGER ALL")  # left behind
+    finally:
+        await stores.database.aclose()
+
+    stores = Stores.over(PostgresDatabase(worker_database.emptied()))
+    await stores.database.start()
+    try:
+        disabled = "SELECT count(*) FROM pg_trigger WHERE tgrelid = CAST('people' AS regclass) AND tgenabled = 'D'"
+        assert (await engines.first(stores, disabled))[0] == 0
+    finally:
+        await stores.database.aclose()
