@@ -10,6 +10,8 @@ from core.values.errors import PrivateWriteRefused
 from core.values.model import ConversationKey, RunRecord
 from tests.helpers import engines
 
+pytestmark = pytest.mark.engines
+
 NOW = 1_000.0
 
 

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
@@ -28,6 +29,8 @@ from tests.helpers.fake_openai import FakeOpenAIServer, ScriptedResponse, comple
 from tests.helpers.fakes import FakeClock, FakeStreamer
 from tests.helpers.media import png_with
 from tests.helpers.stream_shapes import stream_unsupported
+
+pytestmark = pytest.mark.engines
 
 PRIVATE_MARKER = copy.PRIVATE_SYSTEM_LINE  # in the system prompt of every private request
 FILLER = "about the garden, the weather and the soup we cooked on Sunday; "

@@ -54,8 +54,9 @@ async def test_database_folder_is_created(tmp_path):
         assert engines.sqlite_file(stores).exists()
 
 
-async def test_fresh_database_gets_every_migration_recorded_with_time(stores):
-    rows = await engines.rows(stores, "SELECT name, applied_at FROM schema_migrations ORDER BY name")
+async def test_fresh_database_gets_every_migration_recorded_with_time(tmp_path):
+    async with open_stores(tmp_path / "companion.db") as stores:  # not the fixture's: a copy of a migrated one
+        rows = await engines.rows(stores, "SELECT name, applied_at FROM schema_migrations ORDER BY name")
     assert [r[0] for r in rows] == [m.name for m in known_migrations()]
     assert all(r[1] > 0 for r in rows)
 
@@ -132,16 +133,10 @@ def test_every_shipped_sql_file_is_a_migration_with_a_number_of_its_own():
     assert numbers == list(range(1, len(shipped) + 1))
 
 
+@pytest.mark.engines
 async def test_every_child_table_cascades_from_its_owner(stores):
-    tables = [
-        r[0]
-        for r in await engines.rows(
-            stores, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    ]
-    for table in tables:
-        for fk in await engines.rows(stores, f"PRAGMA foreign_key_list({table})"):
-            column, on_delete = fk["from"], fk["on_delete"]
+    for table in await engines.tables(stores):
+        for column, _, on_delete in await engines.foreign_keys(stores, table):
             # account_id on messages only attributes authorship; it is SET NULL so that
             # an account's removal never silently deletes a shared group timeline.
             # proactive_people only points at where nudges go: a person's manners outlive one
@@ -158,13 +153,14 @@ async def test_every_child_table_cascades_from_its_owner(stores):
                 assert on_delete == "CASCADE", f"{table}.{column} does not cascade"
 
 
+@pytest.mark.engines
 async def test_a_private_message_cannot_be_stored_as_pending_for_capture(stores):
     await stores.timeline.ensure_conversation(
         __import__("core.values.model").values.model.ConversationKey("terminal", "t"), "direct", None, 1.0
     )
     segment = await stores.modes.open_segment(1, 1.0, None)
-    with pytest.raises(sqlite3.IntegrityError):
-        await engines.rows(
+    with engines.refused_by_the_database(stores):
+        await engines.plant(
             stores,
             "INSERT INTO messages (conversation_id, segment_id, mode, role, text, capture, created_at)"
             " VALUES (1, ?, 'private', 'user', 'x', 'pending', 1.0)",

@@ -6,8 +6,6 @@ refuses it; the end-to-end tests through the platform libraries are in test_plat
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
 
 from adapters.storage.stores import Stores
@@ -16,6 +14,8 @@ from core.values.errors import IntervalEnded
 from core.values.model import ConversationKey, DeliveryTarget, MirrorOf
 from tests.helpers import engines
 from tests.helpers.wall import traces
+
+pytestmark = pytest.mark.engines
 
 NOW = 1_800_000_000.0
 CANARY = "WALL-STORE-CANARY-41d"
@@ -45,7 +45,7 @@ async def test_an_edit_never_changes_a_normal_row_while_an_interval_is_open(stor
     await stores.modes.open_segment(c, NOW, None)
     assert not await stores.quotes.edit_message(normal, None, f"lunch with {CANARY}", NOW + 1)
     assert await text_of(stores, normal) == "lunch on Friday"
-    assert await engines.rows(stores, "SELECT rowid FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == []
+    assert await engines.recall_entries(stores, f"%{CANARY}%") == []
     await stores.modes.close_open_segments(c, NOW + 2, "user")
     assert await stores.quotes.edit_message(normal, None, "lunch on Saturday", NOW + 3)  # normal mode again
     assert await text_of(stores, normal) == "lunch on Saturday"
@@ -62,8 +62,8 @@ async def test_a_private_row_edited_in_its_own_interval_never_enters_the_recall_
     assert private is not None
     assert await stores.quotes.edit_message(private, segment.id, f"private words with {CANARY}", NOW + 1)
     assert await text_of(stores, private) == f"private words with {CANARY}"  # the edit was applied
-    assert await engines.rows(stores, "SELECT rowid FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == []
-    assert await engines.rows(stores, "SELECT rowid FROM recall_fts WHERE rowid = ?", (private * 4 + 1,)) == []
+    assert await engines.recall_entries(stores, f"%{CANARY}%") == []
+    assert ("message", private) not in await engines.recall_entries(stores, "%")
 
 
 async def test_an_edit_never_changes_a_private_row_once_its_interval_is_closed(stores: Stores) -> None:
@@ -102,7 +102,7 @@ async def test_the_schema_refuses_a_delivery_written_while_an_interval_is_open_t
     await stores.modes.close_open_segments(c, NOW + 1, "user")
     await stores.modes.open_segment(c, NOW + 2, None)
     for segment in (None, earlier.id):  # none, or an interval that is not the open one
-        with pytest.raises(sqlite3.IntegrityError):
+        with engines.refused_by_the_database(stores):
             await plant_delivery(stores, c, kind, segment)
     assert await engines.rows(stores, "SELECT id FROM deliveries") == []
 
@@ -143,11 +143,7 @@ async def test_the_outbox_never_picks_a_delivery_whose_interval_is_gone_even_wit
     await plant_delivery(stores, c, "reply", segment.id)
     (delivery,) = [r[0] for r in await engines.rows(stores, "SELECT id FROM deliveries")]
     # A row its interval's cascade never reached (a copy restored without foreign keys, a bug).
-    await engines.rows(stores, "PRAGMA foreign_keys = OFF")
-    try:
-        await engines.plant(stores, "DELETE FROM segments WHERE id = ?", (segment.id,))
-    finally:
-        await engines.rows(stores, "PRAGMA foreign_keys = ON")
+    await engines.plant_past_foreign_keys(stores, "DELETE FROM segments WHERE id = ?", (segment.id,))
     assert [tuple(r) for r in await engines.rows(stores, "SELECT id, status FROM deliveries")] == [
         (delivery, "pending")
     ]

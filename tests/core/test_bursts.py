@@ -118,6 +118,7 @@ async def test_a_command_in_the_middle_of_a_burst_splits_it(boot, provider, stor
     assert "mode" in sender.texts()[1].lower()
 
 
+@pytest.mark.engines
 async def test_a_burst_never_spans_a_change_of_mode(boot, provider, stores, sender, window):
     companion = await boot()
     await tell(companion, "normal words")
@@ -172,6 +173,7 @@ async def test_with_the_window_at_zero_each_message_is_answered_alone(boot, prov
     assert len(provider.replies()) == 2 and window.windows == 0
 
 
+@pytest.mark.engines
 async def test_a_private_burst_is_never_read_by_the_normal_turn_after_its_interval_ended(
     boot, provider, stores, sender, window, clock
 ):
@@ -189,6 +191,7 @@ async def test_a_private_burst_is_never_read_by_the_normal_turn_after_its_interv
     assert await all_rows(stores, "SELECT mode FROM messages WHERE text = 'PRIVATE-BURST-WORDS'") == [("private",)]
 
 
+@pytest.mark.engines
 async def test_a_private_burst_whose_interval_ended_while_it_waited_is_left_unread(
     boot, provider, stores, sender, window, clock
 ):

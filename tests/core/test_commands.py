@@ -46,6 +46,8 @@ def database_bytes(tmp_path) -> bytes:
     return b"".join(path.read_bytes() for path in sorted(tmp_path.glob("companion.db*")) if path.is_file())
 
 
+# SQLite alone: it reads the database's files. What keeps the passphrase out runs before any write, the same
+# on every engine (the lookalike test below, on both, shows nothing is stored).
 @pytest.mark.parametrize("text", VARIANTS.values(), ids=VARIANTS.keys())
 async def test_no_passphrase_variant_leaves_a_trace_in_the_database_the_model_the_replies_or_the_logs(
     companion, stores, provider, tmp_path, caplog, text
@@ -73,6 +75,7 @@ async def test_a_disguised_private_command_is_the_private_command_itself(compani
     assert "Private mode is on" in entered.text
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("text", LOOKALIKE.values(), ids=LOOKALIKE.keys())
 async def test_a_lookalike_private_command_is_neither_stored_nor_answered_by_the_model(
     companion, stores, provider, text

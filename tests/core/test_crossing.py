@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from core.values import copy
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, say
+
+pytestmark = pytest.mark.engines
 
 
 async def test_export_in_normal_mode_sends_the_masked_normal_timeline(companion):

@@ -10,8 +10,11 @@ import pytest
 from core.values import copy
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of
 from tests.helpers.fakes import request_text
+
+pytestmark = pytest.mark.engines
 
 USER = "100"
 CANARY = "EDIT-CANARY-93be"
@@ -82,7 +85,7 @@ async def test_an_edit_made_in_normal_mode_of_a_private_message_is_dropped_and_s
     assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
     assert await recall(companion, stores, CANARY.split("-")[0]) == []
     # Not in the index at all, not merely filtered out by recall's own predicates.
-    assert await all_rows(stores, "SELECT count(*) FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    assert await engines.recall_entries(stores, f"%{CANARY}%") == []
     await tell(companion, "back in normal")
     assert CANARY not in request_text(provider.last_reply_request())
 
@@ -142,7 +145,7 @@ async def test_an_edit_typed_while_private_never_changes_the_normal_row_and_stay
     assert CANARY not in request_text(provider.last_reply_request())
     assert "lunch on Friday" in request_text(provider.last_reply_request())
     assert await recall(companion, stores, CANARY.split("-")[0]) == []
-    assert await all_rows(stores, "SELECT count(*) FROM recall_fts WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    assert await engines.recall_entries(stores, f"%{CANARY}%") == []
     reply, _ = await tell(companion, f"/recall {CANARY.split('-')[0]}")
     assert reply is not None and CANARY not in reply.text
     await tell(companion, "/forget private")

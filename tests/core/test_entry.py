@@ -211,6 +211,7 @@ async def test_a_turn_the_stop_cuts_off_is_silent_and_not_acknowledged(boot, pro
     provider.gate.set()
 
 
+@pytest.mark.engines
 async def test_an_answer_whose_interval_ends_while_it_is_written_ends_silently(boot, provider, sender, clock):
     companion, entry = await boot()
     await entry.receive(said(f"/private {PASSPHRASE} 10m"))

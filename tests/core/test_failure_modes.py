@@ -7,6 +7,8 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from adapters.storage.backup import backup, restore
 from core.memory.operations import default_tools, words_of
 from core.memory.tools import PRIVATE_FORBIDDEN
@@ -20,6 +22,8 @@ from tests.helpers.fakes import request_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "FAILURE-MODE-CANARY"
+
+pytestmark = pytest.mark.engines
 
 
 async def private_turn(companion, text: str = f"{CANARY} said in private", expiry: str = "1h") -> None:
@@ -39,7 +43,7 @@ async def test_failure_mode_recall_excludes_private_notes_but_still_searches_pri
     await say(companion, "/normal")
     conversation = await conversation_of(companion)
     assert await stores.memory.recall(conversation.person_id, words_of(CANARY)) == []
-    assert await all_rows(stores, f"SELECT count(*) FROM recall_fts WHERE recall_fts MATCH '\"{CANARY}\"'") == [(0,)]
+    assert await engines.recall_hits(stores, CANARY) == 0
 
 
 def test_failure_mode_goal_tool_hidden_while_scheduling_tools_stay_exposed():
@@ -109,6 +113,7 @@ async def test_failure_mode_private_summary_enters_a_global_prompt(companion, st
     assert CANARY not in request_text(provider.last_reply_request())
 
 
+@pytest.mark.sqlite_only("`companion backup` and the file are SQLite's; PostgreSQL's are test_postgres_shredding.py's")
 async def test_failure_mode_search_indexes_or_backups_retain_content_past_its_lifetime(
     companion, stores, clock, tmp_path
 ):
@@ -121,6 +126,7 @@ async def test_failure_mode_search_indexes_or_backups_retain_content_past_its_li
         assert CANARY.encode() not in path.read_bytes(), path.name
 
 
+@pytest.mark.sqlite_only("`companion restore` of a file is SQLite's; PostgreSQL restores with its own tools")
 async def test_failure_mode_restore_reintroduces_a_thread_that_expired_after_the_snapshot(
     companion, stores, clock, tmp_path
 ):

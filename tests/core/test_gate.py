@@ -17,6 +17,8 @@ from tests.helpers.boot import boot_companion
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender
 
+pytestmark = pytest.mark.engines
+
 USER = "100"
 CANARY = "gatecanary5a0f"  # one lowercase word: a command's name, a search term
 

@@ -23,6 +23,8 @@ from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeStreamer
 from tests.helpers.waiting import wait_for
 
+pytestmark = pytest.mark.engines
+
 USER = "100"
 _ids = itertools.count(1)
 CANARY = "INTERVAL-END-CANARY"

@@ -105,7 +105,7 @@ async def person_of(stores, platform: str, user: str) -> int:
 
 async def every_text_in_the_database(stores) -> str:
     """Every value of every row of every table (the recall index too), as one string."""
-    tables = [r[0] for r in await engines.rows(stores, "SELECT name FROM sqlite_master WHERE type = 'table'")]
+    tables = await engines.tables(stores)
     values: list[str] = []
     for table in tables:
         for row in await engines.rows(stores, f"SELECT * FROM {table}"):
@@ -169,6 +169,7 @@ async def test_five_wrong_codes_lock_linking_for_15_minutes_across_a_restart(mak
     assert (await tell(restarted, "discord", DC, f"/link {code}")).text.startswith("Linked.")
 
 
+@pytest.mark.engines
 async def test_link_code_is_never_logged_stored_in_clear_or_sent_to_the_model(make, stores, provider, caplog):
     caplog.set_level(logging.DEBUG)
     for name, floor in FLOORS.items():  # the entry point's policy: libraries that log payloads held at their floor
@@ -201,6 +202,7 @@ async def test_link_code_sent_in_a_group_is_refused_and_deleted(make, stores):
     assert code not in await every_text_in_the_database(stores)
 
 
+@pytest.mark.engines
 async def test_linking_while_a_conversation_is_private_is_refused_by_the_store(make, stores):
     companion = await make()
     await tell(companion, "telegram", TG, "hi")
@@ -221,6 +223,7 @@ async def test_linking_while_a_conversation_is_private_is_refused_by_the_store(m
     assert (await tell(companion, "telegram", TG, f"/link {code}")).text.startswith("Linked.")
 
 
+@pytest.mark.engines
 async def test_private_mode_on_telegram_does_not_make_discord_private(make):
     companion = await make()
     await link(companion)
@@ -229,6 +232,7 @@ async def test_private_mode_on_telegram_does_not_make_discord_private(make):
     assert "private mode" in (await tell(companion, "telegram", TG, "/mode")).text
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("link_first", [True, False], ids=["linked-before-the-interval", "linked-after-it"])
 async def test_telegram_private_canary_never_reaches_the_model_for_linked_discord_normal_turns(
     make, stores, provider, clock, senders, link_first
@@ -287,6 +291,7 @@ async def test_unlink_separates_an_account_into_a_new_person_with_no_memory(make
     assert "nothing to unlink" in (await tell(companion, "telegram", TG, "/unlink discord")).text
 
 
+@pytest.mark.engines
 async def test_unlinking_while_a_conversation_is_private_is_refused(make, stores):
     companion = await make()
     await link(companion)
@@ -329,6 +334,7 @@ async def test_mistyped_link_with_a_code_is_not_kept(make, stores, provider):
     assert all("12345678" not in request_text(r) for r in provider.requests)
 
 
+@pytest.mark.engines
 async def test_a_private_pad_fact_of_telegram_is_not_read_by_discord_private_mode(make, stores, provider, clock):
     companion = await make()
     await link(companion)

@@ -4,6 +4,8 @@ say which account said what; `/forget` works across the accounts."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import PASSPHRASE
 from tests.core import test_links as linked
 from tests.core.test_links import DC, TG, link, person_of, tell
@@ -52,6 +54,7 @@ async def test_a_linked_persons_nudge_goes_to_the_direct_chat_they_last_wrote_in
     assert await nudged(stores, senders) == [("discord", DC), ("telegram", TG)]
 
 
+@pytest.mark.engines
 async def test_writing_in_private_mode_does_not_move_a_linked_persons_nudges(make, stores, clock, provider, senders):
     companion = await make()
     await link(companion)

@@ -145,6 +145,7 @@ async def test_a_failed_or_empty_transcription_is_answered_with_a_constant_line(
     assert provider.requests == []
 
 
+@pytest.mark.engines
 async def test_a_private_transcript_is_stored_in_its_segment_and_masked_in_normal_mode(with_media, provider, stores):
     secret = "PRIVATE-TRANSCRIPT-8e1"
     companion = await with_media(FakeTranscriber(secret))

@@ -22,6 +22,8 @@ from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of, say
 
+pytestmark = pytest.mark.engines
+
 LASTING_TOOLS = {
     "remember",
     "recall",
@@ -158,11 +160,7 @@ async def test_the_recall_privacy_predicate_is_inside_the_sql(companion, stores)
     conversation = await conversation_of(companion)
     (private_id,) = (await all_rows(stores, "SELECT id FROM messages WHERE text = 'okapi secret'"))[0]
     # Simulate an index that wrongly holds the private row: the recall statement itself refuses it.
-    await engines.rows(
-        stores,
-        "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, 'okapi secret', 'message', ?)",
-        (private_id * 4 + 1, conversation.person_id),
-    )
+    await engines.plant_in_recall(stores, "message", private_id, conversation.person_id, "okapi secret")
     assert await stores.memory.recall(conversation.person_id, words_of("okapi")) == []
 
 
@@ -180,11 +178,7 @@ async def test_recall_never_returns_a_private_pad_entry_even_when_the_index_hold
     )
     (private_id,) = (await all_rows(stores, "SELECT id FROM pad_entries WHERE mode = 'private'"))[0]
     # ... and an index that wrongly holds it: the recall statement itself must refuse it.
-    await engines.rows(
-        stores,
-        "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, 'the walrus is a secret', 'pad', ?)",
-        (private_id * 4 + 3, conversation.person_id),
-    )
+    await engines.plant_in_recall(stores, "pad", private_id, conversation.person_id, "the walrus is a secret")
     hits = await stores.memory.recall(conversation.person_id, words_of("walrus"))
     assert [h.text for h in hits] == ["the walrus is grey"]
 
@@ -205,16 +199,12 @@ async def test_the_recall_tool_never_hands_the_model_private_text_even_when_the_
         (conversation.person_id, segment_id, clock.now()),
     )
     # An index that wrongly holds both private rows: only the recall statement stands in the way.
-    for source, sql, code in (
-        ("message", "SELECT id, text FROM messages WHERE text = 'heron secret message'", 1),
-        ("pad", "SELECT id, text FROM pad_entries WHERE mode = 'private'", 3),
+    for source, sql in (
+        ("message", "SELECT id, text FROM messages WHERE text = 'heron secret message'"),
+        ("pad", "SELECT id, text FROM pad_entries WHERE mode = 'private'"),
     ):
         ((row_id, text),) = await all_rows(stores, sql)
-        await engines.rows(
-            stores,
-            "INSERT INTO recall_fts (rowid, text, source, person_id) VALUES (?, ?, ?, ?)",
-            (row_id * 4 + code, text, source, conversation.person_id),
-        )
+        await engines.plant_in_recall(stores, source, row_id, conversation.person_id, text)
     provider.script = [Completion("", (ToolCall("c1", "recall", '{"query": "heron"}'),)), Completion("ok")]
     await say(companion, "what do you know about herons?")
     result = provider.requests[-1].messages[-1].content
@@ -224,8 +214,7 @@ async def test_the_recall_tool_never_hands_the_model_private_text_even_when_the_
 async def test_private_messages_never_enter_the_recall_index(companion, stores):
     await go_private(companion)
     await say(companion, "quokka in private")
-    rows = await all_rows(stores, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH 'quokka'")
-    assert rows == [(0,)]
+    assert await engines.recall_hits(stores, "quokka") == 0
 
 
 async def test_no_event_row_exists_for_a_private_run(companion, stores, provider):
@@ -262,7 +251,7 @@ async def test_structural_error_events_hold_no_private_ids_or_text(companion, st
     flat = " ".join(map(str, events + runs))
     assert "CANARY" not in flat and "normal failing turn" not in flat
     # The only ids an event carries are its own and its run's: no segment, message or operation ids.
-    columns = [r[1] for r in await all_rows(stores, "PRAGMA table_info(agent_events)")]
+    columns = await engines.columns(stores, "agent_events")
     assert not {"segment_id", "message_id", "operation_id", "conversation_id"} & set(columns)
     assert segment_ids and private_message_ids
 

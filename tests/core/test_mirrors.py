@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sqlite3
 
 import pytest
 
@@ -23,6 +22,8 @@ from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender
+
+pytestmark = pytest.mark.engines
 
 USER = "100"
 CHANNEL = "5550001"
@@ -111,7 +112,7 @@ async def test_mirror_rows_are_written_in_the_transaction_of_the_reply_before_an
     await tell(companion, "hello")
     rows = await all_rows(
         stores,
-        "SELECT r.message_id = m.message_id, r.created_at = m.created_at FROM deliveries r"
+        "SELECT r.message_id = m.message_id AS same_message, r.created_at = m.created_at AS same_moment FROM deliveries r"
         " JOIN deliveries m ON m.kind = 'mirror' WHERE r.kind = 'reply' AND r.message_id IS NOT NULL",
     )
     assert rows == [(1, 1)]  # one commit: the same message, the same moment
@@ -173,8 +174,8 @@ async def test_the_schema_refuses_a_mirror_row_for_a_private_conversation(compan
     binding_id = await bound(companion)
     await tell(companion, f"/private {PASSPHRASE}")
     (conversation_id,) = [r[0] for r in await all_rows(stores, "SELECT conversation_id FROM segments")]
-    with pytest.raises(sqlite3.IntegrityError):
-        await engines.rows(
+    with engines.refused_by_the_database(stores):
+        await engines.plant(
             stores,
             "INSERT INTO deliveries (conversation_id, binding_id, kind, platform, chat_id, nonce, text,"
             " next_attempt_at, created_at) VALUES (?, ?, 'mirror', 'discord', ?, 'n', 'copy', 0, 0)",
@@ -317,14 +318,10 @@ async def test_a_mirror_refused_for_good_while_the_source_is_private_tells_it_in
 async def test_delivery_and_message_in_one_transaction(companion, stores, provider):
     await bound(companion)
     # A failure injected between the reply's rows and its mirror rows, inside the transaction.
-    await engines.rows(
-        stores,
-        "CREATE TEMP TRIGGER fail_mirrors BEFORE INSERT ON deliveries WHEN new.kind = 'mirror'"
-        " BEGIN SELECT RAISE(ABORT, 'injected'); END",
-    )
     provider.script = [Completion("an answer that must not half-exist")]
-    with pytest.raises(sqlite3.IntegrityError):
-        await companion.handle(InboundMessage("telegram", USER, USER, "hello", is_direct=True, message_id="x1"))
+    async with engines.failing_inserts(stores, "deliveries", "new.kind = 'mirror'"):
+        with engines.refused_by_the_database(stores):
+            await companion.handle(InboundMessage("telegram", USER, USER, "hello", is_direct=True, message_id="x1"))
     assert await all_rows(stores, "SELECT count(*) FROM messages WHERE role = 'assistant' AND kind = 'chat'") == [(0,)]
     assert await all_rows(stores, "SELECT count(*) FROM deliveries WHERE message_id IS NOT NULL") == [(0,)]
     assert await all_rows(stores, "SELECT turn FROM messages WHERE text = 'hello'") == [("open",)]

@@ -84,6 +84,7 @@ async def test_cooldown_off_lets_nudges_follow_each_other_and_default_restores_t
     assert (await stores.proactive.proactive_prefs(person)).cooldown is None
 
 
+@pytest.mark.engines
 async def test_cooldown_command_refuses_bad_input_and_private_mode_and_changes_nothing(make, stores):
     companion = await make()
     await tell(companion, "/cooldown 2h")
@@ -170,6 +171,7 @@ async def test_the_configured_event_watch_delay_is_kept(make, clock, stores):
 # --- waiting in private mode ------------------------------------------------------------------
 
 
+@pytest.mark.engines
 async def test_goal_and_open_check_ins_due_in_private_mode_are_recorded_as_private_and_go_with_the_segment(
     make, clock, stores, provider
 ):
@@ -190,6 +192,7 @@ async def test_goal_and_open_check_ins_due_in_private_mode_are_recorded_as_priva
     assert await all_rows(stores, "SELECT count(*) FROM proactive_decisions") == [(0,)]
 
 
+@pytest.mark.engines
 async def test_a_due_event_watch_is_recorded_as_private_only_once_it_is_due(make, clock, stores):
     companion = await make(cooldown=0.0)
     await tell(companion, "hello")

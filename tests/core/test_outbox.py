@@ -7,7 +7,6 @@ The core runs for real on a real SQLite store; the far end of the outbox is a Fa
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 
 import pytest
 
@@ -209,6 +208,7 @@ async def test_a_long_reply_cut_off_mid_way_resumes_at_the_next_part(boot, store
     assert "".join(sender.texts()) == long  # no part twice, none skipped
 
 
+@pytest.mark.engines
 async def test_a_private_reply_is_delivered_in_its_thread_and_its_row_goes_with_the_segment(
     boot, stores, clock, sender
 ):
@@ -229,6 +229,7 @@ async def test_a_private_reply_is_delivered_in_its_thread_and_its_row_goes_with_
     assert all(CANARY not in text for text in sender.texts())
 
 
+@pytest.mark.engines
 async def test_the_store_refuses_a_delivery_of_a_private_message_outside_its_segment(boot, stores):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE}")
@@ -237,8 +238,8 @@ async def test_the_store_refuses_a_delivery_of_a_private_message_outside_its_seg
         await all_rows(stores, "SELECT id, segment_id, conversation_id FROM messages WHERE text = ?", (CANARY,))
     )[0]
     for kind, segment in (("reply", None), ("mirror", None), ("mirror", segment_id)):
-        with pytest.raises(sqlite3.IntegrityError):
-            await engines.rows(
+        with engines.refused_by_the_database(stores):
+            await engines.plant(
                 stores,
                 "INSERT INTO deliveries (conversation_id, message_id, segment_id, kind, platform, chat_id, nonce,"
                 " text, next_attempt_at, created_at) VALUES (?, ?, ?, ?, 'discord', '5', 'n', 'copy', 0, 0)",
@@ -249,6 +250,7 @@ async def test_the_store_refuses_a_delivery_of_a_private_message_outside_its_seg
 # --- restarts: messages from before one stay inside the interval it closed -------------------
 
 
+@pytest.mark.engines
 async def test_a_message_sent_before_a_restart_that_closed_private_mode_stays_private_and_unread(
     boot, stores, provider, clock, sender
 ):
@@ -266,9 +268,7 @@ async def test_a_message_sent_before_a_restart_that_closed_private_mode_stays_pr
         stores, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE text LIKE ?", (f"{CANARY}%",)
     )
     assert rows == [("private", 1)]
-    assert await all_rows(stores, "SELECT count(*) FROM recall_fts WHERE recall_fts MATCH ?", (f'"{CANARY}"',)) == [
-        (0,)
-    ]
+    assert await engines.recall_hits(stores, CANARY) == 0
     # What comes after the restart is normal, and normal mode sees one placeholder, no canary.
     await tell(restarted, "hello again", sent_at=clock.now())
     assert CANARY not in request_text(provider.last_reply_request())
@@ -278,6 +278,7 @@ async def test_a_message_sent_before_a_restart_that_closed_private_mode_stays_pr
     assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"{CANARY}%",)) == [(0,)]
 
 
+@pytest.mark.engines
 async def test_a_message_from_an_interval_that_expired_while_down_is_dropped_unread(boot, stores, provider, clock):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE} 30m")
@@ -348,6 +349,7 @@ async def test_a_failed_model_call_closes_the_turn_so_a_restart_does_not_answer_
     assert await (await boot()).answer_open_turns() == 0
 
 
+@pytest.mark.engines
 async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(boot, stores, provider, sender, clock):
     companion = await boot()
     await tell(companion, f"/private {PASSPHRASE}")
@@ -362,6 +364,7 @@ async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(bo
     assert len(provider.requests) == requests
 
 
+@pytest.mark.engines
 async def test_a_cut_off_normal_turn_is_left_unread_once_the_person_went_on_in_private_mode(
     boot, stores, provider, sender
 ):
@@ -374,6 +377,7 @@ async def test_a_cut_off_normal_turn_is_left_unread_once_the_person_went_on_in_p
     assert await all_rows(stores, "SELECT turn FROM messages WHERE text = 'a normal question cut off'") == [("open",)]
 
 
+@pytest.mark.engines
 async def test_an_old_cut_off_turn_is_not_asked_again_into_a_private_interval(boot, stores, provider, clock, sender):
     await cut_off_turn(boot, stores, provider, "an old normal question")
     clock.advance(ANSWER_CUT_OFF_TURNS_WITHIN + 1)
@@ -447,6 +451,7 @@ async def test_a_note_is_added_only_to_a_delivery_none_of_whose_parts_went_out(b
     assert texts == [None, long_reply.text]  # a part already out would shift every later part
 
 
+@pytest.mark.engines
 async def test_a_private_answer_handed_over_as_written_is_still_never_sent_after_its_interval_ends(
     boot, stores, sender
 ):

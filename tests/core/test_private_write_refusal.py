@@ -11,6 +11,8 @@ from core.values import copy
 from core.values.model import ConversationKey, ToolCall
 from core.values.modes import NORMAL
 
+pytestmark = pytest.mark.engines
+
 NOW = 1_000.0
 REFUSED = f"error: {copy.TOOL_PRIVATE_REFUSED}"
 

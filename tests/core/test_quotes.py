@@ -13,6 +13,8 @@ from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import request_text
 
+pytestmark = pytest.mark.engines
+
 USER = "100"
 CANARY = "QUOTE-CANARY-41c7 my private words"
 _ids = itertools.count(1)

@@ -7,6 +7,8 @@ import contextlib
 import dataclasses
 import logging
 
+import pytest
+
 from bot.bootstrap import build_companion
 from core.privacy.lockout import DURATION as LOCKOUT_DURATION
 from core.turn.companion import Companion
@@ -28,6 +30,7 @@ async def test_entering_with_the_passphrase_opens_private_mode(companion):
     assert await mode_of(companion) == "private"
 
 
+@pytest.mark.engines
 async def test_boot_lands_in_normal_mode_and_never_resumes_private(companion, stores, provider, clock):
     await say(companion, f"/private {PASSPHRASE} 7d")
     assert await mode_of(companion) == "private"
@@ -53,6 +56,7 @@ async def test_start_up_closes_only_the_segments_of_the_platforms_it_serves(make
     assert not (await chat.valve.settle(terminal)).is_private
 
 
+@pytest.mark.engines
 async def test_crash_open_interval_is_closed_at_the_end_of_the_stored_record(companion, stores, provider, clock):
     await say(companion, f"/private {PASSPHRASE}")
     clock.advance(10)
@@ -65,6 +69,7 @@ async def test_crash_open_interval_is_closed_at_the_end_of_the_stored_record(com
     assert segment.ended_at == last_private_write and segment.end_reason == "restart"
 
 
+@pytest.mark.engines
 async def test_content_after_a_restart_stays_outside_the_crash_open_interval(companion, stores, provider, clock):
     await say(companion, f"/private {PASSPHRASE}")
     await say(companion, "inside the interval")
@@ -191,6 +196,7 @@ async def test_the_lockout_survives_a_restart(companion, stores, provider, clock
     assert "locked" in reply.text and await mode_of(restarted) == "normal"
 
 
+@pytest.mark.engines
 async def test_private_mode_is_refused_in_a_group_and_nothing_changes(make_companion, stores):
     companion = await make_companion(allowed_accounts=frozenset({"telegram:5"}))
     reply = await say(companion, f"/private {PASSPHRASE}", platform="telegram", chat="-100", user="5", direct=False)
@@ -199,6 +205,8 @@ async def test_private_mode_is_refused_in_a_group_and_nothing_changes(make_compa
     assert await all_rows(stores, "SELECT count(*) FROM valve_attempts") == [(0,)]
 
 
+@pytest.mark.engines
+@pytest.mark.sqlite_only("reads the database's files; PostgreSQL's data directory is test_postgres_shredding.py's")
 async def test_the_passphrase_is_never_stored(companion, stores):
     await say(companion, "/private a-wrong-guess-phrase")
     await say(companion, f"/private {PASSPHRASE} 1h")
@@ -237,6 +245,7 @@ async def test_leaving_needs_no_verification_and_returns_the_constant_transition
     assert await mode_of(companion) == "normal"
 
 
+@pytest.mark.engines
 async def test_a_generated_transition_line_comes_from_a_constant_input_without_private_content(
     make_companion, provider
 ):
@@ -283,6 +292,7 @@ async def test_normal_always_works_even_when_storage_misbehaves(companion, store
     assert (await broken.valve.settle(conversation)).mode.value == "normal"
 
 
+@pytest.mark.engines
 async def test_idle_timeout_returns_the_conversation_to_normal(make_companion, clock, stores):
     companion = await make_companion(private_idle_seconds=600)
     await say(companion, f"/private {PASSPHRASE} 7d")
@@ -293,6 +303,7 @@ async def test_idle_timeout_returns_the_conversation_to_normal(make_companion, c
     assert (await all_rows(stores, "SELECT mode FROM messages ORDER BY id DESC LIMIT 1")) == [("normal",)]
 
 
+@pytest.mark.engines
 async def test_private_activity_extends_the_idle_timeout(make_companion, clock, stores):
     companion = await make_companion(private_idle_seconds=600)
     await say(companion, f"/private {PASSPHRASE} 7d")
@@ -304,6 +315,7 @@ async def test_private_activity_extends_the_idle_timeout(make_companion, clock, 
     assert await all_rows(stores, "SELECT count(*) FROM messages WHERE mode = 'private' AND role = 'user'") == [(3,)]
 
 
+@pytest.mark.engines
 async def test_expiry_returns_the_conversation_to_normal(make_companion, clock):
     companion = await make_companion(private_idle_seconds=None)
     await say(companion, f"/private {PASSPHRASE} 45s")
@@ -313,6 +325,7 @@ async def test_expiry_returns_the_conversation_to_normal(make_companion, clock):
     assert await mode_of(companion) == "normal"
 
 
+@pytest.mark.engines
 async def test_nothing_automatic_ever_enters_private_mode(make_companion, clock, stores):
     companion = await make_companion(private_idle_seconds=60)
     await say(companion, f"/private {PASSPHRASE} 1h")
@@ -342,6 +355,7 @@ async def test_help_and_mode_describe_the_modes_in_the_same_words(companion):
     assert "incognito, not a blank slate" in help_text  # what private mode is, before anyone enters it
 
 
+@pytest.mark.engines
 async def test_a_group_conversation_drops_an_open_segment_toward_normal(companion, stores, clock):
     from core.values.model import ConversationKey
 
@@ -353,6 +367,7 @@ async def test_a_group_conversation_drops_an_open_segment_toward_normal(companio
     assert (await all_rows(stores, "SELECT end_reason FROM segments")) == [("group",)]
 
 
+@pytest.mark.engines
 async def test_a_mistyped_private_command_is_neither_stored_nor_sent_and_is_deleted(companion, stores, provider):
     reply = await say(companion, "/privte my-passphrase")
     assert "mistyped /private" in reply.text and reply.delete_inbound
@@ -414,6 +429,7 @@ async def test_a_segment_with_a_malformed_state_lands_in_normal_mode(companion, 
     assert await all_rows(stores, "SELECT end_reason FROM segments") == [("malformed",)]
 
 
+@pytest.mark.engines
 async def test_an_expired_interval_is_deleted_as_soon_as_a_command_notices_it(companion, stores, clock):
     await say(companion, f"/private {PASSPHRASE} 45s")
     await say(companion, "EXPIRED-CANARY")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from core.memory.context import ContextBudget, Persona
 from core.values import copy
 from core.values.model import Summary
@@ -9,6 +11,8 @@ from core.values.modes import NORMAL
 from tests.conftest import PASSPHRASE
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import placeholders, request_text
+
+pytestmark = pytest.mark.engines
 
 
 async def interval(companion, *lines: str) -> None:

@@ -39,7 +39,7 @@ class Traces:
 
 async def traces(stores: Stores, canary: str) -> Traces:
     like = f"%{canary}%"
-    columns = {row[1] for row in await engines.rows(stores, "PRAGMA table_info(messages)")}
+    columns = set(await engines.columns(stores, "messages"))
     said = " OR coalesce(said, '') LIKE :w" if "said" in columns else ""
     return Traces(
         normal_rows=[
@@ -48,10 +48,7 @@ async def traces(stores: Stores, canary: str) -> Traces:
                 stores, f"SELECT id, text FROM messages WHERE segment_id IS NULL AND (text LIKE :w{said})", {"w": like}
             )
         ],
-        recall=[
-            tuple(r)
-            for r in await engines.rows(stores, "SELECT rowid, text FROM recall_fts WHERE text LIKE ?", (like,))
-        ],
+        recall=await engines.recall_entries(stores, like),
         deliveries=[
             tuple(r)
             for r in await engines.rows(stores, "SELECT id, kind, text FROM deliveries WHERE text LIKE ?", (like,))

@@ -107,9 +107,9 @@ def translate(exc: BaseException, target: PostgresUrl, *, migrating: str | None 
     code = getattr(exc, "sqlstate", None) or _code_in_words(str(exc))
     message = scrub(_first_line(exc), target)
     if code == PRIVATE_WRITE:
-        return PrivateWriteRefused(_detail(exc) or "lasting row")
+        return PrivateWriteRefused(_raised(exc) or "lasting row")
     if code == INTERVAL_ENDED:
-        return IntervalEnded(f"the interval ended: {_detail(exc) or 'write refused'}")
+        return IntervalEnded(_raised(exc) or "the interval ended")
     if code == "28P01":
         return StoreError(f"PostgreSQL at {target.where} refused the password for user {target.user} ({SETTING})")
     if code == "28000":
@@ -178,6 +178,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _detail(exc: BaseException) -> str | None:
+def _raised(exc: BaseException) -> str | None:
+    """What `companion_raise(kind, what)` said: its `what`, the error's message (as SQLite's engine reads it)."""
     diag = getattr(exc, "diag", None)
-    return getattr(diag, "message_detail", None) if diag is not None else None
+    return getattr(diag, "message_primary", None) if diag is not None else None

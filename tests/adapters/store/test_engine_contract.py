@@ -7,7 +7,7 @@ import pytest
 
 from adapters.storage.engine import Database, Fetch, Ref, Statement
 from adapters.storage.guard import refusing_while_person_private, refusing_while_private
-from core.values.errors import PrivateWriteRefused
+from core.values.errors import IntervalEnded, PrivateWriteRefused
 
 pytestmark = pytest.mark.engines
 
@@ -39,8 +39,11 @@ async def test_a_write_that_fails_half_way_writes_nothing(engine: Database) -> N
 
 
 async def test_companion_raise_refuses_the_write_as_the_error_it_names(engine: Database) -> None:
-    with pytest.raises(PrivateWriteRefused):
+    # The same words on every engine: what the refusal names is what a caller tells the person.
+    with pytest.raises(PrivateWriteRefused, match=r"^private mode writes no a test$"):
         await engine.write(PERSON, Statement("SELECT companion_raise('private_write', 'a test')", fetch=Fetch.ONE))
+    with pytest.raises(IntervalEnded, match=r"^a reply$"):
+        await engine.write(PERSON, Statement("SELECT companion_raise('interval_ended', 'a reply')", fetch=Fetch.ONE))
 
     counted = await engine.read(Statement("SELECT count(*) AS n FROM people", fetch=Fetch.ONE))
     assert counted[0].scalar == 0
