@@ -123,11 +123,14 @@ class ChildProcess:
         return None if proc is None else proc.returncode
 
 
-def gateway(cwd: Path, **settings: str) -> ChildProcess:
-    """`companion run` from this interpreter (the code in this checkout), configured by `settings`
-    only: cwd is a scratch directory without a .env."""
+def gateway(cwd: Path, *, tree: Path | None = None, name: str = "companion run", **settings: str) -> ChildProcess:
+    """`companion run` from this interpreter (the code in this checkout), or from another checkout
+    `tree` with its own .venv (the tree before a change, timed in the same run), configured by
+    `settings` only: cwd is a scratch directory without a .env."""
+    root = ROOT if tree is None else tree.resolve()
+    python = sys.executable if tree is None else str(root / ".venv" / "bin" / "python")
     defaults = {
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(root),
         "COMPANION_DB_PATH": str(cwd / "companion.db"),
         "COMPANION_HTTP_PORT": "0",
         "COMPANION_LOG_LEVEL": "WARNING",
@@ -136,11 +139,17 @@ def gateway(cwd: Path, **settings: str) -> ChildProcess:
         "COMPANION_BURST_SECONDS": "0",
     }
     env = child_env(**{**defaults, **settings})
-    return ChildProcess("companion run", [sys.executable, "-m", "bot", "run"], env, cwd)
+    return ChildProcess(name, [python, "-m", "bot", "run"], env, cwd)
 
 
-def bare_bot(cwd: Path, token: str, base_url: str, model_url: str) -> ChildProcess:
-    env = child_env(BARE_TELEGRAM_TOKEN=token, BARE_TELEGRAM_BASE_URL=base_url, BARE_LLM_BASE_URL=model_url)
+def bare_bot(cwd: Path, token: str, base_url: str, model_url: str, database: str | None = None) -> ChildProcess:
+    """bench/bare_bot.py committing twice a turn to `database` (a SQLite file, by default in `cwd`, or a postgresql:// URL)."""
+    env = child_env(
+        BARE_TELEGRAM_TOKEN=token,
+        BARE_TELEGRAM_BASE_URL=base_url,
+        BARE_LLM_BASE_URL=model_url,
+        BARE_DATABASE=database or str(cwd / "bare.db"),
+    )
     return ChildProcess("bare bot", [sys.executable, str(ROOT / "bench" / "bare_bot.py")], env, cwd)
 
 
