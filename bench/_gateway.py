@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -104,6 +105,11 @@ class ChildProcess:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS in /proc status")
+
+    def cpu_seconds(self) -> float:
+        """User and system time of the child so far, every thread (/proc/PID/stat, clock ticks)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     async def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, wait, kill if it hangs; returns the exit code. Safe to call twice."""

@@ -2301,4 +2301,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        await self._persist()  # the ledger's last marks, before the offset confirms them to Telegram",
         "        pass",
     ),
+    M(
+        "stream-row-in-flight-not-taken-over",
+        RELIABILITY,
+        "            await asyncio.shield(self._writing)  # the write goes on if the turn is cut off meanwhile",
+        "            pass",
+    ),
 )

@@ -54,6 +54,7 @@ class _Side:
         self.api = api
         self.child = child
         self.samples: list[float] = []
+        self.cpu_seconds = 0.0  # the child's user and system time over the timed turns
         self.turns = 0
         self.strays = 0
 
@@ -142,10 +143,15 @@ def _summary(companion: _Side, bare: _Side, before: _Side | None) -> dict:
         "bare_p90_ms": ms(percentile(b, 90)),
         "ratio_median": round(ratio(median(c), median(b)), 3),
         "ratio_p90": round(ratio(percentile(c, 90), percentile(b, 90)), 3),
+        # CPU time a turn (every thread of the child; clock ticks, so read over whole blocks): less
+        # moved by other work on the machine than the round trip, which waits for the CPU too.
+        "companion_cpu_ms_per_turn": ms(companion.cpu_seconds / len(c)),
+        "bare_cpu_ms_per_turn": ms(bare.cpu_seconds / len(b)),
     }
     if before is not None:
         result["before_median_ms"] = ms(median(before.samples))
         result["before_ratio_median"] = round(ratio(median(before.samples), median(b)), 3)
+        result["before_cpu_ms_per_turn"] = ms(before.cpu_seconds / len(before.samples))
     return result
 
 
@@ -194,7 +200,11 @@ async def _measure_on(
                     database = urls["bare"] if engine == "postgres" else None
                     child = bare_bot(cwd, token, api.base_url, model.base_url, database)
                 else:
-                    on_engine = {"COMPANION_DATABASE_URL": urls[key], "COMPANION_KEY_DIR": str(cwd / "keys")}
+                    on_engine = (
+                        {"COMPANION_DATABASE_URL": urls[key], "COMPANION_KEY_DIR": str(cwd / "keys")}
+                        if engine == "postgres"
+                        else {}
+                    )
                     child = gateway(
                         cwd,
                         tree=tree,
@@ -203,7 +213,7 @@ async def _measure_on(
                         COMPANION_TELEGRAM_BASE_URL=api.base_url,
                         COMPANION_LLM_BASE_URL=model.base_url,
                         COMPANION_ALLOWED_USERS=f"telegram:{CHAT}",
-                        **(on_engine if engine == "postgres" else {}),
+                        **on_engine,
                     )
                 sides.append(_Side(name, api, child, engine))
         try:
@@ -226,9 +236,11 @@ async def _measure_on(
             while done < turns:  # alternating blocks: load from elsewhere falls on every side alike
                 n = min(block, turns - done)
                 for side in sides:
+                    cpu = side.child.cpu_seconds()
                     for _ in range(n):
                         side.samples.append(await side.round_trip())
                         request_bytes[id(side)].append(len(model.raw_requests[-1]))
+                    side.cpu_seconds += side.child.cpu_seconds() - cpu
                 done += n
             elapsed = time.perf_counter() - started
             traced = {}
