@@ -312,15 +312,17 @@ def main() -> None:
     parser.add_argument("--engines", default=",".join(ENGINES), help="sqlite,postgres (the default) or one of them")
     parser.add_argument("--before", type=Path, help="a checkout (with its .venv) timed beside this one")
     parser.add_argument("--no-strace", action="store_true", help="skip the strace pass")
+    parser.add_argument("--block", type=int, default=20, help="turns a side in a row (1: every side in turn)")
     args = parser.parse_args()
     engines = tuple(e for e in args.engines.split(",") if e)
     unknown = set(engines) - set(ENGINES)
     if unknown:
         parser.error(f"unknown engines: {', '.join(sorted(unknown))}")
-    if args.no_strace and not args.quick:
-        result = asyncio.run(_measure(args.turns or 200, 40, 20, 0, engines, args.before))
+    if args.quick:
+        result = run(True, engines=engines, before=args.before, turns=args.turns)
     else:
-        result = run(args.quick, engines=engines, before=args.before, turns=args.turns)
+        trace = 0 if args.no_strace else 50
+        result = asyncio.run(_measure(args.turns or 200, 40, args.block, trace, engines, args.before))
     print(json.dumps(result, indent=1))
 
 
