@@ -505,8 +505,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "forget-private-deletes-nothing",
         PRIVACY,
-        '"DELETE FROM segments WHERE conversation_id = :c"',
-        '"DELETE FROM segments WHERE conversation_id = :c AND 0 = 1"',
+        '"DELETE FROM segments WHERE conversation_id = :c RETURNING id, key_id"',
+        '"DELETE FROM segments WHERE conversation_id = :c AND 0 = 1 RETURNING id, key_id"',
     ),
     M(
         "valve-opens-a-segment-without-the-guards-row-lock",  # PostgreSQL only: SQLite's BEGIN IMMEDIATE serialises
@@ -525,8 +525,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "crossing-confirmed-after-its-time",
         PRIVACY,
-        " FROM crossings WHERE segment_id = :s AND confirm_by >= :now ORDER BY id DESC LIMIT 1 RETURNING id",
-        " FROM crossings WHERE segment_id = :s ORDER BY id DESC LIMIT 1 RETURNING id",
+        '"SELECT destination FROM crossings WHERE segment_id = :s AND confirm_by >= :now"',
+        '"SELECT destination FROM crossings WHERE segment_id = :s AND CAST(:now AS DOUBLE PRECISION) IS NOT NULL"',
     ),
     M(
         "chat-merge-moves-a-row-onto-a-taken-unique-key",  # PostgreSQL only: SQLite's UPDATE OR IGNORE
@@ -822,8 +822,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "mirror-notice-outside-the-open-interval",
         PRIVACY,
-        'segment_id=segment.one["id"] if segment.one is not None else None,',
-        "segment_id=None,",
+        'in_segment = segment.one["id"] if segment.one is not None else None',
+        "in_segment = None",
     ),
     M(
         "outbox-due-picks-an-expired-interval",
@@ -2025,7 +2025,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            self.outbox.register_streamer(shown)",
         "            pass",
     ),
-    # --- crypto-shredding: sealing and the key folder (issue 31; not wired into an engine yet) ----------
+    # --- crypto-shredding: sealing and the key folder (issue 31) ---------------------------------------
     M(
         "sealing-nonce-reused",  # GCM under one key with a repeated nonce leaks the XOR of texts, and the key's tag
         PRIVACY,
@@ -2133,6 +2133,237 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                _sync_file(fd)",
         "                pass",
         within="KeyDir.create",
+    ),
+    # --- sealing wired: every private write sealed, every private read opened, keys first (issue 31) -----
+    M(
+        "seal-inbound-message-stored-plain",
+        PRIVACY,
+        'text, said = sealed(self._engine.sealer, segment_id, "messages.text", text), None',
+        "text, said = text, None",
+    ),
+    M(
+        "seal-private-said-kept",  # only mirrors read `said`; a private row's would be words in plain text
+        PRIVACY,
+        'text, said = sealed(self._engine.sealer, segment_id, "messages.text", text), None',
+        'text = sealed(self._engine.sealer, segment_id, "messages.text", text)',
+    ),
+    M(
+        "seal-private-answer-stored-plain",
+        PRIVACY,
+        'stored_text = sealed(self._engine.sealer, segment_id, "messages.text", stored_text)',
+        "stored_text = stored_text",
+    ),
+    M(
+        "seal-private-reply-delivery-plain",
+        PRIVACY,
+        'send_text = sealed(self._engine.sealer, segment_id, "deliveries.text", send_text)',
+        "send_text = send_text",
+    ),
+    M(
+        "seal-key-lost-reply-not-an-ended-interval",  # a turn's reply must end as its interval did, unwritten
+        RELIABILITY,
+        'raise IntervalEnded(f"segment {segment_id} has no key; its reply is not written") from exc',
+        "raise",
+    ),
+    M(
+        "seal-private-summary-plain",
+        PRIVACY,
+        '"text": sealed(sealer, segment_id, "summaries.text", summary.text),',
+        '"text": summary.text,',
+    ),
+    M(
+        "seal-private-pad-fact-plain",
+        PRIVACY,
+        '"fact": sealed(sealer, segment_id, "pad_entries.text", fact),',
+        '"fact": fact,',
+    ),
+    M(
+        "seal-private-pad-duplicate-check-dropped",
+        RELIABILITY,
+        "                if fact in known:\n                    continue\n",
+        "",
+    ),
+    M(
+        "seal-crossing-destination-plain",
+        PRIVACY,
+        '"destination": sealed(self._engine.sealer, segment_id, "crossings.destination", destination),',
+        '"destination": destination,',
+    ),
+    M(
+        "seal-confirmed-crossing-destination-left-sealed",
+        RELIABILITY,
+        '                else opened(self._engine.sealer, segment_id, "crossings.destination", row["destination"])',
+        '                else row["destination"]',
+    ),
+    M(
+        "seal-private-edit-same-words-edited",
+        RELIABILITY,
+        'if opened(sealer, segment_id, "messages.text", found.one["text"]) in (None, text):',
+        'if opened(sealer, segment_id, "messages.text", found.one["text"]) is None:',
+    ),
+    M(
+        "seal-private-edit-stored-plain",
+        PRIVACY,
+        'stored = sealed(sealer, segment_id, "messages.text", text)',
+        "stored = text",
+    ),
+    M(
+        "seal-appended-private-reply-plain",
+        PRIVACY,
+        'longer = sealed(sealer, segment_id, "deliveries.text", text + suffix)',
+        "longer = text + suffix",
+    ),
+    M(
+        "seal-cut-off-private-stream-plain",
+        PRIVACY,
+        'words = sealed(self._engine.sealer, row["segment_id"], "deliveries.text", text)',
+        "words = text",
+    ),
+    M(
+        "seal-view-shows-a-masked-row",  # a row whose key is gone shown as its sealed bytes
+        PRIVACY,
+        '                items.append(TimelineItem(r["id"], r["role"], text))',
+        '                items.append(TimelineItem(r["id"], r["role"], text))\n            else:\n                items.append(TimelineItem(r["id"], r["role"], r["text"]))',
+        within="_view_items",
+    ),
+    M(
+        "seal-private-pad-left-sealed",
+        PRIVACY,
+        '        text = opened(sealer, row["segment_id"], "pad_entries.text", row["text"])',
+        '        text = row["text"]',
+    ),
+    M(
+        "seal-quote-left-sealed",
+        RELIABILITY,
+        '            row["role"], row["kind"], opened(self._engine.sealer, row["segment_id"], "messages.text", row["text"])',
+        '            row["role"], row["kind"], row["text"]',
+    ),
+    M(
+        "seal-lost-keys-reply-picked",
+        PRIVACY,
+        '        if text is None and row["text"] is not None:\n            continue\n',
+        "",
+    ),
+    M(
+        "keys-segment-opens-without-a-key",
+        PRIVACY,
+        "        key_id = await sealer.create(expires_at)",
+        "        key_id = None",
+    ),
+    M(
+        "keys-unused-key-kept",
+        PRIVACY,
+        "            await sealer.shred([key_id])  # not used: a segment was open already (or none could open)",
+        "            pass",
+    ),
+    M(
+        "keys-failed-open-key-kept",
+        PRIVACY,
+        "                await sealer.shred([key_id])\n            raise",
+        "                pass\n            raise",
+    ),
+    M(
+        "keys-expiry-asks-the-database-first",  # expiry must hold while PostgreSQL is down
+        PRIVACY,
+        "            await sealer.expire(now)\n            (keyed,)",
+        "            (keyed,)",
+    ),
+    M(
+        "keys-expiry-spares-keys-the-database-names",
+        PRIVACY,
+        '            await sealer.shred(row["key_id"] for row in keyed.rows)',
+        "            pass",
+        within="ModeQueries.delete_expired_segments",
+    ),
+    M(
+        "keys-forget-private-deletes-rows-before-the-keys",
+        PRIVACY,
+        '            await sealer.shred(row["key_id"] for row in keyed.rows)',
+        "            pass",
+        within="LifetimeQueries.delete_segments_of",
+    ),
+    M(
+        "keys-not-reconciled-at-start",
+        PRIVACY,
+        "        await reconcile(self._engine, time.time() if now is None else now)",
+        "        pass",
+    ),
+    M(
+        "keys-orphans-kept",
+        PRIVACY,
+        "                orphan = name.key_id not in live and not self._written_since(name, spare_after)",
+        "                orphan = False",
+    ),
+    M(
+        "keys-orphan-grace-ignored",  # a key another process is about to name would be shredded under it
+        RELIABILITY,
+        "                orphan = name.key_id not in live and not self._written_since(name, spare_after)",
+        "                orphan = name.key_id not in live",
+    ),
+    M(
+        "keys-lost-key-interval-left-open",
+        PRIVACY,
+        '            if not sealer.has_key(row["id"]):',
+        "            if False:",
+    ),
+    M(
+        "keys-keyless-close-keeps-its-replies-pending",
+        PRIVACY,
+        "        *ending_shown(open_ones, params, now),\n",
+        "",
+    ),
+    M(
+        "keys-segments-not-bound-at-start",  # the private pad of earlier intervals would end at every restart
+        RELIABILITY,
+        '        engine.sealer.bind(row["id"], row["key_id"])',
+        "        pass",
+        within="bind_segments",
+    ),
+    M(
+        "keys-no-key-folder-still-opens-intervals",
+        PRIVACY,
+        "    async def create(self, expires_at: float | None) -> str | None:\n"
+        '        raise KeyLost("no key folder (COMPANION_KEY_DIR): private mode is unavailable")',
+        "    async def create(self, expires_at: float | None) -> str | None:\n        return None",
+    ),
+    M(
+        "pg-private-message-text-in-plain",
+        PRIVACY,
+        "ALTER TABLE messages ADD CONSTRAINT messages_private_text_sealed\n"
+        "    CHECK (segment_id IS NULL OR text ~ '^s1\\.[A-Za-z0-9_-]{38,}$');",
+        "ALTER TABLE messages ADD CONSTRAINT messages_private_text_sealed CHECK (true);",
+    ),
+    M(
+        "pg-private-said-kept",
+        PRIVACY,
+        "    CHECK (segment_id IS NULL OR said IS NULL);",
+        "    CHECK (true);",
+    ),
+    M(
+        "pg-private-summary-in-plain",
+        PRIVACY,
+        "ALTER TABLE summaries ADD CONSTRAINT summaries_private_text_sealed\n"
+        "    CHECK (segment_id IS NULL OR text ~ '^s1\\.[A-Za-z0-9_-]{38,}$');",
+        "ALTER TABLE summaries ADD CONSTRAINT summaries_private_text_sealed CHECK (true);",
+    ),
+    M(
+        "pg-private-pad-in-plain",
+        PRIVACY,
+        "ALTER TABLE pad_entries ADD CONSTRAINT pad_entries_private_text_sealed\n"
+        "    CHECK (segment_id IS NULL OR text ~ '^s1\\.[A-Za-z0-9_-]{38,}$');",
+        "ALTER TABLE pad_entries ADD CONSTRAINT pad_entries_private_text_sealed CHECK (true);",
+    ),
+    M(
+        "pg-private-delivery-in-plain",
+        PRIVACY,
+        "    CHECK (segment_id IS NULL OR text IS NULL OR text ~ '^s1\\.[A-Za-z0-9_-]{38,}$');",
+        "    CHECK (true);",
+    ),
+    M(
+        "pg-crossing-destination-in-plain",
+        PRIVACY,
+        "    CHECK (destination ~ '^s1\\.[A-Za-z0-9_-]{38,}$');",
+        "    CHECK (true);",
     ),
     # --- PostgreSQL (issue 31): its schema's wall, its engine, its start ----
     M(
@@ -2300,6 +2531,48 @@ MUTATIONS: tuple[Mutation, ...] = (
         RELIABILITY,
         "        await self._persist()  # the ledger's last marks, before the offset confirms them to Telegram",
         "        pass",
+    ),
+    M(
+        "postgres-instance-lock-is-the-file-lock",
+        RELIABILITY,
+        "    if settings.database_url is None:\n        return FileInstanceLock(",
+        "    if True:\n        return FileInstanceLock(",
+        also=("tests/bot/test_postgres_wire.py",),
+    ),
+    M(
+        "gateway-runs-on-after-losing-its-instance-lock",
+        RELIABILITY,
+        "    await lock.lost()\n",
+        "    await asyncio.Event().wait()\n",
+        also=("tests/bot/test_postgres_wire.py",),
+    ),
+    M(
+        "postgres-backup-not-refused",
+        PRIVACY,
+        "    if settings.database_url is not None:\n        raise ConfigError(BACKUP_ON_POSTGRES)",
+        "    if False:\n        raise ConfigError(BACKUP_ON_POSTGRES)",
+        also=("tests/bot/test_postgres_wire.py",),
+    ),
+    M(
+        "postgres-restore-keeps-web-sign-ins",
+        PRIVACY,
+        "        sign_ins = await stores.web.delete_every_sign_in()",
+        "        sign_ins = 0",
+        also=("tests/bot/test_postgres_wire.py",),
+    ),
+    M(
+        "postgres-restore-skips-expiry",
+        PRIVACY,
+        "        segments = await stores.modes.delete_expired_segments(now)",
+        "        segments = 0",
+        also=("tests/bot/test_postgres_wire.py",),
+    ),
+    M(
+        "postgres-restore-leaves-the-key-folder-unsettled",
+        PRIVACY,
+        "        keyless = (await stores.modes.reconcile_keys(now)).keyless",
+        "        keyless = 0",
+        also=("tests/bot/test_postgres_wire.py",),
     ),
     M(
         "stream-row-in-flight-not-taken-over",

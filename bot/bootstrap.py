@@ -13,12 +13,12 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from bot.instance import CHAT, RUN, InstanceLock
+from bot.instance import CHAT, RUN, DatabaseInstanceLock, FileInstanceLock, InstanceLock, Role, holding
 from bot.scheduler import Job
 from bot.settings import ConfigError, Settings
 from core.commands.services import CommandServices, CommandSettings
@@ -482,10 +482,8 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
     )
     metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
     counters: Metrics = metrics or NO_METRICS
-    from adapters.storage.stores import open_stores
-
     async with (
-        open_stores(settings.db_path) as stores,
+        open_settings_stores(settings) as stores,
         open_companion(settings, stores, chats | {"web"} if web else chats, metrics=counters, web=web) as companion,
     ):
         edge = edge_settings(settings)
@@ -533,34 +531,36 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
 async def run_terminal_chat(settings: Settings, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """`companion chat`: the terminal as a platform on the core's entry until end of input, then the
     work it started finishes (a summary fold) and today's capture runs (the gateway schedules it)."""
-    from adapters.storage.stores import open_stores
     from adapters.terminal import terminal_platform
 
     # Before the store opens: a second chat's start-up would close the first one's private segment.
-    with InstanceLock(settings.db_path, CHAT):
-        async with (
-            open_stores(settings.db_path) as stores,
-            open_companion(settings, stores, frozenset({"terminal"})) as companion,
-        ):
-            edge = edge_settings(settings)
-            entry = core_entry(companion, edge=edge)
-            terminal = terminal_platform(entry, edge, stdin=stdin, stdout=stdout)
-            entry.attach(terminal)  # it needs no connection: its answers print from the first line on
-            await terminal.intake.start()
-            await terminal.intake.wait_lost()  # the end of input
-            await terminal.intake.aclose()
-            await companion.drain()  # let a pending summary fold finish first
-            entry.detach(terminal)
-            await companion.capture.run_once()
+    async with (
+        holding(instance_lock(settings, CHAT)) as lock,
+        open_settings_stores(settings) as stores,
+        open_companion(settings, stores, frozenset({"terminal"})) as companion,
+    ):
+        edge = edge_settings(settings)
+        entry = core_entry(companion, edge=edge)
+        terminal = terminal_platform(entry, edge, stdin=stdin, stdout=stdout)
+        entry.attach(terminal)  # it needs no connection: its answers print from the first line on
+        await terminal.intake.start()
+        # The end of input; or the instance lock lost (PostgreSQL's connection dropped): a second chat may start.
+        ended = [asyncio.ensure_future(terminal.intake.wait_lost()), asyncio.ensure_future(lock.lost())]
+        await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in ended:
+            waiter.cancel()
+        await asyncio.gather(*ended, return_exceptions=True)
+        await terminal.intake.aclose()
+        await companion.drain()  # let a pending summary fold finish first
+        entry.detach(terminal)
+        await companion.capture.run_once()
     return 0
 
 
 async def report(settings: Settings) -> str:
     """`companion report`: the structural report of normal turns and deliveries (counts, errors,
     latencies; no text)."""
-    from adapters.storage.stores import open_stores
-
-    async with open_stores(settings.db_path) as stores:
+    async with open_settings_stores(settings) as stores:
         rows = await stores.memory.report_rows()
         rows.update(await stores.outbox.report(time.time()))
         rows.update(await stores.proactive.report())
@@ -575,7 +575,6 @@ async def issue_web_login(settings: Settings, url: str | None) -> tuple[str, flo
     Raises:
         ConfigError: the HTTP service is off, or `url` is not an address alone.
     """
-    from adapters.storage.stores import open_stores
     from adapters.web.auth import CODE_SECONDS, issue_login_code
     from adapters.web.hosts import AllowedHosts
 
@@ -590,7 +589,7 @@ async def issue_web_login(settings: Settings, url: str | None) -> tuple[str, flo
         if is_wildcard(host):  # listening everywhere: a name it answers to
             host = AllowedHosts.parse(settings.http_allowed_host_set).first
         base = f"http://{f'[{host}]' if ':' in host else host}:{settings.http_port}"
-    async with open_stores(settings.db_path) as stores:
+    async with open_settings_stores(settings) as stores:
         code = await issue_login_code(stores.web, time.time())
     # The code goes after `#`: a browser never sends the fragment, so no server log, proxy or Referer sees it.
     return f"{base}/login#{code}", CODE_SECONDS
@@ -598,16 +597,54 @@ async def issue_web_login(settings: Settings, url: str | None) -> tuple[str, flo
 
 def backup(settings: Settings, path: Path, *, folder: bool) -> BackupResult:
     """`companion backup`: a snapshot without any private row, old backups pruned (into the folder
-    `path` when `folder`, else the file `path`)."""
+    `path` when `folder`, else the file `path`).
+
+    Raises:
+        ConfigError: on PostgreSQL, whose backups are the operator's own (one line saying where to read how).
+    """
     from adapters.storage.backup import backup as write_backup
 
+    if settings.database_url is not None:
+        raise ConfigError(BACKUP_ON_POSTGRES)
     return write_backup(settings.db_path, path, folder=folder, retention_days=settings.backup_retention_days)
 
 
-def restore(settings: Settings, path: Path) -> None:
+BACKUP_ON_POSTGRES = (
+    "companion backup is for the SQLite file; on PostgreSQL (COMPANION_DATABASE_URL) use the server's own base "
+    "backups, WAL archives or pg_dump, and never put COMPANION_KEY_DIR in them (docs/operations.md, Backups on PostgreSQL)"
+)
+RESTORE_ON_POSTGRES = (
+    "companion restore PATH is for the SQLite file; on PostgreSQL restore your own backup with the gateway "
+    "stopped, then run `companion restore` without a PATH (docs/operations.md, Backups on PostgreSQL)"
+)
+RESTORE_NEEDS_PATH = "companion restore: name the backup file to restore (PATH)"
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What `companion restore` did on PostgreSQL: counts only."""
+
+    sign_ins: int
+    segments: int
+    artifacts: int
+    keyless: int  # intervals whose key is not in COMPANION_KEY_DIR: masked (an open one closed `key_lost`)
+
+
+def restore(settings: Settings, path: Path | None) -> Restored | None:
     """`companion restore`: replace the database with a backup, then bring it to this code's schema
     (private rows dropped and expiry applied). Nothing may serve from the database meanwhile: it
-    takes both roles' locks."""
+    takes both roles' locks. On PostgreSQL (no `path`: the operator restored their own backup) it
+    makes what was restored safe to serve from (`restore_postgres`).
+
+    Raises:
+        ConfigError: a `path` on PostgreSQL, or none on SQLite.
+    """
+    if settings.database_url is not None:
+        if path is not None:
+            raise ConfigError(RESTORE_ON_POSTGRES)
+        return asyncio.run(restore_postgres(settings))
+    if path is None:
+        raise ConfigError(RESTORE_NEEDS_PATH)
     from adapters.storage.backup import restore as restore_backup
 
     with (
@@ -616,10 +653,59 @@ def restore(settings: Settings, path: Path) -> None:
     ):
         restore_backup(path, settings.db_path)
         asyncio.run(_apply_migrations(settings))
+    return None
+
+
+async def restore_postgres(settings: Settings) -> Restored:
+    """After the operator restored their own backup of the PostgreSQL database, with both instance locks held:
+    the migrations applied, every web sign-in (sessions and codes) deleted, and expiry applied again through the
+    sweep's own queries (crossing artifacts, then the private intervals whose expiry passed while the backup lay
+    about, with everything hanging off them); then the key folder settled with the segments left (ModeQueries
+    `reconcile_keys`, the start-up step of the interval keys)."""
+    now = time.time()
+    async with (
+        holding(instance_lock(settings, RUN, purpose="restore")),
+        holding(instance_lock(settings, CHAT, purpose="restore")),
+        open_settings_stores(settings) as stores,
+    ):
+        sign_ins = await stores.web.delete_every_sign_in()
+        artifacts = await stores.lifetime.delete_expired_artifacts(now)
+        segments = await stores.modes.delete_expired_segments(now)
+        # The key folder settled with the intervals left: orphan keys shredded, keyless intervals masked.
+        keyless = (await stores.modes.reconcile_keys(now)).keyless
+    log.info(
+        "restore: %d sign-ins, %d expired segments, %d expired artifacts deleted; %d keyless intervals masked",
+        sign_ins,
+        segments,
+        artifacts,
+        keyless,
+    )
+    return Restored(sign_ins, segments, artifacts, keyless)
 
 
 async def _apply_migrations(settings: Settings) -> None:
+    async with open_settings_stores(settings):
+        pass
+
+
+# --- the engine the settings choose -------------------------------------------------------------
+
+
+def open_settings_stores(settings: Settings) -> AbstractAsyncContextManager[Stores]:
+    """The stores on the database the settings choose: PostgreSQL at COMPANION_DATABASE_URL (its keys in
+    COMPANION_KEY_DIR) when set, else the SQLite file at COMPANION_DB_PATH; opened and migrated, closed after."""
     from adapters.storage.stores import open_stores
 
-    async with open_stores(settings.db_path):
-        pass
+    url = settings.database_url.get_secret_value() if settings.database_url is not None else None
+    return open_stores(settings.db_path, url=url, key_dir=settings.key_dir)
+
+
+def instance_lock(settings: Settings, role: Role, *, purpose: str | None = None) -> DatabaseInstanceLock:
+    """One process of `role` (RUN, CHAT) per database, not taken yet: the lock file beside the SQLite file, or
+    PostgreSQL's advisory lock (held on a connection of its own; `lost` completes if that connection drops).
+    `purpose`: the command taking the role's lock when it is not the role's own (`restore`)."""
+    if settings.database_url is None:
+        return FileInstanceLock(settings.db_path, role, purpose=purpose)
+    from adapters.storage.postgres.instance import AdvisoryInstanceLock
+
+    return AdvisoryInstanceLock(settings.database_url.get_secret_value(), role, purpose=purpose)

@@ -19,8 +19,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("run", help="run the gateway: every configured platform adapter and the scheduler")
     backup = sub.add_parser("backup", help="write a snapshot without any private row; prune old backups")
     backup.add_argument("path", help="a folder (recommended; ends with / or exists) or a file name")
-    restore = sub.add_parser("restore", help="replace the database with a backup (stop the gateway first)")
-    restore.add_argument("path")
+    restore = sub.add_parser(
+        "restore",
+        help="replace the database with a backup (stop the gateway first); on PostgreSQL, no PATH: run it after "
+        "restoring your own backup",
+    )
+    restore.add_argument("path", nargs="?")
     sub.add_parser("report", help="print the structural report of normal turns (counts, errors, latencies; no text)")
     web_login = sub.add_parser(
         "web-login", help="print a one-time sign-in link for the web (valid 10 minutes, works once)"
@@ -62,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_doctor(settings))
     configure_logging(settings.log_level)
     try:
-        # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
-        _check_db_path(settings.db_path, must_be_sqlite=args.command != "restore")
+        if settings.database_url is None:  # on PostgreSQL the SQLite path is not used
+            # Before any lock file, folder or journal is created: a bad path changes nothing on disk.
+            _check_db_path(settings.db_path, must_be_sqlite=args.command != "restore")
         if args.command == "chat":
             from bot.bootstrap import run_terminal_chat
 
@@ -122,9 +127,18 @@ def _check_db_path(path: Path, *, must_be_sqlite: bool) -> None:
         raise ConfigError(f"COMPANION_DB_PATH: the folder {folder} is not writable")
 
 
-def _backup_or_restore(settings, command: str, where: str) -> int:
+def _backup_or_restore(settings, command: str, where: str | None) -> int:
     from bot.bootstrap import backup, restore
 
+    if where is None:  # `restore` alone may leave out PATH (PostgreSQL; on SQLite it says what is missing)
+        restored = restore(settings, None)
+        if restored is not None:
+            print(
+                f"made the restored database ready: {restored.sign_ins} web sign-ins, {restored.segments} expired "
+                f"private intervals and {restored.artifacts} expired artifacts deleted; {restored.keyless} intervals "
+                "without their key masked"
+            )
+        return 0
     path = Path(where)
     if command == "backup":
         folder = where.endswith(("/", "\\")) or path.is_dir() or not path.suffix

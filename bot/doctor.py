@@ -7,12 +7,14 @@ line marked -- is not configured or only worth knowing; it does not count as a p
 
 It never prints a token, an API key, the passphrase hash, a message, a memory or anything a model
 wrote (the probes keep none of it, and `render` withholds any configured secret all the same), and
-it never writes: the database is opened read-only and no lock is taken.
+it never writes: the database is opened read-only and no lock is taken (on PostgreSQL, a read-only
+transaction; who holds the instance lock is read from `pg_locks`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +25,10 @@ from bot.settings import ConfigError, Settings
 if TYPE_CHECKING:
     from adapters.llm.probe import ModelServerProbe
     from adapters.probes import Finding
+    from adapters.storage.postgres.inspection import PostgresFacts
 
 OK, FAIL, INFO = "OK", "FAIL", "--"
+WARN = "WARN"  # worth changing, but it works as it is: not counted as a problem
 WITHHELD = "[withheld]"
 NO_TOOLS_MEMORY = "memory then works through /remember, /recall and /forget"
 
@@ -80,7 +84,10 @@ async def diagnose(settings: Settings, *, check_path: Callable[..., None]) -> Re
         _model_section(settings), _speech_section(settings), _telegram_section(settings), _discord_section(settings)
     )
     report = [s for s in sections if s is not None]
-    report.append(_database_section(settings, check_path))
+    if settings.database_url is not None:
+        report.append(await _postgres_section(settings))
+    else:
+        report.append(_database_section(settings, check_path))
     report.append(_settings_section(settings))
     return Report(report, _secrets(settings))
 
@@ -365,6 +372,80 @@ def _database_section(settings: Settings, check_path: Callable[..., None]) -> Se
     return section
 
 
+async def _postgres_section(settings: Settings) -> Section:
+    """COMPANION_DATABASE_URL's database, read-only, and the key folder beside it (COMPANION_KEY_DIR)."""
+    from adapters.storage.keys import FAIL as KEY_FAIL
+    from adapters.storage.keys import OK as KEY_OK
+    from adapters.storage.keys import WARN as KEY_WARN
+    from adapters.storage.keys import check_key_dir
+    from adapters.storage.postgres.errors import mask
+    from adapters.storage.postgres.inspection import inspect_postgres
+    from core.values.errors import StoreError
+
+    url = settings.database_url.get_secret_value() if settings.database_url is not None else ""
+    try:
+        facts = await inspect_postgres(url)
+    except StoreError as exc:  # the URL itself (settings checked its shape; the engine's parser is stricter)
+        section = Section("database COMPANION_DATABASE_URL")
+        section.add(FAIL, str(exc))
+        return section
+    section = Section(f"database {mask(url)} (PostgreSQL)")
+    if facts.problem:
+        section.add(FAIL, facts.problem)
+    else:
+        _postgres_lines(facts, section)
+    try:
+        import cryptography  # noqa: F401 - the sealing of private intervals needs it (the `postgres` extra)
+    except ImportError:
+        section.add(
+            FAIL,
+            "the cryptography package is missing, so the store cannot seal private intervals and will not start: "
+            "pip install 'companion[postgres]'",
+        )
+    levels = {KEY_OK: OK, KEY_FAIL: FAIL, KEY_WARN: WARN}
+    for check in check_key_dir(settings.key_dir, data_directory=facts.data_directory):
+        section.add(levels.get(check.level, INFO), f"COMPANION_KEY_DIR {check.text}")
+    return section
+
+
+def _postgres_lines(facts: PostgresFacts, section: Section) -> None:
+    where = f"{facts.target.where}/{facts.target.database}"
+    section.add(OK, f"reachable at {where}, PostgreSQL {facts.version}")
+    if not facts.migrations_readable:
+        section.add(INFO, f"migrations: user {facts.target.user} may not read schema_migrations (see below)")
+    elif facts.unknown:
+        section.add(
+            FAIL,
+            f"written by a newer companion (migration {facts.unknown[-1]}): upgrade companion, or restore a backup "
+            "made by this version",
+        )
+    elif facts.pending:
+        n = len(facts.pending)
+        section.add(OK, f"{n} migration{'s' if n != 1 else ''} to apply at the next start")
+        if not facts.may_create:
+            user = facts.target.user
+            section.add(
+                FAIL,
+                f"user {user} may not create tables in schema public, so the migrations cannot run: "
+                f"GRANT CREATE ON SCHEMA public TO {user}",
+            )
+    else:
+        section.add(OK, f"{facts.applied} migration{'s' if facts.applied != 1 else ''} current")
+    if facts.missing_rights:
+        names = ", ".join(facts.missing_rights[:5]) + (", ..." if len(facts.missing_rights) > 5 else "")
+        section.add(
+            FAIL,
+            f"user {facts.target.user} lacks rights on {len(facts.missing_rights)} of the companion's tables and "
+            f"sequences ({names}): GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public, and USAGE "
+            f"ON ALL SEQUENCES IN SCHEMA public, TO {facts.target.user}",
+        )
+    for role in ("run", "chat"):
+        if role in facts.holders:
+            section.add(INFO, f"a companion {role} holds this database{facts.holders[role]}")
+    intervals = facts.open_private_intervals
+    section.add(INFO, f"{intervals} private interval{'s' if intervals != 1 else ''} open")
+
+
 def _size(size: int) -> str:
     if size < 1024:
         return f"{size} bytes"
@@ -422,6 +503,12 @@ def _settings_section(settings: Settings) -> Section:
 def _secrets(settings: Settings) -> tuple[str, ...]:
     values = [settings.telegram_token, settings.discord_token, settings.llm_api_key, settings.stt_api_key]
     found = [v.get_secret_value() for v in values if v is not None]
+    if settings.database_url is not None:
+        from urllib.parse import unquote, urlsplit
+
+        with contextlib.suppress(ValueError):  # the URL's password, as written and decoded
+            password = urlsplit(settings.database_url.get_secret_value()).password
+            found += [password, unquote(password)] if password else []
     if settings.private_passphrase_hash:
         found.append(settings.private_passphrase_hash)
     return tuple(sorted((s for s in found if len(s) >= 4), key=len, reverse=True))

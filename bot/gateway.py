@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
-from bot.bootstrap import Assembly, open_gateway
-from bot.instance import RUN, InstanceLock
+from bot.bootstrap import Assembly, instance_lock, open_gateway
+from bot.instance import RUN, DatabaseInstanceLock, holding
 from bot.scheduler import SchedulerService
 from bot.settings import Settings
 from core.ports.chat import BaseIntake
@@ -32,8 +32,9 @@ WEB_ALONE = "no chat platform is configured: serving the web chat alone at %s (s
 
 
 async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> int:
-    """Run until the stop signal, or until an adapter's `wait_lost()` or the scheduler's
-    `wait_failed()` ends, whichever comes first; everything is closed in reverse order.
+    """Run until the stop signal, or until an adapter's `wait_lost()`, the scheduler's
+    `wait_failed()` or the instance lock's `lost()` (PostgreSQL's, its connection dropped) ends,
+    whichever comes first; everything is closed in reverse order.
 
     With COMPANION_HTTP_PORT on, the HTTP service (sign-in, probes, metrics, the web chat) listens
     before the platforms start and closes after them; with no platform configured it serves alone.
@@ -41,7 +42,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     Returns:
         The exit code: 0 stopped by a signal; 2 a platform refused the configuration while
         running (a token rejected: fixed by a person, as at start-up); 1 a platform connection
-        lost for good or the schedule failed, for the supervisor (Docker, systemd) to start the
+        lost for good, the schedule failed or the instance lock lost, for the supervisor (Docker, systemd) to start the
         process again. The 1 and 2 cases print one line on stderr.
     """
     web = settings.http_port is not None
@@ -61,7 +62,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
 
     async with AsyncExitStack() as stack:
         # Before the store opens: a second gateway would answer every message again.
-        stack.enter_context(InstanceLock(settings.db_path, RUN))
+        lock = await stack.enter_async_context(holding(instance_lock(settings, RUN)))
         gateway = await stack.enter_async_context(open_gateway(settings, on_fatal))
         scheduler = SchedulerService(gateway.jobs, stop_grace=settings.stop_grace)
         await scheduler.start()
@@ -88,6 +89,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         # Watched from here on: a connection lost while the rest starts is seen as soon as this waits.
         watches = [asyncio.create_task(intake.wait_lost(), name=f"watch-{intake.name}") for intake in intakes]
         watches.append(asyncio.create_task(_scheduler_failure(scheduler), name="watch-scheduler"))
+        watches.append(asyncio.create_task(_lock_lost(lock), name="watch-instance-lock"))
         tasks.extend(watches)
         # Turns the last process died in, answered now that replies can be sent; what it left, sent.
         tasks.append(gateway.answer_what_was_left())
@@ -130,6 +132,13 @@ async def _stop(settings: Settings, gateway: Assembly, scheduler: SchedulerServi
 
 async def _scheduler_failure(scheduler: SchedulerService) -> str:
     return f"scheduler: {await scheduler.wait_failed()}"
+
+
+async def _lock_lost(lock: DatabaseInstanceLock) -> str:
+    # Without the lock a second gateway could start and answer every message again: stop, and let the next
+    # start apply crash semantics (PostgreSQL restarted, or the lock's connection ended).
+    await lock.lost()
+    return "the database connection holding the instance lock dropped (PostgreSQL restarted?)"
 
 
 async def _first_loss(watches: list[asyncio.Task[str]], stop: asyncio.Event) -> str | None:

@@ -1,12 +1,16 @@
-"""One process per database and role: an exclusive `flock` on a lock file beside the database."""
+"""One process per database and role: an exclusive `flock` on a lock file beside an SQLite database (the
+engine's advisory lock on PostgreSQL, chosen by bot/bootstrap.py `instance_lock`), behind one shape."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import TracebackType
+from typing import Final, Literal, Protocol
 
 from core.values.errors import CompanionError
 
@@ -17,8 +21,33 @@ except ImportError:  # not POSIX; every host we support (and the Dockerfile's) i
 
 log = logging.getLogger(__name__)
 
-RUN = "run"  # `companion run`: the gateway, serving every configured platform
-CHAT = "chat"  # `companion chat`: the terminal only, so it may run beside the gateway
+Role = Literal["run", "chat"]
+RUN: Final = "run"  # `companion run`: the gateway, serving every configured platform
+CHAT: Final = "chat"  # `companion chat`: the terminal only, so it may run beside the gateway
+
+
+class DatabaseInstanceLock(Protocol):
+    """One process per database and role, whatever the engine: `FileInstanceLock` beside an SQLite file,
+    adapters/storage/postgres/instance.py's `AdvisoryInstanceLock` on PostgreSQL."""
+
+    async def acquire(self) -> None:
+        """Take it, or raise a CompanionError of one line naming the holder (safe to call twice)."""
+
+    async def lost(self) -> None:
+        """Completes when the lock was lost while held: the process must stop (never for a file lock)."""
+
+    async def aclose(self) -> None:
+        """Release it; safe to call twice."""
+
+
+@contextlib.asynccontextmanager
+async def holding(lock: DatabaseInstanceLock) -> AsyncIterator[DatabaseInstanceLock]:
+    """`lock` taken for the length of the block, released after it (also on failure)."""
+    await lock.acquire()
+    try:
+        yield lock
+    finally:
+        await lock.aclose()
 
 
 class InstanceLockError(CompanionError):
@@ -106,6 +135,23 @@ class InstanceLock:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.release()
+
+
+class FileInstanceLock:
+    """`InstanceLock` in the shape of `DatabaseInstanceLock`: the kernel keeps a `flock` for as long as the
+    process lives, so it is never lost while held."""
+
+    def __init__(self, db_path: str | os.PathLike[str], role: str, *, purpose: str | None = None) -> None:
+        self._lock = InstanceLock(db_path, role, purpose=purpose)
+
+    async def acquire(self) -> None:
+        self._lock.acquire()
+
+    async def lost(self) -> None:
+        await asyncio.Event().wait()
+
+    async def aclose(self) -> None:
+        self._lock.release()
 
 
 def _read_pid(fd: int) -> int | None:

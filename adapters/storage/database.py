@@ -17,7 +17,9 @@ from typing import Any
 
 import aiosqlite
 
+from adapters.storage.intervals import bind_segments
 from adapters.storage.migrate import migrate
+from adapters.storage.sealing import Sealer
 from adapters.storage.sqlite_engine import SqliteEngine, on_thread
 from core.values.errors import StoreError
 
@@ -47,7 +49,9 @@ class Database:
       reads (the valve's mode read above all) never queue behind that wait.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_seconds: float = BUSY_SECONDS) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_seconds: float = BUSY_SECONDS, sealer: Sealer | None = None
+    ) -> None:
         self.path = Path(path)
         self.busy_seconds = busy_seconds
         self.lock = asyncio.Lock()
@@ -57,7 +61,8 @@ class Database:
         self._read_lock = asyncio.Lock()
         self.busy_step = BUSY_STEP
         # The engine of adapters/storage/engine.py over these connections: one trip a read or a write.
-        self.engine = SqliteEngine(self)
+        # `sealer`: Plaintext unless given (the contract suites also run IntervalKeys over SQLite).
+        self.engine = SqliteEngine(self, sealer)
 
     @property
     def in_memory(self) -> bool:
@@ -98,6 +103,7 @@ class Database:
             raise
         self._writer = db
         self.engine.attach(db, self._reader)
+        await bind_segments(self.engine)  # no-op on Plaintext
 
     async def _open_reader(self) -> aiosqlite.Connection:
         # Opened (and closed) on its aiosqlite thread, read from the event loop's (SqliteEngine.read).

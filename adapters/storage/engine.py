@@ -11,7 +11,8 @@ them to a `Database`:
 
 A statement may use the id an earlier statement of the same write inserted: pass `Ref(i)` as a parameter
 value (the engine binds it server-side, so the write stays one trip). Nothing here imports a driver: the
-SQLite engine and the PostgreSQL engine (adapters/storage/postgres/) each implement `Database`.
+SQLite engine and the PostgreSQL engine (adapters/storage/postgres/) each implement `Database`, each
+with the `Sealer` the query classes pass a private row's words through.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
+
+from adapters.storage.sealing import Sealer
 
 Row = Mapping[str, Any]
 
@@ -107,6 +110,9 @@ class Database(Protocol):
 
     dialect: Dialect
     counters: Counters
+    # The private rows' words pass through it on every write and read (adapters/storage/sealing.py):
+    # `Plaintext` on SQLite by default, `IntervalKeys` on PostgreSQL, which never receives a private word.
+    sealer: Sealer
 
     async def read(self, *statements: Statement) -> list[Result]:
         """Run `statements` in one trip and one snapshot; return a `Result` each, in order."""

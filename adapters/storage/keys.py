@@ -1,6 +1,8 @@
 """The interval keys' folder (`COMPANION_KEY_DIR`): one file a key, made durable, shredded in place, expired by name.
 
-Not wired yet: no engine creates or shreds keys today (issue 31, chunk D). A key never reaches the
+PostgreSQL's engine seals with these keys (adapters/storage/sealing.py `IntervalKeys`); the query classes
+make one at each interval's open and shred it at its expiry or `/forget private`, before its rows, and
+start-up reconciles the folder with the segments (adapters/storage/intervals.py). A key never reaches the
 database: it lives in this folder and, once read, in the process's memory. Its file is
 `<key_id>.<expires_at|never>.key`, 32 random bytes, mode 0600, in a folder of mode 0700; the name carries
 the interval's expiry, so expiry shreds keys without asking the database (it holds while the database is
@@ -140,23 +142,33 @@ class KeyDir:
                 name for name in self._names() if name.expires_at is not None and name.expires_at <= now
             )
 
-    def reconcile(self, live: Collection[str]) -> set[str]:
+    def reconcile(self, live: Collection[str], *, spare_after: float | None = None) -> set[str]:
         """Settle the folder with the key ids of the segments that exist (`live`), at start, before any
         interval opens: shred every key no segment names (an orphan: a crash came between the key's creation
         and its segment's commit, or the segment went without it) and every file that holds no whole key.
+        With `spare_after` (a wall-clock time), a key written at or after it is no orphan yet: another
+        process on the same database may be about to commit its segment.
         Returns the live key ids left without a key (a crash between a shred and its rows' deletion, a lost
-        folder): the caller masks and deletes their segments."""
+        folder): the caller masks their segments."""
         with self._lock:
             names = self._names()
             copies = collections.Counter(name.key_id for name in names)
             doomed: list[KeyName] = []
             for name in names:
-                orphan = name.key_id not in live
+                orphan = name.key_id not in live and not self._written_since(name, spare_after)
                 if orphan or copies[name.key_id] > 1 or not self._load(name):
                     doomed.append(name)
             self._shred_all(doomed)
             kept = {name.key_id for name in names} - {name.key_id for name in doomed}
             return set(live) - kept
+
+    def _written_since(self, name: KeyName, since: float | None) -> bool:
+        if since is None:
+            return False
+        try:
+            return os.stat(self.path / name.file, follow_symlinks=False).st_mtime >= since
+        except OSError:
+            return False
 
     def _load(self, name: KeyName) -> bool:
         key = _read_key(self.path / name.file)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import aiosqlite
 
 from adapters.storage.engine import Database, Fetch, Row, Statement
+from adapters.storage.intervals import KEY_LOST, ORPHAN_GRACE, Reconciled
 from adapters.storage.outbox import ending_shown
 from adapters.storage.privacy import Checkpoints, owing_checkpoint
 from core.values.errors import StoreError
 from core.values.model import Segment
+
+log = logging.getLogger(__name__)
 
 SEGMENT_COLUMNS = (
     "id, conversation_id, anchor_message_id, started_at, last_activity_at, ended_at, end_reason, expires_at"
@@ -40,18 +46,27 @@ class ModeQueries:
     async def open_segment(self, conversation_id: int, now: float, expires_at: float | None) -> Segment:
         """The conversation's open segment, opened now unless one is open already: one write. On PostgreSQL
         the conversation's row is locked first, the lock the guard of lasting writes takes (guard.py), so no
-        segment opens between a guarded write's check and its commit."""
-        params = {"c": conversation_id, "now": now, "expires": expires_at}
+        segment opens between a guarded write's check and its commit.
+
+        With a sealer that keeps keys, the interval's key is made durable first and the segment row names
+        it (`key_id`): a crash between the two leaves an orphan key, shredded at the next start; a key made
+        for nothing (a segment was open already) is shredded at once.
+
+        Raises:
+            KeyLost: no key can be made (PostgreSQL without a key folder): nothing opens."""
+        sealer = self._engine.sealer
+        key_id = await sealer.create(expires_at)
+        params = {"c": conversation_id, "now": now, "expires": expires_at, "key": key_id}
         statements = [
             Statement(
-                "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, expires_at)"
-                " SELECT :c, coalesce((SELECT max(id) FROM messages WHERE conversation_id = :c), 0), :now, :now,"
-                " CAST(:expires AS DOUBLE PRECISION) WHERE NOT EXISTS"
+                "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, expires_at,"
+                " key_id) SELECT :c, coalesce((SELECT max(id) FROM messages WHERE conversation_id = :c), 0), :now,"
+                " :now, CAST(:expires AS DOUBLE PRECISION), CAST(:key AS TEXT) WHERE NOT EXISTS"
                 " (SELECT 1 FROM segments WHERE conversation_id = :c AND ended_at IS NULL)",
                 params,
             ),
             Statement(
-                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
+                f"SELECT {SEGMENT_COLUMNS}, key_id FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
                 " ORDER BY id DESC LIMIT 1",
                 params,
                 Fetch.ONE,
@@ -60,22 +75,42 @@ class ModeQueries:
         if self._engine.dialect.for_update:
             lock = f"SELECT id FROM conversations WHERE id = :c{self._engine.dialect.for_update}"
             statements.insert(0, Statement(lock, params))
-        results = await self._engine.write(*statements)
+        try:
+            results = await self._engine.write(*statements)
+        except BaseException:
+            if key_id is not None:
+                await sealer.shred([key_id])
+            raise
         row = results[-1].one
+        if key_id is not None and (row is None or row["key_id"] != key_id):
+            await sealer.shred([key_id])  # not used: a segment was open already (or none could open)
         if row is None:  # the INSERT's foreign key refuses a conversation that does not exist
             raise StoreError(f"conversation {conversation_id} has no open segment after opening one")
+        sealer.bind(row["id"], row["key_id"])
         return segment_of_row(row)
 
     async def open_segment_of(self, conversation_id: int) -> Segment | None:
+        """The conversation's open segment. One whose key is gone fails closed: it is closed now
+        (`key_lost`, its replies not sent yet settled unsent) and the conversation reads as normal mode."""
         (result,) = await self._engine.read(
             Statement(
-                f"SELECT {SEGMENT_COLUMNS} FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
+                f"SELECT {SEGMENT_COLUMNS}, key_id FROM segments WHERE conversation_id = :c AND ended_at IS NULL"
                 " ORDER BY id DESC LIMIT 1",
                 {"c": conversation_id},
                 Fetch.ONE,
             )
         )
-        return segment_of_row(result.one) if result.one else None
+        row = result.one
+        if row is None:
+            return None
+        sealer = self._engine.sealer
+        if sealer.keyed:
+            sealer.bind(row["id"], row["key_id"])
+            if not sealer.has_key(row["id"]):
+                # Closed at its last activity, as a restart closes one at the end of its record.
+                await close_keyless(self._engine, [row["id"]], row["last_activity_at"])
+                return None
+        return segment_of_row(row)
 
     # Each end of an interval settles, in the same write, the replies of the interval not sent yet
     # (`ending_shown`): nothing more of it goes out, and what it showed is edited once into a constant.
@@ -112,7 +147,11 @@ class ModeQueries:
         end of its stored record (its newest message, or its start when it holds none). Nothing
         after the restart falls inside it; `now` is kept as the segment's `restart_at`, so a
         message sent before it that arrives later is known to belong to it. Returns the
-        conversations whose segment was closed."""
+        conversations whose segment was closed.
+
+        First, the interval keys' start-up step (`reconcile_keys`): orphan keys shredded, intervals
+        without their key masked (an open one closed `key_lost`, its replies settled unsent)."""
+        await reconcile(self._engine, time.time() if now is None else now)
         params: dict[str, object] = {f"p{n}": platform for n, platform in enumerate(sorted(platforms or ()))}
         scope = (
             ""
@@ -172,20 +211,46 @@ class ModeQueries:
         """Delete every segment whose expiry has passed; the foreign keys remove what hangs off it
         (messages, summaries, pad entries, tool operations, pending crossings). On SQLite a checkpoint
         leaves none of it in the WAL (or, blocked by a reader, is owed and finished by the next
-        deletion, sweep or start)."""
+        deletion, sweep or start).
+
+        Keys first, rows after: every key whose file name says its interval expired is shredded before
+        the database is asked anything (so expiry holds while it is down), then the keys of the expired
+        segments it names, then their rows."""
+        sealer = self._engine.sealer
         expired = "SELECT id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now"
         params = {"now": now}
+        if sealer.keyed:
+            await sealer.expire(now)
+            (keyed,) = await self._engine.read(
+                Statement(
+                    "SELECT key_id FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now"
+                    " AND key_id IS NOT NULL",
+                    params,
+                    Fetch.ALL,
+                )
+            )
+            await sealer.shred(row["key_id"] for row in keyed.rows)
         owed = () if self._checkpoints is None else (owing_checkpoint(expired, params),)
         results = await self._engine.write(
             *ending_shown(expired, params, now),
             *owed,
             Statement(
-                "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now", params, Fetch.ROWCOUNT
+                "DELETE FROM segments WHERE expires_at IS NOT NULL AND expires_at <= :now RETURNING id",
+                params,
+                Fetch.ALL,
             ),
         )
+        for row in results[-1].rows:
+            sealer.unbind(row["id"])
         if self._checkpoints is not None:
             await self._checkpoints.finish_owed()
-        return results[-1].rowcount
+        return len(results[-1].rows)
+
+    async def reconcile_keys(self, now: float) -> Reconciled:
+        """The start-up step of the interval keys (`reconcile` below), before any
+        interval opens. `close_crash_open_segments` runs it at every start; call it alone where no start-up
+        recovery runs (after `companion restore`). No-op with a sealer without keys (SQLite's plain text)."""
+        return await reconcile(self._engine, now)
 
     # --- adapter state (offsets, cursors) -----------------------------------
 
@@ -206,6 +271,54 @@ class ModeQueries:
             ),
             durable=False,
         )
+
+
+# --- the interval keys at start, and failing closed ---------------------------------------------------
+
+
+async def reconcile(engine: Database, now: float, *, grace: float = ORPHAN_GRACE) -> Reconciled:
+    """At start, before any interval opens and while no other process writes (after the instance lock):
+    settle the key folder with the segments both ways. Every key no segment names is shredded (an orphan:
+    a crash between a key's creation and its segment's commit, or after a deletion's shred); a segment left
+    without its key (a lost or restored-elsewhere key folder, a crash between a shred and the deletion) is
+    masked: its rows open to nothing and are left out of every view, normal mode still sees its one
+    placeholder, an open one is closed (`key_lost`) with its pending replies settled unsent, and it is
+    deleted at its expiry or by `/forget private` like any other. A key written in the last `grace` seconds
+    (wall clock) is spared: another process's segment may be about to name it. No-op for a sealer without keys."""
+    sealer = engine.sealer
+    if not sealer.keyed:
+        return Reconciled(0, 0)
+    await sealer.expire(now)  # keys first: an expired interval's key goes even before its rows
+    (found,) = await engine.read(Statement("SELECT id, key_id, ended_at FROM segments", fetch=Fetch.ALL))
+    for row in found.rows:
+        sealer.bind(row["id"], row["key_id"])
+    live = {row["key_id"] for row in found.rows if row["key_id"] is not None}
+    lost = await sealer.reconcile(live, spare_after=time.time() - grace)
+    keyless = [row["id"] for row in found.rows if row["key_id"] is None or row["key_id"] in lost]
+    closed = await close_keyless(engine, keyless, now)
+    if keyless:
+        log.warning("%d private interval(s) have no key: masked, %d closed", len(keyless), closed)
+    return Reconciled(len(keyless), closed)
+
+
+async def close_keyless(engine: Database, segment_ids: list[int], now: float) -> int:
+    """Close the open ones of `segment_ids` (`key_lost`), settling their replies not sent yet in the same
+    write (`ending_shown`): nothing of an interval whose words cannot be opened goes out. Returns how many."""
+    if not segment_ids:
+        return 0
+    params: dict[str, object] = {f"k{n}": segment for n, segment in enumerate(segment_ids)}
+    ids = ", ".join(f":{name}" for name in params)
+    open_ones = f"SELECT id FROM segments WHERE id IN ({ids}) AND ended_at IS NULL"
+    *_, closed = await engine.write(
+        *ending_shown(open_ones, params, now),
+        Statement(
+            f"UPDATE segments SET ended_at = :ended_now, end_reason = '{KEY_LOST}'"
+            f" WHERE id IN ({ids}) AND ended_at IS NULL",
+            {**params, "ended_now": now},
+            Fetch.ROWCOUNT,
+        ),
+    )
+    return closed.rowcount
 
 
 def segment_of_row(row: Row | aiosqlite.Row) -> Segment:

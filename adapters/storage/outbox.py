@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiosqlite
@@ -11,6 +11,7 @@ import aiosqlite
 from adapters.storage.database import present
 from adapters.storage.engine import Database as Engine
 from adapters.storage.engine import Fetch, Ref, Row, Statement
+from adapters.storage.sealing import KeyLost, Sealer, opened, sealed
 from core.values.copy import INTERVAL_ENDED_SHOWN
 from core.values.errors import StoreError
 from core.values.model import DeliveryTarget, OutboundDelivery, StreamedReply
@@ -156,7 +157,7 @@ class OutboxQueries:
                 Fetch.ALL,
             )
         )
-        return [delivery_of(r) for r in found.rows]
+        return opened_deliveries(self._engine.sealer, found.rows)
 
     async def due(
         self, platforms: frozenset[str], now: float, untried_after: float = 0.0, limit: int = 200
@@ -213,14 +214,33 @@ class OutboxQueries:
         )
 
     async def append_text(self, delivery_id: int, suffix: str) -> None:
-        """Add a line to a pending delivery before it is sent (the note to delete a secret)."""
-        await self._engine.write(
-            Statement(
-                "UPDATE deliveries SET text = text || CAST(:suffix AS TEXT)"
-                " WHERE id = :id AND status = 'pending' AND parts_sent = 0",
-                {"suffix": suffix, "id": delivery_id},
+        """Add a line to a pending delivery before it is sent (the note to delete a secret). A private
+        reply's text is sealed: it is opened, added to and sealed again in Python, inside the transaction
+        (the row locked on PostgreSQL); one whose interval's key is gone is left as it is (never sent)."""
+        sealer = self._engine.sealer
+        async with self._engine.tx() as tx:
+            (found,) = await tx.run(
+                Statement(
+                    "SELECT text, segment_id FROM deliveries WHERE id = :id AND status = 'pending' AND parts_sent = 0"
+                    f"{self._engine.dialect.for_update}",
+                    {"id": delivery_id},
+                    Fetch.ONE,
+                )
             )
-        )
+            row = found.one
+            if row is None or row["text"] is None:
+                return
+            segment_id = row["segment_id"]
+            text = opened(sealer, segment_id, "deliveries.text", row["text"])
+            if text is None:
+                return
+            try:
+                longer = sealed(sealer, segment_id, "deliveries.text", text + suffix)
+            except KeyLost:
+                return
+            await tx.run(
+                Statement("UPDATE deliveries SET text = :text WHERE id = :id", {"text": longer, "id": delivery_id})
+            )
 
     async def give_up_mirror(
         self, delivery_id: int, parts_sent: int, error: str, now: float, notice: str
@@ -272,13 +292,19 @@ class OutboxQueries:
             )
             if source.one is None:
                 return None
+            in_segment = segment.one["id"] if segment.one is not None else None
+            words = notice.format(target=f"{binding['platform']}:{binding['chat_id']}", reason=error)
+            try:
+                text = sealed(self._engine.sealer, in_segment, "deliveries.text", words)
+            except KeyLost:
+                return None  # an interval whose key is gone says nothing more: the binding stays disabled
             (notice_row,) = await tx.run(
                 delivery_row(
                     binding["conversation_id"],
                     DeliveryTarget(source.one["platform"], source.one["chat_id"]),
-                    notice.format(target=f"{binding['platform']}:{binding['chat_id']}", reason=error),
+                    text,
                     now,
-                    segment_id=segment.one["id"] if segment.one is not None else None,
+                    segment_id=in_segment,
                 )
             )
             return int(notice_row.scalar)
@@ -458,19 +484,64 @@ class OutboxQueries:
         return found.scalar
 
     async def cut_off_streams(self, before: float, text: str, now: float) -> list[tuple[int, int]]:
-        _, cut = await self._engine.write(
+        """Streams a crash left: one that showed nothing is deleted; the others get `text` (sealed in a
+        private one's row; one whose interval's key is gone is settled unsent) and become pending."""
+        _, cut, private = await self._engine.write(
             Statement(
                 "DELETE FROM deliveries WHERE status = 'streaming' AND created_at < :before AND streamed_ids IS NULL",
                 {"before": before},
             ),
             Statement(
                 "UPDATE deliveries SET status = 'pending', text = :text, next_attempt_at = :now"
-                " WHERE status = 'streaming' AND created_at < :before RETURNING conversation_id, id",
+                " WHERE status = 'streaming' AND created_at < :before AND segment_id IS NULL"
+                " RETURNING conversation_id, id",
                 {"text": text, "now": now, "before": before},
                 Fetch.ALL,
             ),
+            Statement(
+                "SELECT conversation_id, id, segment_id FROM deliveries"
+                " WHERE status = 'streaming' AND created_at < :before AND segment_id IS NOT NULL",
+                {"before": before},
+                Fetch.ALL,
+            ),
         )
-        return sorted((r["conversation_id"], r["id"]) for r in cut.rows)
+        rows = [(r["conversation_id"], r["id"]) for r in cut.rows]
+        if private.rows:  # rare (a restart closes intervals first): each row sealed under its own interval's key
+            rows += await self._cut_off_private(private.rows, text, now)
+        return sorted(rows)
+
+    async def _cut_off_private(self, found: Sequence[Row], text: str, now: float) -> list[tuple[int, int]]:
+        statements: list[Statement] = []
+        made_pending: list[bool] = []
+        for row in found:
+            try:
+                words = sealed(self._engine.sealer, row["segment_id"], "deliveries.text", text)
+            except KeyLost:  # its words cannot be sealed: settled unsent, as its interval's close settles it
+                statements.append(
+                    Statement(
+                        "UPDATE deliveries SET status = 'failed', text = NULL, error = 'key lost', settled_at = :now"
+                        " WHERE id = :id AND status = 'streaming'",
+                        {"now": now, "id": row["id"]},
+                        Fetch.ROWCOUNT,
+                    )
+                )
+                made_pending.append(False)
+                continue
+            statements.append(
+                Statement(
+                    "UPDATE deliveries SET status = 'pending', text = :text, next_attempt_at = :now"
+                    " WHERE id = :id AND status = 'streaming' AND segment_id = :s",
+                    {"text": words, "now": now, "id": row["id"], "s": row["segment_id"]},
+                    Fetch.ROWCOUNT,
+                )
+            )
+            made_pending.append(True)
+        results = await self._engine.write(*statements)
+        return [
+            (row["conversation_id"], row["id"])
+            for row, result, pending in zip(found, results, made_pending, strict=True)
+            if pending and result.rowcount > 0
+        ]
 
     async def report(self, now: float) -> dict[str, Any]:
         """For `companion report`: deliveries by kind and state, the oldest pending one's age, and
@@ -496,6 +567,18 @@ class OutboxQueries:
 
 # A retraction settled is deleted at once: nothing of its interval is kept longer than needed.
 _FORGET_RETRACTION = "DELETE FROM deliveries WHERE id = :id AND retracts = 1"
+
+
+def opened_deliveries(sealer: Sealer, rows: Sequence[Row]) -> list[OutboundDelivery]:
+    """Delivery rows with a private reply's text opened; one whose interval's key is gone is left out:
+    never sent, settled unsent when its interval is closed (`key_lost`)."""
+    deliveries = []
+    for row in rows:
+        text = opened(sealer, row["segment_id"], "deliveries.text", row["text"])
+        if text is None and row["text"] is not None:
+            continue
+        deliveries.append(delivery_of({**row, "text": text}))
+    return deliveries
 
 
 def delivery_of(row: Row | aiosqlite.Row) -> OutboundDelivery:

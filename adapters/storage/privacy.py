@@ -15,6 +15,7 @@ from adapters.storage.database import Database
 from adapters.storage.engine import Database as EngineDatabase
 from adapters.storage.engine import Fetch, Statement
 from adapters.storage.outbox import ending_shown
+from adapters.storage.sealing import opened, sealed
 from adapters.storage.timeline import TimelineQueries
 from core.values.model import TimelineItem
 
@@ -133,16 +134,31 @@ class LifetimeQueries:
 
     async def delete_segments_of(self, conversation_id: int, now: float) -> int:
         """`/forget private`: delete every segment of the conversation now; cascades do the rest (a
-        reply of theirs that showed messages first leaves as their retraction, `ending_shown`)."""
+        reply of theirs that showed messages first leaves as their retraction, `ending_shown`).
+        Keys first, rows after: every interval's key is shredded before its rows are deleted, so a
+        crash between the two leaves rows nothing opens (masked, deleted at the next `/forget private`
+        or expiry); a key of an interval opened meanwhile is shredded with the rows that name it."""
         segments = "SELECT id FROM segments WHERE conversation_id = :c"
         params = {"c": conversation_id}
+        sealer = self._engine.sealer
+        if sealer.keyed:
+            (keyed,) = await self._engine.read(
+                Statement(
+                    "SELECT key_id FROM segments WHERE conversation_id = :c AND key_id IS NOT NULL", params, Fetch.ALL
+                )
+            )
+            await sealer.shred(row["key_id"] for row in keyed.rows)
         results = await self._engine.write(
             *ending_shown(segments, params, now),
             *self._owing(segments, params),
-            Statement("DELETE FROM segments WHERE conversation_id = :c", params, Fetch.ROWCOUNT),
+            Statement("DELETE FROM segments WHERE conversation_id = :c RETURNING id, key_id", params, Fetch.ALL),
         )
+        deleted = results[-1].rows
+        await sealer.shred(row["key_id"] for row in deleted if row["key_id"] is not None)
+        for row in deleted:
+            sealer.unbind(row["id"])
         await self._finish_owed()
-        return results[-1].rowcount
+        return len(deleted)
 
     async def delete_expired_artifacts(self, now: float) -> int:
         """Delete crossing artifacts past their retention; like every deletion, it also
@@ -177,6 +193,7 @@ class LifetimeQueries:
             after = messages[-1].position
 
     async def segment_items(self, segment_id: int) -> list[TimelineItem]:
+        """The interval's own messages, opened (none when its key is gone)."""
         (found,) = await self._engine.read(
             Statement(
                 "SELECT id, role, text FROM messages WHERE segment_id = :s AND kind = 'chat' ORDER BY id",
@@ -184,15 +201,26 @@ class LifetimeQueries:
                 Fetch.ALL,
             )
         )
-        return [TimelineItem(r["id"], r["role"], r["text"]) for r in found.rows]
+        items = []
+        for r in found.rows:
+            text = opened(self._engine.sealer, segment_id, "messages.text", r["text"])
+            if text is not None:
+                items.append(TimelineItem(r["id"], r["role"], text))
+        return items
 
     async def request_crossing(self, segment_id: int, destination: str, now: float, confirm_by: float) -> int:
+        """A pending crossing; its destination is the interval's words until confirmed (sealed in its row)."""
         _, made = await self._engine.write(
             Statement("DELETE FROM crossings WHERE segment_id = :s", {"s": segment_id}),
             Statement(
                 "INSERT INTO crossings (segment_id, destination, requested_at, confirm_by)"
                 " VALUES (:s, :destination, :now, :confirm_by) RETURNING id",
-                {"s": segment_id, "destination": destination, "now": now, "confirm_by": confirm_by},
+                {
+                    "s": segment_id,
+                    "destination": sealed(self._engine.sealer, segment_id, "crossings.destination", destination),
+                    "now": now,
+                    "confirm_by": confirm_by,
+                },
                 Fetch.ONE,
             ),
         )
@@ -208,22 +236,43 @@ class LifetimeQueries:
         expires_at: float | None,
     ) -> int | None:
         """Consume a pending, unexpired crossing of this segment and create the artifact, in one
-        write. Returns the artifact id, or None when nothing was pending."""
-        made, _ = await self._engine.write(
-            Statement(
-                "INSERT INTO artifacts (conversation_id, kind, destination, filename, content, created_at, expires_at)"
-                " SELECT :c, 'crossing', destination, :filename, :content, :now, CAST(:expires AS DOUBLE PRECISION)"
-                " FROM crossings WHERE segment_id = :s AND confirm_by >= :now ORDER BY id DESC LIMIT 1 RETURNING id",
-                {
-                    "c": conversation_id,
-                    "filename": filename,
-                    "content": content,
-                    "now": now,
-                    "expires": expires_at,
-                    "s": segment_id,
-                },
-                Fetch.ONE,
-            ),
-            Statement("DELETE FROM crossings WHERE segment_id = :s", {"s": segment_id}),
-        )
-        return None if made.scalar is None else int(made.scalar)
+        transaction. Returns the artifact id, or None when nothing was pending (or its key is gone).
+        The destination is opened in Python (sealed in the crossing's row, the row locked on PostgreSQL):
+        a confirmed crossing is the one way words leave an interval, as the person asked."""
+        consumed = Statement("DELETE FROM crossings WHERE segment_id = :s", {"s": segment_id})
+        async with self._engine.tx() as tx:
+            (found,) = await tx.run(
+                Statement(
+                    "SELECT destination FROM crossings WHERE segment_id = :s AND confirm_by >= :now"
+                    f" ORDER BY id DESC LIMIT 1{self._engine.dialect.for_update}",
+                    {"s": segment_id, "now": now},
+                    Fetch.ONE,
+                )
+            )
+            row = found.one
+            destination = (
+                None
+                if row is None
+                else opened(self._engine.sealer, segment_id, "crossings.destination", row["destination"])
+            )
+            if destination is None:
+                await tx.run(consumed)
+                return None
+            made, _ = await tx.run(
+                Statement(
+                    "INSERT INTO artifacts (conversation_id, kind, destination, filename, content, created_at,"
+                    " expires_at) VALUES (:c, 'crossing', :destination, :filename, :content, :now,"
+                    " CAST(:expires AS DOUBLE PRECISION)) RETURNING id",
+                    {
+                        "c": conversation_id,
+                        "destination": destination,
+                        "filename": filename,
+                        "content": content,
+                        "now": now,
+                        "expires": expires_at,
+                    },
+                    Fetch.ONE,
+                ),
+                consumed,
+            )
+            return int(made.scalar)

@@ -3,7 +3,10 @@ message's own mode and segment. The privacy predicates are inside each statement
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from adapters.storage.engine import Database, Fetch, Statement
+from adapters.storage.sealing import KeyLost, opened, sealed
 from core.values.model import EditableMessage, QuotedMessage
 
 # What one mode may read of a message row: a normal row, or a row of the segment it lives in
@@ -48,27 +51,33 @@ class QuoteQueries:
         row's text never leaves the database for a mode that may not read it."""
         (found,) = await self._engine.read(
             Statement(
-                f"SELECT m.role, m.kind, CASE WHEN {_READABLE} THEN m.text END AS text FROM messages m"
+                f"SELECT m.role, m.kind, m.segment_id, CASE WHEN {_READABLE} THEN m.text END AS text FROM messages m"
                 " WHERE m.conversation_id = :c AND m.platform_message_id = :p",
                 {"c": conversation_id, "p": platform_message_id, "s": visible_segment},
                 Fetch.ONE,
             )
         )
         row = found.one
-        return QuotedMessage(row["role"], row["kind"], row["text"]) if row is not None else None
+        if row is None:
+            return None
+        # A private row's words open only in their own interval (masked, None, when its key is gone).
+        return QuotedMessage(
+            row["role"], row["kind"], opened(self._engine.sealer, row["segment_id"], "messages.text", row["text"])
+        )
 
     async def visible_texts(
         self, conversation_id: int, role: str, *, visible_segment: int | None, limit: int
     ) -> list[str]:
         (found,) = await self._engine.read(
             Statement(
-                f"SELECT m.text FROM messages m WHERE m.conversation_id = :c AND m.role = :r AND m.kind = 'chat'"
+                f"SELECT m.text, m.segment_id FROM messages m WHERE m.conversation_id = :c AND m.role = :r AND m.kind = 'chat'"
                 f" AND {_READABLE} ORDER BY m.id DESC LIMIT :n",
                 {"c": conversation_id, "r": role, "s": visible_segment, "n": limit},
                 Fetch.ALL,
             )
         )
-        return [r["text"] for r in found.rows]
+        texts = (opened(self._engine.sealer, r["segment_id"], "messages.text", r["text"]) for r in found.rows)
+        return [text for text in texts if text is not None]
 
     async def conversation_of_chat(self, platform: str, chat_id: str) -> int | None:
         (found,) = await self._engine.read(
@@ -120,24 +129,39 @@ class QuoteQueries:
         normal mode; and a normal row changes only while no interval is open, a private row only
         while its own interval is open, so words typed in one mode never land in a row of the
         other. The recall index follows by the trigger `recall_message_update` (0010), normal rows only.
-        One write: the interval's idle clock moves first, under the same predicate as the edit."""
+        One write: the interval's idle clock moves first, under the same predicate as the edit.
+        A private row's words are sealed: its "same text" is compared in Python (`_sealed_edit`)."""
+        if segment_id is not None:
+            return await self._sealed_edit(message_id, segment_id, text, now)
         params = {"t": text, "said": said, "id": message_id, "s": segment_id, "now": now}
-        touch = (
-            ()
-            if segment_id is None
-            else (
-                Statement(
-                    "UPDATE segments SET last_activity_at = :now WHERE id = :s AND ended_at IS NULL"
-                    f" AND EXISTS (SELECT 1 FROM messages m WHERE {_EDITABLE})",
-                    params,
-                ),
-            )
-        )
-        *_, edited = await self._engine.write(
-            *touch,
-            Statement(f"UPDATE messages AS m SET text = :t, said = :said WHERE {_EDITABLE}", params, Fetch.ROWCOUNT),
-        )
+        *_, edited = await self._engine.write(*_edit(params))
         return edited.rowcount > 0
+
+    async def _sealed_edit(self, message_id: int, segment_id: int, text: str, now: float) -> bool:
+        """`edit_message` of a private row: inside one transaction, the row read (locked on PostgreSQL) and
+        opened, nothing written when its words are the same (or its key is gone), else the new words sealed
+        and written under the same predicate as a normal edit (a sealed value never equals the stored one,
+        so its "text differs" holds). `said` is never kept in a private row."""
+        sealer = self._engine.sealer
+        async with self._engine.tx() as tx:
+            (found,) = await tx.run(
+                Statement(
+                    f"SELECT text FROM messages WHERE id = :id AND segment_id = :s{self._engine.dialect.for_update}",
+                    {"id": message_id, "s": segment_id},
+                    Fetch.ONE,
+                )
+            )
+            if found.one is None:
+                return False
+            if opened(sealer, segment_id, "messages.text", found.one["text"]) in (None, text):
+                return False
+            try:
+                stored = sealed(sealer, segment_id, "messages.text", text)
+            except KeyLost:
+                return False
+            params = {"t": stored, "said": None, "id": message_id, "s": segment_id, "now": now}
+            *_, edited = await tx.run(*_edit(params))
+            return edited.rowcount > 0
 
     async def answered_since(self, conversation_id: int, message_id: int, since: float) -> bool:
         (found,) = await self._engine.read(
@@ -150,3 +174,20 @@ class QuoteQueries:
             )
         )
         return bool(found.scalar)
+
+
+def _edit(params: Mapping[str, object]) -> list[Statement]:
+    """An edit's statements: a private row's interval's idle clock first (under the same predicate), then the row."""
+    touch = []
+    if params["s"] is not None:
+        touch.append(
+            Statement(
+                "UPDATE segments SET last_activity_at = :now WHERE id = :s AND ended_at IS NULL"
+                f" AND EXISTS (SELECT 1 FROM messages m WHERE {_EDITABLE})",
+                params,
+            )
+        )
+    return [
+        *touch,
+        Statement(f"UPDATE messages AS m SET text = :t, said = :said WHERE {_EDITABLE}", params, Fetch.ROWCOUNT),
+    ]

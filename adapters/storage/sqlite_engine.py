@@ -11,6 +11,7 @@ from typing import Any, Protocol, TypeVar
 import aiosqlite
 
 from adapters.storage.engine import SQLITE, Counters, Fetch, Ref, Result, Statement
+from adapters.storage.sealing import Plaintext, Sealer
 from core.values.errors import IntervalEnded, PrivateWriteRefused, StoreError
 
 
@@ -96,8 +97,10 @@ class SqliteEngine:
 
     dialect = SQLITE
 
-    def __init__(self, database: Connections) -> None:
+    def __init__(self, database: Connections, sealer: Sealer | None = None) -> None:
         self._db = database
+        # Plain text by default: SQLite keeps its own promise (secure_delete, the owed checkpoint, PRIVACY.md).
+        self.sealer: Sealer = Plaintext() if sealer is None else sealer
         self.counters = Counters()
         self._raised = Raised()
 

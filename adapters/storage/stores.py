@@ -16,6 +16,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from adapters.storage.attempts import AttemptQueries
@@ -95,16 +96,31 @@ def sqlite_stores(path: str | os.PathLike[str]) -> Stores:
     return Stores.over(Database(path))
 
 
+def store_database(
+    path: str | os.PathLike[str], *, url: str | None = None, key_dir: Path | None = None
+) -> StoreDatabase:
+    """The database the settings choose, not opened yet: PostgreSQL at `url` (COMPANION_DATABASE_URL, its keys
+    in `key_dir`) when given, else the SQLite file at `path` (COMPANION_DB_PATH)."""
+    if url is None:
+        return Database(path)
+    # Imported only when configured: the driver is the `postgres` extra.
+    from adapters.storage.postgres.engine import PostgresDatabase
+
+    return PostgresDatabase(url, key_dir=key_dir)
+
+
 @asynccontextmanager
-async def open_stores(path: str | os.PathLike[str]) -> AsyncIterator[Stores]:
-    """The SQLite database at `path` opened (created and migrated) with every query class over it;
-    closed at the end, also on failure.
+async def open_stores(
+    path: str | os.PathLike[str], *, url: str | None = None, key_dir: Path | None = None
+) -> AsyncIterator[Stores]:
+    """The database the settings choose (`store_database`) opened, created and migrated, with every query
+    class over it; closed at the end, also on failure.
 
     Raises:
-        core.values.errors.StoreError: the database cannot be opened or used.
+        core.values.errors.StoreError: the database cannot be opened or used (one line; a URL's password masked).
         core.values.errors.MigrationError: its schema cannot be brought to this code's version.
     """
-    stores = sqlite_stores(path)
+    stores = Stores.over(store_database(path, url=url, key_dir=key_dir))
     await stores.database.start()
     try:
         yield stores

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from adapters.storage.bindings import mirror_rows
 from adapters.storage.engine import Database, Fetch, Ref, Result, Row, Statement
 from adapters.storage.guard import refusing_while_private
 from adapters.storage.memory import run_rows
 from adapters.storage.outbox import alone_in_lane, delivery_of, delivery_row
-from core.values.errors import StoreError
+from adapters.storage.sealing import KeyLost, Sealer, opened, sealed
+from core.values.errors import IntervalEnded, StoreError
 from core.values.model import (
     Account,
     ContextReads,
@@ -152,6 +154,7 @@ class TimelineQueries:
             raise ValueError("a private turn has no analytics run")
         mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
         capture = "pending" if (mode == "normal" and kind == "chat") else "skipped"
+        stored_text = sealed(self._engine.sealer, segment_id, "messages.text", text)
         # A run is lasting: the write is refused whole (PrivateWriteRefused) while the conversation is private.
         guard = () if run is None else refusing_while_private(self._engine.dialect, conversation_id, "analytics")
         insert = Statement(
@@ -166,7 +169,7 @@ class TimelineQueries:
                 "mode": mode,
                 "role": role,
                 "kind": kind,
-                "text": text,
+                "text": stored_text,
                 "capture": capture,
                 "now": now,
                 "key": platform_message_id,
@@ -204,6 +207,9 @@ class TimelineQueries:
         Returns None when that platform message is stored already: a redelivery is a no-op."""
         mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
         capture = "pending" if mode == "normal" else "skipped"
+        if segment_id is not None:
+            # Only mirrors read `said`, and nothing of a private row is mirrored: it is kept nowhere.
+            text, said = sealed(self._engine.sealer, segment_id, "messages.text", text), None
         statements = [
             Statement(
                 "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
@@ -259,6 +265,13 @@ class TimelineQueries:
         """
         if run is not None and segment_id is not None:
             raise ValueError("a private turn has no analytics run")
+        if segment_id is not None:
+            try:  # sealed before anything is written: an interval whose key is gone has ended for its reply
+                send_text = sealed(self._engine.sealer, segment_id, "deliveries.text", send_text)
+                if stored_text is not None:
+                    stored_text = sealed(self._engine.sealer, segment_id, "messages.text", stored_text)
+            except KeyLost as exc:
+                raise IntervalEnded(f"segment {segment_id} has no key; its reply is not written") from exc
         statements: list[Statement] = []
         if segment_id is not None:  # first: nothing of the write is kept when the interval ended
             statements.append(
@@ -429,7 +442,9 @@ class TimelineQueries:
             limit=limit,
             newest_first=newest_first,
         )
-        return _view_items(await self._engine.read(*statements), limit=limit, newest_first=newest_first)
+        return _view_items(
+            await self._engine.read(*statements), self._engine.sealer, limit=limit, newest_first=newest_first
+        )
 
     async def context_reads(
         self, conversation_id: int, *, person_id: int | None, segment_id: int | None, limit: int, count_up_to: int
@@ -470,12 +485,13 @@ class TimelineQueries:
         )
         results = await self._engine.read(*statements)
         normal, private, pad, private_pad, counted = results[:5]
+        sealer = self._engine.sealer
         return ContextReads(
             normal_summary=_summary(normal.one),
-            private_summary=_summary(private.one),
+            private_summary=_private_summary(sealer, segment_id, private.one),
             normal_pad=[PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in pad.rows],
-            private_pad=[PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in private_pad.rows],
-            items=_view_items(results[5:], limit=limit, newest_first=True),
+            private_pad=_private_pad(sealer, private_pad.rows),
+            items=_view_items(results[5:], sealer, limit=limit, newest_first=True),
             messages_after=int((counted.one or {"n": 0})["n"]),
         )
 
@@ -487,7 +503,7 @@ class TimelineQueries:
 
     async def private_summary(self, segment_id: int) -> Summary | None:
         (found,) = await self._engine.read(Statement(_PRIVATE_SUMMARY, {"s": segment_id}, Fetch.ONE))
-        return _summary(found.one)
+        return _private_summary(self._engine.sealer, segment_id, found.one)
 
     async def save_summary(
         self,
@@ -501,7 +517,9 @@ class TimelineQueries:
     ) -> None:
         """Store a rolling summary and advance its watermark; for a private summary, in the
         same write, add the stable facts its consolidation found to the private pad,
-        owned by the segment they came from."""
+        owned by the segment they came from (a fact the person's private pad holds word for word
+        already is not added again: compared in Python, where the pad's words are sealed)."""
+        sealer = self._engine.sealer
         # One summary per conversation in normal mode, one per segment in private mode: the partial unique
         # indexes summaries_normal_key and summaries_private_key, named by the upsert's conflict target.
         target = (
@@ -519,23 +537,47 @@ class TimelineQueries:
                     "c": conversation_id,
                     "s": segment_id,
                     "mode": "private" if segment_id is not None else "normal",
-                    "text": summary.text,
+                    "text": sealed(sealer, segment_id, "summaries.text", summary.text),
                     "watermark": summary.watermark,
                     "now": now,
                 },
             )
         ]
-        if segment_id is not None and pad_person_id is not None:
-            statements += [
+        if segment_id is None or pad_person_id is None or not pad_facts:
+            await self._engine.write(*statements)
+            return
+        # The private pad's words are sealed (each under its own nonce): SQL cannot find a duplicate, so the
+        # pad is read and opened inside the transaction, the person's row locked so that no other fold adds
+        # the same fact between the read and the write.
+        async with self._engine.tx() as tx:
+            _, held = await tx.run(
                 Statement(
-                    "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-                    " SELECT :p, :s, 'private', :fact, :now WHERE NOT EXISTS (SELECT 1 FROM pad_entries"
-                    "  WHERE person_id = :p AND mode = 'private' AND text = :fact)",
-                    {"p": pad_person_id, "s": segment_id, "fact": fact, "now": now},
+                    f"SELECT id FROM people WHERE id = :p{self._engine.dialect.for_update}", {"p": pad_person_id}
+                ),
+                Statement(
+                    "SELECT id, segment_id, text FROM pad_entries WHERE person_id = :p AND mode = 'private'",
+                    {"p": pad_person_id},
+                    Fetch.ALL,
+                ),
+            )
+            known = {entry.text for entry in _private_pad(sealer, held.rows)}
+            for fact in pad_facts:
+                if fact in known:
+                    continue
+                known.add(fact)
+                statements.append(
+                    Statement(
+                        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
+                        " VALUES (:p, :s, 'private', :fact, :now)",
+                        {
+                            "p": pad_person_id,
+                            "s": segment_id,
+                            "fact": sealed(sealer, segment_id, "pad_entries.text", fact),
+                            "now": now,
+                        },
+                    )
                 )
-                for fact in pad_facts
-            ]
-        await self._engine.write(*statements)
+            await tx.run(*statements)
 
     # --- memory pads --------------------------------------------------------
 
@@ -550,7 +592,7 @@ class TimelineQueries:
         (found,) = await self._engine.read(
             Statement(_PRIVATE_PAD + " ORDER BY id", {"p": person_id, "c": conversation_id}, Fetch.ALL)
         )
-        return [PadEntry(r["id"], Mode.PRIVATE, r["text"], r["segment_id"]) for r in found.rows]
+        return _private_pad(self._engine.sealer, found.rows)
 
 
 _NORMAL_SUMMARY = (
@@ -569,6 +611,24 @@ _PRIVATE_PAD = (
 
 def _summary(row: Row | None) -> Summary | None:
     return Summary(row["text"], row["watermark"]) if row is not None else None
+
+
+def _private_summary(sealer: Sealer, segment_id: int | None, row: Row | None) -> Summary | None:
+    """The interval's summary opened; none when its key is gone (masked: the fold starts again, unread)."""
+    if row is None or segment_id is None:
+        return None
+    text = opened(sealer, segment_id, "summaries.text", row["text"])
+    return None if text is None else Summary(text, row["watermark"])
+
+
+def _private_pad(sealer: Sealer, rows: Sequence[Row]) -> list[PadEntry]:
+    """Private pad entries opened, each under its own interval's key; an entry whose key is gone is left out."""
+    entries = []
+    for row in rows:
+        text = opened(sealer, row["segment_id"], "pad_entries.text", row["text"])
+        if text is not None:
+            entries.append(PadEntry(row["id"], Mode.PRIVATE, text, row["segment_id"]))
+    return entries
 
 
 def _view_statements(
@@ -599,7 +659,7 @@ def _view_statements(
     if visible_segment is not None:
         statements.append(
             Statement(
-                "SELECT id, role, text FROM messages"
+                "SELECT id, role, text, segment_id FROM messages"
                 " WHERE segment_id = :s AND conversation_id = :c AND kind = 'chat'"
                 f" AND id > {after}{upto_sql} ORDER BY id {order} LIMIT :n",
                 params,
@@ -620,10 +680,16 @@ def _view_statements(
     return statements
 
 
-def _view_items(results: list[Result], *, limit: int, newest_first: bool) -> list[TimelineItem]:
-    """The view's items from `_view_statements`' results, in timeline order (oldest first)."""
-    *messages, masked = results
-    items = [TimelineItem(r["id"], r["role"], r["text"]) for result in messages for r in result.rows]
+def _view_items(results: list[Result], sealer: Sealer, *, limit: int, newest_first: bool) -> list[TimelineItem]:
+    """The view's items from `_view_statements`' results, in timeline order (oldest first). The visible
+    interval's messages are opened; when its key is gone they are left out (masked), never shown sealed."""
+    normal, *own, masked = results
+    items = [TimelineItem(r["id"], r["role"], r["text"]) for r in normal.rows]
+    for result in own:
+        for r in result.rows:
+            text = opened(sealer, r["segment_id"], "messages.text", r["text"])
+            if text is not None:
+                items.append(TimelineItem(r["id"], r["role"], text))
     items += [TimelineItem(r["anchor_message_id"], None, None, r["id"]) for r in masked.rows]
     items.sort(key=_timeline_order, reverse=newest_first)
     items = items[:limit]

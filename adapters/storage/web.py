@@ -74,6 +74,14 @@ class WebQueries:
     async def end_session(self, session_id: int) -> None:
         await self._engine.write(Statement("DELETE FROM web_sessions WHERE id = :id", {"id": session_id}))
 
+    async def delete_every_sign_in(self) -> int:
+        """Delete every session and sign-in code (a restored database must sign nobody in again); how many."""
+        results = await self._engine.write(
+            Statement("DELETE FROM web_sessions", {}, Fetch.ROWCOUNT),
+            Statement("DELETE FROM web_login_codes", {}, Fetch.ROWCOUNT),
+        )
+        return sum(result.rowcount for result in results)
+
     async def probe_write(self, now: float) -> None:
         """Write the probe's row: raises when the database takes no writes. Not fsynced: a probe
         every few seconds would otherwise cost an fsync each."""

@@ -21,6 +21,14 @@ SQLITE_ONLY = "recall_fts"
 POSTGRES_ONLY = {"recall_index"}
 ON_DELETE = {"a": "NO ACTION", "r": "RESTRICT", "c": "CASCADE", "n": "SET NULL", "d": "SET DEFAULT"}
 
+
+def sealed_shape(words: str) -> str:
+    """A private row's text as PostgreSQL's CHECKs accept it (adapters/storage/sealing.py SEALED_PATTERN), the
+    words still readable to the recall index's parser (hyphens split them), so a private row that reached the
+    index would still be found by them."""
+    return "s1." + words.replace(" ", "-").replace(",", "") + "-" + "A" * 38
+
+
 # Two people's worth of rows every case starts from: conversation 1 with an ended interval (segment 1) holding
 # private message 2, conversation 2 with an open interval (segment 2), a binding on each.
 GROUND = [
@@ -31,7 +39,8 @@ GROUND = [
     " VALUES (1, 1, 0, 0, 0, 5)",
     "INSERT INTO segments (id, conversation_id, anchor_message_id, started_at, last_activity_at) VALUES (2, 2, 0, 0, 0)",
     "INSERT INTO messages (id, conversation_id, segment_id, mode, role, text, capture, created_at)"
-    " VALUES (1, 1, NULL, 'normal', 'user', 'hello apple', 'pending', 1), (2, 1, 1, 'private', 'user', 'secret plum', 'skipped', 2)",
+    " VALUES (1, 1, NULL, 'normal', 'user', 'hello apple', 'pending', 1), (2, 1, 1, 'private', 'user',"
+    f" '{sealed_shape('secret plum')}', 'skipped', 2)",
     "INSERT INTO bindings (id, conversation_id, platform, chat_id, created_at)"
     " VALUES (1, 1, 'discord', '9', 0), (2, 2, 'discord', '9', 0)",
 ]
@@ -242,17 +251,17 @@ async def test_no_private_message_or_pad_entry_ever_enters_the_postgres_recall_i
     await pg.write(
         Statement(
             "INSERT INTO pad_entries (id, person_id, segment_id, mode, text, created_at)"
-            " VALUES (1, 1, NULL, 'normal', 'pad pear', 0), (2, 1, 1, 'private', 'pad plum', 0)"
+            f" VALUES (1, 1, NULL, 'normal', 'pad pear', 0), (2, 1, 1, 'private', '{sealed_shape('pad plum')}', 0)"
         ),
         Statement(
             "INSERT INTO messages (id, conversation_id, segment_id, mode, role, text, capture, created_at)"
-            " VALUES (3, 2, 2, 'private', 'user', 'open plum', 'skipped', 3)"
+            f" VALUES (3, 2, 2, 'private', 'user', '{sealed_shape('open plum')}', 'skipped', 3)"
         ),
         Statement(
             "INSERT INTO notes (id, person_id, day, text, created_at) VALUES (1, 1, '2026-12-02', 'note fig', 0)"
         ),
         # An edit keeps its mode: a private row's new text stays out too.
-        Statement("UPDATE messages SET text = 'secret plum, edited' WHERE id = 2"),
+        Statement(f"UPDATE messages SET text = '{sealed_shape('secret plum, edited')}' WHERE id = 2"),
     )
     index = "SELECT source, ref, text FROM recall_index ORDER BY source, ref"
     assert await pg_rows(pg, index) == [
@@ -276,7 +285,7 @@ async def test_a_private_message_never_moves_where_nudges_go_on_postgres(pg: Pos
     await pg.write(
         Statement(
             "INSERT INTO messages (id, conversation_id, segment_id, mode, role, text, capture, created_at)"
-            " VALUES (3, 2, 2, 'private', 'user', 'open plum', 'skipped', 9)"
+            f" VALUES (3, 2, 2, 'private', 'user', '{sealed_shape('open plum')}', 'skipped', 9)"
         )
     )
     assert await pg_rows(pg, where) == [(1, 1, 1.0)]

@@ -18,6 +18,8 @@ from core.values.errors import MigrationError, StoreError
 from tests.helpers.postgres import PostgresCluster, PostgresUnavailable, required
 
 PASSWORD = "correct horse battery staple"
+# Every migration an empty database gets: the baseline, then each twin of a later SQLite one.
+ALL = ["0014_baseline.sql", "0015_interval_keys.sql"]
 
 
 # --- the migrator -----------------------------------------------------------------------------
@@ -25,7 +27,7 @@ PASSWORD = "correct horse battery staple"
 
 async def test_the_baseline_is_applied_once_and_recorded(empty_postgres_url: str) -> None:
     first = PostgresDatabase(empty_postgres_url)
-    assert await first.start() == [m.name for m in known_migrations()] == ["0014_baseline.sql"]
+    assert await first.start() == [m.name for m in known_migrations()] == ALL
     await first.aclose()
     again = PostgresDatabase(empty_postgres_url)
     assert await again.start() == []
@@ -77,7 +79,7 @@ async def test_two_companions_starting_at_once_migrate_one_after_the_other(empty
                 assert not starting.done(), "the migrator ran without waiting for the lock"
                 await asyncio.sleep(0.01)
         await holder.rollback()
-        assert await starting == ["0014_baseline.sql"]
+        assert await starting == ALL
     finally:
         await holder.close()
 
@@ -190,7 +192,7 @@ async def test_a_refused_password_is_one_line_without_it(password_cluster: Postg
         "(COMPANION_DATABASE_URL)"
     )
     right = PostgresDatabase(password_cluster.url("postgres", password=PASSWORD))
-    assert await right.start() == ["0014_baseline.sql"]
+    assert await right.start() == ALL
     await right.aclose()
 
 

@@ -13,6 +13,10 @@ COMPANION_STOP_GRACE, except in the cells that must wait the whole grace out (th
 platform slower than it): one of each of those (Telegram, a DM) waits the shipped 25 s; the others
 run the same flow with a 3 s grace, since what they prove does not depend on its length and the
 suite must stay quick.
+Two cells also run on PostgreSQL (COMPANION_DATABASE_URL): a kill while the model answers (the
+cut-off turn answered once by the restart) and a kill while the platform refuses the reply (the
+pending delivery sent once by the restart); the matrix is about the gateway, not the engine, so
+the rest stay on SQLite alone.
 Telegram's at-least-once window (PRIVACY.md "Deliveries are at least once on Telegram") is the one
 documented exception: a kill between Telegram taking a reply and our mark sends it again."""
 
@@ -63,6 +67,9 @@ def _grace(platform: str, how: signal.Signals, step: str, where: str) -> str:
     return shipped("stop_grace")
 
 
+# The cells that run on PostgreSQL too (see above).
+ON_POSTGRES = {("telegram", signal.SIGKILL, "model", "dm"), ("telegram", signal.SIGKILL, "refused", "dm")}
+
 WIRES = {"telegram": TelegramWire, "discord": DiscordWire, "web": WebWire}  # each with its `wheres` and `faults`
 
 CELLS = [
@@ -71,7 +78,8 @@ CELLS = [
         how,
         step,
         where,
-        id=f"{platform}-{how.name}-{step}-{where}",
+        engine,
+        id=f"{platform}-{how.name}-{step}-{where}" + ("-postgres" if engine == "postgres" else ""),
         # The shipped grace waited out: `-m "not slow"` leaves these three out.
         marks=[pytest.mark.slow]
         if _grace(platform, how, step, where) != SHORT_GRACE and (how, step) in WAITS_OUT_THE_GRACE
@@ -81,6 +89,8 @@ CELLS = [
     for (how, step) in LEFT
     for where in wire.wheres
     if step not in FAULTS or FAULTS[step] in wire.faults
+    for engine in ("sqlite", "postgres")
+    if engine == "sqlite" or (platform, how, step, where) in ON_POSTGRES
 ]
 
 
@@ -115,8 +125,9 @@ def answer(body: dict) -> str:
 
 
 def lifecycle_env(
-    tmp_path: Path, model: FakeOpenAIServer, *wires: WirePlatform, grace: str | None = None
+    tmp_path: Path, model: FakeOpenAIServer, *wires: WirePlatform, grace: str | None = None, url: str | None = None
 ) -> dict[str, str]:
+    """`url`: the PostgreSQL database to run on (COMPANION_DATABASE_URL) instead of the SQLite file."""
     settings: dict[str, str] = {
         "COMPANION_LLM_BASE_URL": model.base_url,
         "COMPANION_ALLOWED_USERS": ",".join(w.account for w in wires if w.account is not None),
@@ -129,16 +140,18 @@ def lifecycle_env(
     }
     if grace is not None:
         settings["COMPANION_STOP_GRACE"] = grace
+    if url is not None:
+        settings["COMPANION_DATABASE_URL"] = url
     for w in wires:
         settings.update(w.settings())
     return companion_env(tmp_path, **settings)
 
 
-def open_turns(db: Path) -> int:
+def open_turns(db: Path | str) -> int:
     return rows(db, "SELECT count(*) FROM messages WHERE turn = 'open'")[0][0]
 
 
-def settled(db: Path) -> bool:
+def settled(db: Path | str) -> bool:
     """No turn open, no delivery pending, and a reply written."""
     return rows(
         db,
@@ -148,13 +161,22 @@ def settled(db: Path) -> bool:
     ) == [(1,)]
 
 
-@pytest.mark.parametrize(("platform", "how", "step", "where"), CELLS, indirect=["platform"])
+@pytest.mark.parametrize(("platform", "how", "step", "where", "engine"), CELLS, indirect=["platform"])
 def test_every_message_is_answered_exactly_once_across_a_stop_at_any_step_of_its_turn(
-    platform: WirePlatform, model: FakeOpenAIServer, tmp_path: Path, how: signal.Signals, step: str, where: Where
+    platform: WirePlatform,
+    model: FakeOpenAIServer,
+    tmp_path: Path,
+    how: signal.Signals,
+    step: str,
+    where: Where,
+    engine: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    db = tmp_path / "companion.db"
+    # The database the rows below are read from: the SQLite file, or the PostgreSQL database's URL.
+    url = str(request.getfixturevalue("postgres_url")) if engine == "postgres" else None
+    db: Path | str = url or tmp_path / "companion.db"
     grace = _grace(platform.name, how, step, where)
-    env = lifecycle_env(tmp_path, model, platform, grace=grace)
+    env = lifecycle_env(tmp_path, model, platform, grace=grace, url=url)
     said = ["first of two", "second of two"] if step == "burst" else ["hello"]
     with Running(env) as gateway:
         gateway.wait_running()
@@ -204,6 +226,8 @@ def test_every_message_is_answered_exactly_once_across_a_stop_at_any_step_of_its
     ((reply,),) = rows(db, "SELECT text FROM messages WHERE role = 'assistant'")
     assert reply.startswith("answer to ") and reply.endswith(said[-1])
     assert rows(db, "SELECT kind, status FROM deliveries") == [("reply", "sent")]
+    if url is not None:
+        assert not (tmp_path / "companion.db").exists()  # it ran on PostgreSQL alone
     if left == "taken, not marked" and platform.name == "telegram":
         # The documented at-least-once window: the Bot API has no idempotency key.
         assert platform.replies(where) == [reply, reply]

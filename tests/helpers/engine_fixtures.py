@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from adapters.storage.engine import Database
+from adapters.storage.sealing import Sealer
 from tests.helpers.postgres import HOW_TO_GET_IT, REQUIRE_ENV, PostgresCluster, PostgresUnavailable, required
 
 ENGINES = ("sqlite", "postgres")
 TEMPLATE = "companion_tmpl"
+# Set (to anything), the `engine` fixture's SQLite seals with IntervalKeys too, as PostgreSQL always does: the
+# contract suites then check that every query class seals and opens alike on SQLite (needs `cryptography`).
+SEALED_SQLITE_ENV = "COMPANION_TEST_SEALED_SQLITE"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -62,11 +68,12 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 async def engine(store_backend: str, request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Database]:
     """adapters/storage/engine.py's Database of the case's engine, started (migrated) on a database of the test's
     own: SQLite's engine over a file in `tmp_path`, or PostgreSQL's over a copy of the migrated template. A query
-    class ported to the engine interface is built over it, so one test runs on both (mark it `engines`)."""
+    class ported to the engine interface is built over it, so one test runs on both (mark it `engines`).
+    PostgreSQL's seals every private word under a key in `tmp_path`/keys, as it ships."""
     if store_backend == "postgres":
         from adapters.storage.postgres.engine import PostgresDatabase
 
-        database = PostgresDatabase(request.getfixturevalue("postgres_url"))
+        database = PostgresDatabase(request.getfixturevalue("postgres_url"), key_dir=tmp_path / "keys")
         await database.start()
         try:
             yield database
@@ -75,12 +82,24 @@ async def engine(store_backend: str, request: pytest.FixtureRequest, tmp_path) -
         return
     from adapters.storage.database import Database as SqliteDatabase
 
-    sqlite = SqliteDatabase(tmp_path / "engine.db")
+    sqlite = SqliteDatabase(
+        tmp_path / "engine.db", sealer=interval_keys(tmp_path) if os.environ.get(SEALED_SQLITE_ENV) else None
+    )
     await sqlite.start()
     try:
         yield sqlite.engine
     finally:
         await sqlite.aclose()
+
+
+def interval_keys(tmp_path: Path) -> Sealer:
+    """The sealer PostgreSQL ships with, over a key folder of the test's own (for SQLite too)."""
+    from adapters.storage.keys import KeyDir
+    from adapters.storage.sealing import IntervalKeys
+
+    keys = KeyDir(tmp_path / "keys")
+    keys.ensure()
+    return IntervalKeys(keys)
 
 
 @pytest.fixture

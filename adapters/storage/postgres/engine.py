@@ -10,6 +10,7 @@ discarded first so that an insert which inserted nothing is an error, never anot
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -19,8 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.storage.engine import POSTGRES, Counters, Fetch, Ref, Result, Statement
+from adapters.storage.intervals import bind_segments
+from adapters.storage.keys import KeyDir, KeyDirError
 from adapters.storage.postgres.errors import OLDEST_SERVER, PostgresUrl, extra_missing, parse_url, too_old, translate
 from adapters.storage.postgres.migrate import migrate
+from adapters.storage.sealing import IntervalKeys, Sealer, Unkeyed
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection, AsyncCursor
@@ -40,7 +44,12 @@ Rendered = tuple[str, dict[str, object]]
 
 class PostgresDatabase:
     """The store's `Database` (adapters/storage/engine.py) on PostgreSQL: a pool of `pool_size` connections,
-    opened by `start` after the migrations ran on a connection of their own."""
+    opened by `start` after the migrations ran on a connection of their own.
+
+    PostgreSQL never ships without sealing: with `key_dir` every private word is sealed under its interval's
+    key (`IntervalKeys` over `KeyDir(key_dir)`) before it is sent; without one the store still starts (the
+    migrator, doctor, normal mode and the tools work) but refuses every private write: no interval opens,
+    no private word is written (`Unkeyed`), and the schema's CHECKs refuse plain text in a private row."""
 
     dialect = POSTGRES
 
@@ -55,6 +64,14 @@ class PostgresDatabase:
         self.target: PostgresUrl = parse_url(url)
         # COMPANION_KEY_DIR: where the private intervals' keys live (adapters/storage/keys.py), never in the database.
         self.key_dir = key_dir
+        self.keys = None if key_dir is None else KeyDir(key_dir)
+        self.sealer: Sealer = Unkeyed()
+        self._no_cryptography = False
+        if self.keys is not None:
+            try:
+                self.sealer = IntervalKeys(self.keys)
+            except ImportError:  # `start` says which extra to install, as for psycopg
+                self._no_cryptography = True
         self.counters = Counters()
         self._pool_size = pool_size
         # None behind PgBouncer in transaction mode, which cannot keep a prepared statement on one server.
@@ -74,10 +91,20 @@ class PostgresDatabase:
 
         Raises:
             StoreError: in one line: the driver missing, the server unreachable, the password refused, the database
-                missing, the server too old; MigrationError: the schema cannot be brought to this version.
+                missing, the server too old, the key folder unusable (KeyDirError); MigrationError: the schema
+                cannot be brought to this version.
         """
         if self._pool is not None:
             return []
+        if self._no_cryptography:
+            raise extra_missing()
+        if self.keys is not None:  # a folder others may read, or not ours, refuses the start in one line
+            try:
+                await asyncio.to_thread(self.keys.ensure)
+            except OSError as exc:
+                raise KeyDirError(
+                    f"COMPANION_KEY_DIR: {self.keys.path} cannot be created ({type(exc).__name__})"
+                ) from exc
         try:
             import psycopg
             from psycopg_pool import AsyncConnectionPool
@@ -112,6 +139,7 @@ class PostgresDatabase:
                 raise translate(cause, self.target) from cause
             raise translate(exc, self.target) from exc
         self._pool = pool
+        await bind_segments(self)
         return applied
 
     async def aclose(self) -> None:

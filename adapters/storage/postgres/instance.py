@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 # (hashtext('companion'), key): `run` and `chat` side by side, as the two lock files allow on SQLite; the
 # migrations take 0 for the length of their transaction.
 KEYS = {"run": 1, "chat": 2}
-_HOLDER = """
+# Who holds the lock of a key (read by `companion doctor` too, which takes none).
+HOLDER = """
 SELECT a.application_name, a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND l.classid = CAST(hashtext('companion') AS oid) AND l.objid = CAST(%(key)s AS oid) AND l.objsubid = 2
@@ -31,11 +32,15 @@ LIMIT 1
 class AdvisoryInstanceLock:
     """`pg_try_advisory_lock(hashtext('companion'), 1)` for `companion run` (2 for `chat`) on a connection outside
     the pool, held until `aclose`. If that connection drops (PostgreSQL restarted, the backend terminated), the
-    lock is gone with it and `lost` completes: the process must stop."""
+    lock is gone with it and `lost` completes: the process must stop.
 
-    def __init__(self, url: str, role: Literal["run", "chat"] = "run") -> None:
+    `purpose` names the command taking the lock when it is not the role's own (`restore` takes both roles'
+    locks, so that nothing serves from the database meanwhile), for the refusal's words."""
+
+    def __init__(self, url: str, role: Literal["run", "chat"] = "run", *, purpose: str | None = None) -> None:
         self.target: PostgresUrl = parse_url(url)
         self.role = role
+        self.purpose = purpose
         self._conn: AsyncConnection[Any] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
@@ -64,10 +69,11 @@ class AdvisoryInstanceLock:
             cursor = await conn.execute(b"SELECT pg_try_advisory_lock(hashtext('companion'), %s)", (key,))
             row = await cursor.fetchone()
             if not row or not row[0]:
-                holder = await (await conn.execute(_HOLDER.encode(), {"key": key})).fetchone()
-                raise StoreError(
-                    f"another companion {self.role} holds {self.target.where}/{self.target.database}{_pid(holder)}"
-                )
+                holder = await (await conn.execute(HOLDER.encode(), {"key": key})).fetchone()
+                held = f"{self.target.where}/{self.target.database}{holder_pid(holder)}"
+                if self.purpose is None:
+                    raise StoreError(f"another companion {self.role} holds {held}")
+                raise StoreError(f"companion {self.role} holds {held}; stop it before companion {self.purpose}")
         except psycopg.Error as exc:
             await conn.close()
             raise translate(exc, self.target) from exc
@@ -107,7 +113,8 @@ class AdvisoryInstanceLock:
             await conn.close()
 
 
-def _pid(holder: Any) -> str:
+def holder_pid(holder: Any) -> str:
+    """The words " (pid N)" for the holder in a row of HOLDER (its application name, else its backend)."""
     if holder is None:
         return ""
     found = re.search(r"pid (\d+)$", str(holder[0] or ""))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from adapters.storage.engine import Database, Fetch, Statement
+from adapters.storage.sealing import opened, sealed
+from tests.adapters.store.seed import keyed
 
 
 async def scalar(engine: Database, sql: str, **params: object) -> object:
@@ -18,6 +20,13 @@ async def column(engine: Database, sql: str, **params: object) -> list[object]:
 async def inserted(engine: Database, sql: str, **params: object) -> int:
     (result,) = await engine.write(Statement(sql + " RETURNING id", params, Fetch.ONE))
     return int(result.scalar)
+
+
+async def words(engine: Database, table: str) -> list[str | None]:
+    """The `text` of every row of `table` (messages, summaries, pad_entries, deliveries) as the query classes
+    read it: a private row's opened with its interval's key (None when the key is gone)."""
+    (result,) = await engine.read(Statement(f"SELECT text, segment_id FROM {table} ORDER BY id", fetch=Fetch.ALL))
+    return [opened(engine.sealer, row["segment_id"], f"{table}.text", row["text"]) for row in result.rows]
 
 
 async def person(engine: Database, name: str = "owner") -> int:
@@ -51,7 +60,7 @@ async def segment(
     anchor = await scalar(
         engine, "SELECT coalesce(max(id), 0) FROM messages WHERE conversation_id = :c", c=conversation_id
     )
-    return await inserted(
+    made = await inserted(
         engine,
         "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, ended_at, expires_at)"
         " VALUES (:c, :anchor, :at, :at, CAST(:ended AS DOUBLE PRECISION), CAST(:expires AS DOUBLE PRECISION))",
@@ -61,6 +70,8 @@ async def segment(
         ended=ended_at,
         expires=expires_at,
     )
+    await keyed(engine, made, expires_at)
+    return made
 
 
 async def message(
@@ -82,7 +93,7 @@ async def message(
         s=segment_id,
         mode="normal" if segment_id is None else "private",
         role=role,
-        text=text,
+        text=sealed(engine.sealer, segment_id, "messages.text", text),
         capture="pending" if segment_id is None else "skipped",
         at=at,
         key=key,
@@ -106,7 +117,7 @@ async def delivery(
         c=conversation_id,
         m=message_id,
         s=segment_id,
-        text=text,
+        text=sealed(engine.sealer, segment_id, "deliveries.text", text),
         streamed=streamed,
     )
 
@@ -127,13 +138,18 @@ async def fill_segment(engine: Database, conversation_id: int, segment_id: int, 
     await engine.write(
         Statement(
             "INSERT INTO summaries (conversation_id, segment_id, mode, text, watermark, updated_at)"
-            " VALUES (:c, :s, 'private', 'a private summary', :m, 12.0)",
-            {"c": conversation_id, "s": segment_id, "m": said},
+            " VALUES (:c, :s, 'private', :t, :m, 12.0)",
+            {
+                "c": conversation_id,
+                "s": segment_id,
+                "m": said,
+                "t": sealed(engine.sealer, segment_id, "summaries.text", "a private summary"),
+            },
         ),
         Statement(
             "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-            " VALUES (:p, :s, 'private', 'a private fact', 12.0)",
-            {"p": who, "s": segment_id},
+            " VALUES (:p, :s, 'private', :t, 12.0)",
+            {"p": who, "s": segment_id, "t": sealed(engine.sealer, segment_id, "pad_entries.text", "a private fact")},
         ),
         Statement(
             "INSERT INTO tool_operations (conversation_id, segment_id, tool, status, args_bytes, result_bytes,"
@@ -141,8 +157,8 @@ async def fill_segment(engine: Database, conversation_id: int, segment_id: int, 
             {"c": conversation_id, "s": segment_id},
         ),
         Statement(
-            "INSERT INTO crossings (segment_id, destination, requested_at, confirm_by) VALUES (:s, 'file', 12.0, 99.0)",
-            {"s": segment_id},
+            "INSERT INTO crossings (segment_id, destination, requested_at, confirm_by) VALUES (:s, :d, 12.0, 99.0)",
+            {"s": segment_id, "d": sealed(engine.sealer, segment_id, "crossings.destination", "file")},
         ),
     )
     await delivery(engine, conversation_id, segment_id=segment_id)

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from adapters.storage.engine import Database, Fetch, Statement
+from adapters.storage.sealing import sealed
 
 T = TypeVar("T")
 
@@ -51,13 +52,23 @@ async def conversation(
 
 
 async def open_segment(engine: Database, conversation_id: int, at: float = 10.0) -> int:
-    return await insert(
+    segment_id = await insert(
         engine,
         "INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at)"
         " VALUES (:c, 0, :at, :at)",
         c=conversation_id,
         at=at,
     )
+    await keyed(engine, segment_id)
+    return segment_id
+
+
+async def keyed(engine: Database, segment_id: int, expires_at: float | None = None) -> None:
+    """Give a segment planted raw its key, as `open_segment` does (nothing with a sealer that keeps none)."""
+    key_id = await engine.sealer.create(expires_at)
+    if key_id is not None:
+        await engine.write(Statement("UPDATE segments SET key_id = :k WHERE id = :s", {"k": key_id, "s": segment_id}))
+        engine.sealer.bind(segment_id, key_id)
 
 
 async def end_segment(engine: Database, segment_id: int, at: float = 20.0) -> None:
@@ -89,7 +100,7 @@ async def message(
         s=segment_id,
         mode=mode,
         role=role,
-        text=text,
+        text=sealed(engine.sealer, segment_id, "messages.text", text),
         cap=mark,
         at=at,
     )

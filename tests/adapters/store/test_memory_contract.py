@@ -47,6 +47,7 @@ async def test_recall_never_returns_a_private_row_even_one_planted_in_the_index(
 
 
 async def _insert_private_pad(engine: Database, owner: int, segment: int, text: str) -> int:
+    from adapters.storage.sealing import sealed
     from tests.adapters.store.seed import insert
 
     return await insert(
@@ -54,7 +55,7 @@ async def _insert_private_pad(engine: Database, owner: int, segment: int, text: 
         "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (:p, :s, 'private', :t, 1.0)",
         p=owner,
         s=segment,
-        t=text,
+        t=sealed(engine.sealer, segment, "pad_entries.text", text),
     )
 
 

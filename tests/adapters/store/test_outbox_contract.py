@@ -7,6 +7,7 @@ import pytest
 
 from adapters.storage.engine import Database, Fetch, Statement
 from adapters.storage.outbox import OutboxQueries, delivery_row
+from adapters.storage.sealing import sealed
 from core.values.copy import INTERVAL_ENDED_SHOWN
 from core.values.model import DeliveryTarget
 from tests.adapters.store.seed import conversation, count, end_segment, insert, open_segment, person
@@ -19,7 +20,13 @@ TELEGRAM = frozenset({"telegram"})
 
 async def _delivery(engine: Database, chat: int, text: str, *, segment: int | None = None, at: float = 1.0) -> int:
     (made,) = await engine.write(
-        delivery_row(chat, DeliveryTarget("telegram", str(chat)), text, at, segment_id=segment)
+        delivery_row(
+            chat,
+            DeliveryTarget("telegram", str(chat)),
+            sealed(engine.sealer, segment, "deliveries.text", text),
+            at,
+            segment_id=segment,
+        )
     )
     return int(made.scalar)
 

@@ -7,7 +7,7 @@ import pytest
 
 from adapters.storage.engine import Database, Statement
 from adapters.storage.quotes import QuoteQueries
-from tests.adapters.store.interval_rows import column, conversation, message, scalar, segment
+from tests.adapters.store.interval_rows import column, conversation, message, scalar, segment, words
 
 pytestmark = pytest.mark.engines
 
@@ -71,7 +71,7 @@ async def test_an_edit_stays_in_its_messages_mode_and_interval(engine: Database)
     assert await quotes.edit_message(private, interval, "private, edited", 50.0)
     assert not await quotes.edit_message(private, interval, "private, edited", 51.0)  # unchanged: no edit
 
-    assert await column(engine, "SELECT text FROM messages ORDER BY id") == ["normal", "private, edited"]
+    assert await words(engine, "messages") == ["normal", "private, edited"]
     assert await column(engine, "SELECT segment_id FROM messages WHERE id = :m", m=private) == [interval]
     assert await scalar(engine, "SELECT last_activity_at FROM segments WHERE id = :s", s=interval) == 50.0
 
