@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -105,6 +106,11 @@ class ChildProcess:
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS in /proc status")
 
+    def cpu_seconds(self) -> float:
+        """User and system time of the child so far, every thread (/proc/PID/stat, clock ticks)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     async def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, wait, kill if it hangs; returns the exit code. Safe to call twice."""
         proc = self.proc
@@ -123,11 +129,14 @@ class ChildProcess:
         return None if proc is None else proc.returncode
 
 
-def gateway(cwd: Path, **settings: str) -> ChildProcess:
-    """`companion run` from this interpreter (the code in this checkout), configured by `settings`
-    only: cwd is a scratch directory without a .env."""
+def gateway(cwd: Path, *, tree: Path | None = None, name: str = "companion run", **settings: str) -> ChildProcess:
+    """`companion run` from this interpreter (the code in this checkout), or from another checkout
+    `tree` with its own .venv (the tree before a change, timed in the same run), configured by
+    `settings` only: cwd is a scratch directory without a .env."""
+    root = ROOT if tree is None else tree.resolve()
+    python = sys.executable if tree is None else str(root / ".venv" / "bin" / "python")
     defaults = {
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(root),
         "COMPANION_DB_PATH": str(cwd / "companion.db"),
         "COMPANION_HTTP_PORT": "0",
         "COMPANION_LOG_LEVEL": "WARNING",
@@ -136,11 +145,17 @@ def gateway(cwd: Path, **settings: str) -> ChildProcess:
         "COMPANION_BURST_SECONDS": "0",
     }
     env = child_env(**{**defaults, **settings})
-    return ChildProcess("companion run", [sys.executable, "-m", "bot", "run"], env, cwd)
+    return ChildProcess(name, [python, "-m", "bot", "run"], env, cwd)
 
 
-def bare_bot(cwd: Path, token: str, base_url: str, model_url: str) -> ChildProcess:
-    env = child_env(BARE_TELEGRAM_TOKEN=token, BARE_TELEGRAM_BASE_URL=base_url, BARE_LLM_BASE_URL=model_url)
+def bare_bot(cwd: Path, token: str, base_url: str, model_url: str, database: str | None = None) -> ChildProcess:
+    """bench/bare_bot.py committing twice a turn to `database` (a SQLite file, by default in `cwd`, or a postgresql:// URL)."""
+    env = child_env(
+        BARE_TELEGRAM_TOKEN=token,
+        BARE_TELEGRAM_BASE_URL=base_url,
+        BARE_LLM_BASE_URL=model_url,
+        BARE_DATABASE=database or str(cwd / "bare.db"),
+    )
     return ChildProcess("bare bot", [sys.executable, str(ROOT / "bench" / "bare_bot.py")], env, cwd)
 
 

@@ -2661,4 +2661,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        lost = asyncio.ensure_future(asyncio.Event().wait())",
         also=("tests/bot/test_postgres_wire.py",),
     ),
+    M(
+        "stream-row-in-flight-not-taken-over",
+        RELIABILITY,
+        "            await asyncio.shield(self._writing)  # the write goes on if the turn is cut off meanwhile",
+        "            pass",
+    ),
 )

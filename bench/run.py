@@ -393,6 +393,13 @@ def details(results: dict) -> list[str]:
                 f" {telegram['commits']:g} commits ({telegram['fsynced_commits']:g} fsynced).",
                 "",
             ]
+        on_postgres = results["turn"].get("telegram_turn_postgres", {})
+        if "trips" in on_postgres:
+            lines += [
+                f"The same on PostgreSQL: {on_postgres['trips']:g} trips, {on_postgres['statements']:g} statements,"
+                f" {on_postgres['commits']:g} commits ({on_postgres['fsynced_commits']:g} synchronous).",
+                "",
+            ]
     cli = results.get("cli", {})
     if "imports" in cli:
         top = ", ".join(f"{m['module']} {m['ms']:.0f} ms" for m in cli["imports"]["top10_cumulative_ms"])

@@ -26,6 +26,7 @@ from bench._common import (
     percentile,
     ratio,
 )
+from bench._postgres import durable_cluster
 from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.ports.clock import SystemClock
@@ -114,11 +115,12 @@ def per_turn(before: Counters, after: Counters, turns: int) -> dict[str, float]:
     }
 
 
-async def telegram_turns(path: Path, turns: int) -> dict[str, float]:
+async def telegram_turns(path: Path, turns: int, *, url: str | None = None) -> dict[str, float]:
     """A Telegram-shaped turn: the core's entry, the outbox and a fake sender (the answer handed over,
     sent and marked), shipped settings but the burst window (off, or each turn waits 1.5 s). The
-    update ledger is not in it: the intake writes it off the turns (at most every 0.5 s)."""
-    async with open_stores(path) as stores:
+    update ledger is not in it: the intake writes it off the turns (at most every 0.5 s). `url`: on
+    that PostgreSQL database instead of the SQLite file `path` (its key folder beside `path`)."""
+    async with open_stores(path, url=url, key_dir=path.parent / f"{path.stem}-keys") as stores:
         outbox = Outbox(stores.outbox, SystemClock(), pacing=None)
         config = CompanionConfig(allowed_accounts=frozenset({"telegram:7"}))
         companion = build_companion(stores, ZeroLatencyProvider(), config, outbox=outbox)
@@ -139,6 +141,14 @@ async def telegram_turns(path: Path, turns: int) -> dict[str, float]:
         after = dataclasses.replace(stores.database.engine.counters)
         await companion.drain()
     return per_turn(before, after, turns)
+
+
+async def _telegram_turns_on_postgres(path: Path, turns: int) -> dict:
+    """`telegram_turns` on a durable scratch PostgreSQL (bench/_postgres.py), or why it did not start."""
+    with durable_cluster() as cluster:
+        if isinstance(cluster, str):
+            return {"skipped": cluster}
+        return await telegram_turns(path, turns, url=cluster.url(cluster.create_database(name="bench_turn")))
 
 
 class _BareTurns:
@@ -212,6 +222,7 @@ async def _measure(turns: int, warmup: int, block: int) -> dict:
             elapsed = time.perf_counter() - started
             profile = await core.profile(50)
             telegram = await telegram_turns(Path(tmp) / "telegram.db", 50)
+            telegram_postgres = await _telegram_turns_on_postgres(Path(tmp) / "telegram-pg.db", 50)
         finally:
             await core.aclose()
             await bare.aclose()
@@ -235,6 +246,7 @@ async def _measure(turns: int, warmup: int, block: int) -> dict:
         "baseline_statements_per_turn": 7,
         "profile": profile,
         "telegram_turn": telegram,
+        "telegram_turn_postgres": telegram_postgres,
     }
     result["ok"] = result["ratio_median"] < TARGET_RATIO
     return result

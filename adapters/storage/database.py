@@ -106,7 +106,8 @@ class Database:
         await bind_segments(self.engine)  # no-op on Plaintext
 
     async def _open_reader(self) -> aiosqlite.Connection:
-        reader = await aiosqlite.connect(self.path, isolation_level=None)
+        # Opened (and closed) on its aiosqlite thread, read from the event loop's (SqliteEngine.read).
+        reader = await aiosqlite.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             reader.row_factory = aiosqlite.Row
             await reader.execute("PRAGMA query_only = ON")

@@ -10,9 +10,10 @@ refusal (blocked, chat not found) ends a delivery unsent, recorded by kind; on a
 also disables the binding and tells the source conversation once.
 
 A reply shown while the model writes it (core/delivery/streams.py) is shown in the same lane:
-`open_stream` writes its row (status 'streaming') and shows it there until the turn closes the
-stream; the reply's delivery, written later with the final text, then goes out in that lane as
-the final edit of the messages shown.
+`open_stream` writes its row (status 'streaming') once its first text is due and shows it there
+until the turn closes the stream; the reply's delivery, written later with the final text, then
+goes out in that lane as the final edit of the messages shown. An answer finished before its
+first text was due writes no such row: it goes out whole, as any reply.
 
 Nothing of a private interval goes out after it ended. The store never picks a delivery of an
 ended interval, and the transaction that ends one turns the rows that showed messages into their
@@ -38,7 +39,7 @@ from core.ports.clock import Clock
 from core.ports.metrics import NO_METRICS, Metrics
 from core.ports.store.outbox import OutboxStore
 from core.values import copy
-from core.values.errors import DeliveryFailed
+from core.values.errors import DeliveryFailed, IntervalEnded
 from core.values.locks import KeyedLocks
 from core.values.model import DeliveryTarget, OutboundDelivery
 from core.values.retry import Sleep, backoff_delay
@@ -289,23 +290,36 @@ class Outbox:
 
     # --- replies shown while written ----------------------------------------------------------
 
-    async def open_stream(self, conversation_id: int, target: DeliveryTarget, segment_id: int | None) -> ReplyStream:
-        """Write the row of a reply about to be shown while written (no text: `record_reply` gives it
-        the final text later) and show it in its lane, in the background. The caller (a turn) only
-        publishes to the stream and closes it; it never waits on the platform."""
-        reply = await self._store.open_stream(conversation_id, target, self._clock.now(), segment_id=segment_id)
-        stream = ReplyStream(reply)
-        task = asyncio.get_running_loop().create_task(self._show(stream))
+    def open_stream(self, conversation_id: int, target: DeliveryTarget, segment_id: int | None) -> ReplyStream:
+        """A reply about to be shown while written, shown in its lane in the background. Its row
+        (status 'streaming', no text: `record_reply` gives it the final text later) is written when
+        its first text is due, before anything of it is posted; an answer finished sooner goes out
+        whole, as any reply, and no row of a stream is written for it. The caller (a turn) only
+        publishes to the stream, closes it and then asks for its row (`ReplyStream.row`); it never
+        waits on the platform."""
+        stream = ReplyStream()
+        task = asyncio.get_running_loop().create_task(self._show(stream, conversation_id, target, segment_id))
         self._handed.add(task)
         task.add_done_callback(self._sent)
         return stream
 
-    async def _show(self, stream: ReplyStream) -> None:
+    async def _show(
+        self, stream: ReplyStream, conversation_id: int, target: DeliveryTarget, segment_id: int | None
+    ) -> None:
         pacing = self._pacing
         if pacing is None or not await stream.pause(pacing.first_seconds, self._sleep):
             return  # written before its first text was due: it goes out whole, as any reply
-        reply = stream.reply
-        target = reply.target
+        written = stream.writing()
+        try:
+            reply = stream.reply = await self._store.open_stream(
+                conversation_id, target, self._clock.now(), segment_id=segment_id
+            )
+        except IntervalEnded:
+            # Nothing was shown: the turn stops at its next text, as when the interval ends while shown.
+            stream.end()
+            return
+        finally:
+            written.set_result(None)
         streamer = self._streamers.get(target.platform)
         if streamer is None:
             return
@@ -316,7 +330,7 @@ class Outbox:
             show = StreamShow(
                 streamer, self._store, pacing, sleep=self._sleep, monotonic=self._monotonic, now=self._clock.now
             )
-            await show.run(stream)
+            await show.run(stream, reply)
             if show.ended:
                 # Its interval ended while it was shown: the turn stops at its next text, and what was
                 # shown becomes the constant line, here in its lane, before anything else of it.

@@ -52,13 +52,17 @@ class StreamPacing:
 
 
 class ReplyStream:
-    """One reply while the model writes it: its delivery row (status 'streaming') and its newest text.
+    """One reply while the model writes it: its newest text, and its delivery row (status
+    'streaming') once the outbox wrote it, when its first text was due.
 
-    The producer (the turn) calls `publish` and `close`, which never suspend; the consumer (one
-    `StreamShow`) reads `text` and `version` and waits with `wait_change` and `pause`."""
+    The producer (the turn) calls `publish` and `close`, which never suspend, and `row` once it
+    closed it; the consumer (one `StreamShow`) reads `text` and `version` and waits with
+    `wait_change` and `pause`."""
 
-    def __init__(self, reply: StreamedReply) -> None:
-        self.reply = reply
+    def __init__(self) -> None:
+        # Its row, once written: when its first text is due (the outbox's `_show`), never sooner.
+        self.reply: StreamedReply | None = None
+        self._writing: asyncio.Future[None] | None = None
         self._text = ""
         self._settled = False
         self._version = 0
@@ -83,6 +87,14 @@ class ReplyStream:
         self._closed.set()
         self._changed.set()
 
+    async def row(self) -> int | None:
+        """The reply's delivery row, once no write of it is in flight (the turn, once it closed the
+        stream, takes that row over); None: none was written, as for an answer closed before its
+        first text was due."""
+        if self._writing is not None:
+            await asyncio.shield(self._writing)  # the write goes on if the turn is cut off meanwhile
+        return self.reply.delivery_id if self.reply is not None else None
+
     @property
     def ended(self) -> bool:
         """Its interval ended while it was shown: nothing more of the reply may be shown or written."""
@@ -94,6 +106,12 @@ class ReplyStream:
         """The reply's interval ended: the showing is over for good (see `ended`)."""
         self._ended = True
         self.close()
+
+    def writing(self) -> asyncio.Future[None]:
+        """Called by the outbox just before it writes the row; it resolves the future once the
+        write is over, written or not (`row` waits for it)."""
+        self._writing = asyncio.get_running_loop().create_future()
+        return self._writing
 
     @property
     def text(self) -> str:
@@ -159,16 +177,16 @@ class StreamShow:
         self.requests = 0  # posts and edits sent
         self.ended = False  # stopped by the end of the reply's interval
 
-    async def run(self, stream: ReplyStream) -> None:
-        """Show the stream's newest text until it closes; then keep the pace once more, so the final
-        edit that follows is no sooner than the next one would have been. A private reply stops at
-        its interval's expiry (`ended`): no request is sent at or after it, and one running then
-        is cancelled."""
+    async def run(self, stream: ReplyStream, reply: StreamedReply) -> None:
+        """Show the stream's newest text (`reply`: its row) until it closes; then keep the pace once
+        more, so the final edit that follows is no sooner than the next one would have been. A
+        private reply stops at its interval's expiry (`ended`): no request is sent at or after it,
+        and one running then is cancelled."""
         interval = self._pacing.edit_seconds
         last: float | None = None
         version = -1
         while not stream.closed:
-            left = self._left(stream.reply)
+            left = self._left(reply)
             if left is not None and left <= 0:
                 self.ended = True
                 break
@@ -184,7 +202,7 @@ class StreamShow:
                         break
                     if left is not None and wait > left:
                         continue  # paused until the end
-            left = self._left(stream.reply)
+            left = self._left(reply)
             if left is not None and left <= 0:  # the end came while it waited: nothing more is sent
                 self.ended = True
                 break
@@ -193,11 +211,11 @@ class StreamShow:
             bound = asyncio.timeout(left)
             try:
                 async with bound:
-                    await self._show(stream.reply, self._streamer.pieces(stream.text, final=stream.settled))
+                    await self._show(reply, self._streamer.pieces(stream.text, final=stream.settled))
             except TimeoutError:
                 if not bound.expired():
                     raise
-                log.info("delivery %s: its interval ended while it was shown", stream.reply.delivery_id)
+                log.info("delivery %s: its interval ended while it was shown", reply.delivery_id)
                 self.ended = True
                 break
             except DeliveryThrottled as exc:
@@ -206,21 +224,21 @@ class StreamShow:
                 interval = self._pacing.slower(interval)
                 log.info(
                     "delivery %s: the platform asked to wait %.1f s; editing every %.1f s now",
-                    stream.reply.delivery_id,
+                    reply.delivery_id,
                     exc.retry_after,
                     interval,
                 )
-                if not await stream.pause(_until(exc.retry_after, self._left(stream.reply)), self._sleep):
+                if not await stream.pause(_until(exc.retry_after, self._left(reply)), self._sleep):
                     break
             except DeliveryFailed as exc:
-                log.info("delivery %s: showing it while written stopped (%s)", stream.reply.delivery_id, exc.kind)
+                log.info("delivery %s: showing it while written stopped (%s)", reply.delivery_id, exc.kind)
                 break
             else:
                 if self._monotonic() - began > interval:  # a slow platform: fewer edits
                     interval = self._pacing.slower(interval)
             last = self._monotonic()
         if last is not None and not self.ended:
-            wait = _until(last + interval - self._monotonic(), self._left(stream.reply))
+            wait = _until(last + interval - self._monotonic(), self._left(reply))
             if wait > 0:
                 await self._sleep(min(wait, interval))
 

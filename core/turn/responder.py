@@ -186,7 +186,7 @@ class Responder:
                 with_notice(state, _failure_words(exc)),
                 segment_id=segment_id,
                 answers=message_id,
-                stream=_closed(streamed) or resume,
+                stream=await _closed(streamed) or resume,
             )
         except (Exception, asyncio.CancelledError):
             # Cut off (a stop) or failed: its row stays 'streaming'; the next start answers the turn
@@ -205,7 +205,7 @@ class Responder:
             # Asked for every answered exchange: the store's SQL alone decides there is nothing to
             # copy from a private one (no check up here that a later caller could forget).
             mirror=MirrorOf(message_id, source_label(conversation)),
-            stream=_closed(streamed) or resume,
+            stream=await _closed(streamed) or resume,
         )
         if prepared.context.needs_fold:
             # A later event of the same lane: the fold runs in the mode it was planned for, or not at all.
@@ -420,12 +420,12 @@ class Responder:
             log.warning("summary fold for conversation %s failed (%s)", conversation.id, type(exc).__name__)
 
 
-def _closed(streamed: StreamedAnswer | None) -> int | None:
-    """Close the stream (nothing more is shown) and return its delivery row, if it opened one."""
+async def _closed(streamed: StreamedAnswer | None) -> int | None:
+    """Close the stream (nothing more is shown) and return its delivery row, if it wrote one."""
     if streamed is None:
         return None
     streamed.close()
-    return streamed.delivery_id
+    return await streamed.row()
 
 
 def _round_request(

@@ -1,16 +1,18 @@
 """The turn's half of a reply shown while the model writes it: what of the answer may be shown.
 
 `StreamedAnswer` is the `partial` sink of one turn's model calls (core.ports.PartialSink). It opens
-the reply's stream (its delivery row, through the outbox) at the first useful text, never before:
+the reply's stream (through the outbox, which writes its delivery row once its first text is due,
+so an answer done sooner writes none) at the first useful text, never before:
 nothing is shown while the answer may still turn out to be a tool call its server left unparsed
 (core/memory/tool_syntax.py `may_be_tool_call`), and a tool call in the middle of an answer shows
 only the constant `copy.STREAM_WORKING` under the words so far, never its name or arguments. What
 it shows is what the reply will say: the same lines before the answer (a restart's notice, the
 mode's notice, what the person is told) and the answer itself. Partial text is never stored: the
-row holds none, and nothing here logs it. Opening the row is the only wait it ever makes (the
-database); showing happens in the outbox's lane (core/delivery/streams.py). When the answer's
-private interval ends while it is shown, the outbox ends the stream, and the next text the model
-writes stops the turn (`IntervalEnded`): nothing more of it is shown, stored or sent.
+row holds none, and nothing here logs it. It never waits while the model writes: the row and the
+showing are the outbox's, in the reply's lane (core/delivery/streams.py); once closed, `row` waits
+for a write of the row still in flight, so the reply takes over the row its stream wrote. When the
+answer's private interval ends while it is shown, the outbox ends the stream, and the next text the
+model writes stops the turn (`IntervalEnded`): nothing more of it is shown, stored or sent.
 """
 
 from __future__ import annotations
@@ -50,10 +52,10 @@ class StreamedAnswer:
         self._closed = False
         self._calling = False  # a tool call began: the constant line shows until the next round's words do
 
-    @property
-    def delivery_id(self) -> int | None:
-        """The reply's delivery row, once the stream opened (None: nothing was worth showing)."""
-        return self._stream.reply.delivery_id if self._stream is not None else None
+    async def row(self) -> int | None:
+        """After `close`: the reply's delivery row, if its stream wrote one (None: nothing was worth
+        showing, or the answer was done before its first text was due)."""
+        return await self._stream.row() if self._stream is not None else None
 
     async def offer(self, partial: Partial) -> None:
         """The answer so far (this model round's text), from the provider as it streams.
@@ -62,7 +64,9 @@ class StreamedAnswer:
             IntervalEnded: the answer's interval ended (the model call stops here).
         """
         if self._stream is not None and self._stream.ended:
-            raise IntervalEnded(f"the interval of delivery {self._stream.reply.delivery_id} ended while it was shown")
+            reply = self._stream.reply
+            what = f"delivery {reply.delivery_id}" if reply is not None else "a reply about to be shown"
+            raise IntervalEnded(f"the interval of {what} ended while it was shown")
         if self._closed:
             return
         if partial.calling:
@@ -78,10 +82,7 @@ class StreamedAnswer:
             return  # not worth showing yet (nor worth replacing the constant line with)
         self._text, self._calling = text, False
         if self._stream is None:
-            self._stream = await self._outbox.open_stream(self._conversation_id, self._target, self._segment_id)
-            if self._closed:  # closed while its row was written
-                self._stream.close()
-                return
+            self._stream = self._outbox.open_stream(self._conversation_id, self._target, self._segment_id)
         self._stream.publish(self._lead + self._text)
 
     def close(self) -> None:

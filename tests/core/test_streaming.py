@@ -39,7 +39,7 @@ def boot(stores, provider, clock, passphrase_hash, telegram):
     provider.stream_steps = 8
     provider.stream_pause = 0.03
 
-    async def start(**config) -> Companion:
+    async def start(pacing: StreamPacing = QUICK, **config) -> Companion:
         # Bursts off: each test message is its own turn (the gateway tests keep the shipped window).
         companion = await boot_companion(
             stores,
@@ -48,7 +48,7 @@ def boot(stores, provider, clock, passphrase_hash, telegram):
             passphrase_hash,
             (telegram,),
             platforms=("telegram",),
-            outbox_options={"pacing": QUICK},
+            outbox_options={"pacing": pacing},
             burst_seconds=0.0,
             **config,
         )
@@ -80,6 +80,49 @@ async def test_a_streamed_reply_is_shown_while_written_and_finished_by_one_edit(
     assert telegram.messages == {message_id: LONG}
     rows = await all_rows(stores, "SELECT status, streamed_ids, text FROM deliveries")
     assert rows == [("sent", message_id, None)]  # one delivery; a sent row holds no text
+
+
+async def test_an_answer_done_before_its_first_text_is_due_writes_no_stream_row(
+    boot, provider, telegram, stores, monkeypatch
+):
+    written = []
+    open_stream = stores.outbox.open_stream
+
+    async def counted(*args, **kwargs):
+        written.append(args)
+        return await open_stream(*args, **kwargs)
+
+    monkeypatch.setattr(stores.outbox, "open_stream", counted)
+    # The shipped wait before the first text (0.4 s): the answer below is whole long before it.
+    companion = await boot(pacing=StreamPacing(edit_seconds=0.05))
+    provider.stream_pause = 0.0
+    provider.script.append(Completion(LONG))
+    await tell(companion, "tell me a long story")
+    await wait_for(lambda: telegram.sent)
+    assert written == []  # no stream's row: the reply went out whole, as any reply
+    assert telegram.posts_shown == [] and [text for _, text, _ in telegram.sent] == [LONG]
+    assert await all_rows(stores, "SELECT status, streamed_ids FROM deliveries") == [("sent", None)]
+
+
+async def test_an_answer_done_while_its_stream_row_is_written_takes_that_row_over(
+    boot, provider, telegram, stores, monkeypatch
+):
+    open_stream = stores.outbox.open_stream
+
+    async def slow(*args, **kwargs):
+        await asyncio.sleep(0.5)  # the answer is done (8 pieces 0.03 s apart) while the row is written
+        return await open_stream(*args, **kwargs)
+
+    monkeypatch.setattr(stores.outbox, "open_stream", slow)
+    companion = await boot()
+    provider.script.append(Completion(LONG))
+    await tell(companion, "tell me a long story")
+    await wait_for(lambda: telegram.sent)
+    assert await companion.outbox.settle(5.0)  # the stream's task is over: no row is written after this
+    # The reply waited for that row and became it: one delivery, none left 'streaming' for the
+    # next start to cut off, and the answer sent once, whole (nothing was shown before it).
+    assert await all_rows(stores, "SELECT status FROM deliveries") == [("sent",)]
+    assert telegram.posts_shown == [] and [text for _, text, _ in telegram.sent] == [LONG]
 
 
 async def test_a_partial_answer_is_stored_nowhere(boot, provider, telegram, stores, tmp_path):
