@@ -37,6 +37,7 @@ from tests.helpers.platforms.telegram import TelegramWire
 from tests.helpers.platforms.web import WebWire
 from tests.helpers.proc import companion_env
 from tests.helpers.running import Running
+from tests.helpers.web import free_port
 from tests.helpers.wire_platforms import rows, shipped
 
 pytestmark = pytest.mark.wire
@@ -135,8 +136,9 @@ def lifecycle_env(
         # companion_env shortens the burst window for the other wire tests; these run it as shipped,
         # since the window is one of the steps a stop can land in.
         "COMPANION_BURST_SECONDS": shipped("burst_seconds"),
-        # Any free port: the fixed default would collide with another gateway on this machine.
-        "COMPANION_HTTP_PORT": "0",
+        # On, as shipped (companion_env turns it off), on a free port: the fixed default would collide with
+        # another gateway on this machine. A web cell's own settings give its port.
+        "COMPANION_HTTP_PORT": str(free_port()),
     }
     if grace is not None:
         settings["COMPANION_STOP_GRACE"] = grace
