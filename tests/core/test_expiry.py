@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bot.bootstrap import build_companion
+from core.values.errors import StoreError
 from core.values.model import DeliveryTarget, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers import engines
@@ -131,6 +132,19 @@ async def test_every_dependent_row_goes_when_a_segment_expires(companion, stores
     assert await all_rows(stores, "SELECT text FROM messages WHERE kind = 'chat' AND role = 'user'") == [
         ("normal before",)
     ]
+
+
+async def test_the_sweep_expires_intervals_before_anything_else_can_fail(companion, stores, clock, monkeypatch):
+    await populate_private(companion, stores, clock)
+    clock.advance(3601)
+
+    async def refused(now: float) -> int:
+        raise StoreError("artifacts unreachable")
+
+    monkeypatch.setattr(stores.lifetime, "delete_expired_artifacts", refused)
+    with pytest.raises(StoreError):
+        await companion.sweep()
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
 
 
 @pytest.mark.sqlite_only("SQLite's file and WAL; PostgreSQL's files are test_postgres_shredding.py's (sealed text)")
