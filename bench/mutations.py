@@ -2365,6 +2365,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    CHECK (destination ~ '^s1\\.[A-Za-z0-9_-]{38,}$');",
         "    CHECK (true);",
     ),
+    M(
+        "sweep-expiry-held-back-by-artifacts",  # a store down for artifacts must not hold back an interval's expiry
+        PRIVACY,
+        "        try:\n            return await self._modes.delete_expired_segments(self._clock.now())\n"
+        "        finally:\n            await self._artifacts.delete_expired_artifacts(self._clock.now())",
+        "        await self._artifacts.delete_expired_artifacts(self._clock.now())\n"
+        "        return await self._modes.delete_expired_segments(self._clock.now())",
+    ),
     # --- PostgreSQL (issue 31): its schema's wall, its engine, its start ----
     M(
         "pg-recall-index-takes-private-messages",

@@ -143,10 +143,10 @@ class Plaintext:
         return set()
 
 
-class Unkeyed:
+class Unkeyed(Plaintext):
     """PostgreSQL without a key folder (no `key_dir`): it seals nothing and opens nothing, so no private word
     is ever written (the schema's CHECKs would refuse it in plain text anyway) and no interval opens; the
-    rest of the store (normal mode, migrations, doctor) works."""
+    rest of the store (normal mode, migrations, doctor) works. Binding and shredding are Plaintext's no-ops."""
 
     keyed = True
 
@@ -159,20 +159,8 @@ class Unkeyed:
     def has_key(self, segment_id: int) -> bool:
         return False
 
-    def bind(self, segment_id: int, key_id: str | None) -> None:
-        pass
-
-    def unbind(self, segment_id: int) -> None:
-        pass
-
     async def create(self, expires_at: float | None) -> str | None:
         raise KeyLost("no key folder (COMPANION_KEY_DIR): private mode is unavailable")
-
-    async def shred(self, key_ids: Iterable[str]) -> None:
-        pass
-
-    async def expire(self, now: float) -> list[str]:
-        return []
 
     async def reconcile(self, live: Collection[str], *, spare_after: float | None = None) -> set[str]:
         return set(live)

@@ -92,10 +92,14 @@ class Recovery:
             )
 
     async def sweep(self) -> int:
-        """Scheduled (`Companion.sweep`): delete crossing artifacts past their retention, then the
-        segments whose expiry passed. Returns how many segments were deleted."""
-        await self._artifacts.delete_expired_artifacts(self._clock.now())
-        return await self._modes.delete_expired_segments(self._clock.now())
+        """Scheduled (`Companion.sweep`): delete the segments whose expiry passed, then crossing
+        artifacts past their retention. Segments first: nothing else failing (a store that is down)
+        may hold back an interval's expiry, or what the store does of it without a database.
+        Returns how many segments were deleted."""
+        try:
+            return await self._modes.delete_expired_segments(self._clock.now())
+        finally:
+            await self._artifacts.delete_expired_artifacts(self._clock.now())
 
     def restart_notice(self, conversation_id: int) -> bool:
         """Whether the next reply of the conversation first says that a restart ended private mode."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bot.bootstrap import build_companion
+from core.values.errors import StoreError
 from core.values.model import DeliveryTarget, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers import engines
@@ -135,6 +138,19 @@ async def test_every_dependent_row_goes_when_a_segment_expires(companion, stores
     assert await all_rows(stores, "SELECT text FROM messages WHERE kind = 'chat' AND role = 'user'") == [
         ("normal before",)
     ]
+
+
+async def test_the_sweep_expires_intervals_before_anything_else_can_fail(companion, stores, clock, monkeypatch):
+    await populate_private(companion, stores, clock)
+    clock.advance(3601)
+
+    async def refused(now: float) -> int:
+        raise StoreError("artifacts unreachable")
+
+    monkeypatch.setattr(stores.lifetime, "delete_expired_artifacts", refused)
+    with pytest.raises(StoreError):
+        await companion.sweep()
+    assert await all_rows(stores, "SELECT count(*) FROM segments") == [(0,)]
 
 
 async def test_private_text_is_gone_from_the_database_files_after_expiry(companion, stores, clock):
