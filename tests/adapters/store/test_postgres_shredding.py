@@ -18,7 +18,14 @@ from adapters.storage.sealing import SEALED_FIELDS
 from adapters.storage.stores import Stores
 from core.memory.context import ContextBudget
 from core.values.errors import StoreError
-from core.values.model import Completion, CompletionRequest, ConversationKey, DeliveryTarget, Summary
+from core.values.model import (
+    Completion,
+    CompletionRequest,
+    ConversationKey,
+    DeliveryTarget,
+    OutboundDelivery,
+    Summary,
+)
 from tests.helpers.engine_fixtures import did_not_start, need_psycopg
 from tests.helpers.fakes import FakeClock, FakeProvider, request_text
 from tests.helpers.postgres import KEEPING_EVERY_BYTE, CopiesOf, PostgresCluster, PostgresUnavailable, holding
@@ -142,6 +149,16 @@ class Interval:
         return found
 
 
+async def picked(stores: Stores, interval: Interval, now: float) -> list[OutboundDelivery]:
+    """The deliveries of the interval's conversation the outbox would hand to its sender now."""
+    return [
+        delivery
+        for conversation, upto in await stores.outbox.due(frozenset({"telegram"}), now)
+        if conversation == interval.conversation_id
+        for delivery in await stores.outbox.pending_of(conversation, upto, now)
+    ]
+
+
 def key_files(key_dir: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in key_dir.glob("*.key")} if key_dir.exists() else {}
 
@@ -204,9 +221,7 @@ async def read_back(stores: Stores, interval: Interval, now: float) -> set[str]:
     summary = await stores.timeline.private_summary(segment)
     texts += [summary.text] if summary else []
     texts += [entry.text for entry in await stores.timeline.private_pad(interval.person_id, c)]
-    for conversation, upto in await stores.outbox.due(frozenset({"telegram"}), now):
-        if conversation == c:
-            texts += [delivery.text for delivery in await stores.outbox.pending_of(c, upto, now)]
+    texts += [delivery.text for delivery in await picked(stores, interval, now)]
     return {place for place, word in interval.words.items() if any(word in (text or "") for text in texts)}
 
 
@@ -375,6 +390,7 @@ async def test_expiry_shreds_the_key_while_postgres_is_down(kept: Kept, tmp_path
         # Back up, its rows are still there and open to nothing: private mode would read none of it ...
         assert await read_back(stores, interval, NOW + 10) == set()
         assert not await sealed_shown(stores, interval)
+        assert await picked(stores, interval, NOW + 10) == []  # its reply is never sent
         # ... normal mode sees its one placeholder, and the next sweep deletes it.
         assert await normal_view(stores, interval) == [interval.normal, PLACEHOLDER]
         assert await stores.modes.delete_expired_segments(NOW + 2 * HOUR) == 1
@@ -399,7 +415,7 @@ async def test_a_lost_key_masks_its_interval_and_never_exposes_it(kept: Kept, tm
         assert await stores.modes.open_segment_of(c) is None  # closed: the conversation reads as normal mode
         assert await read_back(stores, interval, NOW + 20) == set()
         assert not await sealed_shown(stores, interval)
-        assert await stores.outbox.due(frozenset({"telegram"}), NOW + 20) == []  # its reply is never sent
+        assert await picked(stores, interval, NOW + 20) == []  # its reply is never sent
         assert await normal_view(stores, interval) == [interval.normal, PLACEHOLDER]
         # A new interval of the same conversation reads none of the old one's private pad.
         later = await stores.modes.open_segment(c, NOW + 30, None)
@@ -499,6 +515,8 @@ async def test_a_private_conversation_leaves_no_word_in_anything_postgres_wrote(
         for turn in range(8):
             await say(companion, f"{turn} {canary} " + "p" * 60)
             await companion.drain()  # the folds of the private summary and pad
+        for lasting in ("remember", "goal", "remind"):  # refused while private: none may carry the words anywhere
+            await say(companion, f"/{lasting} {lasting}-{canary}")
         # Private mode read its own history back: its answers, its summary and its pad fact, opened.
         read = "\n".join(request_text(request) for request in provider.replies())
         assert all(f"{kind}-{canary}" in read for kind in ("answer", "folded", "fact"))
