@@ -209,9 +209,15 @@ def _check(received: dict[str, list[str]], expected_numbers: list[int]) -> dict:
 
 
 async def _measure(
-    conversations: int, rounds: int, burst: int, checkpoint_round: int, on_engine: dict[str, str] | None = None
+    conversations: int,
+    rounds: int,
+    burst: int,
+    checkpoint_round: int,
+    on_engine: dict[str, str] | None = None,
+    tree: Path | None = None,
 ) -> dict:
-    """`on_engine`: settings that put the gateway on another engine (PostgreSQL's URL and key folder)."""
+    """`on_engine`: settings that put the gateway on another engine (PostgreSQL's URL and key folder);
+    `tree`: `companion run` from that checkout (the tree before), with its own .venv."""
     async with (
         TimedBotApi(token=TELEGRAM_TOKEN) as telegram,
         FakeDiscordServer() as discord_server,
@@ -225,6 +231,7 @@ async def _measure(
         with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
             child = gateway(
                 Path(tmp),
+                tree=tree,
                 COMPANION_TELEGRAM_TOKEN=TELEGRAM_TOKEN,
                 COMPANION_TELEGRAM_BASE_URL=telegram.base_url,
                 COMPANION_DISCORD_TOKEN=discord_server.token,
@@ -340,7 +347,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run(quick: bool = False, *, postgres: bool = True) -> dict:
+def run(quick: bool = False, *, sqlite: bool = True, postgres: bool = True, tree: Path | None = None) -> dict:
     """SQLite's numbers at the top level (bench/run.py's table), PostgreSQL's (a durable scratch
     server, bench/_postgres.py) under "postgres", measured one after the other."""
     # quick: memory compared between round 1 and round 3 only, an indication, not the budget;
@@ -348,7 +355,7 @@ def run(quick: bool = False, *, postgres: bool = True) -> dict:
     sizes = (
         {"conversations": 20, "rounds": 3, "burst": 2} if quick else {"conversations": 200, "rounds": 10, "burst": 3}
     )
-    result = asyncio.run(_measure(**sizes, checkpoint_round=1))
+    result = asyncio.run(_measure(**sizes, checkpoint_round=1, tree=tree)) if sqlite else {}
     if postgres:
         with durable_cluster() as cluster:
             if isinstance(cluster, str):
@@ -357,10 +364,23 @@ def run(quick: bool = False, *, postgres: bool = True) -> dict:
                 with tempfile.TemporaryDirectory(prefix="bench-load-keys-") as keys:
                     url = cluster.url(cluster.create_database(name="bench_load"))
                     on_engine = {"COMPANION_DATABASE_URL": url, "COMPANION_KEY_DIR": keys}
-                    result["postgres"] = asyncio.run(_measure(**sizes, checkpoint_round=1, on_engine=on_engine))
+                    result["postgres"] = asyncio.run(
+                        _measure(**sizes, checkpoint_round=1, on_engine=on_engine, tree=tree)
+                    )
                     result["postgres"]["on_postgres"] = bool(rows(url, "messages"))
     return result
 
 
-if __name__ == "__main__":  # a look at this one alone
-    print(json.dumps(run(quick="--quick" in sys.argv, postgres="--sqlite-only" not in sys.argv), indent=1))
+if __name__ == "__main__":  # a look at this one alone: [--quick] [--sqlite-only | --postgres-only] [--before PATH]
+    before = Path(sys.argv[sys.argv.index("--before") + 1]) if "--before" in sys.argv else None
+    print(
+        json.dumps(
+            run(
+                quick="--quick" in sys.argv,
+                sqlite="--postgres-only" not in sys.argv,
+                postgres="--sqlite-only" not in sys.argv,
+                tree=before,
+            ),
+            indent=1,
+        )
+    )
