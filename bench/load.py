@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bench._common import median, percentile
 from bench._gateway import TimedBotApi, gateway
+from bench._postgres import durable_cluster, rows
 from core.values.copy import MODE_UNREADABLE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -207,7 +208,16 @@ def _check(received: dict[str, list[str]], expected_numbers: list[int]) -> dict:
     }
 
 
-async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round: int) -> dict:
+async def _measure(
+    conversations: int,
+    rounds: int,
+    burst: int,
+    checkpoint_round: int,
+    on_engine: dict[str, str] | None = None,
+    tree: Path | None = None,
+) -> dict:
+    """`on_engine`: settings that put the gateway on another engine (PostgreSQL's URL and key folder);
+    `tree`: `companion run` from that checkout (the tree before), with its own .venv."""
     async with (
         TimedBotApi(token=TELEGRAM_TOKEN) as telegram,
         FakeDiscordServer() as discord_server,
@@ -221,6 +231,7 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
         with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
             child = gateway(
                 Path(tmp),
+                tree=tree,
                 COMPANION_TELEGRAM_TOKEN=TELEGRAM_TOKEN,
                 COMPANION_TELEGRAM_BASE_URL=telegram.base_url,
                 COMPANION_DISCORD_TOKEN=discord_server.token,
@@ -232,6 +243,7 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
                 # INFO only to see "gateway running": until then the start-up work (answering
                 # turns the last process left open) runs beside the first turns.
                 COMPANION_LOG_LEVEL="INFO",
+                **(on_engine or {}),
             )
             per_round: list[dict] = []
             try:
@@ -295,6 +307,8 @@ async def _measure(conversations: int, rounds: int, burst: int, checkpoint_round
         "rss_last_round_turns": last["turns"],
         "rss_last_round_mb": last["rss_mb"],
         "rss_growth_mb": round(growth, 2),
+        # Memory a turn: the growth from the checkpoint round to the last, over the turns between.
+        "rss_kb_per_turn": round(growth * 1e3 / max(last["turns"] - first["turns"], 1), 3),
         "rss_after_queued_mb": round(rss_end / 1e6, 2),
         "budget_mb": BUDGET_MB,
         "per_round": per_round,
@@ -333,12 +347,40 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def run(quick: bool = False) -> dict:
-    if quick:  # memory compared between round 1 and round 3 only: an indication, not the budget
-        return asyncio.run(_measure(conversations=20, rounds=3, burst=2, checkpoint_round=1))
-    # 200 conversations: memory after round 1 (200 turns) against round 10 (2,000 turns).
-    return asyncio.run(_measure(conversations=200, rounds=10, burst=3, checkpoint_round=1))
+def run(quick: bool = False, *, sqlite: bool = True, postgres: bool = True, tree: Path | None = None) -> dict:
+    """SQLite's numbers at the top level (bench/run.py's table), PostgreSQL's (a durable scratch
+    server, bench/_postgres.py) under "postgres", measured one after the other."""
+    # quick: memory compared between round 1 and round 3 only, an indication, not the budget;
+    # else 200 conversations, memory after round 1 (200 turns) against round 10 (2,000 turns).
+    sizes = (
+        {"conversations": 20, "rounds": 3, "burst": 2} if quick else {"conversations": 200, "rounds": 10, "burst": 3}
+    )
+    result = asyncio.run(_measure(**sizes, checkpoint_round=1, tree=tree)) if sqlite else {}
+    if postgres:
+        with durable_cluster() as cluster:
+            if isinstance(cluster, str):
+                result["postgres"] = {"skipped": cluster}
+            else:
+                with tempfile.TemporaryDirectory(prefix="bench-load-keys-") as keys:
+                    url = cluster.url(cluster.create_database(name="bench_load"))
+                    on_engine = {"COMPANION_DATABASE_URL": url, "COMPANION_KEY_DIR": keys}
+                    result["postgres"] = asyncio.run(
+                        _measure(**sizes, checkpoint_round=1, on_engine=on_engine, tree=tree)
+                    )
+                    result["postgres"]["on_postgres"] = bool(rows(url, "messages"))
+    return result
 
 
-if __name__ == "__main__":  # a look at this one alone
-    print(json.dumps(run(quick="--quick" in sys.argv), indent=1))
+if __name__ == "__main__":  # a look at this one alone: [--quick] [--sqlite-only | --postgres-only] [--before PATH]
+    before = Path(sys.argv[sys.argv.index("--before") + 1]) if "--before" in sys.argv else None
+    print(
+        json.dumps(
+            run(
+                quick="--quick" in sys.argv,
+                sqlite="--postgres-only" not in sys.argv,
+                postgres="--sqlite-only" not in sys.argv,
+                tree=before,
+            ),
+            indent=1,
+        )
+    )
