@@ -348,7 +348,7 @@ def test_postgres_never_receives_a_private_word_or_a_key(ended: Ended) -> None:
     assert private_found(ended.live, "expired") | private_found(ended.live, "forgotten") == set()
     # ... where the same scan finds a normal word in every place, and the key in the key folder.
     assert {place for place, needle in ended.live if needle == "normal"} == set(ended.places)
-    assert ended.expired.keys and ended.forgotten.keys
+    assert len(ended.expired.keys) == len(ended.forgotten.keys) == 1  # a key of its own each, made at its open
     assert {needle for _, needle in ended.in_key_folder if needle.endswith("(raw)")} == {
         f"{label}: key {name} (raw)"
         for label, interval in (("expired", ended.expired), ("forgotten", ended.forgotten))
