@@ -110,6 +110,10 @@ class AdvisoryInstanceLock:
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
         if conn is not None:
+            # Unlocked before the close: a closed connection's backend exits a moment later, and a start
+            # meanwhile (a restart, `companion restore` after a stop) would find the lock still held.
+            with contextlib.suppress(Exception):  # a dropped connection holds no lock any more
+                await conn.execute(b"SELECT pg_advisory_unlock(hashtext('companion'), %s)", (KEYS[self.role],))
             await conn.close()
 
 
