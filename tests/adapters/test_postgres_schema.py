@@ -3,6 +3,7 @@ trigger refusing alike, and no private row ever entering recall or moving where 
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -129,7 +130,8 @@ REFUSED = [
 
 
 @pytest.fixture
-async def sqlite_db(tmp_path: Path) -> AsyncIterator[aiosqlite.Connection]:
+async def sqlite_db(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[aiosqlite.Connection]:
+    shutil.copyfile(sqlite_template, tmp_path / "companion.db")  # migrated once per worker (tests/conftest.py)
     async with aiosqlite.connect(tmp_path / "companion.db", isolation_level=None) as db:
         await db.execute("PRAGMA foreign_keys = ON")
         await migrate_sqlite(db)
@@ -137,8 +139,8 @@ async def sqlite_db(tmp_path: Path) -> AsyncIterator[aiosqlite.Connection]:
 
 
 @pytest.fixture
-async def pg(postgres_url: str) -> AsyncIterator[PostgresDatabase]:
-    database = PostgresDatabase(postgres_url, pool_size=1)
+async def pg(emptied_postgres_url: str) -> AsyncIterator[PostgresDatabase]:
+    database = PostgresDatabase(emptied_postgres_url, pool_size=1)
     await database.start()
     yield database
     await database.aclose()
