@@ -301,15 +301,17 @@ def test_every_sqlite_migration_after_the_baseline_has_its_postgres_twin() -> No
     assert "0014_baseline.sql" in postgres and max(int(name[:4]) for name in sqlite) >= 14
 
 
-# A row in every table that hangs off segment 1 (besides its private message 2 of GROUND).
+# A row in every table that hangs off segment 1 (besides its private message 2 of GROUND); its words in the shape
+# of sealed text (adapters/storage/sealing.py SEALED_PATTERN), which PostgreSQL's CHECKs ask of a private row.
+WORDS = "s1." + "A" * 40
 OF_SEGMENT_1 = [
     "INSERT INTO summaries (id, conversation_id, segment_id, mode, text, watermark, updated_at)"
-    " VALUES (1, 1, 1, 'private', 'a private summary', 2, 3)",
-    "INSERT INTO pad_entries (id, person_id, segment_id, mode, text, created_at) VALUES (1, 1, 1, 'private', 'fact', 3)",
+    f" VALUES (1, 1, 1, 'private', '{WORDS}', 2, 3)",
+    f"INSERT INTO pad_entries (id, person_id, segment_id, mode, text, created_at) VALUES (1, 1, 1, 'private', '{WORDS}', 3)",
     "INSERT INTO tool_operations (id, conversation_id, segment_id, tool, status, args_bytes, result_bytes, created_at)"
     " VALUES (1, 1, 1, 'search', 'ok', 1, 1, 3)",
-    "INSERT INTO crossings (id, segment_id, destination, requested_at, confirm_by) VALUES (1, 1, 'file', 3, 9)",
-    DELIVERY + "(1, 1, 2, 1, 'reply', 'telegram', '1', 'n', 'x', 0, 3, NULL, 0, NULL, 'pending')",
+    f"INSERT INTO crossings (id, segment_id, destination, requested_at, confirm_by) VALUES (1, 1, '{WORDS}', 3, 9)",
+    DELIVERY + f"(1, 1, 2, 1, 'reply', 'telegram', '1', 'n', '{WORDS}', 0, 3, NULL, 0, NULL, 'pending')",
     "INSERT INTO proactive_decisions (id, person_id, segment_id, kind, subject, outcome, reason, local_day, decided_at)"
     " VALUES (1, 1, 1, 'checkin', 'checkin:1', 'skipped', 'private', '2026-12-02', 3)",
 ]

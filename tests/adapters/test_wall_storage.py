@@ -90,7 +90,7 @@ async def plant_delivery(stores: Stores, c: int, kind: str, segment: int | None)
         stores,
         "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, nonce, text,"
         " next_attempt_at, created_at) VALUES (?, ?, ?, 'telegram', '100', 'n', ?, 0, 0)",
-        (c, segment, kind, f"I don't know /diary_{CANARY}"),
+        (c, segment, kind, engines.sealed(stores, segment, "deliveries.text", f"I don't know /diary_{CANARY}")),
     )
 
 
@@ -188,7 +188,7 @@ async def plant_reply(stores: Stores, c: int, segment: int | None, *, shown: str
         stores,
         "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, nonce, text, status,"
         " streamed_ids, next_attempt_at, created_at) VALUES (?, ?, 'reply', 'telegram', '100', 'n', ?, ?, ?, 0, 0)",
-        (c, segment, text, status, shown),
+        (c, segment, engines.sealed(stores, segment, "deliveries.text", text), status, shown),
     )
     return (await engines.first(stores, "SELECT max(id) FROM deliveries"))[0]
 

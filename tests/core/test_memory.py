@@ -170,11 +170,15 @@ async def test_recall_never_returns_a_private_pad_entry_even_when_the_index_hold
     conversation = await conversation_of(companion)
     (segment_id,) = (await all_rows(stores, "SELECT id FROM segments"))[0]
     # A private pad fact, the way a private fold writes it ...
-    await engines.rows(
+    await engines.plant(
         stores,
-        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-        " VALUES (?, ?, 'private', 'the walrus is a secret', ?)",
-        (conversation.person_id, segment_id, clock.now()),
+        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, ?, 'private', ?, ?)",
+        (
+            conversation.person_id,
+            segment_id,
+            engines.sealed(stores, segment_id, "pad_entries.text", "the walrus is a secret"),
+            clock.now(),
+        ),
     )
     (private_id,) = (await all_rows(stores, "SELECT id FROM pad_entries WHERE mode = 'private'"))[0]
     # ... and an index that wrongly holds it: the recall statement itself must refuse it.
@@ -192,11 +196,15 @@ async def test_the_recall_tool_never_hands_the_model_private_text_even_when_the_
     await say(companion, "/normal")
     conversation = await conversation_of(companion)
     (segment_id,) = (await all_rows(stores, "SELECT id FROM segments"))[0]
-    await engines.rows(
+    await engines.plant(
         stores,
-        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-        " VALUES (?, ?, 'private', 'heron secret fact', ?)",
-        (conversation.person_id, segment_id, clock.now()),
+        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, ?, 'private', ?, ?)",
+        (
+            conversation.person_id,
+            segment_id,
+            engines.sealed(stores, segment_id, "pad_entries.text", "heron secret fact"),
+            clock.now(),
+        ),
     )
     # An index that wrongly holds both private rows: only the recall statement stands in the way.
     ((message_id,), (pad_id,)) = (

@@ -249,6 +249,16 @@ def opened(stores: Stores, segment_id: int | None, field: str, stored: str | Non
     return words
 
 
+def sealed(stores: Stores, segment_id: int | None, field: str, text: str | None) -> str | None:
+    """`text` as a private row of interval `segment_id` stores it in column `field`: for a test planting such a row
+    past the query classes (the counterpart of `opened`)."""
+    sealer = getattr(stores.database.engine, "sealer", None)
+    if sealer is None or segment_id is None or text is None:
+        return text
+    stored: str = sealer.seal(segment_id, field, text)
+    return stored
+
+
 async def ids_saying(stores: Stores, table: str, words: str, *, like: bool = False) -> list[int]:
     """The ids of the rows of `table` whose text is `words` (or, `like`, matches it as SQL's LIKE does on the
     engine: `%`, `_`, and SQLite's ASCII case-insensitivity), opened in Python: a sealed text is no SQL match."""
