@@ -3,6 +3,7 @@ trigger refusing alike, and no private row ever entering recall or moving where 
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -138,7 +139,8 @@ REFUSED = [
 
 
 @pytest.fixture
-async def sqlite_db(tmp_path: Path) -> AsyncIterator[aiosqlite.Connection]:
+async def sqlite_db(tmp_path: Path, sqlite_template: Path) -> AsyncIterator[aiosqlite.Connection]:
+    shutil.copyfile(sqlite_template, tmp_path / "companion.db")  # migrated once per worker (tests/conftest.py)
     async with aiosqlite.connect(tmp_path / "companion.db", isolation_level=None) as db:
         await db.execute("PRAGMA foreign_keys = ON")
         await migrate_sqlite(db)
@@ -146,8 +148,8 @@ async def sqlite_db(tmp_path: Path) -> AsyncIterator[aiosqlite.Connection]:
 
 
 @pytest.fixture
-async def pg(postgres_url: str) -> AsyncIterator[PostgresDatabase]:
-    database = PostgresDatabase(postgres_url, pool_size=1)
+async def pg(emptied_postgres_url: str) -> AsyncIterator[PostgresDatabase]:
+    database = PostgresDatabase(emptied_postgres_url, pool_size=1)
     await database.start()
     yield database
     await database.aclose()
@@ -306,3 +308,45 @@ def test_every_sqlite_migration_after_the_baseline_has_its_postgres_twin() -> No
     # PostgreSQL starts where SQLite stood at 0014, in one file; from there each change is written twice.
     assert {name for name in sqlite if int(name[:4]) > 14} == postgres - {"0014_baseline.sql"}
     assert "0014_baseline.sql" in postgres and max(int(name[:4]) for name in sqlite) >= 14
+
+
+# A row in every table that hangs off segment 1 (besides its private message 2 of GROUND); its words in the shape
+# of sealed text (adapters/storage/sealing.py SEALED_PATTERN), which PostgreSQL's CHECKs ask of a private row.
+WORDS = "s1." + "A" * 40
+OF_SEGMENT_1 = [
+    "INSERT INTO summaries (id, conversation_id, segment_id, mode, text, watermark, updated_at)"
+    f" VALUES (1, 1, 1, 'private', '{WORDS}', 2, 3)",
+    f"INSERT INTO pad_entries (id, person_id, segment_id, mode, text, created_at) VALUES (1, 1, 1, 'private', '{WORDS}', 3)",
+    "INSERT INTO tool_operations (id, conversation_id, segment_id, tool, status, args_bytes, result_bytes, created_at)"
+    " VALUES (1, 1, 1, 'search', 'ok', 1, 1, 3)",
+    f"INSERT INTO crossings (id, segment_id, destination, requested_at, confirm_by) VALUES (1, 1, '{WORDS}', 3, 9)",
+    DELIVERY + f"(1, 1, 2, 1, 'reply', 'telegram', '1', 'n', '{WORDS}', 0, 3, NULL, 0, NULL, 'pending')",
+    "INSERT INTO proactive_decisions (id, person_id, segment_id, kind, subject, outcome, reason, local_day, decided_at)"
+    " VALUES (1, 1, 1, 'checkin', 'checkin:1', 'skipped', 'private', '2026-12-02', 3)",
+]
+
+
+async def test_deleting_a_segment_removes_every_row_of_it_alike_on_both_engines(
+    sqlite_db: aiosqlite.Connection, pg: PostgresDatabase
+) -> None:
+    for sql in GROUND + OF_SEGMENT_1:
+        await sqlite_db.execute(sql)
+    await pg.write(*(Statement(sql) for sql in GROUND + OF_SEGMENT_1))
+    columns = await sqlite_columns(sqlite_db)
+    of_segments = sorted(table for table, names in columns.items() if "segment_id" in names)
+    for table in of_segments:  # every table naming a segment has a row of segment 1 to lose
+        held = f"SELECT count(*) FROM {table} WHERE segment_id = 1"
+        assert await sqlite_rows(sqlite_db, held) == await pg_rows(pg, held) == [(1,)], table
+
+    await sqlite_db.execute("DELETE FROM segments WHERE id = 1")
+    await pg.write(Statement("DELETE FROM segments WHERE id = 1"))
+
+    for table in of_segments:
+        left = f"SELECT count(*) FROM {table} WHERE segment_id = 1"
+        assert await sqlite_rows(sqlite_db, left) == [(0,)], table
+        assert await pg_rows(pg, left) == [(0,)], table
+    for table in columns:  # and nothing else went: the same rows are left on both
+        every = f"SELECT count(*) FROM {table}"
+        if table != "schema_migrations":
+            assert await sqlite_rows(sqlite_db, every) == await pg_rows(pg, every), table
+    assert await pg_rows(pg, "SELECT id FROM messages") == [(1,)]  # the normal message stays

@@ -29,8 +29,9 @@ async def conversation(stores: Stores) -> int:
     ).id
 
 
-async def text_of(stores: Stores, message_id: int) -> str:
-    return (await engines.first(stores, "SELECT text FROM messages WHERE id = ?", (message_id,)))[0]
+async def text_of(stores: Stores, message_id: int) -> str | None:
+    segment_id, text = await engines.first(stores, "SELECT segment_id, text FROM messages WHERE id = ?", (message_id,))
+    return engines.opened(stores, segment_id, "messages.text", text)
 
 
 # --- edits: a row changes only in its own mode --------------------------------------------------
@@ -89,7 +90,7 @@ async def plant_delivery(stores: Stores, c: int, kind: str, segment: int | None)
         stores,
         "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, nonce, text,"
         " next_attempt_at, created_at) VALUES (?, ?, ?, 'telegram', '100', 'n', ?, 0, 0)",
-        (c, segment, kind, f"I don't know /diary_{CANARY}"),
+        (c, segment, kind, engines.sealed(stores, segment, "deliveries.text", f"I don't know /diary_{CANARY}")),
     )
 
 
@@ -187,7 +188,7 @@ async def plant_reply(stores: Stores, c: int, segment: int | None, *, shown: str
         stores,
         "INSERT INTO deliveries (conversation_id, segment_id, kind, platform, chat_id, nonce, text, status,"
         " streamed_ids, next_attempt_at, created_at) VALUES (?, ?, 'reply', 'telegram', '100', 'n', ?, ?, ?, 0, 0)",
-        (c, segment, text, status, shown),
+        (c, segment, engines.sealed(stores, segment, "deliveries.text", text), status, shown),
     )
     return (await engines.first(stores, "SELECT max(id) FROM deliveries"))[0]
 
@@ -294,7 +295,7 @@ async def test_no_reply_is_written_or_shown_for_an_interval_that_ended_while_its
     with pytest.raises(IntervalEnded):
         await stores.timeline.record_reply(c, CANARY, NOW + 64, stored_text=CANARY, segment_id=closed.id, target=TARGET)
     assert await engines.rows(stores, "SELECT id FROM deliveries") == []
-    assert await engines.rows(stores, "SELECT id FROM messages WHERE text = ?", (CANARY,)) == []
+    assert await engines.ids_saying(stores, "messages", CANARY) == []
 
 
 async def test_a_reply_of_an_open_interval_is_never_withdrawn(stores: Stores) -> None:

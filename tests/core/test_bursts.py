@@ -14,6 +14,7 @@ import pytest
 from core.turn.companion import Companion
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.boot import boot_companion
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender
@@ -188,7 +189,9 @@ async def test_a_private_burst_is_never_read_by_the_normal_turn_after_its_interv
     await wait_for(lambda: len(provider.replies()) == 1, what="the normal turn's answer")
     assert users_of(provider.last_reply_request())[-1] == "normal again"
     assert all("PRIVATE-BURST-WORDS" not in "\n".join(users_of(r)) for r in provider.requests)
-    assert await all_rows(stores, "SELECT mode FROM messages WHERE text = 'PRIVATE-BURST-WORDS'") == [("private",)]
+    assert await engines.rows_saying(stores, "SELECT mode FROM messages WHERE {saying}", "PRIVATE-BURST-WORDS") == [
+        ("private",)
+    ]
 
 
 @pytest.mark.engines

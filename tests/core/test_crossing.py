@@ -6,6 +6,7 @@ import pytest
 
 from core.values import copy
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, say
 
 pytestmark = pytest.mark.engines
@@ -58,7 +59,9 @@ async def test_only_an_explicit_confirmation_creates_a_separate_artifact(make_co
     artifact = await all_rows(stores, "SELECT kind, expires_at - created_at FROM artifacts")
     assert artifact == [("crossing", 30 * 86400.0)]
     # The interval is never relabelled: still private, and still expires with its segment.
-    assert await all_rows(stores, "SELECT DISTINCT mode FROM messages WHERE text = 'crossing words'") == [("private",)]
+    assert await engines.rows_saying(stores, "SELECT DISTINCT mode FROM messages WHERE {saying}", "crossing words") == [
+        ("private",)
+    ]
     clock.advance(3601)
     await companion.sweep()
     assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = 'crossing words'") == [(0,)]

@@ -33,9 +33,8 @@ async def tell(companion, text: str, *, mid: str | None = None, edited: bool = F
 
 
 async def text_of(stores, mid: str) -> list[tuple]:
-    return await all_rows(
-        stores, "SELECT text, mode, segment_id IS NOT NULL FROM messages WHERE platform_message_id = ?", (mid,)
-    )
+    found = await all_rows(stores, "SELECT text, mode, segment_id FROM messages WHERE platform_message_id = ?", (mid,))
+    return [(engines.opened(stores, seg, "messages.text", text), mode, seg is not None) for text, mode, seg in found]
 
 
 async def recall(companion, stores, word: str) -> list[str]:
@@ -82,7 +81,7 @@ async def test_an_edit_made_in_normal_mode_of_a_private_message_is_dropped_and_s
     assert reply is None and len(provider.requests) == calls
     # Words typed in normal mode never go into an interval's row: the private row is unchanged.
     assert await text_of(stores, mid) == [("private first wording", "private", 1)]
-    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    assert await engines.ids_saying(stores, "messages", f"%{CANARY}%", like=True) == []
     assert await recall(companion, stores, CANARY.split("-")[0]) == []
     # Not in the index at all, not merely filtered out by recall's own predicates.
     assert await engines.recall_entries(stores, f"%{CANARY}%") == []
@@ -98,11 +97,11 @@ async def test_an_edit_of_a_message_whose_interval_expired_is_dropped_and_never_
     clock.advance(2 * 3600)  # expired; the sweep has not run yet, so its rows are still there
     reply, _ = await tell(companion, f"edited {CANARY}", mid=mid, edited=True)
     assert reply is None
-    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    assert await engines.ids_saying(stores, "messages", f"%{CANARY}%", like=True) == []
     await companion.sweep()
     reply, _ = await tell(companion, f"edited again {CANARY}", mid=mid, edited=True)
     assert reply is None
-    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    assert await engines.ids_saying(stores, "messages", f"%{CANARY}%", like=True) == []
 
 
 async def test_an_edit_into_a_passphrase_is_not_kept_and_the_message_is_deleted(companion, provider, stores):
@@ -136,8 +135,8 @@ async def test_an_edit_typed_while_private_never_changes_the_normal_row_and_stay
     assert reply is None
     # The normal row keeps its words; the edit is private input, a row of the open interval.
     assert await text_of(stores, mid) == [("lunch on Friday", "normal", 0)]
-    kept = await all_rows(
-        stores, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)
+    kept = await engines.rows_saying(
+        stores, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE {saying}", f"%{CANARY}%", like=True
     )
     assert kept == [("private", 1)]
     await tell(companion, "/normal")
@@ -149,7 +148,7 @@ async def test_an_edit_typed_while_private_never_changes_the_normal_row_and_stay
     reply, _ = await tell(companion, f"/recall {CANARY.split('-')[0]}")
     assert reply is not None and CANARY not in reply.text
     await tell(companion, "/forget private")
-    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"%{CANARY}%",)) == [(0,)]
+    assert await engines.ids_saying(stores, "messages", f"%{CANARY}%", like=True) == []
 
 
 async def test_an_edit_typed_while_private_of_a_message_of_its_own_interval_changes_it_in_place(

@@ -13,6 +13,7 @@ from core.turn.companion import Companion
 from core.values import copy
 from core.values.model import InboundMessage, Media, Reply
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.boot import boot_companion
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender
@@ -95,7 +96,7 @@ async def test_a_lasting_command_made_before_a_restart_inside_its_interval_is_ke
     reply = await tell(restarted, f"/remember my code word is {CANARY}", sent_at=made_at)
     assert reply is not None and reply.text == copy.RESTART_KEPT_PRIVATE
     assert await count(stores, "SELECT count(*) FROM pad_entries WHERE text LIKE ?", f"%{CANARY}%") == 0
-    rows = await all_rows(stores, "SELECT mode, kind FROM messages WHERE text LIKE ?", (f"%{CANARY}%",))
+    rows = await engines.rows_saying(stores, "SELECT mode, kind FROM messages WHERE {saying}", f"%{CANARY}%", like=True)
     assert rows == [("private", "command")]
 
 

@@ -18,6 +18,7 @@ from core.values.errors import DeliveryFailed
 from core.values.model import Completion, ConversationKey, InboundMessage, Reply
 from tests.conftest import PASSPHRASE
 from tests.core.test_metrics import FakeMetrics
+from tests.helpers import engines
 from tests.helpers.boot import boot_companion
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeStreamer
@@ -154,8 +155,8 @@ async def test_a_private_answer_streaming_at_its_expiry_is_edited_once_into_the_
     # The model's answer was cut off at its next words: the turn did not run on to its end.
     assert len(provider.partials) < provider.stream_steps
     # Nothing of it is stored, and nothing of it waits to be sent (the withdrawn line is gone once sent).
-    assert await all_rows(
-        stores, "SELECT count(*) FROM messages WHERE role = 'assistant' AND text LIKE ?", (f"%{CANARY}%",)
+    assert await engines.rows_saying(
+        stores, "SELECT count(*) FROM messages WHERE role = 'assistant' AND {saying}", f"%{CANARY}%", like=True
     ) == [(0,)]
     assert await all_rows(stores, "SELECT status FROM deliveries WHERE status IN ('pending', 'streaming')") == []
     assert await all_rows(stores, "SELECT count(*) FROM deliveries WHERE retracts = 1") == [(0,)]
@@ -266,9 +267,9 @@ async def test_a_private_turn_whose_interval_expires_during_the_model_call_write
     await companion.outbox.settle(5)
     [entered] = telegram.texts()  # /private's answer, and no other: no answer, no apology
     assert entered.startswith("Private mode is on")
-    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE role = 'assistant' AND text = ?", (STORY,)) == [
-        (0,)
-    ]
+    assert await engines.rows_saying(
+        stores, "SELECT count(*) FROM messages WHERE role = 'assistant' AND {saying}", STORY
+    ) == [(0,)]
 
 
 async def test_the_sweep_withdraws_what_an_expired_answer_showed_at_once_and_counts_it_nowhere(

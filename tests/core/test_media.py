@@ -153,7 +153,9 @@ async def test_a_private_transcript_is_stored_in_its_segment_and_masked_in_norma
     await say(companion, f"/private {PASSPHRASE}")
     await companion.handle(media_message("", voice(Loader(ogg_with()))))
     assert secret in request_text(provider.last_reply_request())
-    rows = await all_rows(stores, "SELECT mode, segment_id FROM messages WHERE text LIKE '[voice]%'")
+    rows = await engines.rows_saying(
+        stores, "SELECT mode, segment_id FROM messages WHERE {saying}", "[voice]%", like=True
+    )
     assert len(rows) == 1 and rows[0][0] == "private" and rows[0][1] is not None
     await say(companion, "/normal")
     await say(companion, "after")

@@ -158,7 +158,7 @@ async def test_the_recall_privacy_predicate_is_inside_the_sql(companion, stores)
     await say(companion, "okapi secret")
     await say(companion, "/normal")
     conversation = await conversation_of(companion)
-    (private_id,) = (await all_rows(stores, "SELECT id FROM messages WHERE text = 'okapi secret'"))[0]
+    (private_id,) = await engines.ids_saying(stores, "messages", "okapi secret")
     # Simulate an index that wrongly holds the private row: the recall statement itself refuses it.
     await engines.plant_in_recall(stores, "message", private_id, conversation.person_id, "okapi secret")
     assert await stores.memory.recall(conversation.person_id, words_of("okapi")) == []
@@ -170,11 +170,15 @@ async def test_recall_never_returns_a_private_pad_entry_even_when_the_index_hold
     conversation = await conversation_of(companion)
     (segment_id,) = (await all_rows(stores, "SELECT id FROM segments"))[0]
     # A private pad fact, the way a private fold writes it ...
-    await engines.rows(
+    await engines.plant(
         stores,
-        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-        " VALUES (?, ?, 'private', 'the walrus is a secret', ?)",
-        (conversation.person_id, segment_id, clock.now()),
+        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, ?, 'private', ?, ?)",
+        (
+            conversation.person_id,
+            segment_id,
+            engines.sealed(stores, segment_id, "pad_entries.text", "the walrus is a secret"),
+            clock.now(),
+        ),
     )
     (private_id,) = (await all_rows(stores, "SELECT id FROM pad_entries WHERE mode = 'private'"))[0]
     # ... and an index that wrongly holds it: the recall statement itself must refuse it.
@@ -192,19 +196,23 @@ async def test_the_recall_tool_never_hands_the_model_private_text_even_when_the_
     await say(companion, "/normal")
     conversation = await conversation_of(companion)
     (segment_id,) = (await all_rows(stores, "SELECT id FROM segments"))[0]
-    await engines.rows(
+    await engines.plant(
         stores,
-        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at)"
-        " VALUES (?, ?, 'private', 'heron secret fact', ?)",
-        (conversation.person_id, segment_id, clock.now()),
+        "INSERT INTO pad_entries (person_id, segment_id, mode, text, created_at) VALUES (?, ?, 'private', ?, ?)",
+        (
+            conversation.person_id,
+            segment_id,
+            engines.sealed(stores, segment_id, "pad_entries.text", "heron secret fact"),
+            clock.now(),
+        ),
     )
     # An index that wrongly holds both private rows: only the recall statement stands in the way.
-    for source, sql in (
-        ("message", "SELECT id, text FROM messages WHERE text = 'heron secret message'"),
-        ("pad", "SELECT id, text FROM pad_entries WHERE mode = 'private'"),
-    ):
-        ((row_id, text),) = await all_rows(stores, sql)
-        await engines.plant_in_recall(stores, source, row_id, conversation.person_id, text)
+    ((message_id,), (pad_id,)) = (
+        await engines.ids_saying(stores, "messages", "heron secret message"),
+        [r[0] for r in await all_rows(stores, "SELECT id FROM pad_entries WHERE mode = 'private'")],
+    )
+    await engines.plant_in_recall(stores, "message", message_id, conversation.person_id, "heron secret message")
+    await engines.plant_in_recall(stores, "pad", pad_id, conversation.person_id, "heron secret fact")
     provider.script = [Completion("", (ToolCall("c1", "recall", '{"query": "heron"}'),)), Completion("ok")]
     await say(companion, "what do you know about herons?")
     result = provider.requests[-1].messages[-1].content

@@ -235,7 +235,7 @@ async def test_the_store_refuses_a_delivery_of_a_private_message_outside_its_seg
     await tell(companion, f"/private {PASSPHRASE}")
     await tell(companion, CANARY)
     (message_id, segment_id, conversation_id) = (
-        await all_rows(stores, "SELECT id, segment_id, conversation_id FROM messages WHERE text = ?", (CANARY,))
+        await engines.rows_saying(stores, "SELECT id, segment_id, conversation_id FROM messages WHERE {saying}", CANARY)
     )[0]
     for kind, segment in (("reply", None), ("mirror", None), ("mirror", segment_id)):
         with engines.refused_by_the_database(stores):
@@ -264,8 +264,8 @@ async def test_a_message_sent_before_a_restart_that_closed_private_mode_stays_pr
     reply = await tell(restarted, f"{CANARY} sent before the restart", sent_at=sent_before_crash + 1)
     assert reply.text == copy.RESTART_KEPT_PRIVATE
     assert len(provider.requests) == requests  # not read
-    rows = await all_rows(
-        stores, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE text LIKE ?", (f"{CANARY}%",)
+    rows = await engines.rows_saying(
+        stores, "SELECT mode, segment_id IS NOT NULL FROM messages WHERE {saying}", f"{CANARY}%", like=True
     )
     assert rows == [("private", 1)]
     assert await engines.recall_hits(stores, CANARY) == 0
@@ -275,7 +275,7 @@ async def test_a_message_sent_before_a_restart_that_closed_private_mode_stays_pr
     # It expires with its interval.
     clock.advance(3600)
     await restarted.sweep()
-    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", (f"{CANARY}%",)) == [(0,)]
+    assert await engines.ids_saying(stores, "messages", f"{CANARY}%", like=True) == []
 
 
 @pytest.mark.engines
@@ -289,7 +289,7 @@ async def test_a_message_from_an_interval_that_expired_while_down_is_dropped_unr
     reply = await tell(restarted, CANARY, sent_at=sent_before_crash + 5)
     assert reply.text == copy.RESTART_KEPT_PRIVATE
     assert len(provider.requests) == requests
-    assert await all_rows(stores, "SELECT count(*) FROM messages WHERE text = ?", (CANARY,)) == [(0,)]
+    assert await engines.ids_saying(stores, "messages", CANARY) == []
 
 
 async def test_a_message_sent_after_the_restart_is_normal(boot, stores, provider, clock):
@@ -356,7 +356,7 @@ async def test_a_private_turn_cut_off_by_a_stop_is_never_answered_after_start(bo
     provider.fail_all = True
     await tell(companion, CANARY, send=False)
     provider.fail_all = False
-    await engines.rows(stores, "UPDATE messages SET turn = 'open' WHERE text = ?", (CANARY,))
+    await engines.rows_saying(stores, "UPDATE messages SET turn = 'open' WHERE {saying}", CANARY)
     clock.advance(1)  # the turn is from before the restart, and young: only its privacy keeps it unanswered
     restarted = await boot()
     requests = len(provider.requests)

@@ -9,6 +9,7 @@ from core.values import copy
 from core.values.model import Summary
 from core.values.modes import NORMAL
 from tests.conftest import PASSPHRASE
+from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import placeholders, request_text
 
@@ -248,6 +249,7 @@ async def test_the_private_pad_is_filled_only_by_the_private_summary_consolidati
     conversation = await conversation_of(companion)
     (segment,) = await segments_of(stores, conversation.id)
     rows = await all_rows(stores, "SELECT mode, segment_id, text FROM pad_entries")
+    rows = [(mode, seg, engines.opened(stores, seg, "pad_entries.text", text)) for mode, seg, text in rows]
     assert rows == [("private", segment.id, "has a cat named Miso")]  # tied to its segment, once
 
 

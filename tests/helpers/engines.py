@@ -238,6 +238,51 @@ async def plant_in_recall(stores: Stores, source: str, ref: int, person_id: int,
     await plant(stores, sql, (source, ref, person_id, text))
 
 
+def opened(stores: Stores, segment_id: int | None, field: str, stored: str | None) -> str | None:
+    """The words a row holds as they were written: a private row's words are sealed under its interval's key on
+    PostgreSQL once sealing is wired (adapters/storage/sealing.py, the engine's `sealer`); SQLite and a normal
+    row keep them plain. For tests that look for a private row by its words."""
+    sealer = getattr(stores.database.engine, "sealer", None)
+    if sealer is None or segment_id is None or stored is None:
+        return stored
+    words: str | None = sealer.open(segment_id, field, stored)
+    return words
+
+
+def sealed(stores: Stores, segment_id: int | None, field: str, text: str | None) -> str | None:
+    """`text` as a private row of interval `segment_id` stores it in column `field`: for a test planting such a row
+    past the query classes (the counterpart of `opened`)."""
+    sealer = getattr(stores.database.engine, "sealer", None)
+    if sealer is None or segment_id is None or text is None:
+        return text
+    stored: str = sealer.seal(segment_id, field, text)
+    return stored
+
+
+async def ids_saying(stores: Stores, table: str, words: str, *, like: bool = False) -> list[int]:
+    """The ids of the rows of `table` whose text is `words` (or, `like`, matches it as SQL's LIKE does on the
+    engine: `%`, `_`, and SQLite's ASCII case-insensitivity), opened in Python: a sealed text is no SQL match."""
+    if like:
+        pattern = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in words)
+        matches = re.compile(pattern, re.DOTALL | (re.IGNORECASE if on_sqlite(stores) else 0)).fullmatch
+    found = await rows(stores, f"SELECT id, segment_id, text FROM {table} ORDER BY id")
+    ids = []
+    for row_id, segment_id, stored in found:
+        text = opened(stores, segment_id, f"{table}.text", stored)
+        if text is not None and (matches(text) if like else text == words):
+            ids.append(row_id)
+    return ids
+
+
+async def rows_saying(
+    stores: Stores, sql: str, words: str, *, like: bool = False, table: str = "messages", params: Params = ()
+) -> list[tuple[Any, ...]]:
+    """`sql`'s rows (as tuples), its `{saying}` standing for "the row's text is `words`" (ids_saying)."""
+    ids = await ids_saying(stores, table, words, like=like)
+    saying = f"id IN ({', '.join(str(i) for i in ids)})" if ids else "1 = 0"
+    return [tuple(r) for r in await rows(stores, sql.format(saying=saying), params)]
+
+
 def sqlite_file(stores: Stores) -> Path:
     """The SQLite database's main file (its -wal and -shm beside it), for tests of the file itself."""
     assert on_sqlite(stores), "a test of SQLite's file runs on SQLite only"
