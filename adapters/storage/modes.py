@@ -151,7 +151,6 @@ class ModeQueries:
 
         First, the interval keys' start-up step (`reconcile_keys`): orphan keys shredded, intervals
         without their key masked (an open one closed `key_lost`, its replies settled unsent)."""
-        await reconcile(self._engine, time.time() if now is None else now)
         params: dict[str, object] = {f"p{n}": platform for n, platform in enumerate(sorted(platforms or ()))}
         scope = (
             ""
@@ -161,12 +160,18 @@ class ModeQueries:
                 f" ({', '.join(f':{name}' for name in params) or 'NULL'}))"
             )
         )
+        open_ones = Statement(
+            f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope} ORDER BY conversation_id",
+            params,
+            Fetch.ALL,
+        )
+        keyed = self._engine.sealer.keyed
+        # An interval the keys' step closes (`key_lost`: its key expired by name or is gone) was closed by
+        # this start too: what was sent in it before the start must be kept from normal mode like the rest.
+        (before,) = await self._engine.read(open_ones) if keyed else (None,)
+        await reconcile(self._engine, time.time() if now is None else now)
         results = await self._engine.write(
-            Statement(
-                f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope} ORDER BY conversation_id",
-                params,
-                Fetch.ALL,
-            ),
+            open_ones,
             # Due at once: the retractions are sent as soon as the adapters can send.
             *ending_shown(f"SELECT id FROM segments WHERE ended_at IS NULL{scope}", params, now or 0.0),
             Statement(
@@ -175,7 +180,10 @@ class ModeQueries:
                 {**params, "restart": now},
             ),
         )
-        return [row["conversation_id"] for row in results[0].rows]
+        closed = {row["conversation_id"] for row in results[0].rows}
+        if before is not None:
+            closed.update(row["conversation_id"] for row in before.rows)
+        return sorted(closed)
 
     async def restart_segment_for(self, conversation_id: int, sent_at: float) -> int | None:
         """The segment a message sent at `sent_at` (platform time) belongs to although it arrives
