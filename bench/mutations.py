@@ -2450,6 +2450,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         'READ = "BEGIN READ ONLY"',
     ),
     M(
+        "pg-read-waits-behind-the-writes",  # the valve's mode read then times out under load and fails closed
+        RELIABILITY,
+        "        async with self._connections(reads=True).connection() as conn:",
+        "        async with self._connections().connection() as conn:",
+    ),
+    M(
+        "pg-lost-connection-left-in-the-other-pool",  # after a restart each stale connection would fail one more
+        RELIABILITY,
+        "                await self._drop_lost_connections()",
+        "                pass",
+    ),
+    M(
         "pg-ref-takes-an-earlier-writes-id",
         RELIABILITY,
         '        begin.append("DISCARD SEQUENCES")',

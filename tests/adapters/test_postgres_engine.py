@@ -159,11 +159,68 @@ async def test_a_read_of_several_statements_sees_one_snapshot(postgres_url: str)
         await database.aclose()
 
 
-async def _until_someone_waits_for_a_lock(conn: object) -> None:
+async def test_a_read_never_waits_for_a_connection_behind_the_writes(postgres_url: str) -> None:
+    import psycopg
+
+    database = PostgresDatabase(postgres_url, pool_size=2)
+    await database.start()
+    blocker = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    writes: list[asyncio.Task[object]] = []
+    try:
+        await blocker.execute("SELECT pg_advisory_lock(32)")
+        # Every connection the writes have is taken by a write waiting for the lock the test holds.
+        held = Statement("SELECT pg_advisory_xact_lock(32)")
+        writes = [asyncio.create_task(database.write(held, PERSON)) for _ in range(2)]
+        await _until_someone_waits_for_a_lock(blocker, waiting=2)
+        async with asyncio.timeout(30):  # a guard against a hang, not a measure: the read answers at once
+            assert await people(database) == 0
+        await blocker.execute("SELECT pg_advisory_unlock(32)")
+        await asyncio.gather(*writes)
+        assert await people(database) == 2
+    finally:
+        await blocker.close()  # lets a held write go on, should the read have failed
+        await asyncio.gather(*writes, return_exceptions=True)
+        await database.aclose()
+
+
+async def test_a_lost_server_fails_one_operation_not_one_for_each_pooled_connection(postgres_url: str) -> None:
+    import psycopg
+
+    database = PostgresDatabase(postgres_url)
+    await database.start()
+    killer = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    try:
+        await database.write(PERSON)
+        assert await people(database) == 1  # a connection in each pool, idle now
+        # Every connection of the engine ends, as in a server restart.
+        others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        await killer.execute(f"SELECT pg_terminate_backend(pid) {others}")
+        async with asyncio.timeout(30):
+            while True:
+                cursor = await killer.execute(f"SELECT count(*) {others}")
+                row = await cursor.fetchone()
+                if row is not None and row[0] == 0:
+                    break
+                await asyncio.sleep(0.01)
+        with pytest.raises(StoreError):
+            await database.write(PERSON)
+        # The read's own connection was lost as well; it was replaced when the write found its own lost.
+        assert await people(database) == 1
+        await database.write(PERSON)
+        assert await people(database) == 2
+    finally:
+        await killer.close()
+        await database.aclose()
+
+
+async def _until_someone_waits_for_a_lock(conn: object, *, waiting: int = 1) -> None:
     async with asyncio.timeout(30):
         while True:
-            cursor = await conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")  # type: ignore[attr-defined]
-            if (await cursor.fetchone())[0]:
+            cursor = await conn.execute(  # type: ignore[attr-defined]
+                "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+            if (await cursor.fetchone())[0] >= waiting:
                 return
             await asyncio.sleep(0.01)
 

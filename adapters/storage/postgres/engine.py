@@ -6,6 +6,7 @@ the rest, and the transaction is rolled back whole (one more trip, on that path 
 `currval(pg_get_serial_sequence('<table>', 'id'))`: the id statement i drew, in the same session and
 transaction (never `lastval()`, which an insert by a trigger moves), with the session's sequence state
 discarded first so that an insert which inserted nothing is an error, never another write's id.
+Reads have a pool of their own, so that a read never waits for a connection behind the writes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POOL_SIZE = 8
+# Reads have a pool of their own (as SQLite has its reader), so that a read never waits for a connection behind
+# a write. As many as the writes: a read never has fewer connections to wait for than in one shared pool. Under
+# 200 conversations at once a read still waits up to ~2 s for one, behind the other reads, whether 4, 8 or 24
+# (docs/benchmarks.md): the busy event loop, not the number of connections, sets that wait.
+READ_POOL_SIZE = POOL_SIZE
 CONNECT_SECONDS = 10.0
 READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"  # several statements, one snapshot
 # A parameter `:name` outside string literals, quoted names and comments; `::` is left alone.
@@ -43,8 +49,9 @@ Rendered = tuple[str, dict[str, object]]
 
 
 class PostgresDatabase:
-    """The store's `Database` (adapters/storage/engine.py) on PostgreSQL: a pool of `pool_size` connections,
-    opened by `start` after the migrations ran on a connection of their own.
+    """The store's `Database` (adapters/storage/engine.py) on PostgreSQL: a pool of `pool_size` connections for
+    the writes and one of `read_pool_size` for the reads, opened by `start` after the migrations ran on a
+    connection of their own.
 
     PostgreSQL never ships without sealing: with `key_dir` every private word is sealed under its interval's
     key (`IntervalKeys` over `KeyDir(key_dir)`) before it is sent; without one the store still starts (the
@@ -59,6 +66,7 @@ class PostgresDatabase:
         *,
         key_dir: Path | None = None,
         pool_size: int = POOL_SIZE,
+        read_pool_size: int = READ_POOL_SIZE,
         prepare_threshold: int | None = 5,
     ) -> None:
         self.target: PostgresUrl = parse_url(url)
@@ -74,9 +82,11 @@ class PostgresDatabase:
                 self._no_cryptography = True
         self.counters = Counters()
         self._pool_size = pool_size
+        self._read_pool_size = read_pool_size
         # None behind PgBouncer in transaction mode, which cannot keep a prepared statement on one server.
         self._prepare_threshold = prepare_threshold
-        self._pool: AsyncConnectionPool[Any] | None = None
+        self._pool: AsyncConnectionPool[Any] | None = None  # the writes' (and `tx`'s)
+        self._reads: AsyncConnectionPool[Any] | None = None
 
     @property
     def engine(self) -> PostgresDatabase:
@@ -121,45 +131,53 @@ class PostgresDatabase:
             applied = await migrate(first, self.target)
         finally:
             await first.close()
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            url,
-            min_size=1,
-            max_size=self._pool_size,
-            open=False,
-            name="companion",
-            kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold},
-        )
+        pools: list[AsyncConnectionPool[Any]] = [
+            AsyncConnectionPool(
+                url,
+                min_size=1,
+                max_size=size,
+                open=False,
+                name=name,
+                kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold},
+            )
+            for name, size in (("companion", self._pool_size), ("companion-reads", self._read_pool_size))
+        ]
         try:
-            await pool.open(wait=True, timeout=CONNECT_SECONDS)
+            for pool in pools:
+                await pool.open(wait=True, timeout=CONNECT_SECONDS)
         except Exception as exc:
-            await pool.close()
+            for pool in pools:
+                await pool.close()
             try:
                 await (await psycopg.AsyncConnection.connect(url, connect_timeout=int(CONNECT_SECONDS))).close()
             except psycopg.Error as cause:
                 raise translate(cause, self.target) from cause
             raise translate(exc, self.target) from exc
-        self._pool = pool
+        self._pool, self._reads = pools
         await bind_segments(self)
         return applied
 
     async def aclose(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        pools, self._pool, self._reads = (self._pool, self._reads), None, None
+        for pool in pools:
+            if pool is not None:
+                await pool.close()
 
-    def _connections(self) -> AsyncConnectionPool[Any]:
-        if self._pool is None:
+    def _connections(self, *, reads: bool = False) -> AsyncConnectionPool[Any]:
+        """The writes' pool, or the reads' own."""
+        pool = self._reads if reads else self._pool
+        if pool is None:
             from core.values.errors import StoreError
 
             raise StoreError("the store is not started")
-        return self._pool
+        return pool
 
     # --- one trip each ------------------------------------------------------
 
     async def read(self, *statements: Statement) -> list[Result]:
         """One trip, one snapshot (a repeatable-read, read-only transaction when there are several)."""
         rendered = render_all(statements)
-        async with self._connections().connection() as conn:
+        async with self._connections(reads=True).connection() as conn:
             if len(rendered) == 1:
                 results = await self._run(conn, (), rendered, statements, ())
             else:
@@ -223,6 +241,8 @@ class PostgresDatabase:
             ]
         except psycopg.Error as exc:
             await self._rollback(conn)
+            if conn.broken:
+                await self._drop_lost_connections()
             raise translate(exc, self.target) from exc
 
     async def _rollback(self, conn: AsyncConnection[Any]) -> None:
@@ -238,6 +258,13 @@ class PostgresDatabase:
             await conn.execute(b"ROLLBACK")
         except psycopg.Error:
             log.warning("a rollback failed; the pool drops the connection")
+
+    async def _drop_lost_connections(self) -> None:
+        """A connection lost (the server restarted, most likely) took the idle ones of both pools with it: each
+        is tried now and replaced when lost, so that one operation fails for it, not one for each stale one."""
+        for pool in (self._pool, self._reads):
+            if pool is not None:
+                await pool.check()
 
     def _committed(self, durable: bool) -> None:
         self.counters.commits += 1
