@@ -19,6 +19,11 @@ from core.values.modes import NORMAL, UNREADABLE, ModeState, NormalState, Privat
 
 log = logging.getLogger(__name__)
 
+# How long a mode read may take before the message that asked is not used (normal mode, asked again): it
+# bounds a store that hangs, not one that is busy. At 2 s a PostgreSQL gateway answering 200 conversations
+# at once turned 1-5 % of their messages away while its event loop was behind (docs/benchmarks.md).
+MODE_READ_SECONDS = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class EntryResult:
@@ -45,7 +50,7 @@ class ModeValve:
         passphrase_hash: str | None,
         default_expiry: str = "24h",
         idle_seconds: float | None = 30 * 60.0,
-        read_timeout: float = 2.0,
+        read_timeout: float = MODE_READ_SECONDS,
         ended: Callable[[int], None] | None = None,
     ) -> None:
         self._store = store
