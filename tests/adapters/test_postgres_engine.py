@@ -225,6 +225,19 @@ async def _until_someone_waits_for_a_lock(conn: object, *, waiting: int = 1) -> 
             await asyncio.sleep(0.01)
 
 
+async def test_no_connection_to_be_had_is_one_store_error_line(
+    db: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The pool's one write connection held by an open transaction: a write waits for it, then gives up as a
+    # StoreError (the server down fails the same way), never psycopg_pool's own error after its 30 s.
+    monkeypatch.setattr("adapters.storage.postgres.engine.POOL_WAIT_SECONDS", 0.2)
+    async with db.tx() as tx:
+        await tx.run(PERSON)
+        with pytest.raises(StoreError, match=r"^PostgreSQL"):
+            await db.write(PERSON)
+    assert await people(db) == 1
+
+
 async def test_a_mark_commits_without_waiting_for_the_disk_and_every_other_write_waits(
     postgres_cluster: PostgresCluster, postgres_url: str
 ) -> None:

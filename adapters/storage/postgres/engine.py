@@ -40,6 +40,7 @@ POOL_SIZE = 8
 # (docs/benchmarks.md): the busy event loop, not the number of connections, sets that wait.
 READ_POOL_SIZE = POOL_SIZE
 CONNECT_SECONDS = 10.0
+POOL_WAIT_SECONDS = 10.0  # for a connection of a pool: as long as the valve's mode read may take
 READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"  # several statements, one snapshot
 # A parameter `:name` outside string literals, quoted names and comments; `::` is left alone.
 _TOKENS = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|::|:([A-Za-z_][A-Za-z0-9_]*)""")
@@ -172,12 +173,28 @@ class PostgresDatabase:
             raise StoreError("the store is not started")
         return pool
 
+    @asynccontextmanager
+    async def _connection(self, *, reads: bool = False) -> AsyncIterator[AsyncConnection[Any]]:
+        """A connection of the writes' pool (or the reads'), waited for at most `POOL_WAIT_SECONDS`: a server
+        gone (or every connection busy that long) is one StoreError line, not the pool's own 30 s and error."""
+        import psycopg
+
+        pool = self._connections(reads=reads)
+        try:
+            conn = await pool.getconn(timeout=POOL_WAIT_SECONDS)
+        except psycopg.Error as exc:  # psycopg_pool.PoolTimeout
+            raise translate(exc, self.target) from exc
+        try:
+            yield conn
+        finally:
+            await pool.putconn(conn)
+
     # --- one trip each ------------------------------------------------------
 
     async def read(self, *statements: Statement) -> list[Result]:
         """One trip, one snapshot (a repeatable-read, read-only transaction when there are several)."""
         rendered = render_all(statements)
-        async with self._connections(reads=True).connection() as conn:
+        async with self._connection(reads=True) as conn:
             if len(rendered) == 1:
                 results = await self._run(conn, (), rendered, statements, ())
             else:
@@ -187,7 +204,7 @@ class PostgresDatabase:
     async def write(self, *statements: Statement, durable: bool = True) -> list[Result]:
         """One trip: BEGIN, the statements, COMMIT; rolled back whole when any of them fails."""
         rendered = render_all(statements)
-        async with self._connections().connection() as conn:
+        async with self._connection() as conn:
             results = await self._run(conn, _begin(durable, statements, begun=False), rendered, statements, ("COMMIT",))
         self._committed(durable)
         return results
@@ -195,7 +212,7 @@ class PostgresDatabase:
     @asynccontextmanager
     async def tx(self, *, durable: bool = True) -> AsyncIterator[PostgresTx]:
         """A write transaction over several trips (each `run` one), committed in one more when the block ends."""
-        async with self._connections().connection() as conn:
+        async with self._connection() as conn:
             tx = PostgresTx(self, conn, durable)
             try:
                 yield tx
