@@ -143,10 +143,10 @@ class TelegramConnection:
 
         return await retrying(policy, lambda _attempt: action(), on_retry=retrying_after, sleep=self.sleep)
 
-    def fetched(self, updates: Sequence[Update]) -> list[Update]:
+    def fetched(self, updates: Sequence[Update]) -> tuple[Update, ...]:
         """What `bot.get_updates` fetched: `updates` and those its connection parsed itself."""
         taken = self._updates_request.take_parsed() if self._updates_request is not None else []
-        return [*updates, *taken]
+        return (*updates, *taken)
 
     def take_unparsable(self) -> list[UnparsableUpdate]:
         """The updates the last getUpdates answers held that python-telegram-bot cannot parse."""

@@ -243,7 +243,8 @@ class TelegramIntake:
             if conflicts >= 3:
                 log.info("telegram: polling again after %d 409 Conflicts", conflicts)
             failures = conflicts = 0
-            fresh = [u for u in self._connection.fetched(updates) if not self._ledger.is_known(u.update_id)]
+            updates = self._connection.fetched(updates)  # those its connection parsed
+            fresh = [u for u in updates if not self._ledger.is_known(u.update_id)]
             for update in fresh:
                 self._take(update)
             await self._skip(self._connection.take_unparsable())
