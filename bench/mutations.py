@@ -2682,6 +2682,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/bot/test_postgres_wire.py",),
     ),
     M(
+        "telegram-updates-parsed-twice",
+        RELIABILITY,
+        "        updates_request.bind(app.bot)  # each update parsed once, there, with the bot (adapters/telegram/updates.py)",
+        "        pass",
+        also=("tests/adapters/test_telegram_updates.py",),
+    ),
+    M(
         "stream-row-in-flight-not-taken-over",
         RELIABILITY,
         "            await asyncio.shield(self._writing)  # the write goes on if the turn is cut off meanwhile",

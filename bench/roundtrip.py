@@ -54,7 +54,7 @@ class _Side:
         self.api = api
         self.child = child
         self.samples: list[float] = []
-        self.cpu_seconds = 0.0  # the child's user and system time over the timed turns
+        self.cpu_seconds = 0.0  # the child's user and system time over the timed phase (every side's turns)
         self.turns = 0
         self.strays = 0
 
@@ -232,17 +232,22 @@ async def _measure_on(
             marks = {id(side): (len(side.api.calls), side.api.updates_returned) for side in sides}
             request_bytes: dict[int, list[int]] = {id(side): [] for side in sides}
             done = 0
+            # CPU over the whole timed phase, not over each side's own turns: the work a turn leaves
+            # after its reply arrived (the mark after the send, the next poll) runs while the next
+            # side is timed, and /proc counts in 10 ms ticks, too coarse for one turn of a few ms.
+            cpu_at = {id(side): side.child.cpu_seconds() for side in sides}
             started = time.perf_counter()
             while done < turns:  # alternating blocks: load from elsewhere falls on every side alike
                 n = min(block, turns - done)
                 for side in sides:
-                    cpu = side.child.cpu_seconds()
                     for _ in range(n):
                         side.samples.append(await side.round_trip())
                         request_bytes[id(side)].append(len(model.raw_requests[-1]))
-                    side.cpu_seconds += side.child.cpu_seconds() - cpu
                 done += n
             elapsed = time.perf_counter() - started
+            await asyncio.sleep(0.2)  # the last turns' tails
+            for side in sides:
+                side.cpu_seconds = side.child.cpu_seconds() - cpu_at[id(side)]
             traced = {}
             if trace_turns:
                 for side in sides:

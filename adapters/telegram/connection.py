@@ -8,13 +8,13 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from telegram import BotCommand
+from telegram import BotCommand, Update
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -143,6 +143,11 @@ class TelegramConnection:
 
         return await retrying(policy, lambda _attempt: action(), on_retry=retrying_after, sleep=self.sleep)
 
+    def fetched(self, updates: Sequence[Update]) -> tuple[Update, ...]:
+        """What `bot.get_updates` fetched: `updates` and those its connection parsed itself."""
+        taken = self._updates_request.take_parsed() if self._updates_request is not None else []
+        return (*updates, *taken)
+
     def take_unparsable(self) -> list[UnparsableUpdate]:
         """The updates the last getUpdates answers held that python-telegram-bot cannot parse."""
         return self._updates_request.take_unparsable() if self._updates_request is not None else []
@@ -173,7 +178,9 @@ class TelegramConnection:
         )
         if self._base_url:
             builder = builder.base_url(self._base_url).base_file_url(_file_url(self._base_url))
-        return builder.build()
+        app = builder.build()
+        updates_request.bind(app.bot)  # each update parsed once, there, with the bot (adapters/telegram/updates.py)
+        return app
 
     async def _initialize(self) -> None:
         app = self._app

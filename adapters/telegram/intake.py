@@ -243,6 +243,7 @@ class TelegramIntake:
             if conflicts >= 3:
                 log.info("telegram: polling again after %d 409 Conflicts", conflicts)
             failures = conflicts = 0
+            updates = self._connection.fetched(updates)  # those its connection parsed
             fresh = [u for u in updates if not self._ledger.is_known(u.update_id)]
             for update in fresh:
                 self._take(update)
@@ -331,6 +332,7 @@ class TelegramIntake:
             await bot.get_updates(offset=offset, timeout=0, limit=1, allowed_updates=ALLOWED_UPDATES)
         except TelegramError as exc:  # the stored ledger still skips them
             log.info("telegram: confirming handled updates failed (%s)", type(exc).__name__)
+        self._connection.fetched(())  # updates fetched only to confirm: the next start takes them
         self._connection.take_unparsable()  # an update fetched only to confirm: the next start skips it
 
     # --- one update ---------------------------------------------------------------------------
