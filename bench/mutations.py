@@ -2708,4 +2708,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        except ImportError as exc:\n            raise translate(exc, self.target) from exc",
         also=("tests/adapters/test_postgres_engine.py",),
     ),
+    M(
+        "doctor-keyless-intervals-not-counted",  # an operator never told that intervals are masked for lost keys
+        RELIABILITY,
+        "    keyless = sum(1 for key in named if key is None or key not in held)",
+        "    keyless = 0",
+        also=("tests/bot/test_doctor_postgres.py",),
+    ),
 )

@@ -377,7 +377,7 @@ async def _postgres_section(settings: Settings) -> Section:
     from adapters.storage.keys import FAIL as KEY_FAIL
     from adapters.storage.keys import OK as KEY_OK
     from adapters.storage.keys import WARN as KEY_WARN
-    from adapters.storage.keys import check_key_dir
+    from adapters.storage.keys import check_key_dir, key_ids
     from adapters.storage.postgres.errors import mask
     from adapters.storage.postgres.inspection import inspect_postgres
     from core.values.errors import StoreError
@@ -405,7 +405,28 @@ async def _postgres_section(settings: Settings) -> Section:
     levels = {KEY_OK: OK, KEY_FAIL: FAIL, KEY_WARN: WARN}
     for check in check_key_dir(settings.key_dir, data_directory=facts.data_directory):
         section.add(levels.get(check.level, INFO), f"COMPANION_KEY_DIR {check.text}")
+    if not facts.problem:
+        _interval_key_lines(facts.interval_keys, key_ids(settings.key_dir), section)
     return section
+
+
+def _interval_key_lines(named: tuple[str | None, ...], held: set[str], section: Section) -> None:
+    """The intervals and the key folder compared, by key ids alone (counts shown, never an id)."""
+    keyless = sum(1 for key in named if key is None or key not in held)
+    orphans = len(held - {key for key in named if key is not None})
+    if keyless:
+        section.add(
+            WARN,
+            f"{keyless} private interval{'s' if keyless != 1 else ''} without {'their keys' if keyless != 1 else 'its key'}"
+            " in COMPANION_KEY_DIR: masked, never read back (an open one is closed at the next start; each goes at"
+            " its expiry or by /forget private)",
+        )
+    if orphans:
+        section.add(
+            INFO,
+            f"{orphans} key file{'s' if orphans != 1 else ''} no interval names: shredded at the next start"
+            " (a crash between a key and its interval, or a copy of the folder from elsewhere)",
+        )
 
 
 def _postgres_lines(facts: PostgresFacts, section: Section) -> None:

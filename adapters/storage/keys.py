@@ -274,6 +274,17 @@ class KeyDirCheck:
     text: str
 
 
+def key_ids(path: Path) -> set[str]:
+    """The key ids of the key files in the folder at `path`, by their names alone (no key is read); none
+    when the folder is not there."""
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return set()
+    names = (key_name(entry.name) for entry in entries if entry.is_file(follow_symlinks=False))
+    return {name.key_id for name in names if name is not None}
+
+
 def check_key_dir(path: Path, *, data_directory: Path | None = None, mountinfo: Path = MOUNTINFO) -> list[KeyDirCheck]:
     """Read-only checks of the key folder: exists, ours, 0700, writable, its key files 0600, not inside the
     database's data directory, and the file system under it. Creates, reads and changes nothing."""

@@ -13,7 +13,7 @@ import pytest
 from adapters.storage.postgres.instance import AdvisoryInstanceLock
 from adapters.storage.postgres.migrate import known_migrations
 from bot.cli import _check_db_path
-from bot.doctor import FAIL, INFO, OK, Report, diagnose
+from bot.doctor import FAIL, INFO, OK, WARN, Report, diagnose
 from bot.settings import Settings
 from core.values.errors import StoreError
 from tests.helpers.postgres import PostgresCluster
@@ -150,6 +150,28 @@ async def test_the_key_folder_is_checked_beside_the_database(
     report = await doctor(settings_on(tmp_path, postgres_url, key_dir=inside))
     assert [text for status, text in section(report) if status == FAIL and "data directory" in text]
     assert not inside.exists()
+
+
+async def test_intervals_without_their_key_and_keys_no_interval_names_are_counted_never_named(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    held, lost, orphan = "a" * 32, "b" * 32, "c" * 32
+    for key_id in (held, orphan):
+        (keys / f"{key_id}.never.key").write_bytes(os.urandom(32))
+    rows(
+        postgres_url,
+        "WITH c AS (INSERT INTO conversations (platform, chat_id, kind, created_at) VALUES ('t', '1', 'direct', 1)"
+        " RETURNING id) INSERT INTO segments (conversation_id, anchor_message_id, started_at, last_activity_at, key_id)"
+        f" SELECT id, 0, 1, 1, k FROM c, (VALUES ('{held}'), ('{lost}')) AS keys (k)",
+    )
+    lines = section(await doctor(settings_on(tmp_path, postgres_url)))
+    assert [(status, text.split(":")[0]) for status, text in lines if "key" in text and "KEY_DIR " not in text] == [
+        (WARN, "1 private interval without its key in COMPANION_KEY_DIR"),
+        (INFO, "1 key file no interval names"),
+    ]
+    assert not [text for _, text in lines if held in text or lost in text or orphan in text]
 
 
 async def test_without_cryptography_the_doctor_says_what_to_install(

@@ -39,6 +39,7 @@ class PostgresFacts:
     missing_rights: tuple[str, ...] = ()  # tables (and sequences) the user lacks a right on
     holders: dict[str, str] = dataclasses.field(default_factory=dict)  # role -> "(pid N)" of who holds its lock
     open_private_intervals: int = 0
+    interval_keys: tuple[str | None, ...] = ()  # the key id every interval names (None: none), not secret
     data_directory: Path | None = None  # the server's, when this user may read it
     problem: str | None = None
 
@@ -97,9 +98,14 @@ async def _facts(conn: AsyncConnection[Any], target: PostgresUrl) -> PostgresFac
         rows = await _all(conn, HOLDER, {"key": key})
         if rows:
             holders[role] = holder_pid(rows[0])
-    intervals = 0
+    intervals, keys = 0, ()
     if await _one(conn, "SELECT to_regclass('segments') IS NOT NULL") and "segments" not in missing:
         intervals = int(str(await _one(conn, "SELECT count(*) FROM segments WHERE ended_at IS NULL") or 0))
+        if await _one(
+            conn,
+            "SELECT count(*) FROM information_schema.columns WHERE table_name = 'segments' AND column_name = 'key_id'",
+        ):
+            keys = tuple(row[0] for row in await _all(conn, "SELECT key_id FROM segments ORDER BY id"))
     # Readable by a superuser or pg_read_all_settings only; the view hides the row from others.
     found = await _all(conn, "SELECT setting FROM pg_settings WHERE name = 'data_directory'")
     data_directory = Path(str(found[0][0])) if found and found[0][0] else None
@@ -114,6 +120,7 @@ async def _facts(conn: AsyncConnection[Any], target: PostgresUrl) -> PostgresFac
         missing_rights=tuple(missing),
         holders=holders,
         open_private_intervals=intervals,
+        interval_keys=keys,
         data_directory=data_directory,
     )
 
