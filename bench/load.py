@@ -371,7 +371,11 @@ def run(quick: bool = False, *, sqlite: bool = True, postgres: bool = True, tree
     return result
 
 
-if __name__ == "__main__":  # a look at this one alone: [--quick] [--sqlite-only | --postgres-only] [--before PATH]
+USAGE = "python -m bench.load [--quick] [--sqlite-only | --postgres-only] [--before PATH]"
+
+if __name__ == "__main__":  # a look at this one alone
+    if "-h" in sys.argv or "--help" in sys.argv:
+        sys.exit(f"usage: {USAGE}\n\n{__doc__}")
     before = Path(sys.argv[sys.argv.index("--before") + 1]) if "--before" in sys.argv else None
     print(
         json.dumps(
