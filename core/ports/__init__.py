@@ -10,6 +10,8 @@ from its module:
   `PartialSink` (where a streamed completion goes).
 - core/ports/clock.py: `Clock`, `SystemClock`.
 - core/ports/metrics.py: `Metrics` (what an operator may count), `NoMetrics`, `NO_METRICS`.
+- core/ports/tools.py: `ToolServers` (tools served by MCP servers: the catalogue and the call),
+  `ServedTool`, `ServedResult`, `ServerState`.
 - core/ports/store/: the store, one Protocol per (consumer, data group), each listing only the
   methods that consumer calls; core/ports/store/__init__.py tables which consumer takes which
   port and which query class of adapters/storage/ implements it.
