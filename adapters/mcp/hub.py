@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import time
@@ -156,7 +157,7 @@ class McpHub:
                 server.scope.cancel()
             server.wake.set()
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self._grace + 1.5)
+            _, pending = await asyncio.wait(tasks, timeout=self._grace + 2.5)  # the grace, then SIGKILL's own wait
             for task in pending:
                 task.cancel()
             if pending:
@@ -178,7 +179,7 @@ class McpHub:
             while not self._stopping:
                 server.broken = server.relist = False
                 up_since: float | None = None
-                process: StdioProcess | None = None
+                processes: list[StdioProcess] = []
                 detail = ""
                 try:
                     async with connected(
@@ -186,10 +187,8 @@ class McpHub:
                         grace=lambda: self._grace,
                         on_end=lambda: self._break(server),
                         on_message=lambda message: self._on_message(server, message),
+                        on_process=functools.partial(self._started_process, server, processes),
                     ) as connection:
-                        process = connection.process
-                        if process is not None:
-                            server.groups.add(process.pid)
                         with anyio.fail_after(server.config.connect_timeout):
                             server.listed = tuple(usable(server.config, await list_tools(connection.session)))
                         server.connection, server.up, server.detail = connection, True, ""
@@ -205,9 +204,9 @@ class McpHub:
                     for call in server.calls:
                         call.cancel()
                     self._rebuild()
-                if process is not None:
+                for process in processes:
                     server.groups.discard(process.pid)
-                    if process.returncode not in (None, 0) and not self._stopping:
+                    if process.left and process.returncode is not None:
                         detail = f"it exited (status {process.returncode})"
                 if self._stopping:
                     break
@@ -220,6 +219,11 @@ class McpHub:
                     await server.wake.wait()
                 backoff = min(backoff * 2, LONGEST_BACKOFF)
         server.detail = "stopped"
+
+    def _started_process(self, server: _Server, processes: list[StdioProcess], process: StdioProcess) -> None:
+        # Known from its first moment, so a stop while it is still starting ends its process group too.
+        server.groups.add(process.pid)
+        processes.append(process)
 
     async def _serve(self, server: _Server, connection: Connection) -> None:
         """Hold the session until it breaks or the hub stops; re-list the tools when the server says they changed."""

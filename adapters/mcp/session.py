@@ -41,13 +41,23 @@ class Connection:
 
 @contextlib.asynccontextmanager
 async def connected(
-    server: ServerConfig, *, grace: Callable[[], float], on_end: Callable[[], None], on_message: MessageHandlerFnT
+    server: ServerConfig,
+    *,
+    grace: Callable[[], float],
+    on_end: Callable[[], None],
+    on_message: MessageHandlerFnT,
+    on_process: Callable[[StdioProcess], None] = lambda process: None,
 ) -> AsyncIterator[Connection]:
-    """An initialized session (within the server's connect_timeout), closed when the block ends."""
+    """An initialized session (within the server's connect_timeout), closed when the block ends.
+
+    `on_process` hears of a stdio server's process as soon as it runs (before it answers), `on_end`
+    when its output ends; `grace` is read when the block ends (see stdio_transport)."""
     async with contextlib.AsyncExitStack() as stack:
         process: StdioProcess | None = None
         if server.transport == "stdio":
-            read, write, process = await stack.enter_async_context(stdio_transport(server, grace, on_end))
+            read, write, started = await stack.enter_async_context(stdio_transport(server, grace, on_end))
+            on_process(started)
+            process = started
         else:
             client = await stack.enter_async_context(
                 httpx.AsyncClient(
