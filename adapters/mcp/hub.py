@@ -14,11 +14,11 @@ from typing import Any
 import anyio
 from mcp import McpError, types
 
+from adapters.mcp.catalogue import arrange
 from adapters.mcp.config import McpConfig, ServerConfig, builtin_tool_names
 from adapters.mcp.session import (
     SESSION_OVER,
     Connection,
-    callable_name,
     connected,
     cut,
     describe,
@@ -253,38 +253,29 @@ class McpHub:
     # --- the catalogue --------------------------------------------------------------------------
 
     def _rebuild(self) -> None:
-        """The catalogue from what each server last listed, in the configuration's order: a name taken by
-        a built-in tool or an earlier server's tool is left out (with one warning), as is a name a model
-        may not call."""
-        taken = set(self._builtin)
-        offered: list[ServedTool] = []
-        for server in self._servers:
-            for tool in server.listed:
-                if not callable_name(tool.name):
-                    self._warn(server, tool.name, "its name is not one a model may call")
-                    continue
-                if tool.name in taken:
-                    self._warn(server, tool.name, "its name is taken by a built-in tool or an earlier server's tool")
-                    continue
-                taken.add(tool.name)
-                if server.up:
-                    offered.append(
-                        ServedTool(
-                            server=server.config.name,
-                            name=tool.name,
-                            description=description(tool),
-                            parameters=dict(tool.inputSchema),
-                            private_allowed=server.config.private_allowed(tool.name),
-                        )
-                    )
-        self._catalogue = tuple(offered)
-
-    def _warn(self, server: _Server, tool: str, why: str) -> None:
-        if (server.config.name, tool) not in self._warned:
-            self._warned.add((server.config.name, tool))
-            # The name is the server's text: shown by its length only until it is one a model may call.
-            shown = tool if callable_name(tool) else f"<{len(tool)} characters>"
-            log.warning("MCP server %s: the tool %s is left out: %s", server.config.name, shown, why)
+        """The catalogue from what each server last listed (a server that is down keeps its names
+        reserved, so a tool does not change servers while one restarts); see `arrange`."""
+        offered, left_out = arrange([(s.config, [t.name for t in s.listed]) for s in self._servers], self._builtin)
+        tools: list[ServedTool] = []
+        for server, names in zip(self._servers, offered, strict=True):
+            if not server.up:
+                continue
+            by_name = {t.name: t for t in server.listed}
+            tools += [
+                ServedTool(
+                    server=server.config.name,
+                    name=name,
+                    description=description(by_name[name]),
+                    parameters=dict(by_name[name].inputSchema),
+                    private_allowed=server.config.private_allowed(name),
+                )
+                for name in names
+            ]
+        self._catalogue = tuple(tools)
+        for left in left_out:
+            if (left.server, left.tool) not in self._warned:
+                self._warned.add((left.server, left.tool))
+                log.warning("MCP server %s: the tool %s is left out: %s", left.server, left.tool, left.why)
 
     def _offered(self, server: _Server) -> int:
         return sum(1 for t in self._catalogue if t.server == server.config.name)

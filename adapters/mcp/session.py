@@ -18,7 +18,7 @@ from mcp import ClientSession, McpError, types
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 
-from adapters.mcp.config import NAME, ServerConfig
+from adapters.mcp.config import ServerConfig
 from adapters.mcp.stdio import StdioProcess, stdio_transport
 
 # A result longer than this (UTF-8) reaches the model cut, saying so (docs/operations.md states it).
@@ -89,10 +89,6 @@ async def list_tools(session: ClientSession) -> list[types.Tool]:
 def usable(server: ServerConfig, tools: list[types.Tool]) -> list[types.Tool]:
     """The tools after the server's include/exclude filter (names a model may not call are the hub's to leave out)."""
     return [t for t in tools if server.admits(t.name)]
-
-
-def callable_name(name: str) -> bool:
-    return bool(NAME.match(name))
 
 
 def description(tool: types.Tool) -> str:

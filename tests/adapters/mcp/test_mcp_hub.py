@@ -8,6 +8,7 @@ import logging
 from adapters.mcp.hub import McpHub
 from adapters.mcp.session import MAX_RESULT_BYTES
 from tests.adapters.mcp.conftest import STOP_GRACE
+from tests.helpers.logs import logging_policy
 from tests.helpers.mcp_servers import alive, free_port, http_server, records, stdio_server
 from tests.helpers.waiting import wait_for
 
@@ -164,3 +165,27 @@ async def test_a_stop_kills_a_process_tree_that_ignores_sigterm_after_the_grace(
     await hub.aclose(1.0)
     # Its child ignores SIGTERM: only the SIGKILL after the grace ends it.
     assert not [p for p in pids.values() if alive(p)]
+
+
+async def test_the_catalogue_marks_for_private_mode_only_the_tools_the_owner_named(hub_of) -> None:
+    hub = await hub_of(
+        {
+            "named": stdio_server("--only", "echo,big,fail", include=["echo", "b*"], private="allowed"),
+            "unmarked": stdio_server("--only", "hang", include=["hang"]),
+        }
+    )
+    await wait_for(lambda: all(s.up for s in hub.states()), 20, "both servers up")
+    marked = {t.name: t.private_allowed for t in hub.catalogue()}
+    assert marked == {"echo": True, "big": False, "hang": False}
+
+
+async def test_a_tool_calls_arguments_and_result_never_reach_the_log(hub_of, caplog) -> None:
+    canary = "canary-7f3a9e"
+    caplog.set_level(logging.DEBUG)
+    with http_server("--alias", "shout") as url, logging_policy("DEBUG"):
+        hub = await hub_of({"local": stdio_server("--only", "echo"), "web": {"url": url, "include": ["shout"]}})
+        await wait_for(lambda: all(s.up for s in hub.states()), 20, "both servers up")
+        assert (await hub.call("local", "echo", {"text": canary})).text == f"echo: {canary}"
+        # The SDK's streamable HTTP client logs each message it sends at DEBUG: its floor keeps them out.
+        assert (await hub.call("web", "shout", {"text": canary})).text == f"echo: {canary}"
+    assert canary not in caplog.text
