@@ -5,7 +5,7 @@ echo (records its arguments), big (a result of N bytes), crash (exits mid-call),
 answers), fail (answers with an error), spawn (starts a child in its process group), grow (adds
 the tool "grown" and says its list changed). Flags: --only a,b (offer only these), --record PATH
 (append each call's tool and arguments, one JSON line each), --alias a,b (echo under these
-names too), --stray (print lines that are not MCP
+names too), --started PATH (create this file once running), --stray (print lines that are not MCP
 messages at start, in every call and at exit), --exit-at-start (exit before answering),
 --ignore-term (ignore SIGTERM, with its child), --http PORT (streamable HTTP instead of stdio).
 
@@ -189,6 +189,8 @@ def _main(argv: list[str]) -> None:
         if alias:
             server.add_tool(echo, name=alias, description="Say the text back.")
 
+    if started := flag("--started"):
+        Path(started).touch()
     stray_line("start")
     if stray:
         import atexit

@@ -189,3 +189,32 @@ async def test_a_tool_calls_arguments_and_result_never_reach_the_log(hub_of, cap
         # The SDK's streamable HTTP client logs each message it sends at DEBUG: its floor keeps them out.
         assert (await hub.call("web", "shout", {"text": canary})).text == f"echo: {canary}"
     assert canary not in caplog.text
+
+
+async def test_an_http_server_that_goes_away_and_comes_back_is_used_again(hub_of) -> None:
+    port = free_port()
+    with http_server(port=port) as url:
+        hub = await hub_of({"web": {"url": url, "include": ["echo"]}})
+        await wait_for(lambda: up(hub, "web"), 20, "the server up")
+        assert (await hub.call("web", "echo", {"text": "one"})).outcome == "ok"
+    # Gone: the call fails in words (or finds the server down already), and the tool leaves the catalogue.
+    gone = await hub.call("web", "echo", {"text": "two"})
+    assert gone.outcome in ("failed", "unavailable")
+    await wait_for(lambda: not up(hub, "web"), 20, "the server seen down")
+    assert hub.catalogue() == ()
+    with http_server(port=port):
+        await wait_for(lambda: up(hub, "web"), 30, "the server up again")
+        assert (await hub.call("web", "echo", {"text": "three"})).text == "echo: three"
+
+
+async def test_a_tool_left_out_by_the_filter_is_never_called(hub_of, tmp_path) -> None:
+    record = tmp_path / "calls.jsonl"
+    hub = await hub_of({"notes": stdio_server(record=record, include=["echo", "big"], exclude=["big"])})
+    await wait_for(lambda: up(hub, "notes"), 20, "the server up")
+    for name in ("big", "fail"):
+        result = await hub.call("notes", name, {"size": 1})
+        assert (result.outcome, result.text) == (
+            "unavailable",
+            f"the tool {name} is not offered by the server notes now",
+        )
+    assert records(record) == []
