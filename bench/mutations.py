@@ -2828,4 +2828,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:",
         also=("tests/adapters/mcp/test_mcp_hub.py",),
     ),
+    M(
+        "mcp-server-given-the-companions-environment",  # the bot tokens and keys handed to every stdio server
+        PRIVACY,
+        "    env = {**get_default_environment(), **server.env}",
+        "    env = {**os.environ, **server.env}",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
 )

@@ -2,7 +2,7 @@
 
 Run as a script (`python tests/helpers/mcp_servers.py [flags]`) it is one server with these tools:
 echo (records its arguments), big (a result of N bytes), crash (exits mid-call), hang (never
-answers), fail (answers with an error), spawn (starts a child in its process group), grow (adds
+answers), fail (answers with an error), environment (its variables' names), spawn (starts a child in its process group), grow (adds
 the tool "grown" and says its list changed). Flags: --only a,b (offer only these), --record PATH
 (append each call's tool and arguments, one JSON line each), --alias a,b (echo under these
 names too), --started PATH (create this file once running), --stray (print lines that are not MCP
@@ -172,6 +172,12 @@ def _main(argv: list[str]) -> None:
             stderr=subprocess.DEVNULL,
         )
         return json.dumps({"server": os.getpid(), "child": child.pid})
+
+    @tool
+    def environment() -> str:
+        """The names of the environment variables this server was given."""
+        note("environment", {})
+        return " ".join(sorted(os.environ))
 
     @tool
     async def grow(ctx: Context) -> str:
