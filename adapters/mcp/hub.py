@@ -39,6 +39,7 @@ LONGEST_BACKOFF = 60.0
 STEADY = 60.0
 # How long a server being restarted (not stopped) has to end before its process group is killed.
 RESTART_GRACE = 2.0
+_CLOSE_MARGIN = 3.0
 
 
 @dataclass(eq=False)
@@ -157,7 +158,8 @@ class McpHub:
                 server.scope.cancel()
             server.wake.set()
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self._grace + 2.5)  # the grace, then SIGKILL's own wait
+            # Each supervisor ends its process group within the grace; the margin is for a loaded machine.
+            _, pending = await asyncio.wait(tasks, timeout=self._grace + _CLOSE_MARGIN)
             for task in pending:
                 task.cancel()
             if pending:

@@ -136,6 +136,8 @@ def describe(exc: BaseException, server: ServerConfig) -> str:
     if isinstance(exc, TimeoutError):
         return f"it did not answer within {server.connect_timeout:g} s (connect_timeout)"
     if isinstance(exc, FileNotFoundError):
+        if server.cwd is not None and exc.filename == server.cwd:
+            return "its cwd does not exist"
         return "its command was not found"
     if isinstance(exc, PermissionError):
         return "its command may not be run (permission denied)"

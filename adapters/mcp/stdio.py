@@ -32,7 +32,8 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 # Of the stop grace: how long the server has to leave on its own after its input closes, before its
 # process group is sent SIGTERM (the MCP specification's order: close input, SIGTERM, SIGKILL).
 _EOF_SHARE = 0.25
-_KILLED_WAIT = 1.0  # past the grace: how long SIGKILLed processes may take to be gone
+_KILL_SHARE = 0.15  # the last share of the grace: SIGKILL and the kernel's work
+_LEAST_KILL_WAIT = 0.2  # a wait for SIGKILLed processes to be gone, even with no grace left
 
 
 @dataclass
@@ -71,22 +72,26 @@ async def end_group(process: anyio.abc.Process, grace: float) -> None:
     group (unless it made its own session) and would outlive the companion otherwise.
     """
     pgid = process.pid  # start_new_session: the server leads its own group
+    deadline = anyio.current_time() + grace
     with contextlib.suppress(Exception):  # its input may be closed already (it died)
         await process.stdin.aclose()  # type: ignore[union-attr]
     with anyio.move_on_after(grace * _EOF_SHARE):
         await process.wait()
     if kill_group(pgid, signal.SIGTERM):
-        with anyio.move_on_after(grace * (1 - _EOF_SHARE)):
-            # Polled: a process group's end has no event to wait on (its members are not our children).
-            while await _group_alive(process, pgid):  # noqa: ASYNC110
-                await anyio.sleep(0.05)
+        # SIGKILL comes with a share of the grace left, for the kernel to end what it kills.
+        with anyio.move_on_after(max(deadline - anyio.current_time() - grace * _KILL_SHARE, 0)):
+            await _until_gone(process, pgid)
         if kill_group(pgid, signal.SIGKILL):
-            # SIGKILL is delivered, not awaited: wait (a little) until no member runs any more.
-            with anyio.move_on_after(_KILLED_WAIT):
-                while await _group_alive(process, pgid):  # noqa: ASYNC110
-                    await anyio.sleep(0.01)
-    with anyio.move_on_after(_KILLED_WAIT):  # reap the leader, so no zombie of ours is left
-        await process.wait()
+            with anyio.move_on_after(max(deadline - anyio.current_time(), _LEAST_KILL_WAIT)):
+                await _until_gone(process, pgid)
+    with anyio.move_on_after(max(deadline - anyio.current_time(), _LEAST_KILL_WAIT)):
+        await process.wait()  # reap the leader, so no zombie of ours is left
+
+
+async def _until_gone(process: anyio.abc.Process, pgid: int) -> None:
+    # Polled: a process group's end has no event to wait on (its members are not our children).
+    while await _group_alive(process, pgid):  # noqa: ASYNC110
+        await anyio.sleep(0.02)
 
 
 async def _group_alive(process: anyio.abc.Process, pgid: int) -> bool:

@@ -91,6 +91,15 @@ def alive(pid: int) -> bool:
 
 # --- the server (run as a script) ---------------------------------------------------------------
 
+# The child `spawn` starts: it ignores SIGTERM when told to, says so, and sleeps.
+_CHILD = """
+import signal, sys, time
+if sys.argv[1] == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
 
 def _main(argv: list[str]) -> None:
     import anyio
@@ -158,19 +167,16 @@ def _main(argv: list[str]) -> None:
 
     @tool
     def spawn() -> str:
-        """Start a child in this server's process group; say both process ids."""
+        """Start a child in this server's process group; say both process ids once it runs."""
         note("spawn", {})
         child = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import signal, sys, time\nif sys.argv[1] == '1': signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(3600)",
-                "1" if "--ignore-term" in argv else "0",
-            ],
+            [sys.executable, "-c", _CHILD, "1" if "--ignore-term" in argv else "0"],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        # Its first line says its SIGTERM handling is set: a stop before that would end it whatever it ignores.
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
         return json.dumps({"server": os.getpid(), "child": child.pid})
 
     @tool

@@ -127,14 +127,16 @@ async def test_a_server_that_cannot_start_says_why_and_offers_nothing(hub_of, tm
     hub = await hub_of(
         {
             "missing": {"command": str(tmp_path / "no-such-server")},
+            "nowhere": stdio_server(cwd=str(tmp_path / "no-such-dir")),
             "quitter": stdio_server("--exit-at-start"),
             "working": stdio_server("--only", "echo"),
         }
     )
     await wait_for(lambda: up(hub, "working"), 20, "the working server up")
-    await wait_for(lambda: "exited" in hub.states()[1].detail, 20, "the quitter's reason")
-    missing, quitter, _ = hub.states()
+    await wait_for(lambda: "exited" in hub.states()[2].detail, 20, "the quitter's reason")
+    missing, nowhere, quitter, _ = hub.states()
     assert (missing.up, missing.detail, missing.tools) == (False, "its command was not found", 0)
+    assert (nowhere.up, nowhere.detail) == (False, "its cwd does not exist")
     assert (quitter.up, quitter.detail) == (False, "it exited (status 4)")
     assert [t.server for t in hub.catalogue()] == ["working"]
     result = await hub.call("missing", "echo", {"text": "x"})
