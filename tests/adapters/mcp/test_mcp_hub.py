@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 
 from adapters.mcp.hub import McpHub
 from adapters.mcp.session import MAX_RESULT_BYTES
@@ -128,15 +129,22 @@ async def test_a_server_that_cannot_start_says_why_and_offers_nothing(hub_of, tm
         {
             "missing": {"command": str(tmp_path / "no-such-server")},
             "nowhere": stdio_server(cwd=str(tmp_path / "no-such-dir")),
+            "silent": {
+                "command": sys.executable,
+                "args": ["-c", "import time; time.sleep(60)"],
+                "connect_timeout": 0.5,
+            },
             "quitter": stdio_server("--exit-at-start"),
             "working": stdio_server("--only", "echo"),
         }
     )
     await wait_for(lambda: up(hub, "working"), 20, "the working server up")
-    await wait_for(lambda: "exited" in hub.states()[2].detail, 20, "the quitter's reason")
-    missing, nowhere, quitter, _ = hub.states()
+    await wait_for(lambda: "exited" in hub.states()[3].detail, 20, "the quitter's reason")
+    await wait_for(lambda: hub.states()[2].detail != "not started yet", 20, "the silent one's reason")
+    missing, nowhere, silent, quitter, _ = hub.states()
     assert (missing.up, missing.detail, missing.tools) == (False, "its command was not found", 0)
     assert (nowhere.up, nowhere.detail) == (False, "its cwd does not exist")
+    assert (silent.up, silent.detail) == (False, "it did not answer within 0.5 s (connect_timeout)")
     assert (quitter.up, quitter.detail) == (False, "it exited (status 4)")
     assert [t.server for t in hub.catalogue()] == ["working"]
     result = await hub.call("missing", "echo", {"text": "x"})
