@@ -240,3 +240,14 @@ async def test_a_stdio_server_is_given_its_own_variables_and_never_the_companion
     names = (await hub.call("notes", "environment", {})).text.split()
     assert "NOTES_TOKEN" in names and "PATH" in names
     assert "COMPANION_TELEGRAM_TOKEN" not in names and "NOTES_DIR" not in names
+
+
+async def test_start_and_aclose_are_safe_to_call_twice(hub_of) -> None:
+    hub = await hub_of({"notes": stdio_server("--only", "echo")})
+    await hub.start()
+    await wait_for(lambda: up(hub, "notes"), 20, "the server up")
+    assert len(hub.catalogue()) == 1
+    await hub.aclose(STOP_GRACE)
+    await hub.aclose(STOP_GRACE)
+    assert [(s.up, s.detail, s.tools) for s in hub.states()] == [(False, "stopped", 0)]
+    assert (await hub.call("notes", "echo", {"text": "x"})).outcome == "unavailable"
