@@ -34,6 +34,7 @@ from core.ports.chat import BaseIntake, Platform
 from core.ports.clock import Clock, SystemClock
 from core.ports.metrics import NO_METRICS, Metrics
 from core.ports.model import BaseProvider, Transcriber
+from core.ports.tools import ToolServers
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners
@@ -185,6 +186,7 @@ def build_companion(
     *,
     clock: Clock | None = None,
     tools: ToolRegistry | None = None,
+    servers: ToolServers | None = None,
     outbox: Outbox | None = None,
     transcriber: Transcriber | None = None,
     burst_sleep: Sleep = asyncio.sleep,
@@ -195,8 +197,10 @@ def build_companion(
     wires the core together (the gateway, `companion chat`, the tests and the benches all use it).
     Each part is given the query classes of `stores` its ports name (core/ports/store/): mypy
     checks every port against its class here.
-    `edge`: the settings every platform shares (default: the shipped ones, with the config's stop grace)."""
+    `edge`: the settings every platform shares (default: the shipped ones, with the config's stop grace).
+    `servers`: the MCP servers whose tools join the built-in ones (None: none configured)."""
     config = config or CompanionConfig()
+    tools = tools or default_tools(servers)
     clock = clock or SystemClock()
     typing = TypingService(edge or EdgeSettings(stop_grace=config.stop_grace))
     valve = ModeValve(
@@ -223,7 +227,7 @@ def build_companion(
         clock,
         valve,
         context,
-        tools or default_tools(),
+        tools,
         lanes,
         outbox=outbox,
         platforms=config.platforms,
@@ -265,6 +269,7 @@ def build_companion(
         outbox=outbox,
         accounts_changed=people.accounts_changed,
         tools=tool_support,
+        registry=tools,
     )
     recovery = Recovery(
         stores.modes,
