@@ -297,8 +297,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "tools-lasting-tools-offered-in-private",
         PRIVACY,
-        "        if state.is_private:\n            return [t for t in self._tools.values()",
-        "        if False:\n            return [t for t in self._tools.values()",
+        "        if state.is_private:\n            return [t for t in tools if",
+        "        if False:\n            return [t for t in tools if",
     ),
     M(
         "commands-lasting-command-runs-in-private",
@@ -2714,5 +2714,42 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    keyless = sum(1 for key in named if key is None or key not in held)",
         "    keyless = 0",
         also=("tests/bot/test_doctor_postgres.py",),
+    ),
+    # --- served tools behind the wall (issue 32) -------------------------------------------------------
+    M(
+        "served-tools-offered-in-private-mode",  # every MCP tool in a private request: the canary reaches its server
+        PRIVACY,
+        '    {"memory-write", "memory-read", "goal", "follow-up", "export", "publish", "delivery", "analytics", SERVED}',
+        '    {"memory-write", "memory-read", "goal", "follow-up", "export", "publish", "delivery", "analytics"}',
+    ),
+    M(
+        "served-tool-named-for-private-mode-whatever-the-owner-said",
+        PRIVACY,
+        "        tags=frozenset({SERVED_PRIVATE if served.private_allowed else SERVED}),",
+        "        tags=frozenset({SERVED_PRIVATE}),",
+    ),
+    M(
+        "private-served-call-writes-a-tool-operation-row",  # the call of a private turn outlives it as a row
+        PRIVACY,
+        "        if outcome.server is not None and private:\n            return\n",
+        "        if False:\n            return\n",
+    ),
+    M(
+        "served-tool-shadows-a-built-in-one",  # two tools of one name in a request: the model's call is ambiguous
+        RELIABILITY,
+        "            if served.name in self._tools or served.name in tools or not _TOOL_NAME.fullmatch(served.name):",
+        "            if served.name in tools or not _TOOL_NAME.fullmatch(served.name):",
+    ),
+    M(
+        "served-call-reported-without-its-server",
+        RELIABILITY,
+        "                server=outcome.server,\n",
+        "                server=None,\n",
+    ),
+    M(
+        "served-adapter-bug-ends-the-turn",  # the port never raises; an adapter that does must not cost the answer
+        RELIABILITY,
+        "        except Exception as exc:  # noqa: BLE001 - the port never raises; an adapter bug must not end the turn",
+        "        except ValueError as exc:  # noqa: BLE001 - the port never raises; an adapter bug must not end the turn",
     ),
 )

@@ -5,6 +5,7 @@ leaves no row; the wire tests (tests/bot/test_served_tools_wire.py) run real ser
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -89,7 +90,10 @@ async def test_a_private_turn_cannot_call_a_served_tool_it_was_not_offered(compa
     assert tool_message.role == "tool" and "no tool named 'list_events'" in (tool_message.content or "")
 
 
-async def test_a_served_tool_call_in_a_private_turn_writes_no_analytics_row(companion, provider, stores, servers):
+async def test_a_served_tool_call_in_a_private_turn_writes_no_analytics_row(
+    companion, provider, stores, servers, caplog
+):
+    caplog.set_level(logging.DEBUG)
     servers.results["read_note"] = ServedResult(f"the note says {CANARY}", "ok", 0.01)
     await go_private(companion)
     provider.script = [calls("read_note"), Completion("Here it is.")]
@@ -100,6 +104,8 @@ async def test_a_served_tool_call_in_a_private_turn_writes_no_analytics_row(comp
     assert await all_rows(stores, "SELECT count(*) FROM tool_operations") == [(0,)]
     assert await all_rows(stores, "SELECT count(*) FROM agent_events") == [(0,)]
     assert CANARY.encode() not in engines.stored_bytes(stores)
+    # The log says server, tool, outcome, sizes and time: never the arguments nor the result.
+    assert "served tool read_note of server notes: ok" in caplog.text and CANARY not in caplog.text
 
 
 async def test_a_built_in_tool_call_in_a_private_turn_still_names_its_interval(companion, provider, stores):
@@ -187,3 +193,13 @@ async def test_what_normal_mode_sees_lists_the_served_tools_offered_and_the_serv
         in page
     )
     assert "not reachable now, so none of their tools: home" in page
+
+
+async def test_a_served_tool_whose_adapter_raises_costs_the_call_not_the_answer(companion, provider, servers):
+    async def broken(server: str, name: str, arguments: dict) -> ServedResult:
+        raise RuntimeError(CANARY)
+
+    servers.call = broken
+    provider.script = [calls("list_events"), Completion("Sorry, the calendar failed.")]
+    assert (await say(companion, "what is on monday?")).text == "Sorry, the calendar failed."
+    assert provider.last_reply_request().messages[-1].content == "error: the tool failed"
