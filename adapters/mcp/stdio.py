@@ -1,0 +1,204 @@
+"""A stdio MCP server as a process group: its lines in and out, its stray output skipped, its whole tree ended.
+
+The SDK's own `stdio_client` is not used because of three things it does that the companion may not:
+it logs a stray stdout line with the line in the exception (a server's text, anything, into our log),
+it sends the server's stderr to ours, and at its end it signals the process group only when the
+server itself has not exited within 2 s (a server that exits on end of input leaves its children).
+This one speaks the same newline-delimited JSON-RPC through the SDK's message types and streams.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import anyio
+import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp import types
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
+
+from adapters.mcp.config import ServerConfig
+
+log = logging.getLogger(__name__)
+
+# What a server may not exceed in one line (one message): past it the line is dropped, so a server
+# cannot make the companion hold its whole output.
+MAX_LINE_BYTES = 32 * 1024 * 1024
+# Of the stop grace: how long the server has to leave on its own after its input closes, before its
+# process group is sent SIGTERM (the MCP specification's order: close input, SIGTERM, SIGKILL).
+_EOF_SHARE = 0.25
+
+
+@dataclass
+class StdioProcess:
+    """What the hub knows of one running server: its process group, and how its output went."""
+
+    pid: int
+    on_end: Callable[[], None]  # called once its stdout closes: it died, or closed it
+    stray_lines: int = 0  # lines that were not MCP messages, skipped (counted, never logged)
+    ended: bool = False
+    returncode: int | None = None
+
+    def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.on_end()
+
+
+def kill_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when no process of it is left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # the group's id was taken by another user's processes: ours are gone
+        return False
+    return True
+
+
+async def end_group(process: anyio.abc.Process, grace: float) -> None:
+    """Close the server's input, then SIGTERM its process group, then SIGKILL it: within `grace` seconds.
+
+    The group is signalled even when the server left on its own: a child it started stays in its
+    group (unless it made its own session) and would outlive the companion otherwise.
+    """
+    pgid = process.pid  # start_new_session: the server leads its own group
+    with contextlib.suppress(Exception):  # its input may be closed already (it died)
+        await process.stdin.aclose()  # type: ignore[union-attr]
+    with anyio.move_on_after(grace * _EOF_SHARE):
+        await process.wait()
+    if kill_group(pgid, signal.SIGTERM):
+        with anyio.move_on_after(grace * (1 - _EOF_SHARE)):
+            # Polled: a process group's end has no event to wait on (its members are not our children).
+            while await _group_alive(process, pgid):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        kill_group(pgid, signal.SIGKILL)
+    with anyio.move_on_after(1.0):  # reap the leader, so no zombie of ours is left
+        await process.wait()
+
+
+async def _group_alive(process: anyio.abc.Process, pgid: int) -> bool:
+    if process.returncode is None:
+        with anyio.move_on_after(0):
+            await process.wait()
+    # Signal 0 reaches zombies too: a group of zombies nobody reaps would look alive for the whole
+    # grace, so only a group member that still runs counts (read from /proc where there is one).
+    if not kill_group(pgid, 0):
+        return False
+    return _running_members(pgid) != 0
+
+
+def _running_members(pgid: int) -> int:
+    """Processes of the group that are not zombies; -1 when /proc cannot say."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return -1
+    running = 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after the last ")".
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            running += 1
+    return running
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(
+    server: ServerConfig, grace: Callable[[], float], on_end: Callable[[], None]
+) -> AsyncIterator[
+    tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        MemoryObjectSendStream[SessionMessage],
+        StdioProcess,
+    ]
+]:
+    """Start the server in its own session (its own process group) and carry its messages.
+
+    `grace` is read when the transport ends: the stop grace at a stop, a short one at a restart.
+    """
+    env = {**get_default_environment(), **server.env}
+    process = await anyio.open_process(
+        [server.command, *server.args],
+        env=env,
+        cwd=server.cwd,
+        stderr=subprocess.DEVNULL,  # the server's own words: anything, so never into our log
+        start_new_session=True,
+    )
+    state = StdioProcess(process.pid, on_end)
+    stdout, stdin = process.stdout, process.stdin
+    if stdout is None or stdin is None:  # never: both are pipes by default
+        raise OSError("the server's stdin or stdout is not a pipe")
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read_lines() -> None:
+        buffer = b""
+        try:
+            async with read_writer:
+                async for chunk in stdout:
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    if len(buffer) > MAX_LINE_BYTES:
+                        buffer = b""
+                        state.stray_lines += 1
+                    for line in lines:
+                        message = _message(line)
+                        if message is None:
+                            state.stray_lines += 1
+                            continue
+                        await read_writer.send(SessionMessage(message))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            state.end()
+
+    async def write_lines() -> None:
+        try:
+            async with write_reader:
+                async for session_message in write_reader:
+                    data = session_message.message.model_dump_json(by_alias=True, exclude_none=True)
+                    await stdin.send(data.encode() + b"\n")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            state.end()  # the server is gone (its reader sees the end too)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_lines)
+            tg.start_soon(write_lines)
+            try:
+                yield read_stream, write_stream, state
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await end_group(process, grace())
+                    tg.cancel_scope.cancel()
+    finally:
+        for stream in (read_stream, write_stream, read_writer, write_reader):
+            await stream.aclose()
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+        state.returncode = process.returncode
+
+
+def _message(line: bytes) -> types.JSONRPCMessage | None:
+    line = line.strip()
+    if not line.startswith(b"{"):
+        return None
+    try:
+        return types.JSONRPCMessage.model_validate_json(line)
+    except ValueError:  # not JSON, or JSON that is no JSON-RPC message: a stray line
+        return None
