@@ -171,12 +171,39 @@ async def open_companion(
             stores,
             provider,
             companion_config(settings, platforms, web=web),
+            servers=await open_tool_servers(settings, stack),
             outbox=outbox,
             transcriber=transcriber,
             metrics=metrics,
         )
         await companion.start()
         yield companion
+
+
+async def open_tool_servers(settings: Settings, stack: AsyncExitStack) -> ToolServers | None:
+    """The MCP servers of COMPANION_MCP_CONFIG, started (each connects in the background) and closed by
+    `stack` within the stop grace, every stdio server's process tree ended. None when it is unset:
+    then neither adapters.mcp nor the `mcp` SDK is ever imported.
+
+    Raises:
+        ConfigError: the file cannot be used (one line naming the file, the server and the key).
+    """
+    if settings.mcp_config is None:
+        return None
+    import os
+
+    from adapters.mcp.config import McpConfigError, load_mcp_config
+
+    try:
+        config = load_mcp_config(settings.mcp_config, os.environ)
+    except McpConfigError as exc:
+        raise ConfigError(f"COMPANION_MCP_CONFIG: {exc}") from None
+    from adapters.mcp.hub import McpHub
+
+    hub = McpHub(config)
+    stack.push_async_callback(hub.aclose, settings.stop_grace)
+    await hub.start()
+    return hub
 
 
 def build_companion(
