@@ -2752,4 +2752,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        except Exception as exc:  # noqa: BLE001 - the port never raises; an adapter bug must not end the turn",
         "        except ValueError as exc:  # noqa: BLE001 - the port never raises; an adapter bug must not end the turn",
     ),
+    M(
+        "mcp-sdk-imported-without-its-configuration",  # every start pays for an SDK nobody configured
+        RELIABILITY,
+        "    if settings.mcp_config is None:\n        return None\n",
+        "    if settings.mcp_config is None:\n        import adapters.mcp.hub  # noqa: F401\n        return None\n",
+        also=("tests/bot/test_served_tools_wire.py",),
+    ),
 )

@@ -7,7 +7,9 @@ without COMPANION_MCP_CONFIG the `mcp` SDK is never imported."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,10 +17,11 @@ from typing import Any
 
 import pytest
 
+from bot.cli import EXIT_CONFIG
 from tests.helpers.fake_openai import FakeOpenAIServer, completion_json
 from tests.helpers.fake_telegram import FakeTelegramServer
 from tests.helpers.mcp_servers import alive, http_server, records, stdio_server, write_config
-from tests.helpers.proc import ROOT, run_companion
+from tests.helpers.proc import ROOT, companion_env, run_companion, spawn_companion
 from tests.helpers.running import Running
 from tests.helpers.telegram_gateway import USER, gateway_env
 from tests.helpers.wire_platforms import rows, shipped
@@ -154,6 +157,8 @@ def test_a_private_turn_offers_only_the_named_tool_and_what_it_answered_is_gone_
                 "The tool said: error: no tool named 'big'"
             )
             assert say(telegram, gateway, db, "tell the named tool") == f"The tool said: echo: {CANARY}"
+            # While the interval lives: no row of the served call either (a refused name's row names the interval).
+            assert rows(db, "SELECT count(*) FROM tool_operations WHERE tool = 'echo'") == [(0,)]
             private = model.requests[private_from:]
             assert private and all(PRIVATE_MARKER in json.dumps(body) for body in private)
             for body in private:
@@ -228,3 +233,50 @@ def test_without_the_config_the_mcp_sdk_is_never_imported_by_the_gateway_or_the_
     chat = run_companion(["chat"], env, stdin="hello\n/tools\n")
     assert chat.returncode == 0, chat.stderr
     assert [json.loads(line) for line in loaded.read_text().splitlines()] == [[], []]
+
+
+def test_a_bad_configuration_file_stops_the_start_with_one_line_and_no_secret(
+    tmp_path: Path, servers: tuple[FakeTelegramServer, FakeOpenAIServer]
+) -> None:
+    telegram, model = servers
+    secret = "Bearer s3cret-7d2e"
+    config = write_config(
+        tmp_path / "mcp.json",
+        {"web": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": secret}, "privat": 1}},
+    )
+    started = run_companion(["run"], served_env(tmp_path, telegram, model, COMPANION_MCP_CONFIG=str(config)))
+    assert started.returncode == EXIT_CONFIG
+    [line] = [line for line in started.stderr.splitlines() if line.startswith("companion:")]
+    assert line.startswith(f"companion: COMPANION_MCP_CONFIG: {config}") and "web" in line and "privat" in line
+    assert secret not in started.stderr + started.stdout
+    assert telegram.calls_of("getUpdates") == []  # refused before any platform started
+
+
+def test_the_terminal_chat_starts_the_servers_and_leaves_no_process_at_its_end(tmp_path: Path) -> None:
+    marker = tmp_path / "chat-server.jsonl"  # in the server's command line: how its processes are found
+    config = write_config(tmp_path / "mcp.json", {"tools": stdio_server("--only", "echo", record=marker)})
+    env = companion_env(tmp_path, COMPANION_MCP_CONFIG=str(config), COMPANION_LOG_LEVEL="INFO")
+    chat = spawn_companion(["chat"], env)
+    ended = threading.Timer(60, chat.kill)  # a chat that never gets there fails below, not hangs
+    ended.start()
+    try:
+        # The input stays open until the server is up: the chat's first turn then has its tools.
+        for line in chat.stderr:
+            if "MCP server tools is up" in line:
+                break
+        stdout, _ = chat.communicate("/tools\n", timeout=60)
+    finally:
+        ended.cancel()
+    assert chat.returncode == 0
+    assert "From tools: echo." in stdout
+    assert not servers_running(str(marker))
+
+
+def servers_running(marker: str) -> list[int]:
+    """The processes whose command line names `marker`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes() and alive(int(proc.name)):
+                found.append(int(proc.name))
+    return found
