@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+MCP_KILL_SECONDS = 5.0  # a stdio server still running this long after SIGTERM at a stop is killed
+
 
 def build_provider(settings: Settings) -> BaseProvider:
     if settings.llm_base_url:
@@ -182,7 +184,7 @@ async def open_companion(
 
 async def open_tool_servers(settings: Settings, stack: AsyncExitStack) -> ToolServers | None:
     """The MCP servers of COMPANION_MCP_CONFIG, started (each connects in the background) and closed by
-    `stack` within the stop grace, every stdio server's process tree ended. None when it is unset:
+    `stack` after the turns, every stdio server's process tree ended. None when it is unset:
     then neither adapters.mcp nor the `mcp` SDK is ever imported.
 
     Raises:
@@ -201,7 +203,9 @@ async def open_tool_servers(settings: Settings, stack: AsyncExitStack) -> ToolSe
     from adapters.mcp.hub import McpHub
 
     hub = McpHub(config)
-    stack.push_async_callback(hub.aclose, settings.stop_grace)
+    # Closed after the turns that may call them: SIGTERM at once, SIGKILL after a fifth of the stop
+    # grace (5 s at most), so a stubborn server keeps the whole stop near COMPANION_STOP_GRACE.
+    stack.push_async_callback(hub.aclose, min(MCP_KILL_SECONDS, settings.stop_grace / 5))
     await hub.start()
     return hub
 

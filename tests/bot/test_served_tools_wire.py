@@ -183,11 +183,13 @@ def test_a_private_turn_offers_only_the_named_tool_and_what_it_answered_is_gone_
     assert CANARY not in report.stdout and "echo" not in report.stdout
 
 
+@pytest.mark.parametrize("stubborn", [False, True], ids=["ends-at-sigterm", "ignores-sigterm"])
 def test_a_stop_with_a_running_stdio_server_leaves_no_process_of_its_tree(
-    tmp_path: Path, servers: tuple[FakeTelegramServer, FakeOpenAIServer]
+    tmp_path: Path, servers: tuple[FakeTelegramServer, FakeOpenAIServer], stubborn: bool
 ) -> None:
     telegram, model = servers
-    config = write_config(tmp_path / "mcp.json", {"tools": stdio_server("--only", "spawn")})
+    flags = ("--only", "spawn", "--ignore-term") if stubborn else ("--only", "spawn")  # the child ignores it too
+    config = write_config(tmp_path / "mcp.json", {"tools": stdio_server(*flags)})
     model.responder = answering({"start a child": lambda: call("spawn", {})})
     env = served_env(tmp_path, telegram, model, COMPANION_MCP_CONFIG=str(config))
     db = tmp_path / "companion.db"
