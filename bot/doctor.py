@@ -1,6 +1,6 @@
 """`companion doctor`: probes what is configured and says, in one screen, what works and what to change.
 
-The probes live with their adapters (adapters/llm/probe.py, adapters/probes.py,
+The probes live with their adapters (adapters/llm/probe.py, adapters/probes.py, adapters/mcp/probe.py,
 adapters/storage/inspection.py) and report findings; this module knows the settings, so it turns
 each finding into a line: OK, or the problem and the exact setting or command that fixes it. A
 line marked -- is not configured or only worth knowing; it does not count as a problem.
@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,16 +81,25 @@ class Report:
 async def diagnose(settings: Settings, *, check_path: Callable[..., None]) -> Report:
     """Every probe that applies to `settings`, concurrently; `check_path` is the CLI's own check of
     COMPANION_DB_PATH (it raises ConfigError with one line and creates nothing)."""
-    sections = await asyncio.gather(
-        _model_section(settings), _speech_section(settings), _telegram_section(settings), _discord_section(settings)
+    # Settings.mcp_config (COMPANION_MCP_CONFIG) is wired with the hub (bot/settings.py); read softly here.
+    mcp_path: Path | None = getattr(settings, "mcp_config", None)
+    *sections, (mcp, mcp_secrets) = await asyncio.gather(
+        _model_section(settings),
+        _speech_section(settings),
+        _telegram_section(settings),
+        _discord_section(settings),
+        mcp_section(mcp_path, os.environ),
     )
     report = [s for s in sections if s is not None]
+    if mcp is not None:
+        report.append(mcp)
     if settings.database_url is not None:
         report.append(await _postgres_section(settings))
     else:
         report.append(_database_section(settings, check_path))
     report.append(_settings_section(settings))
-    return Report(report, _secrets(settings))
+    secrets = {*_secrets(settings), *(s for s in mcp_secrets if len(s) >= 4)}
+    return Report(report, tuple(sorted(secrets, key=len, reverse=True)))
 
 
 # --- the model server ------------------------------------------------------------------------------
@@ -329,6 +339,51 @@ async def _discord_section(settings: Settings) -> Section | None:
         else:
             section.add(INFO, f"intents: {intent.seen}; `companion run` says so if the intent is off")
     return section
+
+
+# --- MCP servers -----------------------------------------------------------------------------------
+
+
+async def mcp_section(path: Path | None, environ: Mapping[str, str]) -> tuple[Section | None, tuple[str, ...]]:
+    """Each configured MCP server: reachable or why not, its tools after the filter, which of them
+    private mode is offered, the time of one tools/list; and the file's secrets, for `render` to withhold."""
+    if path is None:
+        return None, ()
+    from adapters.mcp.config import McpConfigError, load_mcp_config
+
+    section = Section(f"MCP servers (COMPANION_MCP_CONFIG={path})")
+    try:
+        config = load_mcp_config(path, environ)
+    except McpConfigError as exc:
+        section.add(FAIL, f"{exc}: fix the file, or unset COMPANION_MCP_CONFIG")
+        return section, ()
+    from adapters.mcp.probe import probe
+
+    reports = await probe(config)
+    for r in reports:
+        where = "stdio" if r.transport == "stdio" else "streamable HTTP"
+        if not r.enabled:
+            section.add(INFO, f"{r.name} ({where}): {r.detail}")
+            continue
+        if not r.reachable:
+            section.add(FAIL, f"{r.name} ({where}): not reachable: {r.detail}")
+            continue
+        tools = ", ".join(r.tools) if r.tools else "none"
+        s = "" if len(r.tools) == 1 else "s"
+        section.add(
+            OK,
+            f"{r.name} ({where}): reachable, one tools/list in {r.list_seconds or 0:.2f} s; "
+            f"{len(r.tools)} tool{s} after the filter: {tools}",
+        )
+        if r.private:
+            section.add(INFO, f"{r.name}: private mode is offered {', '.join(r.private)} (the owner named them)")
+        else:
+            section.add(INFO, f"{r.name}: private mode is offered none of its tools")
+        for left in r.left_out:
+            section.add(WARN, f"{r.name}: the tool {left.tool} is left out: {left.why}")
+    if not reports:
+        section.add(INFO, "the file names no server")
+    return section, config.secrets
 
 
 # --- the database ---------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ FLOORS = {
     "discord.http": logging.WARNING,
     "apscheduler": logging.WARNING,
     "asyncio": logging.WARNING,
+    # The MCP SDK logs each message it sends or receives at DEBUG (a tool's arguments and result).
+    "mcp": logging.WARNING,
 }
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

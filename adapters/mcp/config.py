@@ -48,6 +48,7 @@ class ServerConfig:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     private: Literal["allowed"] | None = None  # None: never offered in private mode
     enabled: bool = True
+    variables: tuple[str, ...] = dataclasses.field(default=(), repr=False)  # what ${VAR}s gave
 
     def admits(self, tool: str) -> bool:
         """The include/exclude filter: names or fnmatch globs, exclude winning."""
@@ -68,7 +69,7 @@ class ServerConfig:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return (*self.env.values(), *self.headers.values())
+        return (*self.env.values(), *self.headers.values(), *self.variables)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ class McpConfig:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """Every value of `env` and `headers`, longest first (for withholding in text)."""
+        """Every value of `env` and `headers` and every value a ${VAR} gave, longest first (for withholding in text)."""
         found = {v for s in self.servers for v in s.secrets if v}
         return tuple(sorted(found, key=len, reverse=True))
 
@@ -129,8 +130,9 @@ def _server(path: Path, name: str, spec: Any, environ: Mapping[str, str], builti
     for key in spec:
         if key not in _KEYS:
             raise fail(key, "unknown key")
+    read: list[str] = []  # the values ${VAR} gave: secrets as well (a token is often passed in args)
     spec = {
-        key: _expand(value, environ, lambda var, key=key: fail(key, f"${{{var}}} is not set"))
+        key: _expand(value, environ, lambda var, key=key: fail(key, f"${{{var}}} is not set"), read)
         for key, value in spec.items()
     }
     if "command" in spec and "url" in spec:
@@ -160,6 +162,7 @@ def _server(path: Path, name: str, spec: Any, environ: Mapping[str, str], builti
         "connect_timeout": _seconds(spec, "connect_timeout", DEFAULT_CONNECT_TIMEOUT, fail),
         "private": private,
         "enabled": enabled,
+        "variables": tuple(read),
     }
     if transport == "stdio":
         command = spec["command"]
@@ -183,7 +186,7 @@ def _server(path: Path, name: str, spec: Any, environ: Mapping[str, str], builti
     return ServerConfig(name, "http", url=url, headers=_mapping(spec, "headers", fail), **common)
 
 
-def _expand(value: Any, environ: Mapping[str, str], missing: Any) -> Any:
+def _expand(value: Any, environ: Mapping[str, str], missing: Any, read: list[str]) -> Any:
     """${VAR} in every string, however deep; a VAR not set is an error (its value never shows)."""
     if isinstance(value, str):
 
@@ -191,13 +194,14 @@ def _expand(value: Any, environ: Mapping[str, str], missing: Any) -> Any:
             var = match.group(1)
             if not _VARIABLE_NAME.match(var) or var not in environ:
                 raise missing(var)
+            read.append(environ[var])
             return environ[var]
 
         return _VARIABLE.sub(one, value)
     if isinstance(value, list):
-        return [_expand(v, environ, missing) for v in value]
+        return [_expand(v, environ, missing, read) for v in value]
     if isinstance(value, dict):
-        return {k: _expand(v, environ, missing) for k, v in value.items()}
+        return {k: _expand(v, environ, missing, read) for k, v in value.items()}
     return value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import time
@@ -13,11 +14,11 @@ from typing import Any
 import anyio
 from mcp import McpError, types
 
+from adapters.mcp.catalogue import arrange
 from adapters.mcp.config import McpConfig, ServerConfig, builtin_tool_names
 from adapters.mcp.session import (
     SESSION_OVER,
     Connection,
-    callable_name,
     connected,
     cut,
     describe,
@@ -156,7 +157,7 @@ class McpHub:
                 server.scope.cancel()
             server.wake.set()
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=self._grace + 1.5)
+            _, pending = await asyncio.wait(tasks, timeout=self._grace + 2.5)  # the grace, then SIGKILL's own wait
             for task in pending:
                 task.cancel()
             if pending:
@@ -178,7 +179,7 @@ class McpHub:
             while not self._stopping:
                 server.broken = server.relist = False
                 up_since: float | None = None
-                process: StdioProcess | None = None
+                processes: list[StdioProcess] = []
                 detail = ""
                 try:
                     async with connected(
@@ -186,10 +187,8 @@ class McpHub:
                         grace=lambda: self._grace,
                         on_end=lambda: self._break(server),
                         on_message=lambda message: self._on_message(server, message),
+                        on_process=functools.partial(self._started_process, server, processes),
                     ) as connection:
-                        process = connection.process
-                        if process is not None:
-                            server.groups.add(process.pid)
                         with anyio.fail_after(server.config.connect_timeout):
                             server.listed = tuple(usable(server.config, await list_tools(connection.session)))
                         server.connection, server.up, server.detail = connection, True, ""
@@ -205,9 +204,9 @@ class McpHub:
                     for call in server.calls:
                         call.cancel()
                     self._rebuild()
-                if process is not None:
+                for process in processes:
                     server.groups.discard(process.pid)
-                    if process.returncode not in (None, 0) and not self._stopping:
+                    if process.left and process.returncode is not None:
                         detail = f"it exited (status {process.returncode})"
                 if self._stopping:
                     break
@@ -220,6 +219,11 @@ class McpHub:
                     await server.wake.wait()
                 backoff = min(backoff * 2, LONGEST_BACKOFF)
         server.detail = "stopped"
+
+    def _started_process(self, server: _Server, processes: list[StdioProcess], process: StdioProcess) -> None:
+        # Known from its first moment, so a stop while it is still starting ends its process group too.
+        server.groups.add(process.pid)
+        processes.append(process)
 
     async def _serve(self, server: _Server, connection: Connection) -> None:
         """Hold the session until it breaks or the hub stops; re-list the tools when the server says they changed."""
@@ -249,38 +253,29 @@ class McpHub:
     # --- the catalogue --------------------------------------------------------------------------
 
     def _rebuild(self) -> None:
-        """The catalogue from what each server last listed, in the configuration's order: a name taken by
-        a built-in tool or an earlier server's tool is left out (with one warning), as is a name a model
-        may not call."""
-        taken = set(self._builtin)
-        offered: list[ServedTool] = []
-        for server in self._servers:
-            for tool in server.listed:
-                if not callable_name(tool.name):
-                    self._warn(server, tool.name, "its name is not one a model may call")
-                    continue
-                if tool.name in taken:
-                    self._warn(server, tool.name, "its name is taken by a built-in tool or an earlier server's tool")
-                    continue
-                taken.add(tool.name)
-                if server.up:
-                    offered.append(
-                        ServedTool(
-                            server=server.config.name,
-                            name=tool.name,
-                            description=description(tool),
-                            parameters=dict(tool.inputSchema),
-                            private_allowed=server.config.private_allowed(tool.name),
-                        )
-                    )
-        self._catalogue = tuple(offered)
-
-    def _warn(self, server: _Server, tool: str, why: str) -> None:
-        if (server.config.name, tool) not in self._warned:
-            self._warned.add((server.config.name, tool))
-            # The name is the server's text: shown by its length only until it is one a model may call.
-            shown = tool if callable_name(tool) else f"<{len(tool)} characters>"
-            log.warning("MCP server %s: the tool %s is left out: %s", server.config.name, shown, why)
+        """The catalogue from what each server last listed (a server that is down keeps its names
+        reserved, so a tool does not change servers while one restarts); see `arrange`."""
+        offered, left_out = arrange([(s.config, [t.name for t in s.listed]) for s in self._servers], self._builtin)
+        tools: list[ServedTool] = []
+        for server, names in zip(self._servers, offered, strict=True):
+            if not server.up:
+                continue
+            by_name = {t.name: t for t in server.listed}
+            tools += [
+                ServedTool(
+                    server=server.config.name,
+                    name=name,
+                    description=description(by_name[name]),
+                    parameters=dict(by_name[name].inputSchema),
+                    private_allowed=server.config.private_allowed(name),
+                )
+                for name in names
+            ]
+        self._catalogue = tuple(tools)
+        for left in left_out:
+            if (left.server, left.tool) not in self._warned:
+                self._warned.add((left.server, left.tool))
+                log.warning("MCP server %s: the tool %s is left out: %s", left.server, left.tool, left.why)
 
     def _offered(self, server: _Server) -> int:
         return sum(1 for t in self._catalogue if t.server == server.config.name)

@@ -18,7 +18,7 @@ from mcp import ClientSession, McpError, types
 from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 
-from adapters.mcp.config import NAME, ServerConfig
+from adapters.mcp.config import ServerConfig
 from adapters.mcp.stdio import StdioProcess, stdio_transport
 
 # A result longer than this (UTF-8) reaches the model cut, saying so (docs/operations.md states it).
@@ -41,13 +41,23 @@ class Connection:
 
 @contextlib.asynccontextmanager
 async def connected(
-    server: ServerConfig, *, grace: Callable[[], float], on_end: Callable[[], None], on_message: MessageHandlerFnT
+    server: ServerConfig,
+    *,
+    grace: Callable[[], float],
+    on_end: Callable[[], None],
+    on_message: MessageHandlerFnT,
+    on_process: Callable[[StdioProcess], None] = lambda process: None,
 ) -> AsyncIterator[Connection]:
-    """An initialized session (within the server's connect_timeout), closed when the block ends."""
+    """An initialized session (within the server's connect_timeout), closed when the block ends.
+
+    `on_process` hears of a stdio server's process as soon as it runs (before it answers), `on_end`
+    when its output ends; `grace` is read when the block ends (see stdio_transport)."""
     async with contextlib.AsyncExitStack() as stack:
         process: StdioProcess | None = None
         if server.transport == "stdio":
-            read, write, process = await stack.enter_async_context(stdio_transport(server, grace, on_end))
+            read, write, started = await stack.enter_async_context(stdio_transport(server, grace, on_end))
+            on_process(started)
+            process = started
         else:
             client = await stack.enter_async_context(
                 httpx.AsyncClient(
@@ -79,10 +89,6 @@ async def list_tools(session: ClientSession) -> list[types.Tool]:
 def usable(server: ServerConfig, tools: list[types.Tool]) -> list[types.Tool]:
     """The tools after the server's include/exclude filter (names a model may not call are the hub's to leave out)."""
     return [t for t in tools if server.admits(t.name)]
-
-
-def callable_name(name: str) -> bool:
-    return bool(NAME.match(name))
 
 
 def description(tool: types.Tool) -> str:

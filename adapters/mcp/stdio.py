@@ -34,6 +34,7 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 # Of the stop grace: how long the server has to leave on its own after its input closes, before its
 # process group is sent SIGTERM (the MCP specification's order: close input, SIGTERM, SIGKILL).
 _EOF_SHARE = 0.25
+_KILLED_WAIT = 1.0  # past the grace: how long SIGKILLed processes may take to be gone
 
 
 @dataclass
@@ -44,11 +45,13 @@ class StdioProcess:
     on_end: Callable[[], None]  # called once its stdout closes: it died, or closed it
     stray_lines: int = 0  # lines that were not MCP messages, skipped (counted, never logged)
     ended: bool = False
+    closing: bool = False  # the companion began to end it
+    left: bool = False  # its output ended before the companion began to end it: it died or quit
     returncode: int | None = None
 
     def end(self) -> None:
         if not self.ended:
-            self.ended = True
+            self.ended, self.left = True, not self.closing
             self.on_end()
 
 
@@ -79,8 +82,12 @@ async def end_group(process: anyio.abc.Process, grace: float) -> None:
             # Polled: a process group's end has no event to wait on (its members are not our children).
             while await _group_alive(process, pgid):  # noqa: ASYNC110
                 await anyio.sleep(0.05)
-        kill_group(pgid, signal.SIGKILL)
-    with anyio.move_on_after(1.0):  # reap the leader, so no zombie of ours is left
+        if kill_group(pgid, signal.SIGKILL):
+            # SIGKILL is delivered, not awaited: wait (a little) until no member runs any more.
+            with anyio.move_on_after(_KILLED_WAIT):
+                while await _group_alive(process, pgid):  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+    with anyio.move_on_after(_KILLED_WAIT):  # reap the leader, so no zombie of ours is left
         await process.wait()
 
 
@@ -184,6 +191,7 @@ async def stdio_transport(
                 yield read_stream, write_stream, state
             finally:
                 with anyio.CancelScope(shield=True):
+                    state.closing = True
                     await end_group(process, grace())
                     tg.cancel_scope.cancel()
     finally:

@@ -4,7 +4,8 @@ Run as a script (`python tests/helpers/mcp_servers.py [flags]`) it is one server
 echo (records its arguments), big (a result of N bytes), crash (exits mid-call), hang (never
 answers), fail (answers with an error), spawn (starts a child in its process group), grow (adds
 the tool "grown" and says its list changed). Flags: --only a,b (offer only these), --record PATH
-(append each call's tool and arguments, one JSON line each), --stray (print lines that are not MCP
+(append each call's tool and arguments, one JSON line each), --alias a,b (echo under these
+names too), --stray (print lines that are not MCP
 messages at start, in every call and at exit), --exit-at-start (exit before answering),
 --ignore-term (ignore SIGTERM, with its child), --http PORT (streamable HTTP instead of stdio).
 
@@ -183,6 +184,10 @@ def _main(argv: list[str]) -> None:
         server.add_tool(grown, name="grown", description="Added by grow.")
         await ctx.session.send_tool_list_changed()
         return "grew"
+
+    for alias in (flag("--alias") or "").split(","):
+        if alias:
+            server.add_tool(echo, name=alias, description="Say the text back.")
 
     stray_line("start")
     if stray:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.mcp.config import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, McpConfigError, load_mcp_config
+from adapters.mcp.config import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, McpConfigError, ServerConfig, load_mcp_config
 
 
 def load(tmp_path: Path, servers: object, environ: dict[str, str] | None = None, **top: object):
@@ -58,7 +58,7 @@ def test_variables_are_read_from_the_environment(tmp_path) -> None:
     )
     assert config.servers[0].command == "/opt/bin/files"
     assert config.servers[0].env == {"TOKEN": "s3cret-token"}
-    assert config.secrets == ("s3cret-token",)
+    assert config.secrets == ("s3cret-token", "/opt/bin")
 
 
 @pytest.mark.parametrize(
@@ -143,3 +143,9 @@ def test_include_and_exclude_take_names_and_globs(tmp_path) -> None:
         tmp_path, {"files": {"command": "x", "include": ["read_*", "echo"], "exclude": ["read_secret"]}}
     ).servers
     assert [t for t in ("read_note", "read_secret", "echo", "write_note") if server.admits(t)] == ["read_note", "echo"]
+
+
+def test_an_http_server_is_never_offered_in_private_mode() -> None:
+    # The file refuses "private": "allowed" on a url server; the rule holds even for one built without the file.
+    server = ServerConfig("web", "http", url="http://127.0.0.1/mcp", include=("read_note",), private="allowed")
+    assert not server.private_allowed("read_note")

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import logging
+
 from adapters.mcp.hub import McpHub
-from tests.helpers.mcp_servers import http_server, records, stdio_server
+from adapters.mcp.session import MAX_RESULT_BYTES
+from tests.adapters.mcp.conftest import STOP_GRACE
+from tests.helpers.logs import logging_policy
+from tests.helpers.mcp_servers import alive, free_port, http_server, records, stdio_server
 from tests.helpers.waiting import wait_for
 
 
@@ -51,3 +57,135 @@ async def test_a_hanging_tool_is_cut_at_its_timeout_and_the_model_is_told(hub_of
     assert result.outcome == "timeout"
     assert result.text == "the tool hang did not answer within 0.5 s"
     assert (await hub.call("notes", "echo", {"text": "still here"})).outcome == "ok"
+
+
+async def test_a_tool_that_answers_with_an_error_is_an_error_for_the_model(hub_of) -> None:
+    hub = await hub_of({"notes": stdio_server()})
+    await wait_for(lambda: up(hub, "notes"), 20, "the server up")
+    result = await hub.call("notes", "fail", {})
+    assert result.outcome == "error"
+    assert result.text.startswith("error: ") and "failed on purpose" in result.text
+
+
+async def test_a_huge_result_is_cut_at_the_stated_size_saying_so(hub_of) -> None:
+    hub = await hub_of({"notes": stdio_server()})
+    await wait_for(lambda: up(hub, "notes"), 20, "the server up")
+    result = await hub.call("notes", "big", {"size": 100_000})
+    assert result.outcome == "ok"
+    assert result.text == "x" * MAX_RESULT_BYTES + "… [cut: the result was 100000 bytes]"
+    small = await hub.call("notes", "big", {"size": MAX_RESULT_BYTES})
+    assert small.text == "x" * MAX_RESULT_BYTES
+
+
+async def test_a_servers_stray_stdout_never_breaks_the_session_nor_reaches_the_log(hub_of, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    hub = await hub_of({"noisy": stdio_server("--stray")})
+    await wait_for(lambda: up(hub, "noisy"), 20, "the server up")
+    for n in range(3):
+        assert (await hub.call("noisy", "echo", {"text": f"n{n}"})).text == f"echo: n{n}"
+    assert [s.up for s in hub.states()] == [True]
+    await hub.aclose(STOP_GRACE)  # the server's last stray line comes at its exit
+    assert "stray" not in caplog.text
+    assert "not a message" not in caplog.text
+
+
+async def test_a_changed_tool_list_is_seen_without_a_restart(hub_of) -> None:
+    hub = await hub_of({"notes": stdio_server()})
+    await wait_for(lambda: up(hub, "notes"), 20, "the server up")
+    assert "grown" not in {t.name for t in hub.catalogue()}
+    assert (await hub.call("notes", "grow", {})).text == "grew"
+    await wait_for(lambda: "grown" in {t.name for t in hub.catalogue()}, 20, "the new tool listed")
+    assert (await hub.call("notes", "grown", {})).text == "grown here"
+
+
+async def test_the_filter_and_the_names_decide_the_catalogue(hub_of, caplog) -> None:
+    hub = await hub_of(
+        {
+            "first": stdio_server(
+                "--alias",
+                "remember,bad.name,shared",
+                include=["echo", "shared", "r*", "bad.name", "b*"],
+                exclude=["big"],
+            ),
+            "second": stdio_server("--only", "echo,fail", "--alias", "shared"),
+        }
+    )
+    await wait_for(lambda: all(s.up for s in hub.states()), 20, "both servers up")
+    offered = sorted((t.server, t.name) for t in hub.catalogue())
+    # first: include keeps echo, shared (and remember, bad.name: left out), exclude drops big;
+    # second: its echo and shared are the first's already.
+    assert offered == [("first", "echo"), ("first", "shared"), ("second", "fail")]
+    assert [s.tools for s in hub.states()] == [2, 1]
+    assert "the tool remember is left out" in caplog.text
+    assert "the tool <8 characters> is left out" in caplog.text
+    assert "MCP server second: the tool echo is left out" in caplog.text
+
+
+async def test_a_server_that_cannot_start_says_why_and_offers_nothing(hub_of, tmp_path) -> None:
+    hub = await hub_of(
+        {
+            "missing": {"command": str(tmp_path / "no-such-server")},
+            "quitter": stdio_server("--exit-at-start"),
+            "working": stdio_server("--only", "echo"),
+        }
+    )
+    await wait_for(lambda: up(hub, "working"), 20, "the working server up")
+    await wait_for(lambda: "exited" in hub.states()[1].detail, 20, "the quitter's reason")
+    missing, quitter, _ = hub.states()
+    assert (missing.up, missing.detail, missing.tools) == (False, "its command was not found", 0)
+    assert (quitter.up, quitter.detail) == (False, "it exited (status 4)")
+    assert [t.server for t in hub.catalogue()] == ["working"]
+    result = await hub.call("missing", "echo", {"text": "x"})
+    assert (result.outcome, result.text) == ("unavailable", "the tool echo is unavailable: its server missing is down")
+
+
+async def test_an_unreachable_http_server_says_why(hub_of) -> None:
+    hub = await hub_of({"web": {"url": f"http://127.0.0.1:{free_port()}/mcp", "connect_timeout": 5}})
+    await wait_for(lambda: hub.states()[0].detail != "not started yet", 20, "a first try")
+    assert hub.states()[0].detail == "it cannot be reached (connection refused or no such host)"
+
+
+async def test_a_stop_ends_every_stdio_servers_process_tree(hub_of) -> None:
+    # Two servers of the same tools: the second's are left out of the catalogue, so each is called alone.
+    hubs = [await hub_of({"a": stdio_server()}), await hub_of({"b": stdio_server()})]
+    for hub in hubs:
+        await wait_for(lambda hub=hub: all(s.up for s in hub.states()), 20, "the server up")
+    pids = [json.loads((await hub.call(name, "spawn", {})).text) for hub, name in zip(hubs, "ab", strict=True)]
+    assert all(alive(p["server"]) and alive(p["child"]) for p in pids)
+    for hub in hubs:
+        await hub.aclose(STOP_GRACE)
+    # The servers leave when their input closes; their children would stay without the group's SIGTERM.
+    assert not [p for pair in pids for p in pair.values() if alive(p)]
+
+
+async def test_a_stop_kills_a_process_tree_that_ignores_sigterm_after_the_grace(hub_of) -> None:
+    hub = await hub_of({"stubborn": stdio_server("--ignore-term")})
+    await wait_for(lambda: up(hub, "stubborn"), 20, "the server up")
+    pids = json.loads((await hub.call("stubborn", "spawn", {})).text)
+    await hub.aclose(1.0)
+    # Its child ignores SIGTERM: only the SIGKILL after the grace ends it.
+    assert not [p for p in pids.values() if alive(p)]
+
+
+async def test_the_catalogue_marks_for_private_mode_only_the_tools_the_owner_named(hub_of) -> None:
+    hub = await hub_of(
+        {
+            "named": stdio_server("--only", "echo,big,fail", include=["echo", "b*"], private="allowed"),
+            "unmarked": stdio_server("--only", "hang", include=["hang"]),
+        }
+    )
+    await wait_for(lambda: all(s.up for s in hub.states()), 20, "both servers up")
+    marked = {t.name: t.private_allowed for t in hub.catalogue()}
+    assert marked == {"echo": True, "big": False, "hang": False}
+
+
+async def test_a_tool_calls_arguments_and_result_never_reach_the_log(hub_of, caplog) -> None:
+    canary = "canary-7f3a9e"
+    caplog.set_level(logging.DEBUG)
+    with http_server("--alias", "shout") as url, logging_policy("DEBUG"):
+        hub = await hub_of({"local": stdio_server("--only", "echo"), "web": {"url": url, "include": ["shout"]}})
+        await wait_for(lambda: all(s.up for s in hub.states()), 20, "both servers up")
+        assert (await hub.call("local", "echo", {"text": canary})).text == f"echo: {canary}"
+        # The SDK's streamable HTTP client logs each message it sends at DEBUG: its floor keeps them out.
+        assert (await hub.call("web", "shout", {"text": canary})).text == f"echo: {canary}"
+    assert canary not in caplog.text
