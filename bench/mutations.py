@@ -2759,4 +2759,124 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if settings.mcp_config is None:\n        import adapters.mcp.hub  # noqa: F401\n        return None\n",
         also=("tests/bot/test_served_tools_wire.py",),
     ),
+    # --- MCP servers (adapters/mcp/) ------------------------------------------
+    M(
+        "mcp-call-not-cut-at-its-timeout",  # a hanging tool holds the turn until the model's own timeout
+        RELIABILITY,
+        "                    with anyio.fail_after(timeout):\n                        result = await connection.session.call_tool(name, arguments)",
+        "                    with anyio.fail_after(None):\n                        result = await connection.session.call_tool(name, arguments)",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-result-not-cut",  # a server's 10 MB answer goes whole into the request
+        RELIABILITY,
+        "    if len(data) <= MAX_RESULT_BYTES:\n        return text",
+        "    if True:\n        return text",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-process-group-spared-when-the-server-left",  # the SDK's way: a child of a server that quit outlives the stop
+        RELIABILITY,
+        "    if kill_group(pgid, signal.SIGTERM):",
+        "    if process.returncode is None and kill_group(pgid, signal.SIGTERM):",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-process-group-not-killed-after-the-grace",  # a child ignoring SIGTERM outlives the stop
+        RELIABILITY,
+        "        if kill_group(pgid, signal.SIGKILL):",
+        "        if kill_group(pgid, 0):",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-session-end-leaves-calls-waiting",  # a server that died mid-call holds the turn until the timeout
+        RELIABILITY,
+        "                    for call in server.calls:\n                        call.cancel()",
+        "                    for call in server.calls:\n                        pass",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-tool-list-change-ignored",  # new tools unseen until a restart
+        RELIABILITY,
+        "            server.relist = True\n            server.wake.set()",
+        "            server.relist = False\n            server.wake.set()",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-served-tool-shadows-a-built-in",  # a server's "remember" offered beside (or for) the companion's own
+        RELIABILITY,
+        "            elif name in taken:",
+        "            elif False:",
+        also=("tests/adapters/mcp/test_mcp_hub.py", "tests/bot/test_doctor_mcp.py"),
+    ),
+    M(
+        "mcp-stray-line-logged",  # a server's stray stdout (its own text, anything) into our log
+        PRIVACY,
+        "                        if message is None:\n                            state.stray_lines += 1\n                            continue",
+        '                        if message is None:\n                            log.warning("stray line %s", line)\n                            continue',
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-sdk-logs-messages-at-debug",  # a tool call's arguments and result in the log at COMPANION_LOG_LEVEL=DEBUG
+        PRIVACY,
+        '    "mcp": logging.WARNING,',
+        '    "mcp_": logging.WARNING,',
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-private-allowed-over-http",  # a server reached over HTTP handed a private turn's words
+        PRIVACY,
+        '            self.transport == "stdio"\n            and self.private == "allowed"',
+        '            self.transport in ("stdio", "http")\n            and self.private == "allowed"',
+        also=("tests/adapters/mcp/test_mcp_config.py",),
+    ),
+    M(
+        "mcp-private-allowed-over-http-in-the-file",
+        PRIVACY,
+        '    if private == "allowed" and transport == "http":',
+        "    if False:",
+        also=("tests/adapters/mcp/test_mcp_config.py",),
+    ),
+    M(
+        "mcp-private-allowed-unmarked",  # a server the owner never marked offered in private mode
+        PRIVACY,
+        '            and self.private == "allowed"\n            and self.include is not None',
+        "            and True\n            and self.include is not None",
+        also=("tests/adapters/mcp/test_mcp_config.py",),
+    ),
+    M(
+        "mcp-private-allowed-by-a-glob",  # include "*" hands private mode every tool of a marked server
+        PRIVACY,
+        "            and tool in self.include\n",
+        "            and self.admits(tool)\n",
+        also=("tests/adapters/mcp/test_mcp_config.py", "tests/adapters/mcp/test_mcp_hub.py"),
+    ),
+    M(
+        "mcp-include-names-a-built-in",
+        RELIABILITY,
+        "        if tool in builtin:",
+        "        if False:",
+        also=("tests/adapters/mcp/test_mcp_config.py",),
+    ),
+    M(
+        "mcp-secret-in-a-repr",  # an env value in any log line or error that shows the configuration
+        PRIVACY,
+        "    env: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)",
+        "    env: Mapping[str, str] = dataclasses.field(default_factory=dict)",
+        also=("tests/adapters/mcp/test_mcp_config.py",),
+    ),
+    M(
+        "mcp-call-not-checked-against-the-catalogue",  # a tool the owner's exclude left out is run when asked by name
+        PRIVACY,
+        "        if not any(t.server == server and t.name == name for t in self._catalogue):",
+        "        if False:",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
+    M(
+        "mcp-server-given-the-companions-environment",  # the bot tokens and keys handed to every stdio server
+        PRIVACY,
+        "    env = {**get_default_environment(), **server.env}",
+        "    env = {**os.environ, **server.env}",
+        also=("tests/adapters/mcp/test_mcp_hub.py",),
+    ),
 )

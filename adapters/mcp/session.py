@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from adapters.mcp.config import ServerConfig
 from adapters.mcp.stdio import StdioProcess, stdio_transport
+from adapters.tls import shared_ssl_context
 
 # A result longer than this (UTF-8) reaches the model cut, saying so (docs/operations.md states it).
 MAX_RESULT_BYTES = 16 * 1024
@@ -63,6 +64,7 @@ async def connected(
                 httpx.AsyncClient(
                     headers=dict(server.headers),
                     timeout=httpx.Timeout(server.connect_timeout, read=_HTTP_READ_TIMEOUT),
+                    verify=shared_ssl_context(),  # adapters/tls.py: one CA bundle loaded per process
                 )
             )
             read, write, _ = await stack.enter_async_context(streamable_http_client(server.url, http_client=client))

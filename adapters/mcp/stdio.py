@@ -138,6 +138,8 @@ async def stdio_transport(
 
     `grace` is read when the transport ends: the stop grace at a stop, a short one at a restart.
     """
+    # The SDK's short list of inherited variables (HOME, PATH, USER ...) and the server's own: never
+    # the companion's whole environment, which holds its tokens and keys.
     env = {**get_default_environment(), **server.env}
     process = await anyio.open_process(
         [server.command, *server.args],

@@ -2,10 +2,10 @@
 
 Run as a script (`python tests/helpers/mcp_servers.py [flags]`) it is one server with these tools:
 echo (records its arguments), big (a result of N bytes), crash (exits mid-call), hang (never
-answers), fail (answers with an error), spawn (starts a child in its process group), grow (adds
+answers), fail (answers with an error), environment (its variables' names), spawn (starts a child in its process group), grow (adds
 the tool "grown" and says its list changed). Flags: --only a,b (offer only these), --record PATH
 (append each call's tool and arguments, one JSON line each), --alias a,b (echo under these
-names too), --stray (print lines that are not MCP
+names too), --started PATH (create this file once running), --stray (print lines that are not MCP
 messages at start, in every call and at exit), --exit-at-start (exit before answering),
 --ignore-term (ignore SIGTERM, with its child), --http PORT (streamable HTTP instead of stdio).
 
@@ -174,6 +174,12 @@ def _main(argv: list[str]) -> None:
         return json.dumps({"server": os.getpid(), "child": child.pid})
 
     @tool
+    def environment() -> str:
+        """The names of the environment variables this server was given."""
+        note("environment", {})
+        return " ".join(sorted(os.environ))
+
+    @tool
     async def grow(ctx: Context) -> str:
         """Add the tool "grown" and say the list changed."""
         note("grow", {})
@@ -189,6 +195,8 @@ def _main(argv: list[str]) -> None:
         if alias:
             server.add_tool(echo, name=alias, description="Say the text back.")
 
+    if started := flag("--started"):
+        Path(started).touch()
     stray_line("start")
     if stray:
         import atexit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -53,7 +54,8 @@ async def test_a_server_that_crashes_mid_call_fails_that_call_and_comes_back(hub
 async def test_a_hanging_tool_is_cut_at_its_timeout_and_the_model_is_told(hub_of) -> None:
     hub = await hub_of({"notes": stdio_server(timeout=0.5)})
     await wait_for(lambda: up(hub, "notes"), 20, "the server up")
-    result = await hub.call("notes", "hang", {})
+    async with asyncio.timeout(20):  # the test's own bound, far above the server's: without the cut it fails here
+        result = await hub.call("notes", "hang", {})
     assert result.outcome == "timeout"
     assert result.text == "the tool hang did not answer within 0.5 s"
     assert (await hub.call("notes", "echo", {"text": "still here"})).outcome == "ok"
@@ -189,3 +191,42 @@ async def test_a_tool_calls_arguments_and_result_never_reach_the_log(hub_of, cap
         # The SDK's streamable HTTP client logs each message it sends at DEBUG: its floor keeps them out.
         assert (await hub.call("web", "shout", {"text": canary})).text == f"echo: {canary}"
     assert canary not in caplog.text
+
+
+async def test_an_http_server_that_goes_away_and_comes_back_is_used_again(hub_of) -> None:
+    port = free_port()
+    with http_server(port=port) as url:
+        hub = await hub_of({"web": {"url": url, "include": ["echo"]}})
+        await wait_for(lambda: up(hub, "web"), 20, "the server up")
+        assert (await hub.call("web", "echo", {"text": "one"})).outcome == "ok"
+    # Gone: the call fails in words (or finds the server down already), and the tool leaves the catalogue.
+    gone = await hub.call("web", "echo", {"text": "two"})
+    assert gone.outcome in ("failed", "unavailable")
+    await wait_for(lambda: not up(hub, "web"), 20, "the server seen down")
+    assert hub.catalogue() == ()
+    with http_server(port=port):
+        await wait_for(lambda: up(hub, "web"), 30, "the server up again")
+        assert (await hub.call("web", "echo", {"text": "three"})).text == "echo: three"
+
+
+async def test_a_tool_left_out_by_the_filter_is_never_called(hub_of, tmp_path) -> None:
+    record = tmp_path / "calls.jsonl"
+    hub = await hub_of({"notes": stdio_server(record=record, include=["echo", "big"], exclude=["big"])})
+    await wait_for(lambda: up(hub, "notes"), 20, "the server up")
+    for name in ("big", "fail"):
+        result = await hub.call("notes", name, {"size": 1})
+        assert (result.outcome, result.text) == (
+            "unavailable",
+            f"the tool {name} is not offered by the server notes now",
+        )
+    assert records(record) == []
+
+
+async def test_a_stdio_server_is_given_its_own_variables_and_never_the_companions(hub_of, monkeypatch) -> None:
+    monkeypatch.setenv("COMPANION_TELEGRAM_TOKEN", "123:never-for-a-server")
+    monkeypatch.setenv("NOTES_DIR", "/srv/notes")
+    hub = await hub_of({"notes": stdio_server(env={"NOTES_TOKEN": "t"})})
+    await wait_for(lambda: up(hub, "notes"), 20, "the server up")
+    names = (await hub.call("notes", "environment", {})).text.split()
+    assert "NOTES_TOKEN" in names and "PATH" in names
+    assert "COMPANION_TELEGRAM_TOKEN" not in names and "NOTES_DIR" not in names
