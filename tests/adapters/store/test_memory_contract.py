@@ -143,6 +143,25 @@ async def test_no_analytics_row_for_a_private_turn(engine: Database) -> None:
     assert report["latencies"] == [] and report["cut_off"] == 0
 
 
+async def test_served_tool_calls_are_reported_by_server_tool_and_outcome_apart_from_the_built_in_ones(
+    engine: Database,
+) -> None:
+    memory, _, chat = await _owner(engine)
+    events = (
+        ("tool_call", "recall", "ok", 4.0, 1, 2, 1.5),
+        ("tool_call", "list_events", "ok", 100.0, None, None, 1.6, "calendar"),
+        ("tool_call", "list_events", "ok", 300.0, None, None, 1.7, "calendar"),
+        ("tool_call", "list_events", "timeout", 30000.0, None, None, 1.8, "calendar"),
+    )
+    await memory.save_run(RunRecord(chat, 1.0, 2.0, "ok", events))
+    report = await memory.report_rows()
+    assert report["tools"] == [("recall", 1, 0)]
+    assert report["served"] == [
+        ("calendar", "list_events", "ok", 2, 200.0, 300.0),
+        ("calendar", "list_events", "timeout", 1, 30000.0, 30000.0),
+    ]
+
+
 async def test_capture_never_takes_a_private_message_or_one_inside_an_interval(engine: Database) -> None:
     memory, owner, chat = await _owner(engine)
     group = await conversation(engine, owner, chat="g", kind="group")
