@@ -2753,6 +2753,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        except ValueError as exc:  # noqa: BLE001 - the port never raises; an adapter bug must not end the turn",
     ),
     M(
+        "schema-takes-a-served-call-inside-an-interval",  # SQLite's CHECK: the last wall if the responder wrote one
+        PRIVACY,
+        "ALTER TABLE tool_operations ADD COLUMN server TEXT CHECK (server IS NULL OR segment_id IS NULL);",
+        "ALTER TABLE tool_operations ADD COLUMN server TEXT;",
+        also=("tests/adapters/store/test_memory_contract.py",),
+    ),
+    M(
+        "pg-schema-takes-a-served-call-inside-an-interval",
+        PRIVACY,
+        "ALTER TABLE tool_operations ADD COLUMN server text CHECK (server IS NULL OR segment_id IS NULL);",
+        "ALTER TABLE tool_operations ADD COLUMN server text;",
+        also=("tests/adapters/store/test_memory_contract.py",),
+    ),
+    M(
         "mcp-sdk-imported-without-its-configuration",  # every start pays for an SDK nobody configured
         RELIABILITY,
         "    if settings.mcp_config is None:\n        return None\n",

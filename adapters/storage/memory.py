@@ -199,16 +199,20 @@ class MemoryQueries:
         args_bytes: int,
         result_bytes: int,
         now: float,
+        *,
+        server: str | None = None,
     ) -> None:
         """Record one tool call. Inside a segment it is the segment's (it cascades away with it);
-        outside one it is lasting, so refused while the conversation is private."""
+        outside one it is lasting, so refused while the conversation is private. `server`: a served
+        tool's MCP server; such a call is never a segment's (the schema's CHECK refuses it)."""
         guard = self._guarded(conversation_id, "tool operation") if segment_id is None else ()
         await self._engine.write(
             *guard,
             Statement(
                 "INSERT INTO tool_operations (conversation_id, segment_id, tool, status, args_bytes, result_bytes,"
-                " created_at) VALUES (:c, :s, :tool, :status, :args, :result, :now)",
+                " created_at, server) VALUES (:c, :s, :tool, :status, :args, :result, :now, :server)",
                 {
+                    "server": server,
                     "c": conversation_id,
                     "s": segment_id,
                     "tool": tool,

@@ -397,6 +397,7 @@ class Responder:
             len(call.arguments.encode()),
             len(outcome.text.encode()),
             self._clock.now(),
+            server=outcome.server,
         )
         if recorder is None:
             return

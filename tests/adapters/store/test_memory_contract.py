@@ -3,11 +3,13 @@ row, every lasting write is refused while its conversation is private, capture t
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from adapters.storage.engine import Database, Statement
 from adapters.storage.memory import MemoryQueries
-from core.values.errors import PrivateWriteRefused
+from core.values.errors import PrivateWriteRefused, StoreError
 from core.values.model import RunRecord
 from tests.adapters.store.seed import conversation, count, end_segment, message, open_segment, person, racing
 
@@ -120,6 +122,19 @@ async def test_a_tool_operation_inside_an_interval_is_the_intervals_and_written(
     await memory.record_tool_operation(chat, segment, "recall", "ok", 3, 4, 2.0)
 
     assert await count(engine, "SELECT count(*) FROM tool_operations WHERE segment_id = :s", s=segment) == 1
+
+
+async def test_a_served_tools_call_is_never_written_as_an_intervals_row(engine: Database) -> None:
+    memory, _, chat = await _owner(engine)
+    await memory.record_tool_operation(chat, None, "list_events", "ok", 3, 4, 1.0, server="calendar")
+    segment = await open_segment(engine, chat)
+
+    # The schema's CHECK (SQLite's IntegrityError; PostgreSQL's, raised by its engine as a StoreError).
+    with pytest.raises((sqlite3.IntegrityError, StoreError)):
+        await memory.record_tool_operation(chat, segment, "read_note", "ok", 3, 4, 2.0, server="notes")
+
+    assert await count(engine, "SELECT count(*) FROM tool_operations WHERE segment_id IS NOT NULL") == 0
+    assert await count(engine, "SELECT count(*) FROM tool_operations WHERE server = 'calendar'") == 1
 
 
 async def test_no_analytics_row_for_a_private_turn(engine: Database) -> None:
