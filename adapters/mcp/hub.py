@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from mcp import McpError, types
 
 from adapters.mcp.catalogue import arrange
 from adapters.mcp.config import McpConfig, ServerConfig, builtin_tool_names
+from adapters.mcp.sdk import McpError, types
 from adapters.mcp.session import (
     SESSION_OVER,
     Connection,

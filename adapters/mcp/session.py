@@ -14,11 +14,9 @@ from dataclasses import dataclass
 
 import anyio
 import httpx
-from mcp import ClientSession, McpError, types
-from mcp.client.session import MessageHandlerFnT
-from mcp.client.streamable_http import streamable_http_client
 
 from adapters.mcp.config import ServerConfig
+from adapters.mcp.sdk import ClientSession, McpError, MessageHandlerFnT, streamable_http_client, types
 from adapters.mcp.stdio import StdioProcess, stdio_transport
 from adapters.tls import shared_ssl_context
 

@@ -20,11 +20,9 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp import types
-from mcp.client.stdio import get_default_environment
-from mcp.shared.message import SessionMessage
 
 from adapters.mcp.config import ServerConfig
+from adapters.mcp.sdk import SessionMessage, get_default_environment, types
 
 log = logging.getLogger(__name__)
 
