@@ -297,8 +297,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "tools-lasting-tools-offered-in-private",
         PRIVACY,
-        "        if state.is_private:\n            return [t for t in self._tools.values()",
-        "        if False:\n            return [t for t in self._tools.values()",
+        "        if state.is_private:\n            return [t for t in tools if",
+        "        if False:\n            return [t for t in tools if",
     ),
     M(
         "commands-lasting-command-runs-in-private",
@@ -2714,6 +2714,64 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    keyless = sum(1 for key in named if key is None or key not in held)",
         "    keyless = 0",
         also=("tests/bot/test_doctor_postgres.py",),
+    ),
+    # --- served tools behind the wall (issue 32) -------------------------------------------------------
+    M(
+        "served-tools-offered-in-private-mode",  # every MCP tool in a private request: the canary reaches its server
+        PRIVACY,
+        '    {"memory-write", "memory-read", "goal", "follow-up", "export", "publish", "delivery", "analytics", SERVED}',
+        '    {"memory-write", "memory-read", "goal", "follow-up", "export", "publish", "delivery", "analytics"}',
+    ),
+    M(
+        "served-tool-named-for-private-mode-whatever-the-owner-said",
+        PRIVACY,
+        "        tags=frozenset({SERVED_PRIVATE if served.private_allowed else SERVED}),",
+        "        tags=frozenset({SERVED_PRIVATE}),",
+    ),
+    M(
+        "private-served-call-writes-a-tool-operation-row",  # the call of a private turn outlives it as a row
+        PRIVACY,
+        "        if outcome.server is not None and private:\n            return\n",
+        "        if False:\n            return\n",
+    ),
+    M(
+        "served-tool-shadows-a-built-in-one",  # two tools of one name in a request: the model's call is ambiguous
+        RELIABILITY,
+        "            if served.name in self._tools or served.name in tools or not _TOOL_NAME.fullmatch(served.name):",
+        "            if served.name in tools or not _TOOL_NAME.fullmatch(served.name):",
+    ),
+    M(
+        "served-call-reported-without-its-server",
+        RELIABILITY,
+        "                server=outcome.server,\n",
+        "                server=None,\n",
+    ),
+    M(
+        "served-adapter-bug-ends-the-turn",  # the port never raises; an adapter that does must not cost the answer
+        RELIABILITY,
+        "        except Exception as exc:  # noqa: BLE001 - the port never raises; an adapter bug must not end the turn",
+        "        except ValueError as exc:  # noqa: BLE001 - the port never raises; an adapter bug must not end the turn",
+    ),
+    M(
+        "schema-takes-a-served-call-inside-an-interval",  # SQLite's CHECK: the last wall if the responder wrote one
+        PRIVACY,
+        "ALTER TABLE tool_operations ADD COLUMN server TEXT CHECK (server IS NULL OR segment_id IS NULL);",
+        "ALTER TABLE tool_operations ADD COLUMN server TEXT;",
+        also=("tests/adapters/store/test_memory_contract.py",),
+    ),
+    M(
+        "pg-schema-takes-a-served-call-inside-an-interval",
+        PRIVACY,
+        "ALTER TABLE tool_operations ADD COLUMN server text CHECK (server IS NULL OR segment_id IS NULL);",
+        "ALTER TABLE tool_operations ADD COLUMN server text;",
+        also=("tests/adapters/store/test_memory_contract.py",),
+    ),
+    M(
+        "mcp-sdk-imported-without-its-configuration",  # every start pays for an SDK nobody configured
+        RELIABILITY,
+        "    if settings.mcp_config is None:\n        return None\n",
+        "    if settings.mcp_config is None:\n        import adapters.mcp.hub  # noqa: F401\n        return None\n",
+        also=("tests/bot/test_served_tools_wire.py",),
     ),
     # --- MCP servers (adapters/mcp/) ------------------------------------------
     M(

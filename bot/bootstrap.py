@@ -34,6 +34,7 @@ from core.ports.chat import BaseIntake, Platform
 from core.ports.clock import Clock, SystemClock
 from core.ports.metrics import NO_METRICS, Metrics
 from core.ports.model import BaseProvider, Transcriber
+from core.ports.tools import ToolServers
 from core.privacy.transition import TransitionLine
 from core.privacy.valve import ModeValve
 from core.proactive.manners import Manners
@@ -67,6 +68,8 @@ if TYPE_CHECKING:
     from adapters.web.site import WebCore
 
 log = logging.getLogger(__name__)
+
+MCP_KILL_SECONDS = 5.0  # a stdio server still running this long after SIGTERM at a stop is killed
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -170,12 +173,41 @@ async def open_companion(
             stores,
             provider,
             companion_config(settings, platforms, web=web),
+            servers=await open_tool_servers(settings, stack),
             outbox=outbox,
             transcriber=transcriber,
             metrics=metrics,
         )
         await companion.start()
         yield companion
+
+
+async def open_tool_servers(settings: Settings, stack: AsyncExitStack) -> ToolServers | None:
+    """The MCP servers of COMPANION_MCP_CONFIG, started (each connects in the background) and closed by
+    `stack` after the turns, every stdio server's process tree ended. None when it is unset:
+    then neither adapters.mcp nor the `mcp` SDK is ever imported.
+
+    Raises:
+        ConfigError: the file cannot be used (one line naming the file, the server and the key).
+    """
+    if settings.mcp_config is None:
+        return None
+    import os
+
+    from adapters.mcp.config import McpConfigError, load_mcp_config
+
+    try:
+        config = load_mcp_config(settings.mcp_config, os.environ)
+    except McpConfigError as exc:
+        raise ConfigError(f"COMPANION_MCP_CONFIG: {exc}") from None
+    from adapters.mcp.hub import McpHub
+
+    hub = McpHub(config)
+    # Closed after the turns that may call them: SIGTERM at once, SIGKILL after a fifth of the stop
+    # grace (5 s at most), so a stubborn server keeps the whole stop near COMPANION_STOP_GRACE.
+    stack.push_async_callback(hub.aclose, min(MCP_KILL_SECONDS, settings.stop_grace / 5))
+    await hub.start()
+    return hub
 
 
 def build_companion(
@@ -185,6 +217,7 @@ def build_companion(
     *,
     clock: Clock | None = None,
     tools: ToolRegistry | None = None,
+    servers: ToolServers | None = None,
     outbox: Outbox | None = None,
     transcriber: Transcriber | None = None,
     burst_sleep: Sleep = asyncio.sleep,
@@ -195,8 +228,10 @@ def build_companion(
     wires the core together (the gateway, `companion chat`, the tests and the benches all use it).
     Each part is given the query classes of `stores` its ports name (core/ports/store/): mypy
     checks every port against its class here.
-    `edge`: the settings every platform shares (default: the shipped ones, with the config's stop grace)."""
+    `edge`: the settings every platform shares (default: the shipped ones, with the config's stop grace).
+    `servers`: the MCP servers whose tools join the built-in ones (None: none configured)."""
     config = config or CompanionConfig()
+    tools = tools or default_tools(servers)
     clock = clock or SystemClock()
     typing = TypingService(edge or EdgeSettings(stop_grace=config.stop_grace))
     valve = ModeValve(
@@ -223,7 +258,7 @@ def build_companion(
         clock,
         valve,
         context,
-        tools or default_tools(),
+        tools,
         lanes,
         outbox=outbox,
         platforms=config.platforms,
@@ -265,6 +300,7 @@ def build_companion(
         outbox=outbox,
         accounts_changed=people.accounts_changed,
         tools=tool_support,
+        registry=tools,
     )
     recovery = Recovery(
         stores.modes,

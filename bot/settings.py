@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     # A stop (SIGTERM) lets the turns in flight finish this long, then flushes pending deliveries
     # briefly, then closes connections: under Kubernetes' 30 s default grace (docs/operations.md).
     stop_grace: float = Field(25.0, ge=0, le=600)
+    # A JSON file of MCP servers (the common `mcpServers` shape) whose tools the model is offered in
+    # normal mode (issue 32; adapters/mcp/). Unset: none, and the `mcp` SDK is never imported.
+    mcp_config: Path | None = None
     # Replies are shown while the model writes them, one edit at most this often (issue 24);
     # 0 or `off`: each reply is sent whole once written.
     stream_edit_seconds: float | None = Field(1.0, ge=0.2, le=60)

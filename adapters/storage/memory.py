@@ -199,16 +199,20 @@ class MemoryQueries:
         args_bytes: int,
         result_bytes: int,
         now: float,
+        *,
+        server: str | None = None,
     ) -> None:
         """Record one tool call. Inside a segment it is the segment's (it cascades away with it);
-        outside one it is lasting, so refused while the conversation is private."""
+        outside one it is lasting, so refused while the conversation is private. `server`: a served
+        tool's MCP server; such a call is never a segment's (the schema's CHECK refuses it)."""
         guard = self._guarded(conversation_id, "tool operation") if segment_id is None else ()
         await self._engine.write(
             *guard,
             Statement(
                 "INSERT INTO tool_operations (conversation_id, segment_id, tool, status, args_bytes, result_bytes,"
-                " created_at) VALUES (:c, :s, :tool, :status, :args, :result, :now)",
+                " created_at, server) VALUES (:c, :s, :tool, :status, :args, :result, :now, :server)",
                 {
+                    "server": server,
                     "c": conversation_id,
                     "s": segment_id,
                     "tool": tool,
@@ -334,7 +338,7 @@ class MemoryQueries:
         await self._engine.write(*guard, *run_rows(run, at=len(guard)))
 
     async def report_rows(self) -> dict:
-        turns, tools, errors, latencies, cut_off = await self._engine.read(
+        turns, tools, served, errors, latencies, cut_off = await self._engine.read(
             Statement(
                 "SELECT count(*) AS turns, count(*) FILTER (WHERE status = 'ok') AS ok,"
                 " count(*) FILTER (WHERE status = 'error') AS failed FROM agent_runs",
@@ -342,7 +346,14 @@ class MemoryQueries:
             ),
             Statement(
                 "SELECT name, count(*) AS calls, count(*) FILTER (WHERE status <> 'ok') AS failed"
-                " FROM agent_events WHERE kind = 'tool_call' GROUP BY name",
+                " FROM agent_events WHERE kind = 'tool_call' AND server IS NULL GROUP BY name",
+                fetch=Fetch.ALL,
+            ),
+            # Served tools' calls: by server, tool and outcome, with their durations (the server's own time).
+            Statement(
+                "SELECT server, name, status, count(*) AS calls, avg(duration_ms) AS mean_ms,"
+                " max(duration_ms) AS max_ms FROM agent_events WHERE kind = 'tool_call' AND server IS NOT NULL"
+                " GROUP BY server, name, status",
                 fetch=Fetch.ALL,
             ),
             Statement(
@@ -365,6 +376,9 @@ class MemoryQueries:
             "ok": totals["ok"] or 0,
             "failed": totals["failed"] or 0,
             "tools": sorted(((r["name"], r["calls"], r["failed"]) for r in tools.rows), key=lambda t: (-t[1], t[0])),
+            "served": sorted(
+                (r["server"], r["name"], r["status"], r["calls"], r["mean_ms"], r["max_ms"]) for r in served.rows
+            ),
             "errors": sorted(((r["name"], r["n"]) for r in errors.rows), key=lambda t: (-t[1], t[0])),
             "latencies": [r["duration_ms"] for r in latencies.rows],
             "cut_off": cut_off.scalar or 0,
@@ -418,17 +432,21 @@ def run_rows(run: RunRecord, *, at: int) -> list[Statement]:
         )
     ]
     if run.events:
-        values = ", ".join(f"(:k{i}, :n{i}, :s{i}, :d{i}, :i{i}, :o{i}, :t{i})" for i in range(len(run.events)))
+        values = ", ".join(f"(:k{i}, :n{i}, :s{i}, :d{i}, :i{i}, :o{i}, :t{i}, :v{i})" for i in range(len(run.events)))
         params: dict[str, object] = {"c": run.conversation_id, "run": Ref(at)}
-        for i, (kind, name, status, duration, size_in, size_out, created) in enumerate(run.events):
+        for i, event in enumerate(run.events):
+            kind, name, status, duration, size_in, size_out, created = event[:7]
+            server = event[7] if len(event) > 7 else None  # an event of seven fields (older callers) names none
             params.update({f"k{i}": kind, f"n{i}": name, f"s{i}": status, f"d{i}": duration})
-            params.update({f"i{i}": size_in, f"o{i}": size_out, f"t{i}": created})
+            params.update({f"i{i}": size_in, f"o{i}": size_out, f"t{i}": created, f"v{i}": server})
         statements.append(
             Statement(
-                "INSERT INTO agent_events (run_id, kind, name, status, duration_ms, size_in, size_out, created_at)"
+                "INSERT INTO agent_events"
+                " (run_id, kind, name, status, duration_ms, size_in, size_out, created_at, server)"
                 # Typed here: a VALUES column of NULLs alone is text on PostgreSQL.
                 " SELECT :run, v.column1, v.column2, v.column3, CAST(v.column4 AS DOUBLE PRECISION),"
-                " CAST(v.column5 AS INTEGER), CAST(v.column6 AS INTEGER), CAST(v.column7 AS DOUBLE PRECISION)"
+                " CAST(v.column5 AS INTEGER), CAST(v.column6 AS INTEGER), CAST(v.column7 AS DOUBLE PRECISION),"
+                " CAST(v.column8 AS TEXT)"
                 f" FROM (VALUES {values}) AS v WHERE {unguarded}",
                 params,
             )

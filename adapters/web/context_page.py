@@ -88,7 +88,16 @@ def _section(preview: RequestPreview) -> str:
         else ""
     )
     messages = "\n".join(_message(m) for m in request.messages)
-    tools = "\n".join(f"<li><code>{esc(t.name)}</code>: {esc(t.description)}</li>" for t in request.tools)
+    served = dict(preview.served_by)
+    tools = "\n".join(
+        f"<li><code>{esc(t.name)}</code>: {esc(t.description)}"
+        + (f' <span class="muted">(served by {esc(served[t.name])})</span>' if t.name in served else "")
+        + "</li>"
+        for t in request.tools
+    )
+    if preview.servers_down:
+        down = ", ".join(preview.servers_down)
+        tools += f'\n<li class="muted">not reachable now, so none of their tools: {esc(down)}</li>'
     body = (
         f"""<details class="body"><summary>The exact request body</summary>
 <pre class="request-body" id="body-{conversation.id}">{esc(preview.body.decode("utf-8"))}</pre></details>"""

@@ -11,6 +11,7 @@ from core.commands.memory import forget_command, memory_handler
 from core.commands.mirrors import mirror_command, unmirror_command
 from core.commands.modes import mode_command, normal_command, private_command
 from core.commands.nudges import cooldown_command, nudges_command, quiet_command, timezone_command
+from core.commands.tools import tools_command
 from core.memory import operations as memory
 from core.values import copy
 from core.values.command_text import first_word, looks_like, parse_command
@@ -36,6 +37,7 @@ async def _help(call: CommandCall) -> Reply:
 COMMANDS: tuple[Command, ...] = (
     Command("help", "/help", "What I can do and what each mode means", _help),
     Command("mode", "/mode", "Which mode this conversation is in, and until when", mode_command),
+    Command("tools", "/tools", "Tools I can use here", tools_command),
     Command(
         "private",
         "/private PASSPHRASE [EXPIRY]",
@@ -95,7 +97,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "mirror",
         "/mirror [PLATFORM:CHAT_ID]",
-        "Copy each normal exchange to another chat, or list the copies",
+        "Copy each normal exchange to another chat, or list them",
         mirror_command,
         lasting=True,
     ),
@@ -122,7 +124,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "link",
         "/link [CODE]",
-        "One person across apps: get a code, or send it from your other account",
+        "One person across apps: get a code or send one",
         link_command,
         secret=True,
         lasting=True,

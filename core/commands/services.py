@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.delivery.outbox import Outbox
-from core.memory.tools import ToolStores, ToolSupport
+from core.memory.tools import ToolRegistry, ToolStores, ToolSupport
 from core.ports.clock import Clock
 from core.ports.store.attempts import AttemptLog
 from core.ports.store.bindings import BindingStore
@@ -61,6 +61,8 @@ class CommandServices:
     accounts_changed: Callable[[], None] = _nothing
     # Whether the model server takes tools; without them memory works through the commands only.
     tools: ToolSupport = field(default_factory=ToolSupport)
+    # The tools a turn is offered (built-in and served) and the servers behind them, for /tools.
+    registry: ToolRegistry | None = None
 
     async def timezone_of(self, conversation: Conversation) -> str:
         return await timezone_of(self.nudges, conversation.person_id, self.settings.timezone)

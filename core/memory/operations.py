@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from core.memory.tools import CURRENT_TIME, Arguments, Tool, ToolContext, ToolRegistry
+from core.ports.tools import ToolServers
 from core.values.durations import format_moment, parse_when
 
 MAX_ENTRY = 500
@@ -372,6 +373,7 @@ async def watch_command(context: ToolContext, args: str) -> str:
     return await watch_event(context, {"description": args})
 
 
-def default_tools() -> ToolRegistry:
-    """Every tool: the clock and the memory tools (a turn is offered the subset its mode allows)."""
-    return ToolRegistry([CURRENT_TIME, *MEMORY_TOOLS])
+def default_tools(servers: ToolServers | None = None) -> ToolRegistry:
+    """Every tool: the clock, the memory tools and what `servers` serve (a turn is offered the subset
+    its mode allows)."""
+    return ToolRegistry([CURRENT_TIME, *MEMORY_TOOLS], servers)

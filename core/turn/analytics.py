@@ -36,8 +36,10 @@ class RunRecorder:
         duration_ms: float | None = None,
         size_in: int | None = None,
         size_out: int | None = None,
+        server: str | None = None,
     ) -> None:
-        self._events.append((kind, name, status, duration_ms, size_in, size_out, self._clock.now()))
+        """`server`: a served tool's server (its call is reported by server, tool, duration and outcome)."""
+        self._events.append((kind, name, status, duration_ms, size_in, size_out, self._clock.now(), server))
 
     def model_request(
         self,
@@ -65,6 +67,7 @@ def render_report(rows: dict[str, Any]) -> str:
     lines = [f"turns: {rows['turns']} ({rows['ok']} answered, {rows['failed']} failed)"]
     lines.append("tool calls:" if rows["tools"] else "tool calls: none")
     lines += [f"  {name}: {count} ({failed} failed)" for name, count, failed in rows["tools"]]
+    lines += _served_lines(rows.get("served", []))
     lines.append(f"replies cut off at max_tokens: {rows['cut_off']}")
     lines.append("errors by kind:" if rows["errors"] else "errors: none")
     lines += [f"  {name}: {count}" for name, count in rows["errors"]]
@@ -88,6 +91,19 @@ def render_report(rows: dict[str, Any]) -> str:
         lines.append("proactive decisions (kind outcome reason):" if rows["decisions"] else "proactive decisions: none")
         lines += [f"  {kind} {outcome} {reason}: {count}" for kind, outcome, reason, count in rows["decisions"]]
     return "\n".join(lines)
+
+
+def _served_lines(served: list[tuple[str, str, str, int, float | None, float | None]]) -> list[str]:
+    """Served tools' calls (normal turns only): by server and tool, each outcome with its count and the
+    server's mean and longest time."""
+    if not served:
+        return []
+    lines = ["served tool calls (server tool: outcome count, mean and longest ms):"]
+    by_tool: dict[tuple[str, str], list[str]] = {}
+    for server, name, status, count, mean_ms, max_ms in served:
+        by_tool.setdefault((server, name), []).append(f"{status} {count}, {mean_ms or 0:.0f}/{max_ms or 0:.0f} ms")
+    lines += [f"  {server} {name}: {'; '.join(outcomes)}" for (server, name), outcomes in sorted(by_tool.items())]
+    return lines
 
 
 def _outbox_lines(rows: dict[str, Any]) -> list[str]:

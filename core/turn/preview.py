@@ -65,6 +65,8 @@ class RequestPreview:
             unless `/normal` comes first, whose transition line is stored in normal mode and
             carried by the next request too; this is still all normal mode would be given, the
             open interval as its placeholder.
+        served_by: (tool, server) of each offered tool served by an MCP server, in the request's order.
+        servers_down: the configured servers not reachable now (their tools are not offered), by name.
     """
 
     conversation: Conversation
@@ -75,6 +77,8 @@ class RequestPreview:
     tokens_per_byte: float
     fold_follows: bool
     private_now: bool
+    served_by: tuple[tuple[str, str], ...] = ()
+    servers_down: tuple[str, ...] = ()
 
     @property
     def body_size(self) -> int | None:
@@ -139,4 +143,6 @@ class NormalPreview:
             tokens_per_byte=prepared.context.tokens_per_byte,
             fold_follows=prepared.context.needs_fold,
             private_now=segment is not None,
+            served_by=tuple((t.name, t.server) for t in prepared.offered if t.server is not None),
+            servers_down=self._responder.servers_down(),
         )

@@ -22,7 +22,7 @@ from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
 from core.memory.context import AssembledContext, ContextAssembler
 from core.memory.tool_syntax import only_tool_call
-from core.memory.tools import Tool, ToolContext, ToolRegistry, ToolStores, ToolSupport, run_tool_call
+from core.memory.tools import CallOutcome, Tool, ToolContext, ToolRegistry, ToolStores, ToolSupport, run_call
 from core.ports.clock import Clock
 from core.ports.metrics import NO_METRICS, Metrics
 from core.ports.model import BaseProvider, PartialSink
@@ -54,6 +54,7 @@ from core.values.model import (
     MirrorOf,
     Reply,
     RunRecord,
+    ToolCall,
     Turn,
 )
 from core.values.modes import ModeState, with_notice
@@ -122,6 +123,11 @@ class Responder:
         if self._outbox is None or platform in TERMINAL_PLATFORMS:
             return False
         return self._platforms is None or platform in self._platforms
+
+    def servers_down(self) -> tuple[str, ...]:
+        """The configured MCP servers not reachable now, by name (their tools are offered to no turn)."""
+        servers = self._tools.servers
+        return tuple(s.name for s in servers.states() if not s.up) if servers is not None else ()
 
     def streams(self, platform: str) -> bool:
         """Whether a reply on `platform` is shown while the model writes it (the outbox's lane shows
@@ -349,29 +355,70 @@ class Responder:
             tool_context = ToolContext(conversation, state, self._clock.now(), timezone, self._tool_stores)
             for call in completion.tool_calls:
                 started = time.perf_counter()
-                result = await run_tool_call(offered, call, tool_context)
-                status = "error" if result.startswith("error") else "ok"
-                await self._runs.record_tool_operation(
-                    conversation.id,
-                    segment_id,
-                    call.name[:64],
-                    status,
-                    len(call.arguments.encode()),
-                    len(result.encode()),
-                    self._clock.now(),
-                )
-                if recorder:
-                    recorder.event(
-                        "tool_call",
+                outcome = await run_call(offered, call, tool_context)
+                elapsed = time.perf_counter() - started
+                await self._record_call(conversation.id, segment_id, call, outcome, elapsed, recorder, private=private)
+                if outcome.server is not None:
+                    # Server, tool, outcome, sizes and time: never the arguments nor the result.
+                    log.info(
+                        "conversation %s: served tool %s of server %s: %s (%d bytes in, %d out, %.0f ms)",
+                        conversation.id,
                         call.name[:64],
-                        status,
-                        duration_ms=(time.perf_counter() - started) * 1e3,
-                        size_in=len(call.arguments.encode()),
-                        size_out=len(result.encode()),
+                        outcome.server,
+                        outcome.status,
+                        len(call.arguments.encode()),
+                        len(outcome.text.encode()),
+                        elapsed * 1e3,
                     )
-                messages.append(ChatMessage("tool", result, tool_call_id=call.id))
+                messages.append(ChatMessage("tool", outcome.text, tool_call_id=call.id))
             # Out of rounds: one last answer, with no tools to call.
             request = _round_request(messages, offered, last=rounds >= self._max_tool_rounds, private=private)
+
+    async def _record_call(
+        self,
+        conversation_id: int,
+        segment_id: int | None,
+        call: ToolCall,
+        outcome: CallOutcome,
+        elapsed: float,
+        recorder: RunRecorder | None,
+        *,
+        private: bool,
+    ) -> None:
+        """The call's tool operation row and, in a normal turn, its report event. A served call in a
+        private turn writes neither: its arguments and result live in this turn's request alone."""
+        if outcome.server is not None and private:
+            return
+        await self._runs.record_tool_operation(
+            conversation_id,
+            segment_id,
+            call.name[:64],
+            outcome.status,
+            len(call.arguments.encode()),
+            len(outcome.text.encode()),
+            self._clock.now(),
+            server=outcome.server,
+        )
+        if recorder is None:
+            return
+        if outcome.server is not None:
+            # By server, tool, duration (the server's own) and outcome only.
+            recorder.event(
+                "tool_call",
+                call.name[:64],
+                outcome.status,
+                duration_ms=(outcome.seconds or 0.0) * 1e3,
+                server=outcome.server,
+            )
+            return
+        recorder.event(
+            "tool_call",
+            call.name[:64],
+            outcome.status,
+            duration_ms=elapsed * 1e3,
+            size_in=len(call.arguments.encode()),
+            size_out=len(outcome.text.encode()),
+        )
 
     async def _save_run(self, run: RunRecord) -> None:
         try:

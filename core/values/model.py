@@ -552,13 +552,15 @@ class EditableMessage:
 
 
 # One event of a run: (kind, name, status, duration_ms, size_in, size_out, created_at).
-Event = tuple[str, str, str, float | None, int | None, int | None, float]
+# (kind, name, status, duration_ms, size_in, size_out, created_at, server): `server` names a served
+# tool's MCP server (None: anything else).
+Event = tuple[str, str, str, float | None, int | None, int | None, float, str | None]
 
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """A finished normal turn's run and its events: (kind, name, status, duration_ms,
-    size_in, size_out, created_at). Ids, kinds, timings and sizes only."""
+    size_in, size_out, created_at, server). Ids, kinds, timings and sizes only."""
 
     conversation_id: int
     started_at: float

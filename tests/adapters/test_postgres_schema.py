@@ -135,6 +135,13 @@ REFUSED = [
         ],
         None,
     ),
+    (
+        "a served tool's call inside an interval",
+        [
+            "INSERT INTO tool_operations (id, conversation_id, segment_id, tool, status, args_bytes, result_bytes, created_at, server) VALUES (100, 1, 1, 'read_note', 'ok', 1, 1, 0, 'notes')"
+        ],
+        None,
+    ),
 ]
 
 

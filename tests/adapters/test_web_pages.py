@@ -12,11 +12,13 @@ import re
 
 from adapters.web import stream
 from adapters.web.chat import KEY
+from core.ports.tools import ServedTool, ServerState
 from core.values import copy
 from core.values.model import ConversationKey, ProactiveDecision, Summary
 from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.chat import all_rows, say
+from tests.helpers.fakes import FakeToolServers
 from tests.helpers.logs import logging_policy
 from tests.helpers.waiting import wait_for
 from tests.helpers.web_pages import EventStream, SiteSide, site_served
@@ -238,6 +240,25 @@ async def test_the_context_page_is_the_next_request_body_byte_for_byte_with_the_
         await site.send(nxt)
         assert server.raw_requests[sent] == body
         assert f"<strong>{len(body):,} bytes</strong>" in page
+
+
+async def test_the_context_page_lists_the_served_tools_offered_with_their_servers_and_the_servers_down(
+    stores, provider, server, clock
+):
+    schema = {"type": "object", "properties": {}}
+    servers = FakeToolServers(
+        [ServedTool("calendar", "list_events", "The person's events.", schema, private_allowed=False)],
+        [ServerState("calendar", "stdio", True, "", 1), ServerState("home", "http", False, "starting", 0)],
+    )
+    async with site_served(stores, provider, clock, servers=servers) as site:
+        await site.send("Hello!")
+        page = await page_text(site, "/context")
+    assert '<code>list_events</code>: The person&#x27;s events. <span class="muted">(served by calendar)</span>' in page
+    assert "not reachable now, so none of their tools: home" in page
+    body = re.search(r'<pre class="request-body"[^>]*>(.*?)</pre>', page, re.S)
+    assert body is not None and "list_events" in {
+        t["function"]["name"] for t in json.loads(html.unescape(body.group(1)))["tools"]
+    }
 
 
 async def test_a_memory_removed_on_the_page_is_gone_from_the_next_request(stores, provider, server, clock):

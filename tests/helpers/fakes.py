@@ -271,3 +271,30 @@ def fake_platform(sender: FakeChatSender, *, streams: bool = False):
     from core.ports.chat import Platform
 
     return Platform(sender.name, FakeIntake(sender.name), sender, streamer=sender if streams else None)
+
+
+class FakeToolServers:
+    """A core.ports.tools.ToolServers of the port's shape: the catalogue and states the test sets,
+    every call recorded with its arguments, answered from `results` (by tool name) or a constant line.
+    `on_call`: run at each call (a catalogue that changes while a turn runs)."""
+
+    def __init__(self, tools=(), states=()) -> None:
+        self.tools = list(tools)
+        self.server_states = list(states)
+        self.calls: list[tuple[str, str, dict]] = []
+        self.results: dict = {}
+        self.on_call = None
+
+    def catalogue(self):
+        return tuple(self.tools)
+
+    def states(self):
+        return tuple(self.server_states)
+
+    async def call(self, server: str, name: str, arguments: dict):
+        from core.ports.tools import ServedResult
+
+        self.calls.append((server, name, arguments))
+        if self.on_call is not None:
+            self.on_call()
+        return self.results.get(name) or ServedResult(f"{name} of {server} answered", "ok", 0.02)

@@ -52,12 +52,13 @@ class WebSide:
 async def web_side(stores, provider, clock, **config) -> AsyncIterator[WebSide]:
     """A started companion serving the web chat (and any other `platforms` given), and the web chat
     attached to its entry as the gateway attaches it. `pacing`: how replies are shown while written
-    (the shipped pacing unless given; None: off)."""
+    (the shipped pacing unless given; None: off); `servers`: MCP servers whose tools are offered."""
     platforms = config.pop("platforms", WEB)
     pacing: StreamPacing | None = config.pop("pacing", SHIPPED_PACING)
+    servers = config.pop("servers", None)  # MCP servers' tools (a core.ports.tools.ToolServers)
     outbox = Outbox(stores.outbox, clock, rand=lambda: 1.0, platforms=platforms, pacing=pacing)
     companion = build_companion(
-        stores, provider, CompanionConfig(platforms=platforms, **config), clock=clock, outbox=outbox
+        stores, provider, CompanionConfig(platforms=platforms, **config), clock=clock, outbox=outbox, servers=servers
     )
     await companion.start()
     edge = EdgeSettings(stop_grace=5.0)

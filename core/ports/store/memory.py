@@ -85,6 +85,8 @@ class RunLog(Protocol):
         args_bytes: int,
         result_bytes: int,
         now: float,
+        *,
+        server: str | None = None,
     ) -> None: ...
 
     async def save_run(self, run: RunRecord) -> None: ...

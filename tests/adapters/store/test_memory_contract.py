@@ -3,11 +3,13 @@ row, every lasting write is refused while its conversation is private, capture t
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from adapters.storage.engine import Database, Statement
 from adapters.storage.memory import MemoryQueries
-from core.values.errors import PrivateWriteRefused
+from core.values.errors import PrivateWriteRefused, StoreError
 from core.values.model import RunRecord
 from tests.adapters.store.seed import conversation, count, end_segment, message, open_segment, person, racing
 
@@ -122,6 +124,19 @@ async def test_a_tool_operation_inside_an_interval_is_the_intervals_and_written(
     assert await count(engine, "SELECT count(*) FROM tool_operations WHERE segment_id = :s", s=segment) == 1
 
 
+async def test_a_served_tools_call_is_never_written_as_an_intervals_row(engine: Database) -> None:
+    memory, _, chat = await _owner(engine)
+    await memory.record_tool_operation(chat, None, "list_events", "ok", 3, 4, 1.0, server="calendar")
+    segment = await open_segment(engine, chat)
+
+    # The schema's CHECK (SQLite's IntegrityError; PostgreSQL's, raised by its engine as a StoreError).
+    with pytest.raises((sqlite3.IntegrityError, StoreError)):
+        await memory.record_tool_operation(chat, segment, "read_note", "ok", 3, 4, 2.0, server="notes")
+
+    assert await count(engine, "SELECT count(*) FROM tool_operations WHERE segment_id IS NOT NULL") == 0
+    assert await count(engine, "SELECT count(*) FROM tool_operations WHERE server = 'calendar'") == 1
+
+
 async def test_no_analytics_row_for_a_private_turn(engine: Database) -> None:
     memory, _, chat = await _owner(engine)
     events = (("provider_call", "model", "ok", None, None, None, 1.5), ("tool_call", "recall", "error", 4.0, 1, 2, 1.6))
@@ -141,6 +156,25 @@ async def test_no_analytics_row_for_a_private_turn(engine: Database) -> None:
     assert (report["turns"], report["ok"], report["failed"]) == (2, 1, 1)
     assert report["tools"] == [("recall", 1, 1)] and report["errors"] == [("ProviderUnavailable", 1)]
     assert report["latencies"] == [] and report["cut_off"] == 0
+
+
+async def test_served_tool_calls_are_reported_by_server_tool_and_outcome_apart_from_the_built_in_ones(
+    engine: Database,
+) -> None:
+    memory, _, chat = await _owner(engine)
+    events = (
+        ("tool_call", "recall", "ok", 4.0, 1, 2, 1.5),
+        ("tool_call", "list_events", "ok", 100.0, None, None, 1.6, "calendar"),
+        ("tool_call", "list_events", "ok", 300.0, None, None, 1.7, "calendar"),
+        ("tool_call", "list_events", "timeout", 30000.0, None, None, 1.8, "calendar"),
+    )
+    await memory.save_run(RunRecord(chat, 1.0, 2.0, "ok", events))
+    report = await memory.report_rows()
+    assert report["tools"] == [("recall", 1, 0)]
+    assert report["served"] == [
+        ("calendar", "list_events", "ok", 2, 200.0, 300.0),
+        ("calendar", "list_events", "timeout", 1, 30000.0, 30000.0),
+    ]
 
 
 async def test_capture_never_takes_a_private_message_or_one_inside_an_interval(engine: Database) -> None:
