@@ -81,14 +81,12 @@ class Report:
 async def diagnose(settings: Settings, *, check_path: Callable[..., None]) -> Report:
     """Every probe that applies to `settings`, concurrently; `check_path` is the CLI's own check of
     COMPANION_DB_PATH (it raises ConfigError with one line and creates nothing)."""
-    # Settings.mcp_config (COMPANION_MCP_CONFIG) is wired with the hub (bot/settings.py); read softly here.
-    mcp_path: Path | None = getattr(settings, "mcp_config", None)
     *sections, (mcp, mcp_secrets) = await asyncio.gather(
         _model_section(settings),
         _speech_section(settings),
         _telegram_section(settings),
         _discord_section(settings),
-        mcp_section(mcp_path, os.environ),
+        mcp_section(settings.mcp_config, os.environ),
     )
     report = [s for s in sections if s is not None]
     if mcp is not None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bot.doctor import FAIL, INFO, OK, WARN, Report, mcp_section
 from tests.helpers.mcp_servers import free_port, http_server, stdio_server, write_config
+from tests.helpers.proc import companion_env, run_companion
 
 SECRET = "s3cret-token-value"
 
@@ -78,3 +81,14 @@ async def test_doctor_never_shows_a_secret_of_the_mcp_file(tmp_path) -> None:
     )
     assert "notes (stdio): reachable" in shown
     assert SECRET not in shown
+
+
+@pytest.mark.wire
+def test_companion_doctor_has_the_mcp_section_and_no_secret(tmp_path) -> None:
+    config = write_config(
+        tmp_path / "mcp.json", {"notes": stdio_server("--only", "echo", env={"NOTES_TOKEN": "${NOTES_TOKEN}"})}
+    )
+    done = run_companion(["doctor"], companion_env(tmp_path, COMPANION_MCP_CONFIG=str(config), NOTES_TOKEN=SECRET))
+    assert f"MCP servers (COMPANION_MCP_CONFIG={config})" in done.stdout
+    assert "notes (stdio): reachable, one tools/list in " in done.stdout
+    assert SECRET not in done.stdout + done.stderr
