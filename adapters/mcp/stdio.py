@@ -159,17 +159,12 @@ async def stdio_transport(
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 
     async def read_lines() -> None:
-        buffer = b""
+        lines = _Lines()
         try:
             async with read_writer:
                 async for chunk in stdout:
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    if len(buffer) > MAX_LINE_BYTES:
-                        buffer = b""
-                        state.stray_lines += 1
-                    for line in lines:
-                        message = _message(line)
+                    for line in lines.feed(chunk):
+                        message = _message(line) if line is not None else None
                         if message is None:
                             state.stray_lines += 1
                             continue
@@ -205,6 +200,32 @@ async def stdio_transport(
         with anyio.CancelScope(shield=True):
             await process.aclose()
         state.returncode = process.returncode
+
+
+class _Lines:
+    """Whole lines out of a pipe's chunks, each chunk scanned once; a line past MAX_LINE_BYTES is
+    dropped as it comes (given as None, once) instead of held."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._dropping = False
+
+    def feed(self, chunk: bytes) -> list[bytes | None]:
+        lines: list[bytes | None] = []
+        while (end := chunk.find(b"\n")) >= 0:
+            if not self._dropping:
+                lines.append(b"".join([*self._parts, chunk[:end]]))
+            self._parts, self._size, self._dropping = [], 0, False
+            chunk = chunk[end + 1 :]
+        if chunk and not self._dropping:
+            self._size += len(chunk)
+            if self._size > MAX_LINE_BYTES:
+                self._parts, self._size, self._dropping = [], 0, True
+                lines.append(None)
+            else:
+                self._parts.append(chunk)
+        return lines
 
 
 def _message(line: bytes) -> types.JSONRPCMessage | None:
