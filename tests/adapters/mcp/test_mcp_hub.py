@@ -191,16 +191,23 @@ async def test_the_catalogue_marks_for_private_mode_only_the_tools_the_owner_nam
     assert marked == {"echo": True, "big": False, "hang": False}
 
 
-async def test_a_tool_calls_arguments_and_result_never_reach_the_log(hub_of, caplog) -> None:
-    canary = "canary-7f3a9e"
+async def test_a_tool_calls_arguments_and_result_and_the_files_secrets_never_reach_the_log(hub_of, caplog) -> None:
+    canary, secret = "canary-7f3a9e", "s3cret-header-value"
     caplog.set_level(logging.DEBUG)
     with http_server("--alias", "shout") as url, logging_policy("DEBUG"):
-        hub = await hub_of({"local": stdio_server("--only", "echo"), "web": {"url": url, "include": ["shout"]}})
+        hub = await hub_of(
+            {
+                "local": stdio_server("--only", "echo", env={"TOKEN": secret}),
+                "web": {"url": url, "include": ["shout"], "headers": {"Authorization": f"Bearer {secret}"}},
+            }
+        )
         await wait_for(lambda: all(s.up for s in hub.states()), 20, "both servers up")
         assert (await hub.call("local", "echo", {"text": canary})).text == f"echo: {canary}"
         # The SDK's streamable HTTP client logs each message it sends at DEBUG: its floor keeps them out.
         assert (await hub.call("web", "shout", {"text": canary})).text == f"echo: {canary}"
+        await hub.aclose(STOP_GRACE)
     assert canary not in caplog.text
+    assert secret not in caplog.text
 
 
 async def test_an_http_server_that_goes_away_and_comes_back_is_used_again(hub_of) -> None:
