@@ -2900,4 +2900,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    pass",
         also=("tests/adapters/mcp/test_mcp_imports.py",),
     ),
+    M(
+        "mcp-server-outlives-a-killed-companion",  # a server that ignores its end of input runs on after a SIGKILL
+        RELIABILITY,
+        "        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)",
+        "        pass",
+        also=("tests/bot/test_served_tools_outage_wire.py",),
+    ),
 )

@@ -10,15 +10,18 @@ This one speaks the same newline-delimited JSON-RPC through the SDK's message ty
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import anyio
 import anyio.abc
+from anyio._core._eventloop import get_async_backend
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from adapters.mcp.config import ServerConfig
@@ -34,6 +37,7 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 _EOF_SHARE = 0.25
 _KILL_SHARE = 0.15  # the last share of the grace: SIGKILL and the kernel's work
 _LEAST_KILL_WAIT = 0.2  # a wait for SIGKILLed processes to be gone, even with no grace left
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass
@@ -127,6 +131,29 @@ def _running_members(pgid: int) -> int:
     return running
 
 
+def _ends_with_the_companion() -> Callable[[], None] | None:
+    """On Linux, what the server's process runs before its command: the kernel sends it SIGKILL when
+    the companion's thread that started it (the event loop's) ends, a SIGKILL of the companion
+    included, which no stop of ours can follow up. Its own children are not covered (docs/operations.md)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def before_exec() -> None:  # runs in the forked child: as little Python as can be
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the companion died before the line above: nobody would send it
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return before_exec
+
+
+_BEFORE_EXEC = _ends_with_the_companion()
+
+
 @contextlib.asynccontextmanager
 async def stdio_transport(
     server: ServerConfig, grace: Callable[[], float], on_end: Callable[[], None]
@@ -144,12 +171,16 @@ async def stdio_transport(
     # The SDK's short list of inherited variables (HOME, PATH, USER ...) and the server's own: never
     # the companion's whole environment, which holds its tokens and keys.
     env = {**get_default_environment(), **server.env}
-    process = await anyio.open_process(
+    # anyio.open_process takes no preexec_fn; its backend's open_process hands it to subprocess.
+    process = await get_async_backend().open_process(
         [server.command, *server.args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # the server's own words: anything, so never into our log
         env=env,
         cwd=server.cwd,
-        stderr=subprocess.DEVNULL,  # the server's own words: anything, so never into our log
         start_new_session=True,
+        preexec_fn=_BEFORE_EXEC,
     )
     state = StdioProcess(process.pid, on_end)
     stdout, stdin = process.stdout, process.stdin

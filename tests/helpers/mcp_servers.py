@@ -7,7 +7,9 @@ the tool "grown" and says its list changed). Flags: --only a,b (offer only these
 (append each call's tool and arguments, one JSON line each), --alias a,b (echo under these
 names too), --started PATH (create this file once running), --stray (print lines that are not MCP
 messages at start, in every call and at exit), --exit-at-start (exit before answering),
---ignore-term (ignore SIGTERM, with its child), --http PORT (streamable HTTP instead of stdio).
+--ignore-term (ignore SIGTERM, with its child), --crash-once PATH (crash exits mid-call only while
+PATH does not exist, creating it; then it answers), --linger (stay after the input ends, as a server
+whose own threads outlive it does), --http PORT (streamable HTTP instead of stdio).
 
 Imported, it gives what tests need to configure and start those servers; importing it loads no
 part of the SDK (the lazy-import tests import it too).
@@ -150,6 +152,10 @@ def _main(argv: list[str]) -> None:
     def crash() -> str:
         """Exit in the middle of the call."""
         note("crash", {})
+        if (once := flag("--crash-once")) is not None:
+            if Path(once).exists():
+                return "crash: not this time"
+            Path(once).touch()
         os._exit(3)
 
     @tool
@@ -210,6 +216,8 @@ def _main(argv: list[str]) -> None:
         atexit.register(stray_line, "exit")
     server.run("streamable-http" if http else "stdio")
     stray_line("end")
+    if "--linger" in argv:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":
