@@ -16,17 +16,17 @@ import pytest
 
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
-from tests.helpers.mcp_servers import records, stdio_server, write_config
+from tests.helpers.mcp_servers import records, stdio_server
 from tests.helpers.running import Running
 from tests.helpers.served_wire import (
     answering,
     call,
     offered,
     say,
-    served_env,
     servers_running,
+    serving,
     tool_results,
-    up,
+    with_servers,
 )
 from tests.helpers.telegram_gateway import USER, polling
 
@@ -68,15 +68,11 @@ def test_a_server_that_crashes_mid_call_still_gets_the_person_an_answer_and_come
     telegram, model = telegram_servers
     received, crashed = tmp_path / "calls.jsonl", tmp_path / "crashed"
     # The server's crash tool exits mid-call the first time only (it answers once `crashed` exists).
-    config = write_config(
-        tmp_path / "mcp.json", {"tools": stdio_server("--only", "crash", "--crash-once", str(crashed), record=received)}
-    )
+    tools = stdio_server("--only", "crash", "--crash-once", str(crashed), record=received)
+    env = with_servers(tmp_path, telegram, model, {"tools": tools})
     model.responder = answering({"crash it": lambda: call("crash", {})})
-    env = served_env(tmp_path, telegram, model, COMPANION_MCP_CONFIG=str(config))
     db = tmp_path / "companion.db"
-    with Running(env) as gateway:
-        gateway.wait_running()
-        up(gateway, "tools")
+    with serving(env, "tools") as gateway:
         first = servers_running(str(received))
         failed = "the tool crash failed: its server tools ended the session"
         assert say(telegram, gateway, db, "crash it") == f"The tool said: {failed}"
@@ -100,17 +96,14 @@ def test_a_hanging_tool_is_cut_at_its_timeout_the_model_is_told_in_words_and_the
 ) -> None:
     telegram, model = telegram_servers
     received = tmp_path / "calls.jsonl"
-    config = write_config(
-        tmp_path / "mcp.json", {"tools": stdio_server("--only", "hang,echo", record=received, timeout=1)}
+    env = with_servers(
+        tmp_path, telegram, model, {"tools": stdio_server("--only", "hang,echo", record=received, timeout=1)}
     )
     model.responder = answering(
         {"wait for it": lambda: call("hang", {}), "use the tool": lambda: call("echo", {"text": "after"})}
     )
-    env = served_env(tmp_path, telegram, model, COMPANION_MCP_CONFIG=str(config))
     db = tmp_path / "companion.db"
-    with Running(env) as gateway:
-        gateway.wait_running()
-        up(gateway, "tools")
+    with serving(env, "tools") as gateway:
         cut = "the tool hang did not answer within 1 s"
         assert say(telegram, gateway, db, "wait for it") == f"The tool said: {cut}"
         assert tool_results(model.requests[-1]) == [cut]
@@ -125,13 +118,10 @@ def test_a_tool_a_server_adds_while_the_gateway_runs_is_offered_from_the_next_tu
     tmp_path: Path, telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer]
 ) -> None:
     telegram, model = telegram_servers
-    config = write_config(tmp_path / "mcp.json", {"tools": stdio_server("--only", "grow")})
+    env = with_servers(tmp_path, telegram, model, {"tools": stdio_server("--only", "grow")})
     model.responder = answering({"grow": lambda: call("grow", {}), "use the new tool": lambda: call("grown", {})})
-    env = served_env(tmp_path, telegram, model, COMPANION_MCP_CONFIG=str(config))
     db = tmp_path / "companion.db"
-    with Running(env) as gateway:
-        gateway.wait_running()
-        up(gateway, "tools")
+    with serving(env, "tools") as gateway:
         assert say(telegram, gateway, db, "grow") == "The tool said: grew"
         grew_turn = list(model.requests)
         gateway.wait_for(lambda: "MCP server tools changed its tools" in gateway.stderr, "the tools listed again")
@@ -163,12 +153,9 @@ def test_a_stdio_server_does_not_outlive_a_companion_killed_with_sigkill(
 ) -> None:
     telegram, model = telegram_servers
     received = tmp_path / "calls.jsonl"  # in the server's command line: how its process is found
-    config = write_config(tmp_path / "mcp.json", {"tools": stdio_server(*flags, record=received)})
+    env = with_servers(tmp_path, telegram, model, {"tools": stdio_server(*flags, record=received)})
     model.responder = answering({"wait for it": lambda: call("hang", {})})
-    env = served_env(tmp_path, telegram, model, COMPANION_MCP_CONFIG=str(config))
-    with none_left_behind(received), Running(env) as gateway:
-        gateway.wait_running()
-        up(gateway, "tools")
+    with none_left_behind(received), serving(env, "tools") as gateway:
         assert servers_running(str(received))
         if cue is not None:
             telegram.send_text(USER, USER, cue)
@@ -185,23 +172,20 @@ def test_a_restarted_companion_offers_the_tools_again_from_servers_started_anew(
     telegram, model = telegram_servers
     received = tmp_path / "calls.jsonl"
     # --linger: a server that stays after its input ends, so a stale one would be seen.
-    config = write_config(tmp_path / "mcp.json", {"tools": stdio_server("--only", "echo", "--linger", record=received)})
+    env = with_servers(
+        tmp_path, telegram, model, {"tools": stdio_server("--only", "echo", "--linger", record=received)}
+    )
     model.responder = answering(
         {"first": lambda: call("echo", {"text": "first"}), "second": lambda: call("echo", {"text": "second"})}
     )
-    env = served_env(tmp_path, telegram, model, COMPANION_MCP_CONFIG=str(config))
     db = tmp_path / "companion.db"
     with none_left_behind(received):
-        with Running(env) as gateway:
-            gateway.wait_running()
-            up(gateway, "tools")
+        with serving(env, "tools") as gateway:
             before = servers_running(str(received))
             assert say(telegram, gateway, db, "first") == "The tool said: echo: first"
             polling(telegram, gateway.proc)  # the update acknowledged: the next run does not see it again
             gateway.end(ended)
-        with Running(env) as gateway:
-            gateway.wait_running()
-            up(gateway, "tools")
+        with serving(env, "tools") as gateway:
             after = servers_running(str(received))
             assert len(after) == 1 and not set(before) & set(after)  # one server, started anew; none from before
             assert say(telegram, gateway, db, "second") == "The tool said: echo: second"

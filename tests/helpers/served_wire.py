@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tests.helpers.fake_openai import FakeOpenAIServer, completion_json
 from tests.helpers.fake_telegram import FakeTelegramServer
-from tests.helpers.mcp_servers import alive
+from tests.helpers.mcp_servers import alive, write_config
 from tests.helpers.running import Running
 from tests.helpers.telegram_gateway import USER, gateway_env
 from tests.helpers.wire_platforms import rows, shipped
@@ -21,6 +21,23 @@ def served_env(tmp_path: Path, telegram: FakeTelegramServer, model: FakeOpenAISe
     # companion_env shortens the burst window for the other wire tests; here bursts are as shipped, and
     # COMPANION_STREAM_EDIT_SECONDS is left as shipped (1.0).
     return gateway_env(tmp_path, telegram, model, COMPANION_BURST_SECONDS=shipped("burst_seconds"), **extra)
+
+
+def with_servers(
+    tmp_path: Path, telegram: FakeTelegramServer, model: FakeOpenAIServer, servers: dict[str, dict[str, Any]]
+) -> dict[str, str]:
+    """`served_env` with these servers written to tmp_path/mcp.json as COMPANION_MCP_CONFIG."""
+    config = write_config(tmp_path / "mcp.json", servers)
+    return served_env(tmp_path, telegram, model, COMPANION_MCP_CONFIG=str(config))
+
+
+@contextlib.contextmanager
+def serving(env: dict[str, str], *names: str) -> Iterator[Running]:
+    """`companion run` once the gateway runs and each named server is up; stopped at the end (SIGTERM)."""
+    with Running(env) as gateway:
+        gateway.wait_running()
+        up(gateway, *names)
+        yield gateway
 
 
 def call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:
