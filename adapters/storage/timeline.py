@@ -710,4 +710,4 @@ def _touch_segment(segment_id: int, now: float, *, stored: Ref | None = None) ->
 
 def timeline_order(item: TimelineItem) -> tuple[int, int, int]:
     # A placeholder stands right after the message that preceded its interval.
-    return (item.position, 1 if item.is_placeholder else 0, item.masked_segment_id or 0)
+    return (item.position, 0 if item.masked_segment_id is None else 1, item.masked_segment_id or 0)
