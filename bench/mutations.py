@@ -2901,6 +2901,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/adapters/mcp/test_mcp_imports.py",),
     ),
     M(
+        "schema-size-kept-for-another-schema",  # a reused id would size a request by a dead schema's repr
+        RELIABILITY,
+        "    if known is None or known[0] is not schema:",
+        "    if known is None:",
+        also=("tests/core/test_long_messages.py",),
+    ),
+    M(
         "mcp-server-outlives-a-killed-companion",  # a server that ignores its end of input runs on after a SIGKILL
         RELIABILITY,
         "        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)",

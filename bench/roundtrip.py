@@ -2,7 +2,7 @@
 arrives there, through `companion run` and through a bare python-telegram-bot application
 (bench/bare_bot.py) that asks the same zero-latency model server with httpx and commits twice a
 turn to the same engine; on SQLite and on PostgreSQL (a durable scratch server, when one can
-start), every child side by side in the same run, timed in alternating blocks. `--before PATH`
+start), every child side by side in the same run, timed in alternating blocks, each round in a seeded order of its own. `--before PATH`
 adds `companion run` from another checkout (with its own .venv) on each engine: a change timed
 beside the tree before it, in the same run."""
 
@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import random
 import re
 import shutil
 import signal
@@ -237,9 +238,13 @@ async def _measure_on(
             # side is timed, and /proc counts in 10 ms ticks, too coarse for one turn of a few ms.
             cpu_at = {id(side): side.child.cpu_seconds() for side in sides}
             started = time.perf_counter()
+            order = random.Random(31)  # the same orders in every run
             while done < turns:  # alternating blocks: load from elsewhere falls on every side alike
                 n = min(block, turns - done)
-                for side in sides:
+                # Each round in an order of its own: what a turn leaves after its reply (a companion's
+                # mark after the send, its next poll) runs while the next side is timed, so with one
+                # fixed order the side after the bare bot (the least such work) was always favoured.
+                for side in order.sample(sides, len(sides)):
                     for _ in range(n):
                         side.samples.append(await side.round_trip())
                         request_bytes[id(side)].append(len(model.raw_requests[-1]))

@@ -462,13 +462,14 @@ class TimelineQueries:
         params = {"c": conversation_id, "s": segment_id}
         statements = [
             Statement(_NORMAL_SUMMARY, {"c": conversation_id}, Fetch.ONE),
-            Statement(_PRIVATE_SUMMARY, {"s": segment_id}, Fetch.ONE),
             Statement(_NORMAL_PAD, {"p": person_id}, Fetch.ALL),
-            Statement(
-                _PRIVATE_PAD + (" AND 0 = 1" if segment_id is None else "") + " ORDER BY id",
-                {"p": person_id, "c": conversation_id},
-                Fetch.ALL,
-            ),
+        ]
+        if segment_id is not None:  # a normal turn reads no interval's summary nor the private pad: not even asked
+            statements += [
+                Statement(_PRIVATE_SUMMARY, {"s": segment_id}, Fetch.ONE),
+                Statement(_PRIVATE_PAD + " ORDER BY id", {"p": person_id, "c": conversation_id}, Fetch.ALL),
+            ]
+        statements.append(
             Statement(
                 "SELECT count(*) AS n FROM ("
                 " SELECT 1 AS one FROM (SELECT 1 AS one FROM messages WHERE conversation_id = :c AND segment_id IS NULL"
@@ -478,20 +479,23 @@ class TimelineQueries:
                 f"   AND kind = 'chat' AND id > {after} LIMIT :cap) AS own_rows) AS counted",
                 {**params, "cap": count_up_to},
                 Fetch.ONE,
-            ),
-        ]
+            )
+        )
+        view_at = len(statements)
         statements += _view_statements(
             conversation_id, segment_id, after, {}, upto=None, limit=limit, newest_first=True
         )
         results = await self._engine.read(*statements)
-        normal, private, pad, private_pad, counted = results[:5]
+        normal, pad = results[:2]
+        private, private_pad = results[2:4] if segment_id is not None else (None, None)
+        counted = results[view_at - 1]
         sealer = self._engine.sealer
         return ContextReads(
             normal_summary=_summary(normal.one),
-            private_summary=_private_summary(sealer, segment_id, private.one),
+            private_summary=_private_summary(sealer, segment_id, private.one if private is not None else None),
             normal_pad=[PadEntry(r["id"], Mode.NORMAL, r["text"], None) for r in pad.rows],
-            private_pad=_private_pad(sealer, private_pad.rows),
-            items=_view_items(results[5:], sealer, limit=limit, newest_first=True),
+            private_pad=_private_pad(sealer, private_pad.rows if private_pad is not None else ()),
+            items=_view_items(results[view_at:], sealer, limit=limit, newest_first=True),
             messages_after=int((counted.one or {"n": 0})["n"]),
         )
 
@@ -710,4 +714,4 @@ def _touch_segment(segment_id: int, now: float, *, stored: Ref | None = None) ->
 
 def timeline_order(item: TimelineItem) -> tuple[int, int, int]:
     # A placeholder stands right after the message that preceded its interval.
-    return (item.position, 1 if item.is_placeholder else 0, item.masked_segment_id or 0)
+    return (item.position, 0 if item.masked_segment_id is None else 1, item.masked_segment_id or 0)

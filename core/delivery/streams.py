@@ -69,6 +69,7 @@ class ReplyStream:
         self._changed = asyncio.Event()
         self._closed = asyncio.Event()
         self._ended = False
+        self._pausing: asyncio.Future[None] | None = None  # resolved by `close` (see `pause`)
 
     # --- the turn's side ------------------------------------------------------------------
 
@@ -86,6 +87,7 @@ class ReplyStream:
         """The model is done (or the turn ended): nothing more is shown; the final text is the delivery."""
         self._closed.set()
         self._changed.set()
+        _wake(self._pausing)
 
     async def row(self) -> int | None:
         """The reply's delivery row, once no write of it is in flight (the turn, once it closed the
@@ -141,6 +143,18 @@ class ReplyStream:
             return False
         if seconds <= 0:
             return True
+        if sleep is asyncio.sleep:
+            # The loop's own timer and one future `close` resolves: no task for either (a turn's
+            # answer done before its first text was due ends this pause at once).
+            loop = asyncio.get_running_loop()
+            self._pausing = woken = loop.create_future()
+            timer = loop.call_later(seconds, _wake, woken)
+            try:
+                await woken
+            finally:
+                timer.cancel()
+                self._pausing = None
+            return not self._closed.is_set()
         sleeping = asyncio.ensure_future(sleep(seconds))
         closing = asyncio.ensure_future(self._closed.wait())
         try:
@@ -150,6 +164,11 @@ class ReplyStream:
                 task.cancel()
             await asyncio.gather(sleeping, closing, return_exceptions=True)
         return not self._closed.is_set()
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 class StreamShow:

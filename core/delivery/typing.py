@@ -38,7 +38,8 @@ class TypingService:
         self._sleep = sleep
         self._monotonic = monotonic
         self._senders: dict[str, ChatSender] = {}
-        self._tasks: dict[ChatKey, asyncio.Task[None]] = {}
+        # Each chat's indicator: its timer while the delay runs, then the task that renews it.
+        self._tasks: dict[ChatKey, asyncio.TimerHandle | asyncio.Task[None]] = {}
         # When a held chat's indicator stops at the latest (absent: while its event's turn runs).
         self._until: dict[ChatKey, float] = {}
 
@@ -59,10 +60,12 @@ class TypingService:
             return
         key = (target.platform, target.chat_id)
         self._until.pop(key, None)
-        task = self._tasks.get(key)
-        if task is None or task.done():
-            self._tasks[key] = asyncio.get_running_loop().create_task(
-                self._keep(key, target, sender), name=f"typing-{target.platform}"
+        shown = self._tasks.get(key)
+        if shown is None or (isinstance(shown, asyncio.Task) and shown.done()):
+            # Not for a quick answer: the indicator would only cost a request before the reply. A
+            # timer, not a task, waits for the delay: most answers come first, and cancel it.
+            self._tasks[key] = asyncio.get_running_loop().call_later(
+                self._edge.typing_delay, self._start, key, target, sender
             )
 
     def hold(self, target: DeliveryTarget, seconds: float) -> None:
@@ -82,8 +85,8 @@ class TypingService:
 
     def showing(self, platform: str, chat_id: str) -> bool:
         """Whether the chat's indicator is kept up now (waiting for its delay, or renewed)."""
-        task = self._tasks.get((platform, chat_id))
-        return task is not None and not task.done()
+        shown = self._tasks.get((platform, chat_id))
+        return shown is not None and not (isinstance(shown, asyncio.Task) and shown.done())
 
     def shown(self, streamer: BaseStreamer) -> BaseStreamer:
         """`streamer`, ending its chat's indicator as a reply shown while written posts its first message."""
@@ -91,18 +94,22 @@ class TypingService:
 
     async def aclose(self) -> None:
         """Stop every indicator; safe to call twice."""
-        tasks = list(self._tasks.values())
+        shown = list(self._tasks.values())
         self._tasks.clear()
         self._until.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for each in shown:
+            each.cancel()
+        await asyncio.gather(*(t for t in shown if isinstance(t, asyncio.Task)), return_exceptions=True)
+
+    def _start(self, key: ChatKey, target: DeliveryTarget, sender: ChatSender) -> None:
+        # The delay is over and the answer is not here (its outcome would have cancelled the timer).
+        self._tasks[key] = asyncio.get_running_loop().create_task(
+            self._keep(key, target, sender), name=f"typing-{target.platform}"
+        )
 
     async def _keep(self, key: ChatKey, target: DeliveryTarget, sender: ChatSender) -> None:
         every = sender.typing_every or 1.0
         try:
-            # Not for a quick answer: the indicator would only cost a request before the reply.
-            await self._sleep(self._edge.typing_delay)
             while (until := self._until.get(key)) is None or self._monotonic() < until:
                 try:
                     await sender.show_typing(target)

@@ -44,10 +44,16 @@ UPCOMING_POSITION = 2**63 - 1
 INITIAL_TOKENS_PER_BYTE = 0.5
 
 
+def utf8_size(text: str) -> int:
+    """The UTF-8 size of `text` (a lone surrogate counted as its replacement): its length when it
+    is ASCII, which Python knows without reading it, so the common case copies nothing."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+
+
 def estimate_tokens(text: str, tokens_per_byte: float = INITIAL_TOKENS_PER_BYTE) -> int:
     """A tokenizer-free estimate from the UTF-8 size (a character count undercounts every
     script but English), plus framing."""
-    return int(len(text.encode("utf-8", "replace")) * tokens_per_byte) + 4
+    return int(utf8_size(text) * tokens_per_byte) + 4
 
 
 class TokenRatio:
@@ -123,18 +129,20 @@ class ContextAssembler:
         remaining = self._budget.total_tokens // shrink - estimate_tokens(system, ratio)
         window = _fit(fetched, remaining, ratio)
         needs_fold = False
+        messages = [ChatMessage("system", system)]
         if window:
             # The view's messages between the watermark and the window: all of them after the watermark
             # but those from the window's first on (every one of those was fetched: the newest items).
-            before = _first_position(window[0])
-            newer = sum(
-                1
-                for item in fetched
-                if not item.is_placeholder and item.position != UPCOMING_POSITION and item.position >= before
-            )
+            # One pass over the window makes its chat messages and counts them: the window is the
+            # newest items, so no item before it stands at or after its first position.
+            newer = 0
+            for item in window:
+                if item.masked_segment_id is not None:  # a placeholder
+                    messages.append(ChatMessage("system", copy.PLACEHOLDER))
+                    continue
+                messages.append(ChatMessage(item.role or "user", item.text or ""))
+                newer += item.position != UPCOMING_POSITION
             needs_fold = reads.messages_after - newer >= self._budget.fold_min
-        messages = [ChatMessage("system", system)]
-        messages += [_as_chat(item) for item in window]
         return AssembledContext(tuple(messages), tuple(window), summary, needs_fold, ratio)
 
     def _system_text(self, conversation: Conversation, state: ModeState, summary: Summary, reads: ContextReads) -> str:
@@ -248,11 +256,13 @@ def _fit(
     subtracts covered material again (seed 000, incident two)."""
     kept: list[TimelineItem] = []
     used = 0
+    placeholder_cost = estimate_tokens(copy.PLACEHOLDER, tokens_per_byte)
     for item in reversed(items):
-        cost = estimate_tokens(copy.PLACEHOLDER if item.is_placeholder else item.text or "", tokens_per_byte)
+        placeholder = item.masked_segment_id is not None  # `is_placeholder`, read once
+        cost = placeholder_cost if placeholder else estimate_tokens(item.text or "", tokens_per_byte)
         if kept and used + cost > budget_tokens:
             break
-        if not kept and cost > max(budget_tokens, 64) and not item.is_placeholder:
+        if not kept and cost > max(budget_tokens, 64) and not placeholder:
             text = _shorten(item.text or "", max(budget_tokens, 64), tokens_per_byte)
             item = TimelineItem(item.position, item.role, text, None)
             cost = estimate_tokens(text, tokens_per_byte)
@@ -267,14 +277,3 @@ def _shorten(text: str, budget_tokens: int, tokens_per_byte: float) -> str:
     room = max(int((budget_tokens - 4) / tokens_per_byte) - len(copy.SHORTENED_MARKER.encode()) - 1, 16)
     head = text.encode("utf-8", "replace")[:room].decode("utf-8", "ignore")
     return f"{head} {copy.SHORTENED_MARKER}"
-
-
-def _first_position(item: TimelineItem) -> int:
-    # Messages before a placeholder include the one at its anchor.
-    return item.position + 1 if item.is_placeholder else item.position
-
-
-def _as_chat(item: TimelineItem) -> ChatMessage:
-    if item.is_placeholder:
-        return ChatMessage("system", copy.PLACEHOLDER)
-    return ChatMessage(item.role or "user", item.text or "")

@@ -93,7 +93,9 @@ class ModeValve:
             await self._retry_leave(conversation)
             return NORMAL
         try:
-            segment = await asyncio.wait_for(self._store.open_segment_of(conversation.id), self._read_timeout)
+            # The bound in this task (no task of its own for the read, as wait_for would make).
+            async with asyncio.timeout(self._read_timeout):
+                segment = await self._store.open_segment_of(conversation.id)
         except Exception as exc:  # noqa: BLE001 - the failure direction is the point
             log.warning(
                 "mode read failed for conversation %s (%s); normal mode, message not used",
@@ -139,7 +141,9 @@ class ModeValve:
         that has not ended by itself by now (expiry, idle); None otherwise, and on any failure. It
         closes nothing: `settle` does, in the lane."""
         try:
-            segment = await asyncio.wait_for(self._store.open_segment_of(conversation.id), self._read_timeout)
+            # The bound in this task (no task of its own for the read, as wait_for would make).
+            async with asyncio.timeout(self._read_timeout):
+                segment = await self._store.open_segment_of(conversation.id)
         except Exception as exc:  # noqa: BLE001 - the failure direction is the point
             log.warning("mode read failed for conversation %s (%s)", conversation.id, type(exc).__name__)
             return None

@@ -17,10 +17,11 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
-from core.memory.context import AssembledContext, ContextAssembler
+from core.memory.context import AssembledContext, ContextAssembler, utf8_size
 from core.memory.tool_syntax import only_tool_call
 from core.memory.tools import CallOutcome, Tool, ToolContext, ToolRegistry, ToolStores, ToolSupport, run_call
 from core.ports.clock import Clock
@@ -55,6 +56,7 @@ from core.values.model import (
     Reply,
     RunRecord,
     ToolCall,
+    ToolSpec,
     Turn,
 )
 from core.values.modes import ModeState, with_notice
@@ -497,6 +499,22 @@ def _failure_words(exc: ProviderError) -> str:
 
 def prompt_bytes(request: CompletionRequest) -> int:
     """The UTF-8 size of what a request asks the model to read (messages and tool specs)."""
-    size = sum(len((m.content or "").encode("utf-8", "replace")) for m in request.messages)
+    size = sum(utf8_size(m.content or "") for m in request.messages)
     size += sum(len(c.arguments.encode("utf-8", "replace")) for m in request.messages for c in m.tool_calls)
-    return size + sum(len(t.name) + len(t.description) + len(repr(t.parameters)) for t in request.tools)
+    return size + sum(_spec_size(t) for t in request.tools)
+
+
+# A tool's schema is the same dict every turn (the registry's tool's, whose spec is made afresh for
+# each request): its repr's size is worked out once, not for every request. Keyed by id, with the
+# dict kept so that the id stays its; a schema is never changed in place.
+_SCHEMA_SIZES: dict[int, tuple[dict[str, Any], int]] = {}
+
+
+def _spec_size(spec: ToolSpec) -> int:
+    schema = spec.parameters
+    known = _SCHEMA_SIZES.get(id(schema))
+    if known is None or known[0] is not schema:
+        if len(_SCHEMA_SIZES) >= 1024:  # schemas made afresh (none today): the cache never grows past this
+            _SCHEMA_SIZES.clear()
+        known = _SCHEMA_SIZES[id(schema)] = (schema, len(repr(schema)))
+    return len(spec.name) + len(spec.description) + known[1]

@@ -4,16 +4,38 @@ request (issue 11)."""
 
 from __future__ import annotations
 
-from core.memory.context import ContextBudget, TokenRatio, estimate_tokens
+from core.memory.context import ContextBudget, TokenRatio, estimate_tokens, utf8_size
+from core.turn import responder
+from core.turn.responder import prompt_bytes
 from core.values import copy
 from core.values.errors import ProviderRejected
-from core.values.model import Completion
+from core.values.model import ChatMessage, Completion, CompletionRequest, ToolSpec
 from tests.helpers.chat import all_rows, say
 
 
 def test_the_estimate_counts_bytes_so_other_scripts_are_not_undercounted():
     english, cyrillic = "hello " * 100, "привет " * 100
     assert estimate_tokens(cyrillic) > 1.5 * estimate_tokens(english)
+
+
+def test_a_size_is_the_utf8_size_whether_or_not_the_text_is_ascii():
+    for text in ("hello", "привет", "mixed ж text", "a lone \ud800 surrogate", ""):
+        assert utf8_size(text) == len(text.encode("utf-8", "replace"))
+    request = CompletionRequest((ChatMessage("system", "hello"), ChatMessage("user", "привет")))
+    assert prompt_bytes(request) == len("hello") + len("привет".encode())
+
+
+def test_a_tool_schemas_size_is_never_one_kept_for_another_schema():
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+    spec = ToolSpec("remember", "Remember a fact.", schema)
+    true_size = len("remember") + len("Remember a fact.") + len(repr(schema))
+    # What the cache would hold had another schema lived at this address before (ids are reused).
+    responder._SCHEMA_SIZES[id(schema)] = ({"type": "null"}, 1)
+    try:
+        assert prompt_bytes(CompletionRequest((), (spec,))) == true_size
+        assert prompt_bytes(CompletionRequest((), (spec,))) == true_size  # and again, from the cache
+    finally:
+        responder._SCHEMA_SIZES.pop(id(schema), None)
 
 
 def test_the_ratio_rises_at_once_and_falls_back_slowly():
