@@ -2779,7 +2779,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         RELIABILITY,
         "                    with anyio.fail_after(timeout):\n                        result = await connection.session.call_tool(name, arguments)",
         "                    with anyio.fail_after(None):\n                        result = await connection.session.call_tool(name, arguments)",
-        also=("tests/adapters/mcp/test_mcp_hub.py",),
+        also=("tests/adapters/mcp/test_mcp_hub.py", "tests/bot/test_served_tools_outage_wire.py"),
     ),
     M(
         "mcp-result-not-cut",  # a server's 10 MB answer goes whole into the request
@@ -2807,14 +2807,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         RELIABILITY,
         "                    for call in server.calls:\n                        call.cancel()",
         "                    for call in server.calls:\n                        pass",
-        also=("tests/adapters/mcp/test_mcp_hub.py",),
+        also=("tests/adapters/mcp/test_mcp_hub.py", "tests/bot/test_served_tools_outage_wire.py"),
     ),
     M(
         "mcp-tool-list-change-ignored",  # new tools unseen until a restart
         RELIABILITY,
         "            server.relist = True\n            server.wake.set()",
         "            server.relist = False\n            server.wake.set()",
-        also=("tests/adapters/mcp/test_mcp_hub.py",),
+        also=("tests/adapters/mcp/test_mcp_hub.py", "tests/bot/test_served_tools_outage_wire.py"),
     ),
     M(
         "mcp-served-tool-shadows-a-built-in",  # a server's "remember" offered beside (or for) the companion's own
