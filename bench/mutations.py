@@ -2803,6 +2803,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/adapters/mcp/test_mcp_hub.py",),
     ),
     M(
+        "mcp-timed-out-call-not-cancelled-at-the-server",  # each call cut at its timeout runs on in the server
+        RELIABILITY,
+        "            await _cancel(connection, request_id)",
+        "            pass",
+        also=("tests/adapters/mcp/test_mcp_hub.py", "tests/bot/test_served_tools_outage_wire.py"),
+    ),
+    M(
         "mcp-session-end-leaves-calls-waiting",  # a server that died mid-call holds the turn until the timeout
         RELIABILITY,
         "                    for call in server.calls:\n                        call.cancel()",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import signal
@@ -40,6 +41,7 @@ STEADY = 60.0
 # How long a server being restarted (not stopped) has to end before its process group is killed.
 RESTART_GRACE = 2.0
 _CLOSE_MARGIN = 3.0
+_CANCEL_SECONDS = 1.0  # for the notification that cancels a call cut at its timeout to be written
 
 
 @dataclass(eq=False)
@@ -58,6 +60,16 @@ class _Server:
     # The calls waiting on its session: cancelled when the session ends (a dead server's reply
     # would never come, and the SDK's own "connection closed" answer races the session's end).
     calls: set[anyio.CancelScope] = field(default_factory=set)
+
+
+async def _cancel(connection: Connection, request_id: int) -> None:
+    """Tell the server a call it did not answer in time is cancelled (the MCP specification's SHOULD):
+    otherwise each call cut at its timeout runs on in the server, a hanging one for good."""
+    cancelled = types.CancelledNotification(
+        params=types.CancelledNotificationParams(requestId=request_id, reason="timeout")
+    )
+    with anyio.move_on_after(_CANCEL_SECONDS), contextlib.suppress(Exception):  # a broken session is the supervisor's
+        await connection.session.send_notification(types.ClientNotification(cancelled))
 
 
 class McpHub:
@@ -102,6 +114,9 @@ class McpHub:
             return ServedResult(f"the tool {name} is not offered by the server {server} now", "unavailable", 0.0)
         timeout = found.config.timeout
         began = time.monotonic()
+        # The id call_tool is about to send its request under: the SDK takes it before its first await,
+        # so no other task's request comes between (it is needed to cancel the request at its timeout).
+        request_id = connection.session._request_id
         try:
             with anyio.CancelScope() as ended:
                 found.calls.add(ended)
@@ -115,6 +130,7 @@ class McpHub:
                     f"the tool {name} failed: its server {server} ended the session", "failed", time.monotonic() - began
                 )
         except TimeoutError:
+            await _cancel(connection, request_id)
             return ServedResult(f"the tool {name} did not answer within {timeout:g} s", "timeout", timeout)
         except McpError as exc:
             seconds = time.monotonic() - began

@@ -95,10 +95,9 @@ def test_a_hanging_tool_is_cut_at_its_timeout_the_model_is_told_in_words_and_the
     tmp_path: Path, telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer]
 ) -> None:
     telegram, model = telegram_servers
-    received = tmp_path / "calls.jsonl"
-    env = with_servers(
-        tmp_path, telegram, model, {"tools": stdio_server("--only", "hang,echo", record=received, timeout=1)}
-    )
+    received, cancelled = tmp_path / "calls.jsonl", tmp_path / "cancelled"
+    tools = stdio_server("--only", "hang,echo", "--cancelled", str(cancelled), record=received, timeout=1)
+    env = with_servers(tmp_path, telegram, model, {"tools": tools})
     model.responder = answering(
         {"wait for it": lambda: call("hang", {}), "use the tool": lambda: call("echo", {"text": "after"})}
     )
@@ -107,6 +106,7 @@ def test_a_hanging_tool_is_cut_at_its_timeout_the_model_is_told_in_words_and_the
         cut = "the tool hang did not answer within 1 s"
         assert say(telegram, gateway, db, "wait for it") == f"The tool said: {cut}"
         assert tool_results(model.requests[-1]) == [cut]
+        gateway.wait_for(cancelled.exists, "the call cancelled at the server")  # it runs on there otherwise
         assert say(telegram, gateway, db, "use the tool") == "The tool said: echo: after"
         assert say(telegram, gateway, db, "hello").startswith("answer to hello")
         code, stderr = gateway.end()

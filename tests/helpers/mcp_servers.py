@@ -9,7 +9,7 @@ names too), --started PATH (create this file once running), --stray (print lines
 messages at start, in every call and at exit), --exit-at-start (exit before answering),
 --ignore-term (ignore SIGTERM, with its child), --crash-once PATH (crash exits mid-call only while
 PATH does not exist, creating it; then it answers), --linger (stay after the input ends, as a server
-whose own threads outlive it does), --http PORT (streamable HTTP instead of stdio).
+whose own threads outlive it does), --cancelled PATH (create PATH when a call of hang is cancelled), --http PORT (streamable HTTP instead of stdio).
 
 Imported, it gives what tests need to configure and start those servers; importing it loads no
 part of the SDK (the lazy-import tests import it too).
@@ -162,7 +162,12 @@ def _main(argv: list[str]) -> None:
     async def hang() -> str:
         """Never answer."""
         note("hang", {})
-        await anyio.sleep(3600)
+        try:
+            await anyio.sleep(3600)
+        except anyio.get_cancelled_exc_class():
+            if (cancelled := flag("--cancelled")) is not None:
+                Path(cancelled).touch()  # noqa: ASYNC240 - in a cancelled scope, where an await would not run
+            raise
         return "woke"
 
     @tool

@@ -62,6 +62,17 @@ async def test_a_hanging_tool_is_cut_at_its_timeout_and_the_model_is_told(hub_of
     assert (await hub.call("notes", "echo", {"text": "still here"})).outcome == "ok"
 
 
+async def test_a_call_cut_at_its_timeout_is_cancelled_at_the_server(hub_of, tmp_path) -> None:
+    cancelled = tmp_path / "cancelled"  # the server's hang creates it when its call is cancelled
+    hub = await hub_of({"notes": stdio_server("--cancelled", str(cancelled), timeout=0.5)})
+    await wait_for(lambda: up(hub, "notes"), 20, "the server up")
+    assert (await hub.call("notes", "hang", {})).outcome == "timeout"
+    # While the session lives (its end cancels every call anyway): told, the server stopped the call.
+    await wait_for(cancelled.exists, 20, "the call cancelled at the server")
+    assert [s.up for s in hub.states()] == [True]
+    assert (await hub.call("notes", "echo", {"text": "still here"})).outcome == "ok"
+
+
 async def test_a_tool_that_answers_with_an_error_is_an_error_for_the_model(hub_of) -> None:
     hub = await hub_of({"notes": stdio_server()})
     await wait_for(lambda: up(hub, "notes"), 20, "the server up")
