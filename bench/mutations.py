@@ -2917,8 +2917,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "mcp-server-outlives-a-killed-companion",  # a server that ignores its end of input runs on after a SIGKILL
         RELIABILITY,
-        "        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)",
-        "        pass",
+        '    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)\\n"  # 1: PR_SET_PDEATHSIG',
+        '    "pass\\n"  # 1: PR_SET_PDEATHSIG',
         also=("tests/bot/test_served_tools_outage_wire.py",),
     ),
 )

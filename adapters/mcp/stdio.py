@@ -10,9 +10,10 @@ This one speaks the same newline-delimited JSON-RPC through the SDK's message ty
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import errno
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 
 import anyio
 import anyio.abc
-from anyio._core._eventloop import get_async_backend
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from adapters.mcp.config import ServerConfig
@@ -37,7 +37,6 @@ MAX_LINE_BYTES = 32 * 1024 * 1024
 _EOF_SHARE = 0.25
 _KILL_SHARE = 0.15  # the last share of the grace: SIGKILL and the kernel's work
 _LEAST_KILL_WAIT = 0.2  # a wait for SIGKILLed processes to be gone, even with no grace left
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 @dataclass
@@ -131,27 +130,34 @@ def _running_members(pgid: int) -> int:
     return running
 
 
-def _ends_with_the_companion() -> Callable[[], None] | None:
-    """On Linux, what the server's process runs before its command: the kernel sends it SIGKILL when
-    the companion's thread that started it (the event loop's) ends, a SIGKILL of the companion
-    included, which no stop of ours can follow up. Its own children are not covered (docs/operations.md)."""
+# On Linux a server is started through these few lines of Python: they ask the kernel to SIGKILL it when the
+# companion's thread that started it (the event loop's) ends, a SIGKILL of the companion included, which no
+# stop of ours can follow up (PR_SET_PDEATHSIG outlives execve), then become the server's command. A launcher
+# rather than a preexec_fn: no Python runs in a child forked from the threaded companion, and anyio's public
+# open_process suffices. Its own children are not covered (docs/operations.md).
+_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)\n"  # 1: PR_SET_PDEATHSIG
+    # The companion died before the line above: nobody would send the signal.
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _command(server: ServerConfig, env: dict[str, str]) -> list[str]:
+    """The server's command line, through the launcher on Linux. A command that cannot be found raises
+    FileNotFoundError here, as starting it directly would (the launcher would only exit)."""
+    command = [server.command, *server.args]
     if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def before_exec() -> None:  # runs in the forked child: as little Python as can be
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the companion died before the line above: nobody would send it
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return before_exec
-
-
-_BEFORE_EXEC = _ends_with_the_companion()
+        return command
+    if os.sep in server.command:
+        found = os.path.join(server.cwd or os.getcwd(), server.command)
+        if not (os.path.isfile(found) and os.access(found, os.X_OK)):
+            raise FileNotFoundError(errno.ENOENT, "no such command", server.command)
+    elif shutil.which(server.command, path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(errno.ENOENT, "no such command", server.command)
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *command]
 
 
 @contextlib.asynccontextmanager
@@ -171,16 +177,12 @@ async def stdio_transport(
     # The SDK's short list of inherited variables (HOME, PATH, USER ...) and the server's own: never
     # the companion's whole environment, which holds its tokens and keys.
     env = {**get_default_environment(), **server.env}
-    # anyio.open_process takes no preexec_fn; its backend's open_process hands it to subprocess.
-    process = await get_async_backend().open_process(
-        [server.command, *server.args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,  # the server's own words: anything, so never into our log
+    process = await anyio.open_process(
+        _command(server, env),
         env=env,
         cwd=server.cwd,
+        stderr=subprocess.DEVNULL,  # the server's own words: anything, so never into our log
         start_new_session=True,
-        preexec_fn=_BEFORE_EXEC,
     )
     state = StdioProcess(process.pid, on_end)
     stdout, stdin = process.stdout, process.stdin
