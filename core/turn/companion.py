@@ -338,7 +338,10 @@ class Companion:
                 answers=message_id,
             )
         read = None if ahead is None else ReadAhead(ahead, message_id, composed.text)
-        return await self._responder.answer(turn, state, message_id, media, told=told, ahead=read)
+        try:
+            return await self._responder.answer(turn, state, message_id, media, told=told, ahead=read)
+        finally:
+            _dropped(ahead)  # used and done by now, unless the answer failed before its first request
 
     # --- bursts -------------------------------------------------------------
 
