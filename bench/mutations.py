@@ -2921,4 +2921,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         '    "pass\\n"  # 1: PR_SET_PDEATHSIG',
         also=("tests/bot/test_served_tools_outage_wire.py",),
     ),
+    M(
+        "context-read-ahead-shows-the-message-twice",  # a read after the commit holds it: added again as upcoming
+        RELIABILITY,
+        "    if any(item.position == ahead.message_id and item.masked_segment_id is None for item in items):",
+        "    if False:",
+        also=("tests/core/test_context_read_ahead.py",),
+    ),
+    M(
+        "context-read-ahead-window-one-longer",  # the upcoming message on top of a full window of read items
+        RELIABILITY,
+        "    kept = items[max(0, len(items) - (limit - 1)) :]",
+        "    kept = list(items)",
+        also=("tests/core/test_context_read_ahead.py",),
+    ),
 )

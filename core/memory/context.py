@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from core.ports.clock import Clock
@@ -79,6 +80,16 @@ class ContextBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class ReadAhead:
+    """A turn's context reads (`ContextAssembler.read_ahead`), taken while its user message was being stored,
+    and that message: its id and the text stored."""
+
+    reads: Awaitable[ContextReads]
+    message_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Persona:
     normal: str = copy.DEFAULT_PERSONA
     private_additions: str = ""
@@ -93,6 +104,17 @@ class AssembledContext:
     tokens_per_byte: float = INITIAL_TOKENS_PER_BYTE  # the ratio the window was fitted with
 
 
+def _with_stored(items: list[TimelineItem], ahead: ReadAhead, limit: int) -> list[TimelineItem]:
+    """The newest `limit` items of the view once the turn's message is stored, from a read taken beside its
+    commit: as read when the read saw the message; else the newest `limit - 1` read and the message as the
+    upcoming item, uncounted like the preview's (the read's count of messages left it out as well)."""
+    if any(item.position == ahead.message_id and item.masked_segment_id is None for item in items):
+        return items
+    kept = items[max(0, len(items) - (limit - 1)) :]
+    kept.append(TimelineItem(UPCOMING_POSITION, "user", ahead.text))
+    return kept
+
+
 class ContextAssembler:
     def __init__(self, store: ContextStore, persona: Persona, budget: ContextBudget, clock: Clock) -> None:
         self._store = store
@@ -101,28 +123,48 @@ class ContextAssembler:
         self._clock = clock
         self.ratio = TokenRatio()
 
+    async def read_ahead(self, conversation: Conversation, state: ModeState) -> ContextReads:
+        """What `assemble` reads for a turn in `state`'s mode, read while the turn's user message is being stored
+        (its commit and this read overlap: one wait instead of two); `assemble(ahead=...)` then gives the context
+        a read after that commit would, whichever of the two the read saw (docs/architecture.md)."""
+        return await self._read(conversation, state, self._budget.max_items)
+
+    async def _read(self, conversation: Conversation, state: ModeState, limit: int) -> ContextReads:
+        # Summaries, pads, the view and the count that decides a fold: one read, one snapshot.
+        return await self._store.context_reads(
+            conversation.id,
+            person_id=conversation.person_id,
+            segment_id=state.segment_id,
+            limit=limit,
+            count_up_to=limit + self._budget.fold_min,
+        )
+
     async def assemble(
-        self, conversation: Conversation, state: ModeState, *, shrink: int = 1, upcoming: str | None = None
+        self,
+        conversation: Conversation,
+        state: ModeState,
+        *,
+        shrink: int = 1,
+        upcoming: str | None = None,
+        ahead: ReadAhead | None = None,
     ) -> AssembledContext:
         """The request's messages for this mode; `shrink` divides the budget (a retry after the
         server found the request too long). `upcoming`: a user message not stored yet, standing where
         the next stored message will (the newest), so that the window is fitted as it will be once
-        that message is stored (the `/context` preview; a turn stores its message first)."""
+        that message is stored (the `/context` preview; a turn stores its message first). `ahead`: the
+        reads `read_ahead` took beside the storing of the turn's message, instead of a read now."""
         visible = state.segment_id
-        limit = self._budget.max_items if upcoming is None else self._budget.max_items - 1
-        # Summaries, pads, the view and the count that decides a fold: one read, one snapshot.
-        reads = await self._store.context_reads(
-            conversation.id,
-            person_id=conversation.person_id,
-            segment_id=visible,
-            limit=limit,
-            count_up_to=limit + self._budget.fold_min,
-        )
+        if ahead is not None:
+            reads = await ahead.reads
+            fetched = _with_stored(reads.items, ahead, self._budget.max_items)
+        else:
+            limit = self._budget.max_items if upcoming is None else self._budget.max_items - 1
+            reads = await self._read(conversation, state, limit)
+            fetched = reads.items
         normal = reads.normal_summary or EMPTY_SUMMARY
         # A new private summary starts where the normal one stands (normal content only).
         summary = normal if visible is None else (reads.private_summary or normal)
         system = self._system_text(conversation, state, summary, reads)
-        fetched = reads.items
         if upcoming is not None:
             fetched.append(TimelineItem(UPCOMING_POSITION, "user", upcoming))
         ratio = self.ratio.value  # read once, after the reads: the budget and the window use the same

@@ -16,6 +16,7 @@ import logging
 import time
 
 from core.commands.registry import carries_secret
+from core.memory.context import ReadAhead
 from core.turn import edits, quotes
 from core.turn.bursts import BurstWindow, HeldTurn
 from core.turn.bursts import Held as HeldBurst
@@ -27,7 +28,7 @@ from core.turn.responder import LaneKey
 from core.values import copy
 from core.values.edge import Held, Silence, Silent
 from core.values.errors import IntervalEnded
-from core.values.model import ChatMove, InboundMessage, OpenTurn, Reply, Turn
+from core.values.model import ChatMove, ContextReads, InboundMessage, OpenTurn, Reply, Turn
 from core.values.modes import ModeState, with_notice
 from core.values.retry import Sleep
 
@@ -290,17 +291,28 @@ class Companion:
         # Who forwarded it, what it quotes (as this mode may read it), and in a group who speaks.
         said = dataclasses.replace(message, text=media.text) if media else message
         composed = await quotes.compose(self._quotes, conversation, said, visible_segment=segment_id)
-        # Stored before the provider is called: a provider failure loses nothing.
-        message_id = await self._inbox.add_inbound(
-            conversation.id,
-            composed.text,
-            self.clock.now(),
-            segment_id=segment_id,
-            account_id=turn.account.id,
-            platform_message_id=message.message_id,
-            said=composed.said,
-        )
+        # A message answered at once (no burst window to wait in, no media) has its context read while it is
+        # being stored: the read and the commit overlap, and the context is the one a read after the commit
+        # gives (ContextAssembler.assemble). A burst's end, or media, read after it as before.
+        ahead = None
+        if media is None and not (self._bursts.enabled and self._responder.delivers(message.platform)):
+            ahead = asyncio.ensure_future(self._responder.read_ahead(conversation, state))
+        try:
+            # Stored before the provider is called: a provider failure loses nothing.
+            message_id = await self._inbox.add_inbound(
+                conversation.id,
+                composed.text,
+                self.clock.now(),
+                segment_id=segment_id,
+                account_id=turn.account.id,
+                platform_message_id=message.message_id,
+                said=composed.said,
+            )
+        except BaseException:
+            _dropped(ahead)
+            raise
         if message_id is None:
+            _dropped(ahead)
             log.info("conversation %s: message %s is stored already", conversation.id, message.message_id)
             return Silent(Silence.STORED_ALREADY)
         # Forwarded words normal mode may not read: the person is told once (per conversation and
@@ -325,7 +337,11 @@ class Companion:
                 segment_id=segment_id,
                 answers=message_id,
             )
-        return await self._responder.answer(turn, state, message_id, media, told=told)
+        read = None if ahead is None else ReadAhead(ahead, message_id, composed.text)
+        try:
+            return await self._responder.answer(turn, state, message_id, media, told=told, ahead=read)
+        finally:
+            _dropped(ahead)  # used and done by now, unless the answer failed before its first request
 
     # --- bursts -------------------------------------------------------------
 
@@ -388,3 +404,16 @@ def _private_mode_runs(event: Event) -> bool:
 
 def _key_of(platform: str, chat_id: str) -> LaneKey:
     return (platform, chat_id)
+
+
+def _dropped(ahead: asyncio.Future[ContextReads] | None) -> None:
+    """A context read ahead that no turn will use: cancelled, and its outcome (a failure too) taken when it
+    ends, so that nothing is logged as never retrieved."""
+    if ahead is not None:
+        ahead.cancel()
+        ahead.add_done_callback(_taken)
+
+
+def _taken(future: asyncio.Future[ContextReads]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -21,7 +21,7 @@ from typing import Any
 
 from core.delivery.mirrors import source_label
 from core.delivery.outbox import Outbox
-from core.memory.context import AssembledContext, ContextAssembler, utf8_size
+from core.memory.context import AssembledContext, ContextAssembler, ReadAhead, utf8_size
 from core.memory.tool_syntax import only_tool_call
 from core.memory.tools import CallOutcome, Tool, ToolContext, ToolRegistry, ToolStores, ToolSupport, run_call
 from core.ports.clock import Clock
@@ -49,6 +49,7 @@ from core.values.model import (
     ChatMessage,
     Completion,
     CompletionRequest,
+    ContextReads,
     Conversation,
     DeliveryTarget,
     ImageInput,
@@ -146,6 +147,7 @@ class Responder:
         note: str | None = None,
         told: tuple[str, ...] = (),
         resume: int | None = None,
+        ahead: ReadAhead | None = None,
     ) -> Reply:
         """Run the model on the view that ends with the stored user message and write the reply
         (message, run, answered turn and delivery) in one transaction. `media`: its images go
@@ -153,7 +155,8 @@ class Responder:
         the view (an edit's correction). `told`: constant lines said before the answer, like the
         media notes never stored (so never mirrored either). `resume`: the streaming row a stopped
         process left for this turn: the reply becomes it (its send edits the messages shown then)
-        and is not shown while written again."""
+        and is not shown while written again. `ahead`: the context read beside the storing of the message
+        (`ContextAssembler.read_ahead`), used by the first request."""
         conversation = turn.conversation
         segment_id = state.segment_id
         # A private run has no analytics context at all: nothing below can write an event for it,
@@ -172,7 +175,7 @@ class Responder:
                 lead=lead_of((restarted, state.notice or "", *told, *notes)),
                 tool_names=frozenset(self._tools.names),
             )
-        prepared = await self.prepare(conversation, state, images=images, note=note)
+        prepared = await self.prepare(conversation, state, images=images, note=note, ahead=ahead)
         try:
             try:
                 text = await self._complete_with_tools(conversation, state, prepared, recorder, streamed)
@@ -229,13 +232,15 @@ class Responder:
         images: tuple[ImageInput, ...] = (),
         note: str | None = None,
         upcoming: str | None = None,
+        ahead: ReadAhead | None = None,
     ) -> PreparedRequest:
         """The first request of a turn in `state`'s mode: the mode's context (core/memory/context.py,
         `shrink` dividing its budget), `note` as a constant system line after it, `images` on the
         newest user message, and the tools chosen for the mode before the call. `answer` sends it;
         the `/context` preview (core/turn/preview.py) shows it, `upcoming` standing for the message
-        not typed yet (see `ContextAssembler.assemble`)."""
-        context = await self._context.assemble(conversation, state, shrink=shrink, upcoming=upcoming)
+        not typed yet, `ahead` the reads taken beside the storing of the turn's message (see
+        `ContextAssembler.assemble`)."""
+        context = await self._context.assemble(conversation, state, shrink=shrink, upcoming=upcoming, ahead=ahead)
         tail = [ChatMessage("system", note)] if note else []
         # None at all while the server takes no tools (by setting, or since it refused them to this mode).
         private = state.is_private  # the gate's answer, carried by every request of the turn
@@ -245,6 +250,10 @@ class Responder:
         messages = with_images([*context.messages, *tail], images)
         request = _round_request(messages, offered, last=self._max_tool_rounds == 0, private=private)
         return PreparedRequest(context, offered, request)
+
+    async def read_ahead(self, conversation: Conversation, state: ModeState) -> ContextReads:
+        """The context a turn answered at once will assemble, read while its message is being stored."""
+        return await self._context.read_ahead(conversation, state)
 
     async def finish(
         self,

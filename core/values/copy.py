@@ -120,12 +120,12 @@ DELETE_SECRET_NOTE = "Please delete your message that carried the passphrase; I 
 
 NOT_ALLOWED = "Hello! I'm a personal companion and I only talk with the people I'm set up for. Sorry!"
 
-# One sentence per mode, used by /help and /mode alike, so the copy never drifts.
 # /tools in private mode, when tools served by other programs are configured.
 SERVED_TOOLS_IN_PRIVATE = (
     "In private mode I use a tool of another program only when the owner named it for private mode; "
     "what I send it and what it answers is deleted with this interval."
 )
+# One sentence per mode, used by /help and /mode alike, so the copy never drifts.
 NORMAL_MODE_MEANS = (
     "Normal mode: I keep a rolling summary of our conversation, daily notes and long-term memory "
     "about you, and use them later; /memory shows what I keep and /forget removes it."
