@@ -123,7 +123,7 @@ NOT_ALLOWED = "Hello! I'm a personal companion and I only talk with the people I
 # /tools in private mode, when tools served by other programs are configured.
 SERVED_TOOLS_IN_PRIVATE = (
     "In private mode I use a tool of another program only when the owner named it for private mode; "
-    "what I send it and what it answers is deleted with this interval."
+    "that program sees what I send it, and I keep nothing of the call past this interval."
 )
 # One sentence per mode, used by /help and /mode alike, so the copy never drifts.
 NORMAL_MODE_MEANS = (
