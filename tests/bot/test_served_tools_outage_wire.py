@@ -28,7 +28,7 @@ from tests.helpers.served_wire import (
     tool_results,
     with_servers,
 )
-from tests.helpers.telegram_gateway import USER, polling
+from tests.helpers.telegram_gateway import USER, wait_until
 
 pytestmark = pytest.mark.wire
 
@@ -183,7 +183,8 @@ def test_a_restarted_companion_offers_the_tools_again_from_servers_started_anew(
         with serving(env, "tools") as gateway:
             before = servers_running(str(received))
             assert say(telegram, gateway, db, "first") == "The tool said: echo: first"
-            polling(telegram, gateway.proc)  # the update acknowledged: the next run does not see it again
+            # The update confirmed to Telegram (by the next getUpdates' offset): the next run does not see it again.
+            wait_until(telegram, gateway.proc, lambda: telegram.pending_updates == 0)
             gateway.end(ended)
         with serving(env, "tools") as gateway:
             after = servers_running(str(received))
