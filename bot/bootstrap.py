@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from adapters.storage.backup import BackupResult
     from adapters.storage.move import MoveResult
     from adapters.storage.stores import Stores
+    from adapters.telegram import TelegramIntake, WebhookSetup
     from adapters.web.chat import WebIntake, WebPlatform
     from adapters.web.metrics import PrometheusMetrics
     from adapters.web.service import WebService
@@ -425,10 +426,13 @@ def build_web_service(
     checks: Sequence[tuple[str, Callable[[], str | None]]],
     metrics: PrometheusMetrics | None,
     chat: WebIntake | None = None,
+    *,
+    telegram: TelegramIntake | None = None,
 ) -> WebService:
     """The HTTP service of `companion run` on the companion's database (`stores`): sign-in, the operator
-    endpoints (`checks`: each configured adapter's `ready()`) and the web chat's pages (`chat`; without
-    it, a signed-in landing page)."""
+    endpoints (`checks`: each configured adapter's `ready()`), the web chat's pages (`chat`; without
+    it, a signed-in landing page), and Telegram's webhook route when COMPANION_TELEGRAM_WEBHOOK_URL is set
+    (its deliveries stored by `telegram`'s `accept`; its URL's host answered to)."""
     from adapters.web.auth import WebAuth
     from adapters.web.hosts import AllowedHosts
     from adapters.web.operators import DatabaseProbe, Operators
@@ -443,13 +447,47 @@ def build_web_service(
         if settings.http_allowed_host_set
         else AllowedHosts.default(settings.http_host)
     )
-    operators = Operators(DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics)
+    routes = [install_site(web_core(companion, chat)) if chat is not None else install_landing]
+    numbers: list[tuple[str, Callable[[], int]]] = []
+    webhook_path, webhook_host = settings.telegram_webhook_path, settings.telegram_webhook_host
+    if telegram is not None and webhook_path is not None and webhook_host is not None:
+        from adapters.web.webhook import WebhookRoute
+
+        secret = settings.telegram_webhook_secret
+        if secret is None:
+            raise TypeError("the webhook needs COMPANION_TELEGRAM_WEBHOOK_SECRET")
+        # Telegram's deliveries come through the reverse proxy under the URL's host name.
+        allowed = AllowedHosts(allowed.entries | AllowedHosts.parse([webhook_host]).entries)
+        refused = metrics.webhook_refused if metrics is not None else (lambda: None)
+        routes.insert(
+            0, WebhookRoute(webhook_path, secret.get_secret_value(), telegram.accept, refused=refused).install
+        )
+        numbers.append(("inbox", lambda: telegram.inbox_depth))
+        if metrics is not None:
+            metrics.watch_inbox(lambda: telegram.inbox_depth)
+    operators = Operators(DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics, numbers)
     return WebService(
         settings.http_host,
         settings.http_port,
         allowed,
         WebAuth(queries, SystemClock()),
-        routes=[operators.install, install_site(web_core(companion, chat)) if chat is not None else install_landing],
+        routes=[operators.install, *routes],
+    )
+
+
+def telegram_webhook(settings: Settings, stores: Stores) -> WebhookSetup | None:
+    """COMPANION_TELEGRAM_WEBHOOK_URL's webhook on the store's inbox (None: long polling, the default).
+    Alone on its database, this process removes the webhook at a clean stop."""
+    if settings.telegram_webhook_url is None or settings.telegram_webhook_secret is None:
+        return None
+    from adapters.telegram import WebhookSetup
+    from adapters.telegram.intake import ALLOWED_UPDATES
+
+    return WebhookSetup(
+        settings.telegram_webhook_url,
+        settings.telegram_webhook_secret.get_secret_value(),
+        stores.inbox,
+        allowed_updates=ALLOWED_UPDATES,
     )
 
 
@@ -529,13 +567,23 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
         # The platforms of three parts, each built on `entry` by its package's builder
         # (`<app>_platform(entry, edge, ...)`); the terminal is `companion chat`'s.
         platforms: list[Platform] = []
+        telegram_intake: TelegramIntake | None = None  # its `accept` stores the webhook's deliveries
         if settings.telegram_token:
-            from adapters.telegram import telegram_platform
+            from adapters.telegram import TelegramIntake, telegram_platform
 
             token = settings.telegram_token.get_secret_value()
             platforms.append(
-                telegram_platform(entry, edge, token=token, base_url=settings.telegram_base_url, on_fatal=on_fatal)
+                telegram_platform(
+                    entry,
+                    edge,
+                    token=token,
+                    base_url=settings.telegram_base_url,
+                    on_fatal=on_fatal,
+                    webhook=telegram_webhook(settings, stores),
+                )
             )
+            if isinstance(platforms[-1].intake, TelegramIntake):
+                telegram_intake = platforms[-1].intake
         if settings.discord_token:
             from adapters.discord import discord_platform
 
@@ -558,7 +606,13 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
             platforms.append(chat)
             intakes: list[BaseIntake] = [platform.intake for platform in platforms]
             service = build_web_service(
-                settings, companion, stores, [(i.name, i.ready) for i in intakes], metrics, chat.intake
+                settings,
+                companion,
+                stores,
+                [(i.name, i.ready) for i in intakes],
+                metrics,
+                chat.intake,
+                telegram=telegram_intake,
             )
         yield Assembly(companion, entry, platforms, scheduled_jobs(settings, companion), service, chats)
 

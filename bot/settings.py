@@ -32,6 +32,14 @@ _TELEGRAM_TOKEN_ANY = re.compile(r"^\d+:\S+$")
 _DISCORD_TOKEN_ANY = re.compile(r"^\S+$")
 # An LLM API key has no one shape (sk-..., a self-hosted server's own word); it is at least one header word.
 _API_KEY = re.compile(r"^[\x21-\x7e]+$")
+# Telegram's rule for setWebhook's secret_token; and a webhook path the HTTP service can route as it is.
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_WEBHOOK_PATH = re.compile(r"(/[A-Za-z0-9._~-]+)+/?")
+# The first segments of the HTTP service's own routes (adapters/web/), which a webhook path must not take.
+_SERVICE_PATHS = frozenset(
+    {"context", "events", "livez", "login", "login.js", "logout", "memory", "metrics", "normal", "privacy"}
+    | {"private", "readyz", "send", "static"}
+)
 _QUIET = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
@@ -99,6 +107,10 @@ class Settings(BaseSettings):
 
     telegram_token: SecretStr | None = None
     telegram_base_url: str | None = None
+    # A webhook instead of long polling (issue 33): the public HTTPS URL Telegram delivers to (a reverse
+    # proxy with TLS in front of the HTTP service, which serves the URL's path), and its secret token.
+    telegram_webhook_url: str | None = None
+    telegram_webhook_secret: SecretStr | None = None
     discord_token: SecretStr | None = None
     discord_api_base: str | None = None
     discord_gateway_url: str | None = None
@@ -257,6 +269,81 @@ class Settings(BaseSettings):
         ):
             raise ValueError(words)
         return value.strip()
+
+    @field_validator("telegram_webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        """An https:// URL with a host and a path of its own (the route the HTTP service serves)."""
+        if value is None or not value.strip():
+            return None
+        from urllib.parse import urlsplit
+
+        value = value.strip()
+        example = "such as https://companion.example.com/telegram/webhook"
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - parsing the port is the check
+        except ValueError:
+            raise ValueError(f"must be a public https:// URL, {example}") from None
+        if parts.scheme != "https" or not parts.hostname or any(c.isspace() for c in value):
+            raise ValueError(f"must be a public https:// URL (Telegram delivers to HTTPS only), {example}")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError(f"must be a URL without user, query or fragment, {example}")
+        if parts.path in ("", "/") or not _WEBHOOK_PATH.fullmatch(parts.path):
+            raise ValueError(f"must have a path of its own (letters, digits, / - _ .), {example}")
+        if parts.path.strip("/").split("/")[0] in _SERVICE_PATHS:
+            raise ValueError(f"its path {parts.path} is one of the HTTP service's own pages; choose another, {example}")
+        return value
+
+    @field_validator("telegram_webhook_secret", mode="before")
+    @classmethod
+    def _webhook_secret(cls, value: object) -> object:
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            value = value.strip() or None
+            if value is not None and not _WEBHOOK_SECRET.fullmatch(value):
+                raise ValueError("must be 1 to 256 characters of A-Z, a-z, 0-9, _ and - (Telegram's rule; not shown)")
+        return value
+
+    @model_validator(mode="after")
+    def _webhook(self) -> Settings:
+        """A webhook needs its secret, a bot token, and the HTTP service that serves its route."""
+        if self.telegram_webhook_url is None:
+            return self
+        if self.telegram_webhook_secret is None:
+            raise ValueError(
+                "COMPANION_TELEGRAM_WEBHOOK_SECRET: must be set with COMPANION_TELEGRAM_WEBHOOK_URL: 1 to 256 "
+                "characters of A-Z, a-z, 0-9, _ and -, which Telegram sends back with every delivery"
+            )
+        if self.telegram_token is None:
+            raise ValueError(
+                "COMPANION_TELEGRAM_WEBHOOK_URL: is set without COMPANION_TELEGRAM_TOKEN; set the bot token"
+            )
+        if self.http_port is None:
+            raise ValueError(
+                "COMPANION_TELEGRAM_WEBHOOK_URL: the webhook is served by the HTTP service, which is off; set "
+                "COMPANION_HTTP_PORT (the default is 8765) and put the reverse proxy in front of it"
+            )
+        return self
+
+    @property
+    def telegram_webhook_path(self) -> str | None:
+        """The path the HTTP service serves the webhook on: COMPANION_TELEGRAM_WEBHOOK_URL's."""
+        if self.telegram_webhook_url is None:
+            return None
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.telegram_webhook_url).path
+
+    @property
+    def telegram_webhook_host(self) -> str | None:
+        """The webhook URL's host name: the Host header Telegram sends through the proxy."""
+        if self.telegram_webhook_url is None:
+            return None
+        from urllib.parse import urlsplit
+
+        return urlsplit(self.telegram_webhook_url).hostname
 
     @field_validator("stt_base_url")
     @classmethod

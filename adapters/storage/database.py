@@ -17,6 +17,7 @@ from typing import Any
 
 import aiosqlite
 
+from adapters.storage.inbox import TransitKeys
 from adapters.storage.intervals import bind_segments
 from adapters.storage.migrate import migrate
 from adapters.storage.sealing import Sealer
@@ -63,6 +64,8 @@ class Database:
         # The engine of adapters/storage/engine.py over these connections: one trip a read or a write.
         # `sealer`: Plaintext unless given (the contract suites also run IntervalKeys over SQLite).
         self.engine = SqliteEngine(self, sealer)
+        # No transit keys: the webhook inbox keeps bodies as they came here (adapters/storage/inbox.py).
+        self.transit: TransitKeys | None = None
 
     @property
     def in_memory(self) -> bool:

@@ -6,7 +6,7 @@ inside it: timeline.py (messages, the masked view, summaries, pads), modes.py (s
 offsets), attempts.py (the lockouts' logs), memory.py (memory, goals, follow-ups, capture,
 analytics), privacy.py (forgetting, checkpoints, export, crossings), bindings.py (mirrors),
 proactive.py (reminders and nudges), links.py (linked accounts), chats.py (moved chats),
-quotes.py (quotes and edits), outbox.py and web.py (sign-in). Every lasting write passes through
+quotes.py (quotes and edits), outbox.py, web.py (sign-in) and inbox.py (webhook updates). Every lasting write passes through
 the one guard of guard.py.
 """
 
@@ -24,6 +24,7 @@ from adapters.storage.bindings import BindingQueries
 from adapters.storage.chats import ChatQueries
 from adapters.storage.database import Database
 from adapters.storage.engine import Database as Engine
+from adapters.storage.inbox import InboxQueries, TransitKeys
 from adapters.storage.links import LinkQueries
 from adapters.storage.memory import MemoryQueries
 from adapters.storage.modes import ModeQueries
@@ -40,6 +41,9 @@ class StoreDatabase(Protocol):
 
     @property
     def engine(self) -> Engine: ...
+
+    @property
+    def transit(self) -> TransitKeys | None: ...
 
     async def start(self) -> object: ...
 
@@ -64,6 +68,7 @@ class Stores:
     quotes: QuoteQueries
     outbox: OutboxQueries
     web: WebQueries
+    inbox: InboxQueries  # the webhook inbox (issue 33)
     passphrase_attempts: AttemptQueries
     link_attempts: AttemptQueries
 
@@ -86,6 +91,7 @@ class Stores:
             quotes=QuoteQueries(database.engine),
             outbox=OutboxQueries(database.engine),
             web=WebQueries(database.engine),
+            inbox=InboxQueries(database.engine, database.transit),
             passphrase_attempts=AttemptQueries(database.engine, "valve_attempts"),
             link_attempts=AttemptQueries(database.engine, "link_attempts"),
         )

@@ -13,6 +13,7 @@ from adapters.telegram.ledger import UpdateLedger
 from adapters.telegram.sender import TelegramDeliveryError, TelegramSender
 from adapters.telegram.streaming import TelegramStreamer
 from adapters.telegram.text import MAX_MESSAGE_LENGTH, Entity, group_text, split_message
+from adapters.telegram.webhook import WebhookInbox, WebhookSetup
 from core.ports.chat import ChatCore, Platform
 from core.values.copy import HANDLER_FAILED
 from core.values.edge import EdgeSettings
@@ -28,6 +29,8 @@ __all__ = [
     "TelegramStartError",
     "TelegramStreamer",
     "UpdateLedger",
+    "WebhookInbox",
+    "WebhookSetup",
     "group_text",
     "split_message",
     "telegram_platform",
@@ -48,8 +51,9 @@ def telegram_platform(
     sleep: Sleep = asyncio.sleep,
     stale_after: float = 120.0,
     monotonic: Callable[[], float] = time.monotonic,
+    webhook: WebhookSetup | None = None,
 ) -> Platform:
-    """One Telegram bot as a platform: an intake (long polling), a sender and a streamer on one connection.
+    """One Telegram bot as a platform: an intake (long polling, or a webhook's inbox), a sender and a streamer on one connection.
 
     Args:
         core: the core's entry the intake hands updates to.
@@ -64,6 +68,8 @@ def telegram_platform(
         read_timeout, sleep: the requests' read timeout, and the pause between two tries of a call.
         stale_after, monotonic: `ready()` says not ready once no long poll completed for this
             many seconds (by this clock).
+        webhook: the webhook and its inbox, instead of long polling (the intake's `accept` stores each
+            delivery; the HTTP service's route calls it).
     """
     connection = TelegramConnection(token, edge, base_url=base_url, read_timeout=read_timeout, sleep=sleep)
     # A group upgraded to a supergroup that a send meets (ChatMigrated): its conversation follows.
@@ -80,6 +86,7 @@ def telegram_platform(
         repoll_interval=repoll_interval,
         stale_after=stale_after,
         monotonic=monotonic,
+        webhook=webhook,
     )
     # Replies are shown while the model writes them (when the outbox streams, as shipped).
     streamer = TelegramStreamer(connection, moved_to=sender.moved_to)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -29,7 +30,7 @@ from telegram.error import (
 from telegram.ext import Application, ExtBot
 from telegram.warnings import PTBDeprecationWarning
 
-from adapters.telegram.updates import BotAPIRequest, UnparsableUpdate, UpdatesRequest
+from adapters.telegram.updates import BotAPIRequest, UnparsableUpdate, UpdatesRequest, parse_one
 from core.values.edge import CommandSpec, EdgeSettings
 from core.values.errors import CompanionError
 from core.values.retry import Attempt, Sleep, retrying
@@ -101,8 +102,9 @@ class TelegramConnection:
             raise RuntimeError("the Telegram connection is not open")
         return self._app.bot
 
-    async def open(self, commands: Iterable[CommandSpec]) -> None:
-        """Check the token (getMe), register the `commands` (setMyCommands) and drop a webhook left set.
+    async def open(self, commands: Iterable[CommandSpec], *, drop_webhook: bool = True) -> None:
+        """Check the token (getMe), register the `commands` (setMyCommands) and drop a webhook left set
+        (unless `drop_webhook` is false: the webhook mode sets its own).
 
         Raises:
             TelegramStartError: the token was rejected or the Bot API server was unreachable.
@@ -112,7 +114,8 @@ class TelegramConnection:
         try:
             await self._initialize()
             await self._register_commands(commands)
-            await self._drop_webhook()
+            if drop_webhook:
+                await self._drop_webhook()
         except BaseException:
             await self.close()
             raise
@@ -147,6 +150,17 @@ class TelegramConnection:
         """What `bot.get_updates` fetched: `updates` and those its connection parsed itself."""
         taken = self._updates_request.take_parsed() if self._updates_request is not None else []
         return (*updates, *taken)
+
+    def parse(self, body: str) -> Update | UnparsableUpdate:
+        """An update a webhook delivered (its JSON), parsed with the bot as getUpdates' are; or, when
+        python-telegram-bot cannot parse it, what a log may say of it."""
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        parsed: list[Update] = []
+        unparsable = parse_one(data, self.bot, parsed)
+        return parsed[0] if unparsable is None else unparsable
 
     def take_unparsable(self) -> list[UnparsableUpdate]:
         """The updates the last getUpdates answers held that python-telegram-bot cannot parse."""

@@ -1,7 +1,11 @@
-"""The Telegram intake: long polling, each update handed to the core in order, and confirmed once it was handled.
+"""The Telegram intake: long polling or a webhook's inbox, each update handed to the core in order, and settled once handled.
 
-There is no webhook mode: polling needs no public HTTPS endpoint, and the restart guarantees rest
-on confirming offsets ourselves. An update is confirmed to Telegram (the getUpdates offset) and
+Long polling is the default: it needs no public HTTPS endpoint, and the restart guarantees rest on
+confirming offsets ourselves. With a webhook (COMPANION_TELEGRAM_WEBHOOK_URL; adapters/telegram/webhook.py)
+the HTTP service stores each delivered update in the inbox (`accept`, durable before its 200), and this
+intake takes the stored updates in update-id order and routes each exactly as a polled one (`_take`,
+`_route`, `_settle`), settling it in the inbox (its body deleted) once the core's outcome is in; rows a
+crash left are taken at the next start. getUpdates is never called then. With polling, an update is confirmed to Telegram (the getUpdates offset) and
 recorded in the store (the update ledger, written at most every LEDGER_SECONDS and at the stop; a
 press at once) only once the core's outcome for it is in, so updates that arrived while the gateway
 was down are handled once, and one a kill left unrecorded comes again as a no-op (the inbox holds
@@ -36,6 +40,7 @@ from adapters.telegram.media import MEDIA, media_of
 from adapters.telegram.sender import TelegramSender
 from adapters.telegram.text import Entity, group_text
 from adapters.telegram.updates import UnparsableUpdate
+from adapters.telegram.webhook import PLATFORM, WebhookSetup
 from core.ports.chat import ChatCore
 from core.values.edge import EdgeSettings, Outcome, acknowledged
 from core.values.model import InboundMessage
@@ -50,6 +55,11 @@ LEDGER_SECONDS = 0.5
 # What getUpdates asks for: messages, edits of them (issue 15), and presses of confirmation buttons.
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 
+# Webhook mode: how many stored updates one read of the inbox takes, and how often the inbox is tidied
+# (handled rows past their day deleted, transit keys no row needs shredded).
+TAKE_LIMIT = 100
+TIDY_SECONDS = 60.0
+
 # What is handed to the core: messages with words or media, and edits of words and of captions (a
 # caption is a media message's words: core/turn/edits.py). Service messages (a member joining) are not.
 _MESSAGES = filters.UpdateType.MESSAGE & (filters.TEXT | MEDIA)
@@ -59,7 +69,7 @@ _MIGRATION = filters.StatusUpdate.MIGRATE
 
 
 class TelegramIntake:
-    """core.ports.BaseIntake for Telegram: one bot's updates, by long polling.
+    """core.ports.BaseIntake for Telegram: one bot's updates, by long polling or from a webhook's inbox.
 
     Args:
         core: the core's entry (its commands are registered with setMyCommands; its store keeps
@@ -73,6 +83,7 @@ class TelegramIntake:
             between polls while updates are in hand.
         stale_after, monotonic: `ready()` says not ready once no long poll completed for this
             many seconds (by this clock).
+        webhook: the webhook and its inbox (None: long polling).
     """
 
     name = "telegram"
@@ -89,8 +100,13 @@ class TelegramIntake:
         repoll_interval: float = 1.0,
         stale_after: float = 120.0,
         monotonic: Callable[[], float] = time.monotonic,
+        webhook: WebhookSetup | None = None,
     ) -> None:
         self._core = core
+        self._webhook = webhook
+        self._inflight: set[int] = set()  # webhook mode: the stored updates taken and not yet settled
+        self._arrived = asyncio.Event()  # webhook mode: an update was stored
+        self.inbox_depth = 0  # webhook mode: updates stored and not yet settled (read by /readyz, /metrics)
         self._connection = connection
         self._sender = sender
         self._edge = edge
@@ -129,15 +145,21 @@ class TelegramIntake:
         if self._connection.started:
             return
         self._closing = False
-        await self._connection.open(self._core.commands)
+        await self._connection.open(self._core.commands, drop_webhook=self._webhook is None)
         try:
             if self._core.state is not None:
                 self._ledger = UpdateLedger.parse(await self._core.state.get_adapter_state(self._state_key))
                 self._persisted = self._ledger.dump()
+            if self._webhook is not None:
+                await self._webhook.register(self._connection)
         except BaseException:
             await self._connection.close()
             raise
         self._polled_at = self._monotonic()
+        if self._webhook is not None:
+            self._poll_task = asyncio.create_task(self._drain(self._webhook), name="telegram-webhook-inbox")
+            log.info("telegram: taking webhook updates as bot %s", self._connection.bot.id)
+            return
         self._poll_task = asyncio.create_task(self._poll(), name="telegram-polling")
         log.info("telegram: polling as bot %s", self._connection.bot.id)
 
@@ -170,7 +192,10 @@ class TelegramIntake:
             persisting.cancel()
             await asyncio.gather(persisting, return_exceptions=True)
         await self._persist()  # the ledger's last marks, before the offset confirms them to Telegram
-        await self._confirm_handled()
+        if self._webhook is not None:
+            await self._webhook.unregister(self._connection)
+        else:
+            await self._confirm_handled()
         await self._connection.close()
         log.info("telegram: stopped")
 
@@ -187,13 +212,16 @@ class TelegramIntake:
         await asyncio.wait({poll})
         failure = None if poll.cancelled() else poll.exception()
         reason = f" ({type(failure).__name__})" if failure is not None else ""
-        return f"telegram: polling for updates ended{reason}"
+        what = "taking webhook updates" if self._webhook is not None else "polling for updates"
+        return f"telegram: {what} ended{reason}"
 
     def ready(self) -> str | None:
         """core.ports.BaseIntake: not ready before start, while stopping, and once no long poll
         (getUpdates) completed for `stale_after` seconds."""
         if self._poll_task is None or self._closing:
-            return "not polling"
+            return "not polling" if self._webhook is None else "not taking webhook updates"
+        if self._webhook is not None:
+            return None  # nothing to go stale: Telegram delivers when it has something
         waited = self._monotonic() - self._polled_at
         if waited > self._stale_after:
             return f"no long poll completed for {waited:.0f} s"
@@ -257,6 +285,77 @@ class TelegramIntake:
                     async with asyncio.timeout(self._repoll_interval):
                         await self._progress.wait()
 
+    # --- the webhook's inbox ----------------------------------------------------------------------
+
+    async def accept(self, update_id: int, body: str) -> bool:
+        """A delivered update (its id and JSON), stored durably in the inbox before its 200 is answered;
+        False: it is stored already (a redelivery), a no-op. On the core's loop (the HTTP service's
+        route calls it through its bridge); before the start too: the start takes what is stored.
+
+        Raises:
+            RuntimeError: not in webhook mode. Whatever the store raises (nothing stored: no 200).
+        """
+        if self._webhook is None:
+            raise RuntimeError("the Telegram intake is polling, not taking webhook updates")
+        stored = await self._webhook.inbox.put(PLATFORM, update_id, body)
+        if stored:
+            self.inbox_depth += 1
+            self._arrived.set()
+        return stored
+
+    async def _drain(self, webhook: WebhookSetup) -> None:
+        """Take the stored updates in update-id order, each begun as a polled one (`_take`), until the stop."""
+        inbox = webhook.inbox
+        failures = 0
+        tidied: float | None = None
+        while not self._closing:
+            self._arrived.clear()  # before the read: an update stored during it is not missed
+            try:
+                if tidied is None or self._monotonic() - tidied >= TIDY_SECONDS:
+                    # First at the start, before any row is opened: transit keys past their life go first.
+                    await inbox.tidy()
+                    tidied = self._monotonic()
+                # A copy made before the read: an update settled after it was made is skipped even if the
+                # read still sees its body, and one settled before it is not seen by the read.
+                stored = await inbox.take(PLATFORM, TAKE_LIMIT, skip=frozenset(self._inflight))
+                self.inbox_depth = await inbox.depth(PLATFORM)
+            except Exception as exc:  # noqa: BLE001 - the inbox is read again; its rows wait there
+                failures += 1
+                log.warning("telegram: reading the webhook inbox failed (%s), attempt %d", type(exc).__name__, failures)
+                await self._connection.sleep(min(self._edge.send_backoff * 2 ** min(failures, 7), 60.0))
+                continue
+            failures = 0
+            self._polled_at = self._monotonic()
+            for row in stored:
+                self._inflight.add(row.update_id)
+                update = self._connection.parse(row.body)
+                if isinstance(update, UnparsableUpdate):
+                    log.warning(
+                        "telegram: update %s (%s, %d bytes) cannot be parsed; skipped",
+                        row.update_id,
+                        update.kind,
+                        update.size,
+                    )
+                    await self._settled(row.update_id)
+                    continue
+                self._take(update)
+            if not stored:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._repoll_interval):
+                        await self._arrived.wait()
+
+    async def _settled(self, update_id: int) -> None:
+        """Webhook mode: the core's outcome for the update is in; its row is settled (body deleted)."""
+        if self._webhook is None:
+            return
+        try:
+            await self._webhook.inbox.done(PLATFORM, update_id)
+        except Exception as exc:  # noqa: BLE001 - left stored: the next start takes it, a no-op by its inbox key
+            log.warning("telegram: settling update %s in the inbox failed (%s)", update_id, type(exc).__name__)
+            return
+        self._inflight.discard(update_id)
+        self.inbox_depth = max(self.inbox_depth - 1, 0)
+
     async def _skip(self, unparsable: list[UnparsableUpdate]) -> None:
         """Settle each update python-telegram-bot could not parse, with one log line of its id, kind and
         size (never its content): fetching it again cannot help. Called after the rest of its batch is
@@ -295,6 +394,7 @@ class TelegramIntake:
         if outcome is not None and not acknowledged(outcome):
             return  # cut off by the stop: left unconfirmed, Telegram offers it again after the restart
         self._ledger.finish(update.update_id)
+        await self._settled(update.update_id)
         self._progress.set()
         if update.callback_query is not None:
             await self._persist()  # a press redelivered would run its command again: no inbox key holds it

@@ -95,7 +95,7 @@ class UpdatesRequest(BotAPIRequest):
         kept = []
         parsed: list[Update] = []
         for update in result:
-            unparsable = _unparsable(update, self._bot, parsed)
+            unparsable = parse_one(update, self._bot, parsed)
             if unparsable is None:
                 kept.append(update)
             else:
@@ -109,7 +109,7 @@ class UpdatesRequest(BotAPIRequest):
         return json.dumps({**data, "result": kept}, ensure_ascii=False).encode()
 
 
-def _unparsable(update: Any, bot: Bot | None, parsed: list[Update]) -> UnparsableUpdate | None:
+def parse_one(update: Any, bot: Bot | None, parsed: list[Update]) -> UnparsableUpdate | None:
     """None when python-telegram-bot parses `update` (with `bot`, appended to `parsed`); else what a log may say of it."""
     try:
         parsed.append(Update.de_json(update, bot))

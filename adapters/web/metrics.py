@@ -8,7 +8,9 @@ first moved is itself something to keep to oneself.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
 # Process-wide in prometheus-client: counters and histograms without their `_created` timestamps.
 disable_created_metrics()
@@ -80,6 +82,16 @@ class PrometheusMetrics:
             buckets=_WRITE_BUCKETS,
             registry=r,
         )
+        self._webhook_refused = Counter(
+            "companion_webhook_refused",
+            "Webhook deliveries refused for a missing or wrong secret token.",
+            registry=r,
+        )
+        self._inbox = Gauge(
+            "companion_webhook_inbox_depth",
+            "Webhook updates stored and not yet handled (0 when Telegram is polled).",
+            registry=r,
+        )
         self._reasons: set[str] = set()
         # Every series known in advance exists from the start, at zero.
         for platform in PLATFORMS:
@@ -127,6 +139,15 @@ class PrometheusMetrics:
 
     def database_write(self, what: str, seconds: float) -> None:
         self._writes.labels(_one_of(what, WRITES)).observe(max(seconds, 0.0))
+
+    # --- the webhook (not core.ports.Metrics: the HTTP service's own) --------------------------------
+
+    def webhook_refused(self) -> None:
+        self._webhook_refused.inc()
+
+    def watch_inbox(self, depth: Callable[[], int]) -> None:
+        """The inbox's depth, read at each scrape."""
+        self._inbox.set_function(lambda: float(depth()))
 
     # --- GET /metrics -----------------------------------------------------------------------------
 

@@ -97,10 +97,17 @@ class Operators:
     """The operator endpoints. `checks`: each configured adapter's `ready()`, by name; the database
     probe and the service itself (not once its stop began) are checked too."""
 
-    def __init__(self, probe: DatabaseProbe, checks: Sequence[ReadyCheck], metrics: PrometheusMetrics | None) -> None:
+    def __init__(
+        self,
+        probe: DatabaseProbe,
+        checks: Sequence[ReadyCheck],
+        metrics: PrometheusMetrics | None,
+        numbers: Sequence[tuple[str, Callable[[], int]]] = (),
+    ) -> None:
         self._probe = probe
         self._checks = list(checks)
         self._metrics = metrics
+        self._numbers = list(numbers)  # shown by /readyz as they are: a count, nothing else (the inbox's depth)
 
     def install(self, app: web.Application) -> None:
         app.router.add_get("/livez", self._livez)
@@ -136,7 +143,13 @@ class Operators:
     async def _readyz(self, request: web.Request) -> web.StreamResponse:
         parts = self.readiness(request.app[SERVICE].ready)
         failing = sorted(name for name, state in parts.items() if state != "ok")
-        body = {"status": "ready" if not failing else "not ready", "failing": failing, "parts": parts}
+        body: dict[str, object] = {
+            "status": "ready" if not failing else "not ready",
+            "failing": failing,
+            "parts": parts,
+        }
+        for name, number in self._numbers:
+            body[name] = int(number())
         return web.json_response(body, status=503 if failing else 200)
 
     async def _render_metrics(self, request: web.Request) -> web.StreamResponse:

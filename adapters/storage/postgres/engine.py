@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from adapters.storage.engine import POSTGRES, Counters, Fetch, Ref, Result, Statement
+from adapters.storage.inbox import TransitKeys
 from adapters.storage.intervals import bind_segments
 from adapters.storage.keys import KeyDir, KeyDirError
 from adapters.storage.postgres.errors import OLDEST_SERVER, PostgresUrl, extra_missing, parse_url, too_old, translate
@@ -74,6 +75,8 @@ class PostgresDatabase:
         # COMPANION_KEY_DIR: where the private intervals' keys live (adapters/storage/keys.py), never in the database.
         self.key_dir = key_dir
         self.keys = None if key_dir is None else KeyDir(key_dir)
+        # The webhook inbox's transit keys (adapters/storage/inbox.py), in a folder of their own inside it.
+        self.transit = None if key_dir is None else TransitKeys(KeyDir(key_dir / "transit"))
         self.sealer: Sealer = Unkeyed()
         self._no_cryptography = False
         if self.keys is not None:
@@ -112,6 +115,8 @@ class PostgresDatabase:
         if self.keys is not None:  # a folder others may read, or not ours, refuses the start in one line
             try:
                 await asyncio.to_thread(self.keys.ensure)
+                if self.transit is not None:
+                    await asyncio.to_thread(self.transit.keys.ensure)
             except OSError as exc:
                 raise KeyDirError(
                     f"COMPANION_KEY_DIR: {self.keys.path} cannot be created ({type(exc).__name__})"
