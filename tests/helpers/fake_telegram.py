@@ -1,4 +1,4 @@
-"""FakeTelegramServer: a small Bot API server on 127.0.0.1 with long polling and error injection."""
+"""FakeTelegramServer: a small Bot API server on 127.0.0.1 with long polling, webhooks and error injection."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from tests.helpers.serving import LoopbackServer
@@ -32,6 +33,19 @@ MAX_GET_FILE_BYTES = 20 * 1024 * 1024  # getFile's limit on the hosted Bot API
 _EXTENSIONS = {"photo": "jpg", "thumb": "jpg", "voice": "oga", "audio": "mp3", "video": "mp4", "document": "bin"}
 _COMMAND = re.compile(r"^/[A-Za-z0-9_]+(?:@[A-Za-z0-9_]+)?")
 _MENTION = re.compile(r"(?<![\w@])@[A-Za-z0-9_]{3,32}")
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+WEBHOOK_CONFLICT = (
+    "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first"
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Delivery:
+    """One POST of an update to the webhook: its answer's status, or None when it timed out."""
+
+    update_id: int
+    status: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +104,14 @@ class FakeTelegramServer(LoopbackServer):
     edited" (not the bot's), "message is too long" past 4096 UTF-16 code units.
     Updates stay queued until a getUpdates call confirms them with its offset, as on
     Telegram. From another thread, call the same methods: they run on the server's loop.
+
+    Webhooks as the Bot API documents them: setWebhook (an https URL, a secret_token of 1-256 of
+    A-Z a-z 0-9 _ -), deleteWebhook, getWebhookInfo; while one is set getUpdates answers 409. The
+    public URL is only recorded: `deliver_to(target)` names where on 127.0.0.1 the updates are
+    POSTed (as a reverse proxy would pass them on), with the secret header, one at a time per chat
+    and in order, each again after an answer that is not 2xx or none within `delivery_timeout`
+    (`time_out_next` makes the next answers count as too late: Telegram delivers those again).
+    Every POST is in `deliveries`.
     """
 
     def __init__(self, token: str = "123456:TEST-token", username: str = "companion_test_bot") -> None:
@@ -138,10 +160,19 @@ class FakeTelegramServer(LoopbackServer):
         # Telegram has but whose answer has not reached the bot). Both are set from the test's thread.
         self.hold_sends = False
         self.hold_answers = False
+        self.hold_methods: set[str] = set()  # calls of these methods wait, unanswered, while named here
         self.holding = 0  # sendMessage requests waiting on either hold now
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Webhooks: what setWebhook set (None: none), where updates are POSTed, and each POST.
+        self.webhook: dict[str, Any] | None = None
+        self.webhook_target: str | None = None
+        self.delivery_timeout = 10.0
+        self.deliveries: list[Delivery] = []
+        self._late_answers = 0  # the next answers of the webhook counted as timed out
+        self._delivering_chats: set[object] = set()
+        self._delivery_task: asyncio.Task[None] | None = None
 
     # --- injecting what users do -------------------------------------------------
 
@@ -363,9 +394,93 @@ class FakeTelegramServer(LoopbackServer):
     async def aclose(self) -> None:
         """Stop serving; safe to call twice."""
         runner, self._runner = self._runner, None
+        task, self._delivery_task = self._delivery_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         if runner is not None:
             self._notify()
             await runner.cleanup()
+
+    # --- webhooks ----------------------------------------------------------------
+
+    def deliver_to(self, target: str, *, timeout: float | None = None) -> None:
+        """POST updates to `target` (http://127.0.0.1:port/path) while a webhook is set."""
+
+        def start() -> None:
+            self.webhook_target = target
+            if timeout is not None:
+                self.delivery_timeout = timeout
+            if self._delivery_task is None:
+                self._delivery_task = asyncio.get_running_loop().create_task(self._delivering())
+            self._notify()
+
+        self._in_loop(start)
+
+    def time_out_next(self, count: int = 1) -> None:
+        """Count the next `count` answers of the webhook as timed out, whatever they were (the update is
+        delivered again, as when a 200 comes after Telegram stopped waiting)."""
+        self._in_loop(lambda: setattr(self, "_late_answers", self._late_answers + count))
+
+    def delivered_ids(self) -> list[int]:
+        """The update ids the webhook answered 2xx in time for, in order."""
+        return [d.update_id for d in self.deliveries if d.status is not None and 200 <= d.status < 300]
+
+    async def _delivering(self) -> None:
+        async with aiohttp.ClientSession() as session:
+            while self._runner is not None:
+                event = self._changed
+                self._start_deliveries(session)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.2):
+                        await event.wait()
+
+    def _start_deliveries(self, session: aiohttp.ClientSession) -> None:
+        if self.webhook is None or self.webhook_target is None:
+            return
+        seen: set[object] = set()
+        for update in list(self._queue):
+            chat = _chat_of(update)
+            if chat in seen:
+                continue  # one at a time per chat, in order
+            seen.add(chat)
+            if chat in self._delivering_chats:
+                continue
+            self._delivering_chats.add(chat)
+            asyncio.get_running_loop().create_task(self._deliver(session, update, chat))
+
+    async def _deliver(self, session: aiohttp.ClientSession, update: dict[str, Any], chat: object) -> None:
+        status: int | None = None
+        try:
+            webhook, target = self.webhook, self.webhook_target
+            if webhook is None or target is None:
+                return
+            headers = {"Content-Type": "application/json"}
+            if webhook.get("secret_token"):
+                headers[SECRET_HEADER] = webhook["secret_token"]
+            try:
+                async with session.post(
+                    target,
+                    data=json.dumps(update).encode(),
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=self.delivery_timeout),
+                ) as response:
+                    await response.read()
+                    status = response.status
+            except (TimeoutError, aiohttp.ClientError):
+                status = None
+            if status is not None and self._late_answers:
+                self._late_answers -= 1
+                status = None
+            self.deliveries.append(Delivery(update["update_id"], status))
+            if status is not None and 200 <= status < 300:
+                self._queue = [u for u in self._queue if u["update_id"] != update["update_id"]]
+                self._delivered[update["update_id"]] = update
+            else:
+                await asyncio.sleep(0.1)  # Telegram waits before it tries again
+        finally:
+            self._delivering_chats.discard(chat)
+            self._notify()
 
     # --- the Bot API -------------------------------------------------------------
 
@@ -377,6 +492,7 @@ class FakeTelegramServer(LoopbackServer):
         params = await _params(request)
         self.calls.append((method, params))
         self._notify()
+        await self._while(lambda: method in self.hold_methods)
         failures = self._failures.get(method)
         if failures and (failure := failures.popleft()) is not None:
             return _error(failure)
@@ -414,7 +530,39 @@ class FakeTelegramServer(LoopbackServer):
         return self._bot_user()
 
     def _api_deleteWebhook(self, params: dict[str, Any]) -> bool:
+        self.webhook = None
+        if str(params.get("drop_pending_updates", "")).lower() == "true":
+            self._queue = []
         return True
+
+    def _api_setWebhook(self, params: dict[str, Any]) -> bool | Failure:
+        url = str(params.get("url") or "")
+        if not url:  # an empty URL removes the webhook, as deleteWebhook
+            return self._api_deleteWebhook(params)
+        if not url.startswith("https://"):
+            return Failure(400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook")
+        secret = params.get("secret_token")
+        if secret is not None and not _WEBHOOK_SECRET.fullmatch(str(secret)):
+            return Failure(400, "Bad Request: secret token contains unallowed characters")
+        if "allowed_updates" in params:
+            self.allowed_updates = list(_json_value(params["allowed_updates"]) or [])
+        if str(params.get("drop_pending_updates", "")).lower() == "true":
+            self._queue = []
+        self.webhook = {"url": url, "secret_token": secret, "allowed_updates": self.allowed_updates}
+        return True
+
+    def _api_getWebhookInfo(self, params: dict[str, Any]) -> dict[str, Any]:
+        webhook = self.webhook or {}
+        info: dict[str, Any] = {
+            "url": webhook.get("url", ""),
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._queue),
+        }
+        if webhook:
+            info["max_connections"] = 40
+            if self.allowed_updates is not None:
+                info["allowed_updates"] = self.allowed_updates
+        return info
 
     def _api_setMyCommands(self, params: dict[str, Any]) -> bool:
         self.commands = list(_json_value(params.get("commands")) or [])
@@ -563,7 +711,9 @@ class FakeTelegramServer(LoopbackServer):
             "document": {"file_id": f"doc{self.sent[-1].message_id}", "file_unique_id": "u", "file_name": filename},
         }
 
-    async def _api_getUpdates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+    async def _api_getUpdates(self, params: dict[str, Any]) -> list[dict[str, Any]] | Failure:
+        if self.webhook is not None:
+            return Failure(409, WEBHOOK_CONFLICT)
         offset = int(params["offset"]) if params.get("offset") not in (None, "") else None
         timeout = float(params.get("timeout") or 0)
         limit = int(params.get("limit") or 100)
@@ -803,6 +953,15 @@ class FakeTelegramServer(LoopbackServer):
 
         loop.call_soon_threadsafe(run)
         return future.result(timeout=10)
+
+
+def _chat_of(update: dict[str, Any]) -> object:
+    """The chat an update belongs to (its deliveries are in order), or its own id when it has none."""
+    for kind in ("message", "edited_message", "channel_post"):
+        if kind in update:
+            return update[kind]["chat"]["id"]
+    message = update.get("callback_query", {}).get("message")
+    return message["chat"]["id"] if message else ("update", update["update_id"])
 
 
 _UPDATE_TYPES = ("message", "edited_message", "channel_post", "callback_query", "chat_member", "message_reaction")
