@@ -2935,4 +2935,85 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    kept = list(items)",
         also=("tests/core/test_context_read_ahead.py",),
     ),
+    # --- Telegram webhooks and their inbox (issue 33) ---------------------------------------------
+    M(
+        "webhook-wrong-secret-accepted",  # anyone who finds the URL could speak as any user
+        PRIVACY,
+        '        if not hmac.compare_digest(given.encode("utf-8", "replace"), self._secret):',
+        "        if False:",
+        also=(
+            "tests/bot/test_webhook_wire.py::test_a_delivery_without_the_secret_or_with_a_wrong_one_is_refused_and_stored_nowhere",
+        ),
+    ),
+    M(
+        "webhook-missing-secret-not-refused",
+        PRIVACY,
+        "        if given is None:\n            self._refused()\n            return web.Response(status=401)",
+        "        if given is None:\n            given = ''",
+        also=(
+            "tests/bot/test_webhook_wire.py::test_a_delivery_without_the_secret_or_with_a_wrong_one_is_refused_and_stored_nowhere",
+        ),
+    ),
+    M(
+        "webhook-csrf-skipped-for-every-route",  # the webhook's exemption from the CSRF check taken by every route
+        PRIVACY,
+        "        if request.method not in UNSAFE_METHODS or getattr(request.match_info.handler, _BY_SECRET, False):",
+        "        if request.method not in UNSAFE_METHODS or True:",
+        also=("tests/adapters/test_web_auth.py",),
+    ),
+    M(
+        "webhook-200-for-an-update-not-stored",  # Telegram drops what it got a 200 for: lost
+        RELIABILITY,
+        "            return web.Response(status=503)\n        return web.Response(status=200)",
+        "            return web.Response(status=200)\n        return web.Response(status=200)",
+        also=("tests/bot/test_webhook_wire.py::test_an_update_the_inbox_cannot_store_is_refused_and_delivered_again",),
+    ),
+    M(
+        "webhook-redelivery-stored-again",  # an update Telegram delivers again after its lost 200 is handled twice
+        RELIABILITY,
+        '                " ON CONFLICT (platform, update_id) DO NOTHING",',
+        '                " ON CONFLICT (platform, update_id) DO UPDATE SET body = excluded.body,'
+        ' key_id = excluded.key_id, handled_at = NULL",',
+        also=(
+            "tests/adapters/store/test_inbox_contract.py",
+            "tests/bot/test_webhook_wire.py::test_an_update_redelivered_after_a_timeout_is_answered_once",
+        ),
+    ),
+    M(
+        "webhook-update-in-hand-taken-again",  # a stored update taken again while its turn runs
+        RELIABILITY,
+        "                stored = await inbox.take(PLATFORM, TAKE_LIMIT, skip=frozenset(self._inflight))",
+        "                stored = await inbox.take(PLATFORM, TAKE_LIMIT, skip=frozenset())",
+        also=("tests/bot/test_webhook_wire.py::test_an_update_redelivered_after_a_timeout_is_answered_once",),
+    ),
+    M(
+        "webhook-inbox-body-not-sealed",  # PostgreSQL's WAL and backups would keep a private message readable
+        PRIVACY,
+        "            stored = self._transit.seal(key_id, _place(platform, update_id), body)",
+        "            stored = body",
+        also=("tests/adapters/store/test_inbox_contract.py",),
+    ),
+    M(
+        "webhook-handled-body-kept",  # the inbox keeps every update's words after it was answered
+        PRIVACY,
+        "        self._ledger.finish(update.update_id)\n        await self._settled(update.update_id)\n",
+        "        self._ledger.finish(update.update_id)\n",
+        also=(
+            "tests/bot/test_webhook_wire.py::test_webhook_updates_of_several_chats_are_answered_once_and_in_order_and_a_clean_stop_removes_the_webhook",
+        ),
+    ),
+    M(
+        "webhook-transit-key-kept-after-its-rows",  # a key no row needs outlives them: the WAL stays readable
+        PRIVACY,
+        "            lambda: self.keys.reconcile(set(needed), spare_after=now - TRANSIT_SEAL_SECONDS - SPARE_SECONDS)",
+        "            lambda: None",
+        also=("tests/adapters/store/test_inbox_contract.py",),
+    ),
+    M(
+        "webhook-transit-key-expiry-ignored",  # a row left past its key's life would still open
+        PRIVACY,
+        "        expired = await asyncio.to_thread(self.keys.expire, now)",
+        "        expired: list[str] = []",
+        also=("tests/adapters/store/test_inbox_contract.py",),
+    ),
 )

@@ -77,9 +77,9 @@ class TransitKeys:
             raise KeyLost("the transit key is gone")
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-        nonce = secrets.token_bytes(NONCE_BYTES)
-        sealed = AESGCM(key).encrypt(nonce, text.encode("utf-8"), place.encode("ascii"))
-        return PREFIX + base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode("ascii")
+        fresh = secrets.token_bytes(NONCE_BYTES)  # a random nonce per body, as sealing.py's
+        sealed = AESGCM(key).encrypt(fresh, text.encode("utf-8"), place.encode("ascii"))
+        return PREFIX + base64.urlsafe_b64encode(fresh + sealed).rstrip(b"=").decode("ascii")
 
     def open(self, key_id: str, place: str, stored: str) -> str | None:
         """The body sealed for `place`, or None when its key is gone.
