@@ -2959,7 +2959,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         PRIVACY,
         "        if request.method not in UNSAFE_METHODS or getattr(request.match_info.handler, _BY_SECRET, False):",
         "        if request.method not in UNSAFE_METHODS or True:",
-        also=("tests/adapters/test_web_auth.py",),
+        also=("tests/adapters/test_web_service.py",),
     ),
     M(
         "webhook-200-for-an-update-not-stored",  # Telegram drops what it got a 200 for: lost
