@@ -2942,6 +2942,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         '        if not hmac.compare_digest(given.encode("utf-8", "replace"), self._secret):',
         "        if False:",
         also=(
+            "tests/adapters/test_web_webhook.py",
             "tests/bot/test_webhook_wire.py::test_a_delivery_without_the_secret_or_with_a_wrong_one_is_refused_and_stored_nowhere",
         ),
     ),
@@ -2951,6 +2952,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if given is None:\n            self._refused()\n            return web.Response(status=401)",
         "        if given is None:\n            given = ''",
         also=(
+            "tests/adapters/test_web_webhook.py",
             "tests/bot/test_webhook_wire.py::test_a_delivery_without_the_secret_or_with_a_wrong_one_is_refused_and_stored_nowhere",
         ),
     ),
@@ -2966,7 +2968,10 @@ MUTATIONS: tuple[Mutation, ...] = (
         RELIABILITY,
         "            return web.Response(status=503)\n        return web.Response(status=200)",
         "            return web.Response(status=200)\n        return web.Response(status=200)",
-        also=("tests/bot/test_webhook_wire.py::test_an_update_the_inbox_cannot_store_is_refused_and_delivered_again",),
+        also=(
+            "tests/adapters/test_web_webhook.py",
+            "tests/bot/test_webhook_wire.py::test_an_update_the_inbox_cannot_store_is_refused_and_delivered_again",
+        ),
     ),
     M(
         "webhook-redelivery-stored-again",  # an update Telegram delivers again after its lost 200 is handled twice
