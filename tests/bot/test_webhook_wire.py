@@ -261,6 +261,11 @@ def test_an_update_the_inbox_cannot_store_is_refused_and_delivered_again(hooked:
             "such as https://companion.example.com/telegram/webhook",
         ),
         (
+            {"COMPANION_TELEGRAM_WEBHOOK_URL": "https://companion.example.com/login"},
+            "companion: COMPANION_TELEGRAM_WEBHOOK_URL: its path /login is one of the HTTP service's own pages; "
+            "choose another, such as https://companion.example.com/telegram/webhook",
+        ),
+        (
             {"COMPANION_TELEGRAM_WEBHOOK_SECRET": ""},
             "companion: COMPANION_TELEGRAM_WEBHOOK_SECRET: must be set with COMPANION_TELEGRAM_WEBHOOK_URL: 1 to 256 "
             "characters of A-Z, a-z, 0-9, _ and -, which Telegram sends back with every delivery",
@@ -276,7 +281,7 @@ def test_an_update_the_inbox_cannot_store_is_refused_and_delivered_again(hooked:
             "COMPANION_HTTP_PORT (the default is 8765) and put the reverse proxy in front of it",
         ),
     ],
-    ids=["http", "no-path", "no-secret", "bad-secret", "no-http-service"],
+    ids=["http", "no-path", "a-page-of-the-service", "no-secret", "bad-secret", "no-http-service"],
 )
 @pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
 def test_a_webhook_misconfigured_stops_the_start_with_one_line(

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -455,7 +456,8 @@ class FakeTelegramServer(LoopbackServer):
             webhook, target = self.webhook, self.webhook_target
             if webhook is None or target is None:
                 return
-            headers = {"Content-Type": "application/json"}
+            # Under the public URL's host, as a reverse proxy passes Telegram's request on.
+            headers = {"Content-Type": "application/json", "Host": urlsplit(webhook["url"]).netloc}
             if webhook.get("secret_token"):
                 headers[SECRET_HEADER] = webhook["secret_token"]
             try:
