@@ -137,10 +137,12 @@ class TelegramIntake:
         return f"telegram:offset:{self._connection.bot.id}"
 
     async def start(self) -> None:
-        """Check the token (getMe), register the commands, and begin polling.
+        """Check the token (getMe), register the commands, and begin polling; or, with a webhook, set it
+        (setWebhook) and begin taking the inbox's updates, those a crash left first.
 
         Raises:
-            TelegramStartError: the token was rejected or the Bot API server was unreachable.
+            TelegramStartError: the token was rejected, the Bot API server was unreachable, or Telegram
+                refused the webhook.
         """
         if self._connection.started:
             return
@@ -175,8 +177,8 @@ class TelegramIntake:
 
     async def aclose(self) -> None:
         """Stop intake, wait for the outcomes still coming (bounded: the core's stop has finished or
-        cut off every turn by now), confirm what was handled, then close the connection; safe to
-        call twice."""
+        cut off every turn by now), confirm what was handled (with a webhook: remove it, when its
+        `removes_at_stop` says so), then close the connection; safe to call twice."""
         if not self._connection.started:
             return
         await self.stop_intake()
