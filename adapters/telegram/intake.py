@@ -107,6 +107,7 @@ class TelegramIntake:
         self._inflight: set[int] = set()  # webhook mode: the stored updates taken and not yet settled
         self._arrived = asyncio.Event()  # webhook mode: an update was stored
         self.inbox_depth = 0  # webhook mode: updates stored and not yet settled (read by /readyz, /metrics)
+        self._inbox_failure: str | None = None  # webhook mode: why the last read of the inbox failed
         self._connection = connection
         self._sender = sender
         self._edge = edge
@@ -219,11 +220,11 @@ class TelegramIntake:
 
     def ready(self) -> str | None:
         """core.ports.BaseIntake: not ready before start, while stopping, and once no long poll
-        (getUpdates) completed for `stale_after` seconds."""
+        (getUpdates) completed for `stale_after` seconds; with a webhook, while its inbox cannot be read."""
         if self._poll_task is None or self._closing:
             return "not polling" if self._webhook is None else "not taking webhook updates"
-        if self._webhook is not None:
-            return None  # nothing to go stale: Telegram delivers when it has something
+        if self._webhook is not None:  # nothing to go stale: Telegram delivers when it has something
+            return self._inbox_failure
         waited = self._monotonic() - self._polled_at
         if waited > self._stale_after:
             return f"no long poll completed for {waited:.0f} s"
@@ -323,10 +324,12 @@ class TelegramIntake:
                 self.inbox_depth = await inbox.depth(PLATFORM)
             except Exception as exc:  # noqa: BLE001 - the inbox is read again; its rows wait there
                 failures += 1
+                self._inbox_failure = f"the webhook inbox cannot be read ({type(exc).__name__})"
                 log.warning("telegram: reading the webhook inbox failed (%s), attempt %d", type(exc).__name__, failures)
                 await self._connection.sleep(min(self._edge.send_backoff * 2 ** min(failures, 7), 60.0))
                 continue
             failures = 0
+            self._inbox_failure = None
             self._polled_at = self._monotonic()
             for row in stored:
                 self._inflight.add(row.update_id)
