@@ -67,6 +67,39 @@ async def telegram_get_me(
     return Finding(True, "ok", f"{shown} answers getMe")
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class WebhookInfo:
+    """What getWebhookInfo says: the URL Telegram delivers to ("" when none is set), the updates it holds,
+    and its last delivery error (a status in Telegram's words; it holds no one's text), if any."""
+
+    url: str
+    pending: int | None
+    last_error: str | None
+
+
+async def telegram_webhook_info(
+    token: str, base_url: str | None = None, *, seconds: float = 15.0, transport: httpx.AsyncBaseTransport | None = None
+) -> WebhookInfo | Finding:
+    """getWebhookInfo with the token; a Finding (not ok) when it cannot be asked."""
+    base = base_url or TELEGRAM_API
+    async with _client(seconds, transport) as http:
+        try:
+            response = await http.get(f"{base}{token}/getWebhookInfo")
+            result = response.json().get("result") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            return Finding(False, "unreachable", f"getWebhookInfo failed ({type(exc).__name__})")
+    if not isinstance(result, dict):
+        return Finding(False, "error", f"getWebhookInfo answered {response.status_code}")
+    url = result.get("url")
+    pending = result.get("pending_update_count")
+    error = result.get("last_error_message")
+    return WebhookInfo(
+        url if isinstance(url, str) else "",
+        pending if isinstance(pending, int) and not isinstance(pending, bool) else None,
+        error[:200] if isinstance(error, str) and error else None,
+    )
+
+
 async def discord_me(
     token: str, api_base: str | None = None, *, seconds: float = 15.0, transport: httpx.AsyncBaseTransport | None = None
 ) -> tuple[Finding, Finding | None]:

@@ -307,7 +307,35 @@ async def _telegram_section(settings: Settings) -> Section | None:
         )
     else:
         section.add(FAIL, f"token: {found.seen}: check the network, or COMPANION_TELEGRAM_BASE_URL")
+    if found.ok:
+        await _telegram_webhook(settings, section)
     return section
+
+
+async def _telegram_webhook(settings: Settings, section: Section) -> None:
+    """What Telegram says of the webhook, beside what the settings ask for (polling, or this URL)."""
+    from adapters.probes import Finding, telegram_webhook_info
+
+    if settings.telegram_token is None:
+        return
+    info = await telegram_webhook_info(settings.telegram_token.get_secret_value(), settings.telegram_base_url)
+    if isinstance(info, Finding):
+        section.add(WARN, f"webhook: {info.seen}")
+        return
+    wanted = settings.telegram_webhook_url
+    pending = f", {info.pending} updates waiting at Telegram" if info.pending else ""
+    if wanted is None:
+        if info.url:
+            section.add(WARN, f"webhook: one is set ({info.url}); `companion run` removes it, to poll{pending}")
+        return
+    if info.url == wanted:
+        section.add(OK, f"webhook: set to {wanted}{pending}")
+    elif info.url:
+        section.add(WARN, f"webhook: Telegram delivers to {info.url}; `companion run` sets {wanted}{pending}")
+    else:
+        section.add(INFO, f"webhook: not set; `companion run` sets {wanted}{pending}")
+    if info.last_error is not None:
+        section.add(WARN, f"webhook: Telegram's last delivery failed: {info.last_error} (check the proxy and its TLS)")
 
 
 async def _discord_section(settings: Settings) -> Section | None:

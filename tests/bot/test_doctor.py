@@ -14,7 +14,7 @@ from aiohttp import web
 
 from adapters.storage.stores import Stores, open_stores
 from bot.cli import _check_db_path
-from bot.doctor import FAIL, INFO, OK, Report, diagnose
+from bot.doctor import FAIL, INFO, OK, WARN, Report, diagnose
 from bot.instance import RUN, InstanceLock
 from bot.settings import Settings
 from tests.helpers.fake_discord import FakeDiscordServer
@@ -396,6 +396,36 @@ async def test_a_refused_telegram_token_names_the_setting_and_botfather(tmp_path
     report = await doctor(settings)
 
     assert failing(report, "Telegram refused the token", "@BotFather", "COMPANION_TELEGRAM_TOKEN")
+
+
+async def test_the_webhook_telegram_holds_is_shown_beside_the_one_the_settings_ask_for(tmp_path, telegram) -> None:
+    url = "https://companion.example.com/telegram/hook"
+    hooked = settings_for(
+        tmp_path,
+        telegram_token=TELEGRAM_TOKEN,
+        telegram_base_url=telegram.base_url,
+        telegram_webhook_url=url,
+        telegram_webhook_secret="s3cret",
+        allowed_users="telegram:1",
+    )
+    polling = settings_for(
+        tmp_path, telegram_token=TELEGRAM_TOKEN, telegram_base_url=telegram.base_url, allowed_users="telegram:1"
+    )
+
+    not_yet = await doctor(hooked)
+    telegram.webhook = {"url": url, "secret_token": "s3cret"}
+    telegram.last_webhook_error = "Wrong response from the webhook: 503 Service Unavailable"
+    set_now = await doctor(hooked)
+    left_set = await doctor(polling)
+
+    assert f"webhook: not set; `companion run` sets {url}" in lines(not_yet, INFO)
+    assert f"webhook: set to {url}" in lines(set_now, OK)
+    assert (
+        "webhook: Telegram's last delivery failed: Wrong response from the webhook: 503 Service Unavailable "
+        "(check the proxy and its TLS)"
+    ) in lines(set_now, WARN)
+    assert f"webhook: one is set ({url}); `companion run` removes it, to poll" in lines(left_set, WARN)
+    assert not any("s3cret" in text for text in lines(set_now))
 
 
 async def test_an_unreachable_telegram_api_is_its_own_line(tmp_path) -> None:

@@ -171,6 +171,7 @@ class FakeTelegramServer(LoopbackServer):
         self.webhook_target: str | None = None
         self.delivery_timeout = 10.0
         self.deliveries: list[Delivery] = []
+        self.last_webhook_error: str | None = None  # getWebhookInfo's last_error_message
         self._late_answers = 0  # the next answers of the webhook counted as timed out
         self._delivering_chats: set[object] = set()
         self._delivery_task: asyncio.Task[None] | None = None
@@ -479,6 +480,11 @@ class FakeTelegramServer(LoopbackServer):
                 self._queue = [u for u in self._queue if u["update_id"] != update["update_id"]]
                 self._delivered[update["update_id"]] = update
             else:
+                self.last_webhook_error = (
+                    f"Wrong response from the webhook: {status} {_STATUS_TEXT.get(status, '')}".rstrip()
+                    if status is not None
+                    else "Connection timed out"
+                )
                 await asyncio.sleep(0.1)  # Telegram waits before it tries again
         finally:
             self._delivering_chats.discard(chat)
@@ -562,6 +568,9 @@ class FakeTelegramServer(LoopbackServer):
         }
         if webhook:
             info["max_connections"] = 40
+            if self.last_webhook_error is not None:
+                info["last_error_date"] = int(time.time())
+                info["last_error_message"] = self.last_webhook_error
             if self.allowed_updates is not None:
                 info["allowed_updates"] = self.allowed_updates
         return info
