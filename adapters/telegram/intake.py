@@ -40,7 +40,7 @@ from adapters.telegram.media import MEDIA, media_of
 from adapters.telegram.sender import TelegramSender
 from adapters.telegram.text import Entity, group_text
 from adapters.telegram.updates import UnparsableUpdate
-from adapters.telegram.webhook import PLATFORM, WebhookSetup
+from adapters.telegram.webhook import InboxReader, StoredUpdate, WebhookSetup
 from core.ports.chat import ChatCore
 from core.values.edge import EdgeSettings, Outcome, acknowledged
 from core.values.model import InboundMessage
@@ -54,11 +54,6 @@ LEDGER_SECONDS = 0.5
 
 # What getUpdates asks for: messages, edits of them (issue 15), and presses of confirmation buttons.
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
-
-# Webhook mode: how many stored updates one read of the inbox takes, and how often the inbox is tidied
-# (handled rows past their day deleted, transit keys no row needs shredded).
-TAKE_LIMIT = 100
-TIDY_SECONDS = 60.0
 
 # What is handed to the core: messages with words or media, and edits of words and of captions (a
 # caption is a media message's words: core/turn/edits.py). Service messages (a member joining) are not.
@@ -104,10 +99,17 @@ class TelegramIntake:
     ) -> None:
         self._core = core
         self._webhook = webhook
-        self._inflight: set[int] = set()  # webhook mode: the stored updates taken and not yet settled
-        self._arrived = asyncio.Event()  # webhook mode: an update was stored
-        self.inbox_depth = 0  # webhook mode: updates stored and not yet settled (read by /readyz, /metrics)
-        self._inbox_failure: str | None = None  # webhook mode: why the last read of the inbox failed
+        self._inbox = (
+            None
+            if webhook is None
+            else InboxReader(
+                webhook,
+                sleep=connection.sleep,
+                backoff=edge.send_backoff,
+                repoll_interval=repoll_interval,
+                monotonic=monotonic,
+            )
+        )
         self._connection = connection
         self._sender = sender
         self._edge = edge
@@ -159,8 +161,9 @@ class TelegramIntake:
             await self._connection.close()
             raise
         self._polled_at = self._monotonic()
-        if self._webhook is not None:
-            self._poll_task = asyncio.create_task(self._drain(self._webhook), name="telegram-webhook-inbox")
+        if self._inbox is not None:
+            reading = self._inbox.run(self._begin_stored, closing=lambda: self._closing)
+            self._poll_task = asyncio.create_task(reading, name="telegram-webhook-inbox")
             log.info("telegram: taking webhook updates as bot %s", self._connection.bot.id)
             return
         self._poll_task = asyncio.create_task(self._poll(), name="telegram-polling")
@@ -223,8 +226,8 @@ class TelegramIntake:
         (getUpdates) completed for `stale_after` seconds; with a webhook, while its inbox cannot be read."""
         if self._poll_task is None or self._closing:
             return "not polling" if self._webhook is None else "not taking webhook updates"
-        if self._webhook is not None:  # nothing to go stale: Telegram delivers when it has something
-            return self._inbox_failure
+        if self._inbox is not None:  # nothing to go stale: Telegram delivers when it has something
+            return self._inbox.failure
         waited = self._monotonic() - self._polled_at
         if waited > self._stale_after:
             return f"no long poll completed for {waited:.0f} s"
@@ -288,7 +291,7 @@ class TelegramIntake:
                     async with asyncio.timeout(self._repoll_interval):
                         await self._progress.wait()
 
-    # --- the webhook's inbox ----------------------------------------------------------------------
+    # --- the webhook's inbox (adapters/telegram/webhook.py `InboxReader`) -------------------------
 
     async def accept(self, update_id: int, body: str) -> bool:
         """A delivered update (its id and JSON), stored durably in the inbox before its 200 is answered;
@@ -298,68 +301,30 @@ class TelegramIntake:
         Raises:
             RuntimeError: not in webhook mode. Whatever the store raises (nothing stored: no 200).
         """
-        if self._webhook is None:
+        if self._inbox is None:
             raise RuntimeError("the Telegram intake is polling, not taking webhook updates")
-        stored = await self._webhook.inbox.put(PLATFORM, update_id, body)
-        if stored:
-            self.inbox_depth += 1
-            self._arrived.set()
-        return stored
+        return await self._inbox.accept(update_id, body)
 
-    async def _drain(self, webhook: WebhookSetup) -> None:
-        """Take the stored updates in update-id order, each begun as a polled one (`_take`), until the stop."""
-        inbox = webhook.inbox
-        failures = 0
-        tidied: float | None = None
-        while not self._closing:
-            self._arrived.clear()  # before the read: an update stored during it is not missed
-            try:
-                if tidied is None or self._monotonic() - tidied >= TIDY_SECONDS:
-                    # First at the start, before any row is opened: transit keys past their life go first.
-                    await inbox.tidy()
-                    tidied = self._monotonic()
-                # A copy made before the read: an update settled after it was made is skipped even if the
-                # read still sees its body, and one settled before it is not seen by the read.
-                stored = await inbox.take(PLATFORM, TAKE_LIMIT, skip=frozenset(self._inflight))
-                self.inbox_depth = await inbox.depth(PLATFORM)
-            except Exception as exc:  # noqa: BLE001 - the inbox is read again; its rows wait there
-                failures += 1
-                self._inbox_failure = f"the webhook inbox cannot be read ({type(exc).__name__})"
-                log.warning("telegram: reading the webhook inbox failed (%s), attempt %d", type(exc).__name__, failures)
-                await self._connection.sleep(min(self._edge.send_backoff * 2 ** min(failures, 7), 60.0))
-                continue
-            failures = 0
-            self._inbox_failure = None
-            self._polled_at = self._monotonic()
-            for row in stored:
-                self._inflight.add(row.update_id)
-                update = self._connection.parse(row.body)
-                if isinstance(update, UnparsableUpdate):
-                    log.warning(
-                        "telegram: update %s (%s, %d bytes) cannot be parsed; skipped",
-                        row.update_id,
-                        update.kind,
-                        update.size,
-                    )
-                    await self._settled(row.update_id)
-                    continue
-                self._take(update)
-            if not stored:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._repoll_interval):
-                        await self._arrived.wait()
+    @property
+    def inbox_depth(self) -> int:
+        """Webhook mode: the updates stored and not yet settled (read by /readyz and /metrics); else 0."""
+        return self._inbox.depth if self._inbox is not None else 0
+
+    async def _begin_stored(self, row: StoredUpdate) -> None:
+        """A stored update taken from the inbox, begun as a polled one (`_take`), in the inbox's order."""
+        update = self._connection.parse(row.body)
+        if isinstance(update, UnparsableUpdate):
+            log.warning(
+                "telegram: update %s (%s, %d bytes) cannot be parsed; skipped", row.update_id, update.kind, update.size
+            )
+            await self._settled(row.update_id)
+            return
+        self._take(update)
 
     async def _settled(self, update_id: int) -> None:
         """Webhook mode: the core's outcome for the update is in; its row is settled (body deleted)."""
-        if self._webhook is None:
-            return
-        try:
-            await self._webhook.inbox.done(PLATFORM, update_id)
-        except Exception as exc:  # noqa: BLE001 - left stored: the next start takes it, a no-op by its inbox key
-            log.warning("telegram: settling update %s in the inbox failed (%s)", update_id, type(exc).__name__)
-            return
-        self._inflight.discard(update_id)
-        self.inbox_depth = max(self.inbox_depth - 1, 0)
+        if self._inbox is not None:
+            await self._inbox.settled(update_id)
 
     async def _skip(self, unparsable: list[UnparsableUpdate]) -> None:
         """Settle each update python-telegram-bot could not parse, with one log line of its id, kind and

@@ -1,13 +1,17 @@
-"""Telegram's webhook: what the intake needs of the inbox (its port), and setting and removing the webhook, in one place.
+"""Telegram's webhook: the inbox's port, setting and removing the webhook (one place), and reading the inbox.
 
 The route that receives deliveries is the HTTP service's (adapters/web/webhook.py); it hands each update to
-`TelegramIntake.accept`, which stores it through `WebhookInbox.put` before the 200 goes out. The intake then
-takes the stored updates in order and routes each as the polling path does (adapters/telegram/intake.py).
+`TelegramIntake.accept`, which stores it through `InboxReader.accept` before the 200 goes out. The reader
+then takes the stored updates in update-id order and hands each to the intake, which routes it as the
+polling path does (adapters/telegram/intake.py), and settles it once the core's outcome is in.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -15,10 +19,15 @@ from typing import Protocol
 from telegram.error import TelegramError
 
 from adapters.telegram.connection import TelegramConnection, TelegramStartError
+from core.values.retry import Sleep
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "telegram"
+# How many stored updates one read of the inbox takes, and how often the inbox is tidied (handled rows past
+# their day deleted, transit keys no row needs shredded).
+TAKE_LIMIT = 100
+TIDY_SECONDS = 60.0
 
 
 class StoredUpdate(Protocol):
@@ -104,3 +113,90 @@ class WebhookSetup:
             log.warning("telegram: deleteWebhook failed (%s)", type(exc).__name__)
             return
         log.info("telegram: webhook removed")
+
+
+class InboxReader:
+    """The webhook's inbox as the intake sees it: `accept` stores a delivery, `run` takes the stored updates in
+    update-id order and hands each to the intake, `settled` settles one once its outcome is in.
+
+    Args:
+        setup: the webhook and its inbox.
+        sleep, backoff: the pause after a failed read (doubling from `backoff`, at most a minute).
+        repoll_interval: the inbox is read again at least this often (an update another process stored
+            wakes nothing here).
+        monotonic: the clock of the tidying.
+    """
+
+    def __init__(
+        self,
+        setup: WebhookSetup,
+        *,
+        sleep: Sleep,
+        backoff: float,
+        repoll_interval: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.setup = setup
+        self.depth = 0  # updates stored and not yet settled (read by /readyz, /metrics)
+        self.failure: str | None = None  # why the last read of the inbox failed
+        self._sleep = sleep
+        self._backoff = backoff
+        self._repoll_interval = repoll_interval
+        self._monotonic = monotonic
+        self._inflight: set[int] = set()  # the stored updates taken and not yet settled
+        self._arrived = asyncio.Event()  # an update was stored
+
+    async def accept(self, update_id: int, body: str) -> bool:
+        """Store a delivery durably; False: stored already (a redelivery)."""
+        stored = await self.setup.inbox.put(PLATFORM, update_id, body)
+        if stored:
+            self.depth += 1
+            self._arrived.set()
+        return stored
+
+    async def run(
+        self,
+        begin: Callable[[StoredUpdate], Awaitable[None]],
+        *,
+        closing: Callable[[], bool],
+    ) -> None:
+        """Take the stored updates in update-id order and `begin` each, until `closing()`."""
+        inbox = self.setup.inbox
+        failures = 0
+        tidied: float | None = None
+        while not closing():
+            self._arrived.clear()  # before the read: an update stored during it is not missed
+            try:
+                if tidied is None or self._monotonic() - tidied >= TIDY_SECONDS:
+                    # First at the start, before any row is opened: transit keys past their life go first.
+                    await inbox.tidy()
+                    tidied = self._monotonic()
+                # A copy made before the read: an update settled after it was made is skipped even if the
+                # read still sees its body, and one settled before it is not seen by the read.
+                stored = await inbox.take(PLATFORM, TAKE_LIMIT, skip=frozenset(self._inflight))
+                self.depth = await inbox.depth(PLATFORM)
+            except Exception as exc:  # noqa: BLE001 - the inbox is read again; its rows wait there
+                failures += 1
+                self.failure = f"the webhook inbox cannot be read ({type(exc).__name__})"
+                log.warning("telegram: reading the webhook inbox failed (%s), attempt %d", type(exc).__name__, failures)
+                await self._sleep(min(self._backoff * 2 ** min(failures, 7), 60.0))
+                continue
+            failures = 0
+            self.failure = None
+            for row in stored:
+                self._inflight.add(row.update_id)
+                await begin(row)
+            if not stored:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._repoll_interval):
+                        await self._arrived.wait()
+
+    async def settled(self, update_id: int) -> None:
+        """The core's outcome for the update is in: its row is settled (body deleted)."""
+        try:
+            await self.setup.inbox.done(PLATFORM, update_id)
+        except Exception as exc:  # noqa: BLE001 - left stored: the next start takes it, a no-op by its inbox key
+            log.warning("telegram: settling update %s in the inbox failed (%s)", update_id, type(exc).__name__)
+            return
+        self._inflight.discard(update_id)
+        self.depth = max(self.depth - 1, 0)
