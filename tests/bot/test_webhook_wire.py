@@ -297,3 +297,30 @@ def test_a_webhook_misconfigured_stops_the_start_with_one_line(
     assert done.returncode == 2
     assert done.stderr.strip() == line
     assert hooked.telegram.calls == []
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_a_webhook_telegram_refuses_stops_the_start_with_one_line(hooked: Hooked) -> None:
+    hooked.telegram.fail_next("setWebhook", 400, description="Bad Request: bad webhook: Failed to resolve host")
+    done = run_companion(["run"], hooked.env)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        "companion: COMPANION_TELEGRAM_WEBHOOK_URL: Telegram refused setWebhook "
+        "(BadRequest: Bad webhook: failed to resolve host)"
+    )
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_a_stored_update_python_telegram_bot_cannot_parse_is_skipped_with_its_ids_alone(hooked: Hooked) -> None:
+    telegram = hooked.telegram
+    with hooked.start() as gateway:
+        poison = telegram.send_unparsable(USER, USER, f"poison {CANARY}")
+        gateway.wait_for(lambda: poison in telegram.delivered_ids(), "the poison's delivery")
+        telegram.send_text(USER, USER, "after the poison")
+        gateway.wait_for(lambda: len(hooked.replies(USER)) == 1, "the reply after it")
+        code, stderr = gateway.end()
+    assert code == 0, stderr
+    assert hooked.replies(USER) == ["echo: after the poison"]
+    assert f"telegram: update {poison} (message, " in stderr and "cannot be parsed; skipped" in stderr
+    assert CANARY not in stderr
+    assert all(not kept for _, kept in hooked.inbox())
