@@ -5,12 +5,13 @@ confirming offsets ourselves. With a webhook (COMPANION_TELEGRAM_WEBHOOK_URL; ad
 the HTTP service stores each delivered update in the inbox (`accept`, durable before its 200), and this
 intake takes the stored updates in update-id order and routes each exactly as a polled one (`_take`,
 `_route`, `_settle`), settling it in the inbox (its body deleted) once the core's outcome is in; rows a
-crash left are taken at the next start. getUpdates is never called then. With polling, an update is confirmed to Telegram (the getUpdates offset) and
-recorded in the store (the update ledger, written at most every LEDGER_SECONDS and at the stop; a
-press at once) only once the core's outcome for it is in, so updates that arrived while the gateway
-was down are handled once, and one a kill left unrecorded comes again as a no-op (the inbox holds
-its message); an update the stop cut off stays unconfirmed, and Telegram offers it again after the
-restart.
+crash left are taken at the next start. getUpdates is never called then.
+
+With polling, an update is confirmed to Telegram (the getUpdates offset) and recorded in the store
+(the update ledger, written at most every LEDGER_SECONDS and at the stop; a press at once) only once
+the core's outcome for it is in, so updates that arrived while the gateway was down are handled once,
+and one a kill left unrecorded comes again as a no-op (the inbox holds its message); an update the
+stop cut off stays unconfirmed, and Telegram offers it again after the restart.
 
 Updates are routed here, not through python-telegram-bot's dispatcher (whose awaits could reorder
 them): each fetched update gets a task, in the order fetched, and nothing a task does before it
