@@ -2484,12 +2484,14 @@ MUTATIONS: tuple[Mutation, ...] = (
         RELIABILITY,
         "            if not row or not row[0]:",
         "            if False:",
+        within="AdvisoryInstanceLock.acquire",
     ),
     M(
         "pg-lost-instance-lock-unnoticed",
         RELIABILITY,
         "        self._lost.set()",
         "        pass",
+        within="AdvisoryInstanceLock._watch_connection",
     ),
     # --- a turn in few trips (issue 31, B): the SQLite engine, one-trip writes, the ledger -------
     M(
@@ -2934,5 +2936,63 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    kept = items[max(0, len(items) - (limit - 1)) :]",
         "    kept = list(items)",
         also=("tests/core/test_context_read_ahead.py",),
+    ),
+    M(
+        "shared-database-on-sqlite",  # several processes on one SQLite file: no registry, no claims, all alone
+        RELIABILITY,
+        "        if self.shared_database and self.database_url is None:",
+        "        if False:",
+        also=("tests/bot/test_database_settings.py",),
+    ),
+    M(
+        "shared-process-alive-on-a-stale-heartbeat",  # a wedged process counts as alive: its chats are never taken
+        RELIABILITY,
+        "p.heartbeat_at > {NOW} - %(dead_after)s AND EXISTS (",
+        "p.heartbeat_at > 0 AND EXISTS (",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-alive-without-its-key",  # a killed process's fresh row counts as alive for up to 10 s
+        RELIABILITY,
+        "p.heartbeat_at > {NOW} - %(dead_after)s AND EXISTS (",
+        "p.heartbeat_at > {NOW} - %(dead_after)s OR EXISTS (",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-takes-the-run-key-exclusive",  # a second shared gateway is refused (or one alone admitted)
+        RELIABILITY,
+        "SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)",
+        "SELECT pg_try_advisory_lock(hashtext('companion'), %s)",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-beside-one-alone",  # a shared gateway starts beside one that believes itself alone
+        RELIABILITY,
+        "            if not row or not row[0]:",
+        "            if False:",
+        within="SharedInstanceLock.acquire",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-loss-unnoticed",  # a process whose connection dropped serves on, dead to the others
+        RELIABILITY,
+        "        self._lost.set()",
+        "        pass",
+        within="SharedInstanceLock._beat_loop",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-beats-without-its-row",  # a process whose row was removed as dead serves on, unseen
+        RELIABILITY,
+        "                if cursor.rowcount != 1:",
+        "                if False:",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-gateway-polls-telegram",  # two pollers of one token: Telegram refuses one, updates split between them
+        RELIABILITY,
+        "    if settings.telegram_token:\n        # Long polling allows one poller per token",
+        "    if False:\n        # Long polling allows one poller per token",
+        also=("tests/bot/test_shared_database_wire.py",),
     ),
 )

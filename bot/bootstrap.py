@@ -766,10 +766,16 @@ def open_settings_stores(settings: Settings) -> AbstractAsyncContextManager[Stor
 
 def instance_lock(settings: Settings, role: Role, *, purpose: str | None = None) -> DatabaseInstanceLock:
     """One process of `role` (RUN, CHAT) per database, not taken yet: the lock file beside the SQLite file, or
-    PostgreSQL's advisory lock (held on a connection of its own; `lost` completes if that connection drops).
+    PostgreSQL's advisory lock (held on a connection of its own; `lost` completes if that connection drops); with
+    COMPANION_SHARED_DATABASE, `companion run`'s is shared with the other gateways and registers this process.
     `purpose`: the command taking the role's lock when it is not the role's own (`restore`)."""
     if settings.database_url is None:
         return FileInstanceLock(settings.db_path, role, purpose=purpose)
+    if settings.shared_database and role == RUN and purpose is None:
+        # Several gateways on one database: the run key shared, and this process registered and beating.
+        from adapters.storage.postgres.processes import SharedInstanceLock
+
+        return SharedInstanceLock(settings.database_url.get_secret_value())
     from adapters.storage.postgres.instance import AdvisoryInstanceLock
 
     return AdvisoryInstanceLock(settings.database_url.get_secret_value(), role, purpose=purpose)

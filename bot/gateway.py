@@ -28,6 +28,11 @@ NOTHING_CONFIGURED = (
     "COMPANION_TELEGRAM_TOKEN (Telegram) or COMPANION_DISCORD_TOKEN (Discord), and COMPANION_ALLOWED_USERS "
     "(for example telegram:123456) for who may talk with it; or use `companion chat` to talk in this terminal."
 )
+SHARED_TELEGRAM = "COMPANION_SHARED_DATABASE: Telegram needs COMPANION_TELEGRAM_WEBHOOK_URL (one poller per token)"
+SHARED_DISCORD = (
+    "COMPANION_SHARED_DATABASE: Discord is not served by several processes yet (its gateway connection is not "
+    "handed over); serve it from one companion run without COMPANION_SHARED_DATABASE"
+)
 WEB_ALONE = "no chat platform is configured: serving the web chat alone at %s (sign in with `companion web-login`)"
 
 
@@ -48,6 +53,9 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     web = settings.http_port is not None
     if not (settings.telegram_token or settings.discord_token or web):
         print(NOTHING_CONFIGURED, file=sys.stderr)
+        return EXIT_REFUSED
+    if settings.shared_database and (refused := shared_refusal(settings)):
+        print(f"companion: {refused}", file=sys.stderr)
         return EXIT_REFUSED
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -104,6 +112,16 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         print(f"companion: {lost}; exiting so that a supervisor (Docker, systemd) starts it again", file=sys.stderr)
         return EXIT_LOST
     return 0
+
+
+def shared_refusal(settings: Settings) -> str | None:
+    """What several gateways on one database cannot serve yet (issue 33), in one line; None: nothing."""
+    if settings.telegram_token:
+        # Long polling allows one poller per token: the gateways need Telegram's webhook in front of them.
+        return SHARED_TELEGRAM
+    if settings.discord_token:
+        return SHARED_DISCORD
+    return None
 
 
 async def _stop(settings: Settings, gateway: Assembly, scheduler: SchedulerService) -> None:

@@ -1,0 +1,180 @@
+"""Several `companion run` processes on one PostgreSQL database (COMPANION_SHARED_DATABASE): each holds the
+instance lock shared and registers in `gateway_processes`; a process is alive while it holds its own advisory
+key on its own connection AND its heartbeat is fresh.
+
+The times (docs/operations.md): a process beats every BEAT_SECONDS and is dead DEAD_AFTER_SECONDS after its
+last beat, or at once when its connection (and so its key) is gone. A process that cannot beat for
+GIVE_UP_SECONDS stops (`lost`), before the others may count it dead: it never serves beside its own
+successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from adapters.storage.postgres.errors import PostgresUrl, extra_missing, parse_url, translate
+from adapters.storage.postgres.instance import HOLDER, KEYS, holder_pid
+from adapters.storage.postgres.migrate import migrate
+from core.values.errors import StoreError
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+log = logging.getLogger(__name__)
+
+BEAT_SECONDS = 2.0
+DEAD_AFTER_SECONDS = 10.0
+GIVE_UP_SECONDS = DEAD_AFTER_SECONDS / 2  # a beat this late: stop, well before the others count us dead
+# The first half of each process's advisory key; the second is its id in gateway_processes.
+PROCESS_CLASS = "companion process"
+# The server's clock, so that hosts whose clocks differ agree on who is alive.
+NOW = "extract(epoch FROM clock_timestamp())"
+
+# The live processes: the key held (by the connection of the process that registered) and the beat fresh.
+# `:dead_after` is DEAD_AFTER_SECONDS; a predicate the claims' SQL (adapters/storage/claims.py) shares.
+ALIVE = f"""
+p.heartbeat_at > {NOW} - %(dead_after)s AND EXISTS (
+  SELECT 1 FROM pg_locks l
+  WHERE l.locktype = 'advisory' AND l.granted
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND l.classid = CAST(hashtext('{PROCESS_CLASS}') AS oid) AND l.objid = CAST(p.id AS oid) AND l.objsubid = 2)
+"""
+LIVE = f"SELECT p.id, p.host, p.pid, p.started_at, p.heartbeat_at FROM gateway_processes p WHERE {ALIVE} ORDER BY p.id"
+
+SHARED_BESIDE_ALONE = (
+    "a companion run without COMPANION_SHARED_DATABASE holds {held}; stop it, or set "
+    "COMPANION_SHARED_DATABASE=true for every companion run of this database"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveProcess:
+    """A row of gateway_processes whose process is alive (times: the server's epoch seconds)."""
+
+    id: int
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+
+
+class SharedInstanceLock:
+    """`companion run` beside others of its kind (bot/instance.py `DatabaseInstanceLock`'s shape).
+
+    `acquire`, on a connection of its own outside the pools: the run key (hashtext('companion'), 1) taken
+    shared, so that a `companion run` without COMPANION_SHARED_DATABASE (which takes it exclusive) and this
+    exclude each other; the migrations applied; a row in gateway_processes (`process_id`) and its key
+    (hashtext('companion process'), id) taken; then a beat every BEAT_SECONDS. `lost` completes when the
+    connection dropped or a beat failed or came GIVE_UP_SECONDS late: the process must stop."""
+
+    def __init__(self, url: str, *, beat: float = BEAT_SECONDS, give_up: float = GIVE_UP_SECONDS) -> None:
+        self.target: PostgresUrl = parse_url(url)
+        self.process_id: int | None = None
+        self._beat = beat
+        self._give_up = give_up
+        self._conn: AsyncConnection[Any] | None = None
+        self._beating: asyncio.Task[None] | None = None
+        self._lost = asyncio.Event()
+        self._closing = False
+
+    async def acquire(self) -> None:
+        """Take the shared run key, migrate, register; safe to call twice.
+
+        Raises:
+            StoreError: a `companion run` not in shared mode holds the database, or PostgreSQL cannot be used
+                (one line).
+            MigrationError: as the store's start would.
+        """
+        if self._conn is not None:
+            return
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise extra_missing() from exc
+        name = f"companion run pid {os.getpid()}"
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.target.url, autocommit=True, application_name=name)
+        except psycopg.Error as exc:
+            raise translate(exc, self.target) from exc
+        try:
+            key = KEYS["run"]
+            cursor = await conn.execute(b"SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)", (key,))
+            row = await cursor.fetchone()
+            if not row or not row[0]:
+                holder = await (await conn.execute(HOLDER.encode(), {"key": key})).fetchone()
+                held = f"{self.target.where}/{self.target.database}{holder_pid(holder)}"
+                raise StoreError(SHARED_BESIDE_ALONE.format(held=held))
+            await migrate(conn, self.target)
+            cursor = await conn.execute(
+                f"INSERT INTO gateway_processes (host, pid, started_at, heartbeat_at) VALUES (%s, %s, {NOW}, {NOW})"
+                " RETURNING id".encode(),
+                (socket.gethostname(), os.getpid()),
+            )
+            (process_id,) = await cursor.fetchone() or (None,)
+            await conn.execute(
+                f"SELECT pg_advisory_lock(hashtext('{PROCESS_CLASS}'), CAST(%s AS integer))".encode(), (process_id,)
+            )
+        except psycopg.Error as exc:
+            await conn.close()
+            raise translate(exc, self.target) from exc
+        except BaseException:
+            await conn.close()
+            raise
+        self.process_id = int(process_id)
+        self._conn = conn
+        self._beating = asyncio.create_task(self._beat_loop(conn, self.process_id), name="process-heartbeat")
+        log.info("registered as process %d of a shared database", self.process_id)
+
+    async def _beat_loop(self, conn: AsyncConnection[Any], process_id: int) -> None:
+        """Beat until the connection fails, a beat is late, or the row is gone (deleted as dead by hand)."""
+        why = "its connection dropped"
+        try:
+            while True:
+                await asyncio.sleep(self._beat)
+                async with asyncio.timeout(self._give_up):
+                    cursor = await conn.execute(
+                        f"UPDATE gateway_processes SET heartbeat_at = {NOW} WHERE id = %s".encode(), (process_id,)
+                    )
+                if cursor.rowcount != 1:
+                    why = "its row in gateway_processes is gone"
+                    break
+        except TimeoutError:
+            why = f"a heartbeat took over {self._give_up:g} s"
+        except Exception as exc:  # noqa: BLE001 - any failure of the beat ends the registration
+            why = f"its connection dropped ({type(exc).__name__})"
+        if not self._closing:
+            log.error("process %d of %s stops beating: %s", process_id, self.target.where, why)
+        self._lost.set()
+
+    async def lost(self) -> None:
+        """Completes when this process can no longer count as alive (never after `aclose`)."""
+        await self._lost.wait()
+
+    async def aclose(self) -> None:
+        """Deregister and release both keys (closing the connection); safe to call twice."""
+        self._closing = True
+        beating, self._beating = self._beating, None
+        conn, self._conn = self._conn, None
+        if beating is not None:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+        if conn is not None:
+            # Deleted before the close: its claims are free at once (their holder becomes NULL), and the
+            # keys unlocked, not left to the backend's exit a moment later.
+            with contextlib.suppress(Exception):  # a dropped connection holds nothing any more
+                await conn.execute(b"DELETE FROM gateway_processes WHERE id = %s", (self.process_id,))
+                await conn.execute(b"SELECT pg_advisory_unlock_all()")
+            await conn.close()
+
+
+async def live_processes(conn: AsyncConnection[Any]) -> list[LiveProcess]:
+    """The processes alive now (for `companion doctor`, and the tests)."""
+    cursor = await conn.execute(LIVE.encode(), {"dead_after": DEAD_AFTER_SECONDS})
+    return [LiveProcess(int(r[0]), str(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in await cursor.fetchall()]
