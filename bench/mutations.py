@@ -2947,15 +2947,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "shared-process-alive-on-a-stale-heartbeat",  # a wedged process counts as alive: its chats are never taken
         RELIABILITY,
-        "p.heartbeat_at > {NOW} - %(dead_after)s AND EXISTS (",
+        "p.heartbeat_at > {NOW} - {DEAD_AFTER_SECONDS} AND EXISTS (",
         "p.heartbeat_at > 0 AND EXISTS (",
         also=("tests/adapters/test_postgres_processes.py",),
     ),
     M(
         "shared-process-alive-without-its-key",  # a killed process's fresh row counts as alive for up to 10 s
         RELIABILITY,
-        "p.heartbeat_at > {NOW} - %(dead_after)s AND EXISTS (",
-        "p.heartbeat_at > {NOW} - %(dead_after)s OR EXISTS (",
+        "p.heartbeat_at > {NOW} - {DEAD_AFTER_SECONDS} AND EXISTS (",
+        "p.heartbeat_at > {NOW} - {DEAD_AFTER_SECONDS} OR EXISTS (",
         also=("tests/adapters/test_postgres_processes.py",),
     ),
     M(

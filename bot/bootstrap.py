@@ -69,7 +69,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MCP_KILL_SECONDS = 5.0  # a stdio server still running this long after SIGTERM at a stop is killed
+MCP_KILL_SECONDS = 5.0
+# A shared database: how often a process takes over the conversations of processes that died or stopped. A killed
+# process is dead at once (its connection, and so its key, are gone); a wedged one after its heartbeat is 10 s
+# old (adapters/storage/postgres/processes.py): its chats are taken over within that, plus this.
+TAKE_OVER_SECONDS = 2.0  # a stdio server still running this long after SIGTERM at a stop is killed
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -311,6 +315,7 @@ def build_companion(
         responder,
         platforms=config.platforms,
         outbox=outbox,
+        claims=stores.claims,
     )
     parts = Parts(
         provider=provider,
@@ -472,7 +477,16 @@ def scheduled_jobs(settings: Settings, companion: Companion) -> list[Job]:
         jobs.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
     if companion.proactive is not None:
         jobs.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
+    if settings.shared_database:
+        # The conversations of a process that died or stopped, taken over within this tick of its death.
+        jobs.append(Job("take-over", TAKE_OVER_SECONDS, companion.take_over_dead))
     return jobs
+
+
+def registered_process(lock: DatabaseInstanceLock) -> int | None:
+    """The id a shared database's instance lock registered this process under; None for a process alone."""
+    process_id = getattr(lock, "process_id", None)
+    return process_id if isinstance(process_id, int) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,10 +524,13 @@ class Assembly:
 
 
 @asynccontextmanager
-async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> AsyncIterator[Assembly]:
+async def open_gateway(
+    settings: Settings, on_fatal: Callable[[str], None], process_id: int | None = None
+) -> AsyncIterator[Assembly]:
     """Store, provider and core opened (closed in reverse, also on failure), and every configured
     platform, job and the HTTP service built around them. `on_fatal(line)`: a platform refused the
-    configuration while running (a revoked token)."""
+    configuration while running (a revoked token). `process_id`: this process's registration on a shared
+    database (its claims), None alone."""
     web = settings.http_port is not None
     chats = frozenset(
         name for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token)) if token
@@ -521,7 +538,7 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
     metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
     counters: Metrics = metrics or NO_METRICS
     async with (
-        open_settings_stores(settings) as stores,
+        open_settings_stores(settings, process_id) as stores,
         open_companion(settings, stores, chats | {"web"} if web else chats, metrics=counters, web=web) as companion,
     ):
         edge = edge_settings(settings)
@@ -755,13 +772,14 @@ async def _apply_migrations(settings: Settings) -> None:
 # --- the engine the settings choose -------------------------------------------------------------
 
 
-def open_settings_stores(settings: Settings) -> AbstractAsyncContextManager[Stores]:
+def open_settings_stores(settings: Settings, process_id: int | None = None) -> AbstractAsyncContextManager[Stores]:
     """The stores on the database the settings choose: PostgreSQL at COMPANION_DATABASE_URL (its keys in
-    COMPANION_KEY_DIR) when set, else the SQLite file at COMPANION_DB_PATH; opened and migrated, closed after."""
+    COMPANION_KEY_DIR) when set, else the SQLite file at COMPANION_DB_PATH; opened and migrated, closed after.
+    `process_id`: this process's registration on a shared database (`registered_process`)."""
     from adapters.storage.stores import open_stores
 
     url = settings.database_url.get_secret_value() if settings.database_url is not None else None
-    return open_stores(settings.db_path, url=url, key_dir=settings.key_dir)
+    return open_stores(settings.db_path, url=url, key_dir=settings.key_dir, process_id=process_id)
 
 
 def instance_lock(settings: Settings, role: Role, *, purpose: str | None = None) -> DatabaseInstanceLock:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
-from bot.bootstrap import Assembly, instance_lock, open_gateway
+from bot.bootstrap import Assembly, instance_lock, open_gateway, registered_process
 from bot.instance import LOCK_LOST, RUN, DatabaseInstanceLock, holding
 from bot.scheduler import SchedulerService
 from bot.settings import Settings
@@ -71,7 +71,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     async with AsyncExitStack() as stack:
         # Before the store opens: a second gateway would answer every message again.
         lock = await stack.enter_async_context(holding(instance_lock(settings, RUN)))
-        gateway = await stack.enter_async_context(open_gateway(settings, on_fatal))
+        gateway = await stack.enter_async_context(open_gateway(settings, on_fatal, registered_process(lock)))
         scheduler = SchedulerService(gateway.jobs, stop_grace=settings.stop_grace)
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)  # a start that fails half-way still stops it

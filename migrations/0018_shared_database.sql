@@ -8,7 +8,8 @@
 --
 -- chat_claims: which process answers a conversation now (`holder`, NULL once that process's row is gone), and
 -- `fence`, incremented on each take-over: a process writes a conversation's turns only while the row still
--- names it with the fence it took. No text: ids and times only.
+-- names it with the fence it took. No text: ids and times only. PostgreSQL's twin also fences the writes in
+-- the schema (a trigger); SQLite, never shared, has none.
 -- The twin of migrations/postgres/0018_shared_database.sql.
 
 CREATE TABLE gateway_processes (

@@ -24,3 +24,23 @@ CREATE TABLE chat_claims (
     claimed_at       double precision NOT NULL
 );
 CREATE INDEX chat_claims_by_holder ON chat_claims (holder);
+
+-- The fence, in the schema: a process of a shared database names itself on every connection of its pools
+-- (the setting companion.process, adapters/storage/postgres/engine.py); a message, a delivery or a segment of a
+-- conversation whose claim names another process (or none: its holder's row is gone) is refused whole, CP003.
+-- A process that lost a conversation to a take-over writes nothing more of it. Connections that name no
+-- process (`companion chat`, a companion run alone, the tools) are not fenced.
+CREATE FUNCTION companion_fenced() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    me text := current_setting('companion.process', true);
+BEGIN
+    IF me IS NOT NULL AND me <> '' AND EXISTS (
+        SELECT 1 FROM chat_claims WHERE conversation_id = NEW.conversation_id AND holder IS DISTINCT FROM me::bigint
+    ) THEN
+        RAISE EXCEPTION USING ERRCODE = 'CP003', MESSAGE = 'the conversation is claimed by another process';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER messages_fenced BEFORE INSERT OR UPDATE ON messages FOR EACH ROW EXECUTE FUNCTION companion_fenced();
+CREATE TRIGGER deliveries_fenced BEFORE INSERT ON deliveries FOR EACH ROW EXECUTE FUNCTION companion_fenced();
+CREATE TRIGGER segments_fenced BEFORE INSERT OR UPDATE ON segments FOR EACH ROW EXECUTE FUNCTION companion_fenced();

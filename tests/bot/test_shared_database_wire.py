@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.storage.postgres.processes import ALIVE, DEAD_AFTER_SECONDS
+from adapters.storage.postgres.processes import ALIVE
 from bot.gateway import SHARED_DISCORD, SHARED_TELEGRAM
 from bot.instance import LOCK_LOST
 from tests.helpers.proc import companion_env, run_companion
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.wire
 
 TELEGRAM_TOKEN = "123456789:" + "A" * 35
 DISCORD_TOKEN = "A" * 24 + ".ABCDEF." + "B" * 27
-LIVE = "SELECT pid FROM gateway_processes p WHERE " + ALIVE.replace("%(dead_after)s", str(DEAD_AFTER_SECONDS))
+LIVE = "SELECT pid FROM gateway_processes p WHERE " + ALIVE
 
 
 def shared_env(tmp_path: Path, url: str, name: str, **extra: str) -> dict[str, str]:

@@ -36,15 +36,13 @@ PROCESS_CLASS = "companion process"
 # The server's clock, so that hosts whose clocks differ agree on who is alive.
 NOW = "extract(epoch FROM clock_timestamp())"
 
-# The live processes: the key held (by the connection of the process that registered) and the beat fresh.
-# `:dead_after` is DEAD_AFTER_SECONDS; a predicate the claims' SQL (adapters/storage/claims.py) shares.
-ALIVE = f"""
-p.heartbeat_at > {NOW} - %(dead_after)s AND EXISTS (
+# The live processes `p`: the key held (by the connection of the process that registered) and the beat fresh, by
+# the server's clock. A predicate the claims' SQL shares (adapters/storage/claims.py).
+ALIVE = f"""p.heartbeat_at > {NOW} - {DEAD_AFTER_SECONDS} AND EXISTS (
   SELECT 1 FROM pg_locks l
   WHERE l.locktype = 'advisory' AND l.granted
     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    AND l.classid = CAST(hashtext('{PROCESS_CLASS}') AS oid) AND l.objid = CAST(p.id AS oid) AND l.objsubid = 2)
-"""
+    AND l.classid = CAST(hashtext('{PROCESS_CLASS}') AS oid) AND l.objid = CAST(p.id AS oid) AND l.objsubid = 2)"""
 LIVE = f"SELECT p.id, p.host, p.pid, p.started_at, p.heartbeat_at FROM gateway_processes p WHERE {ALIVE} ORDER BY p.id"
 
 SHARED_BESIDE_ALONE = (
@@ -176,5 +174,5 @@ class SharedInstanceLock:
 
 async def live_processes(conn: AsyncConnection[Any]) -> list[LiveProcess]:
     """The processes alive now (for `companion doctor`, and the tests)."""
-    cursor = await conn.execute(LIVE.encode(), {"dead_after": DEAD_AFTER_SECONDS})
+    cursor = await conn.execute(LIVE.encode())
     return [LiveProcess(int(r[0]), str(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in await cursor.fetchall()]
