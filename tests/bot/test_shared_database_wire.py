@@ -11,9 +11,10 @@ import pytest
 from adapters.storage.postgres.processes import ALIVE
 from bot.gateway import SHARED_DISCORD, SHARED_TELEGRAM
 from bot.instance import LOCK_LOST
+from core.privacy.secrets import hash_passphrase
 from tests.helpers.proc import companion_env, run_companion
 from tests.helpers.running import Running
-from tests.helpers.web import free_port
+from tests.helpers.web import free_port, signed_in_browser
 from tests.helpers.wire_platforms import rows
 
 pytestmark = pytest.mark.wire
@@ -87,3 +88,54 @@ def test_a_platform_several_gateways_cannot_share_yet_is_refused_in_one_line(
     refused = run_companion(["run"], shared_env(tmp_path, postgres_url, "a", **{variable: token}))
     assert (refused.returncode, refused.stderr.splitlines()) == (2, [f"companion: {line}"])
     assert rows(postgres_url, "SELECT count(*) FROM gateway_processes") == [(0,)]
+
+
+PASSPHRASE = "shared-lantern-PASSPHRASE-3"
+
+
+async def send(env: dict[str, str], text: str) -> None:
+    """One message of the signed-in owner to the web chat of the gateway of `env`, answered when this returns."""
+    async with signed_in_browser(f"http://127.0.0.1:{env['COMPANION_HTTP_PORT']}", env) as (browser, csrf):
+        sent = await browser.post("/send", json={"text": text}, headers={"X-CSRF-Token": csrf})
+        assert sent.status_code == 200, sent.text
+
+
+async def test_a_private_interval_of_a_killed_gateway_lands_in_normal_mode_and_no_other_resumes_it(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    secret = {"COMPANION_PRIVATE_PASSPHRASE_HASH": hash_passphrase(PASSPHRASE)}
+    a_env = shared_env(tmp_path, postgres_url, "a", **secret)
+    b_env = shared_env(tmp_path, postgres_url, "b", **secret)
+    with Running(a_env) as a:
+        a.wait_running()
+        await send(a_env, f"/private {PASSPHRASE}")
+        ((chat, holder, fence),) = rows(postgres_url, "SELECT conversation_id, holder, fence FROM chat_claims")
+        assert (holder, fence) == (process_of(postgres_url, a.proc.pid), 1)
+        assert rows(postgres_url, "SELECT conversation_id, ended_at FROM segments") == [(chat, None)]
+        with Running(b_env) as b:
+            b.wait_running()
+            # B started beside a live A: A's interval is A's (neither crash-open nor keyless to B), its claim A's.
+            assert rows(postgres_url, "SELECT ended_at FROM segments") == [(None,)]
+            assert rows(postgres_url, "SELECT holder FROM chat_claims") == [(holder,)]
+            a.proc.send_signal(signal.SIGKILL)
+            a.proc.wait(30)
+            b_id = process_of(postgres_url, b.proc.pid)
+            b.wait_for(
+                lambda: rows(postgres_url, "SELECT holder, fence FROM chat_claims") == [(b_id, 2)],
+                "the killed gateway's conversation taken over",
+            )
+            # Closed as a restart closes it: at the end of its record, never resumed as private by B.
+            assert rows(postgres_url, "SELECT end_reason FROM segments") == [("restart",)]
+            await send(b_env, "hello after the take-over")
+            assert rows(postgres_url, "SELECT count(*) FROM segments WHERE ended_at IS NULL") == [(0,)]
+            assert rows(
+                postgres_url, "SELECT mode, segment_id FROM messages WHERE role = 'user' ORDER BY id DESC LIMIT 1"
+            ) == [("normal", None)]
+            code, stderr = b.end()
+    assert code == 0, stderr
+    assert PASSPHRASE not in stderr
+
+
+def process_of(url: str, pid: int) -> int:
+    ((process_id,),) = rows(url, "SELECT id FROM gateway_processes WHERE pid = ?", (pid,))
+    return int(process_id)
