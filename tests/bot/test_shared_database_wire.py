@@ -93,11 +93,11 @@ def test_a_platform_several_gateways_cannot_share_yet_is_refused_in_one_line(
 PASSPHRASE = "shared-lantern-PASSPHRASE-3"
 
 
-async def send(env: dict[str, str], text: str) -> None:
+async def send(env: dict[str, str], text: str, status: int = 200) -> None:
     """One message of the signed-in owner to the web chat of the gateway of `env`, answered when this returns."""
     async with signed_in_browser(f"http://127.0.0.1:{env['COMPANION_HTTP_PORT']}", env) as (browser, csrf):
         sent = await browser.post("/send", json={"text": text}, headers={"X-CSRF-Token": csrf})
-        assert sent.status_code == 200, sent.text
+        assert sent.status_code == status, sent.text
 
 
 async def test_a_private_interval_of_a_killed_gateway_lands_in_normal_mode_and_no_other_resumes_it(
@@ -117,6 +117,12 @@ async def test_a_private_interval_of_a_killed_gateway_lands_in_normal_mode_and_n
             # B started beside a live A: A's interval is A's (neither crash-open nor keyless to B), its claim A's.
             assert rows(postgres_url, "SELECT ended_at FROM segments") == [(None,)]
             assert rows(postgres_url, "SELECT holder FROM chat_claims") == [(holder,)]
+            # A message reaching B meanwhile is A's to answer: B handles nothing of it, stores nothing.
+            stored = rows(postgres_url, "SELECT count(*) FROM messages")
+            await send(b_env, "to the wrong gateway", 503)  # not taken: "try again in a moment"
+            b.wait_logged(f"conversation {chat} is held by another process: not handled here")
+            assert rows(postgres_url, "SELECT count(*) FROM messages") == stored
+            assert rows(postgres_url, "SELECT ended_at FROM segments") == [(None,)]
             a.proc.send_signal(signal.SIGKILL)
             a.proc.wait(30)
             b_id = process_of(postgres_url, b.proc.pid)
