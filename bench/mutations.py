@@ -1986,7 +1986,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "cut-off-turn-acknowledged",  # the platform would never offer it again: lost across the restart
         RELIABILITY,
-        "    return not (isinstance(outcome, Silent) and outcome.reason is Silence.CUT_OFF)",
+        "    return not (isinstance(outcome, Silent) and outcome.reason in (Silence.CUT_OFF, Silence.HELD_ELSEWHERE))",
         "    return True",
     ),
     M(
@@ -2285,7 +2285,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "keys-not-reconciled-at-start",
         PRIVACY,
-        "        await reconcile(self._engine, time.time() if now is None else now)",
+        "        await reconcile(self._engine, time.time() if now is None else now, not_held_elsewhere=(mine, me))",
         "        pass",
     ),
     M(
@@ -2994,5 +2994,54 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    if settings.telegram_token:\n        # Long polling allows one poller per token",
         "    if False:\n        # Long polling allows one poller per token",
         also=("tests/bot/test_shared_database_wire.py",),
+    ),
+    M(
+        "shared-fence-lets-a-lost-holder-write",  # a process whose chat was taken over writes into it beside the new holder
+        PRIVACY,
+        "SELECT 1 FROM chat_claims WHERE conversation_id = NEW.conversation_id AND holder IS DISTINCT FROM me::bigint",
+        "SELECT 1 FROM chat_claims WHERE FALSE AND holder IS DISTINCT FROM me::bigint",
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-claim-taken-from-a-live-holder",  # two processes answer one chat: order and privacy split between them
+        RELIABILITY,
+        '                f" WHERE chat_claims.holder IS DISTINCT FROM excluded.holder AND {_HOLDER_GONE}"',
+        '                " WHERE chat_claims.holder IS DISTINCT FROM excluded.holder"',
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-start-closes-a-live-processes-interval",  # a second gateway's start ends a person's private mode
+        PRIVACY,
+        '        if self._process_id is None:\n            return "", {}',
+        '        if True:\n            return "", {}',
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-start-closes-a-live-processes-interval-as-keyless",  # its key is in the other's folder only
+        PRIVACY,
+        '        row["id"] for row in found.rows if (row["key_id"] is None or row["key_id"] in lost) and row["id"] in closable',
+        '        row["id"] for row in found.rows if (row["key_id"] is None or row["key_id"] in lost)',
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-turn-runs-where-the-chat-is-not-held",  # a gateway handles a chat another live gateway holds
+        RELIABILITY,
+        '            if claim is None:\n                log.info("conversation %s is held by another process',
+        '            if False:\n                log.info("conversation %s is held by another process',
+        also=("tests/bot/test_shared_database_wire.py",),
+    ),
+    M(
+        "shared-take-over-recovers-nothing",  # a dead gateway's private interval stays open for whoever claims it
+        PRIVACY,
+        "        if taken:\n            await self.taken_over(taken)",
+        "        if False:\n            await self.taken_over(taken)",
+        also=("tests/bot/test_shared_database_wire.py",),
+    ),
+    M(
+        "shared-job-runs-in-every-process",  # a reminder or nudge sent once by each gateway of the database
+        RELIABILITY,
+        "        if not await take(job.name, job.seconds):\n            return None",
+        "        if False:\n            return None",
+        also=("tests/adapters/test_postgres_claims.py",),
     ),
 )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot.instance import CHAT, LOCK_LOST, RUN, DatabaseInstanceLock, FileInstanceLock, InstanceLock, Role, holding
-from bot.scheduler import Job
+from bot.scheduler import Job, once_across
 from bot.settings import ConfigError, Settings
 from core.commands.services import CommandServices, CommandSettings
 from core.delivery.handoff import HandOff
@@ -60,6 +60,7 @@ from core.values.retry import Sleep
 
 if TYPE_CHECKING:
     from adapters.storage.backup import BackupResult
+    from adapters.storage.claims import JobSlots
     from adapters.storage.move import MoveResult
     from adapters.storage.stores import Stores
     from adapters.web.chat import WebIntake, WebPlatform
@@ -466,8 +467,9 @@ def stream_pacing(edit_seconds: float | None) -> StreamPacing | None:
 # --- the gateway: its platforms and scheduled jobs ------------------------------------------------
 
 
-def scheduled_jobs(settings: Settings, companion: Companion) -> list[Job]:
-    """What the gateway runs on a schedule, at the intervals the settings give."""
+def scheduled_jobs(settings: Settings, companion: Companion, slots: JobSlots | None = None) -> list[Job]:
+    """What the gateway runs on a schedule, at the intervals the settings give; with `slots` (a shared database)
+    each run once across the processes, but the take-over, which every process runs."""
     jobs = [
         Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),
         Job("capture", settings.capture_seconds, companion.capture.run_once),
@@ -477,6 +479,8 @@ def scheduled_jobs(settings: Settings, companion: Companion) -> list[Job]:
         jobs.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
     if companion.proactive is not None:
         jobs.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
+    if slots is not None:
+        jobs = [once_across(job, slots.take) for job in jobs]
     if settings.shared_database:
         # The conversations of a process that died or stopped, taken over within this tick of its death.
         jobs.append(Job("take-over", TAKE_OVER_SECONDS, companion.take_over_dead))
@@ -577,7 +581,8 @@ async def open_gateway(
             service = build_web_service(
                 settings, companion, stores, [(i.name, i.ready) for i in intakes], metrics, chat.intake
             )
-        yield Assembly(companion, entry, platforms, scheduled_jobs(settings, companion), service, chats)
+        jobs = scheduled_jobs(settings, companion, stores.job_slots)
+        yield Assembly(companion, entry, platforms, jobs, service, chats)
 
 
 # --- the command line's tasks ------------------------------------------------------------------

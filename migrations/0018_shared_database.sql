@@ -27,3 +27,13 @@ CREATE TABLE chat_claims (
     claimed_at       REAL NOT NULL
 );
 CREATE INDEX chat_claims_by_holder ON chat_claims (holder);
+
+-- job_runs: each run of a scheduled job once across the processes (bot/scheduler.py `once_across`): a row per job
+-- and slot (its interval's count since the epoch, by the server's clock); the process whose insert wins runs it.
+CREATE TABLE job_runs (
+    job         TEXT NOT NULL,
+    slot        INTEGER NOT NULL,
+    process_id  INTEGER NOT NULL,
+    ran_at      REAL NOT NULL,
+    PRIMARY KEY (job, slot)
+);

@@ -83,3 +83,33 @@ class ClaimQueries:
     def held(self) -> int:
         """How many conversations this process holds (for /readyz and /metrics)."""
         return len(self._held)
+
+
+class JobSlots:
+    """Each run of a scheduled job once across the processes of a shared database (bot/scheduler.py
+    `once_across`): a row of job_runs per job and slot (the job's interval count since the epoch, by the server's
+    clock, so that hosts whose clocks differ agree); the first insert wins the slot, the others skip it."""
+
+    KEEP_SLOTS = 100  # rows kept per job: enough to read who ran what lately, never growing
+
+    def __init__(self, engine: Database, process_id: int) -> None:
+        self._engine = engine
+        self.process_id = process_id
+
+    async def take(self, job: str, seconds: float) -> bool:
+        """Whether this process runs the job's current slot (an interval of `seconds`)."""
+        slot = f"CAST(floor({NOW} / :seconds) AS bigint)"
+        taken, _ = await self._engine.write(
+            Statement(
+                f"INSERT INTO job_runs (job, slot, process_id, ran_at) VALUES (:job, {slot}, :me, {NOW})"
+                " ON CONFLICT (job, slot) DO NOTHING",
+                {"job": job, "seconds": seconds, "me": self.process_id},
+                Fetch.ROWCOUNT,
+            ),
+            Statement(
+                f"DELETE FROM job_runs WHERE job = :job AND slot < {slot} - :keep",
+                {"job": job, "seconds": seconds, "keep": self.KEEP_SLOTS},
+            ),
+            durable=False,  # a slot lost to a crash of the server only lets a run happen once more
+        )
+        return taken.rowcount == 1

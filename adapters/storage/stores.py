@@ -22,7 +22,7 @@ from typing import Protocol
 from adapters.storage.attempts import AttemptQueries
 from adapters.storage.bindings import BindingQueries
 from adapters.storage.chats import ChatQueries
-from adapters.storage.claims import ClaimQueries
+from adapters.storage.claims import ClaimQueries, JobSlots
 from adapters.storage.database import Database
 from adapters.storage.engine import Database as Engine
 from adapters.storage.links import LinkQueries
@@ -69,6 +69,7 @@ class Stores:
     link_attempts: AttemptQueries
     # A process of a shared PostgreSQL database (COMPANION_SHARED_DATABASE): its chat claims; None alone.
     claims: ClaimQueries | None = None
+    job_slots: JobSlots | None = None  # and each scheduled run once across its processes
 
     @classmethod
     def over(cls, database: StoreDatabase, *, process_id: int | None = None) -> Stores:
@@ -93,6 +94,7 @@ class Stores:
             passphrase_attempts=AttemptQueries(database.engine, "valve_attempts"),
             link_attempts=AttemptQueries(database.engine, "link_attempts"),
             claims=None if process_id is None else ClaimQueries(database.engine, process_id),
+            job_slots=None if process_id is None else JobSlots(database.engine, process_id),
         )
 
 

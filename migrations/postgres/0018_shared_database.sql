@@ -25,6 +25,16 @@ CREATE TABLE chat_claims (
 );
 CREATE INDEX chat_claims_by_holder ON chat_claims (holder);
 
+-- job_runs: each run of a scheduled job once across the processes (bot/scheduler.py `once_across`): a row per job
+-- and slot (its interval's count since the epoch, by this server's clock); the process whose insert wins runs it.
+CREATE TABLE job_runs (
+    job         text NOT NULL,
+    slot        bigint NOT NULL,
+    process_id  bigint NOT NULL,
+    ran_at      double precision NOT NULL,
+    PRIMARY KEY (job, slot)
+);
+
 -- The fence, in the schema: a process of a shared database names itself on every connection of its pools
 -- (the setting companion.process, adapters/storage/postgres/engine.py); a message, a delivery or a segment of a
 -- conversation whose claim names another process (or none: its holder's row is gone) is refused whole, CP003.

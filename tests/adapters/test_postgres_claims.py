@@ -37,7 +37,7 @@ class Process:
         return self.lock.process_id
 
     async def kill(self) -> None:
-        conn = self.lock._conn  # noqa: SLF001 - the test ends the registration's connection from outside
+        conn = self.lock._conn  # the test ends the registration's connection from outside
         assert conn is not None
         await conn.close()
 
@@ -128,3 +128,31 @@ async def test_two_processes_claiming_one_conversation_at_once_get_one_claim(pos
         for chat in chats:
             got = await asyncio.gather(a.stores.claims.claim(chat), b.stores.claims.claim(chat))
             assert sum(claim is not None for claim in got) == 1
+
+
+async def test_each_slot_of_a_scheduled_job_runs_in_one_process_only(postgres_url: str, tmp_path: Path) -> None:
+    from bot.scheduler import Job, once_across
+
+    async with process(postgres_url, tmp_path / "a") as a, process(postgres_url, tmp_path / "b") as b:
+        assert a.stores.job_slots is not None and b.stores.job_slots is not None
+        ran: list[str] = []
+
+        def job(who: str) -> Job:
+            async def tick() -> None:
+                ran.append(who)
+
+            # An hour a slot: every tick of this test falls in one slot.
+            return once_across(Job("proactive", 3600.0, tick), slots[who].take)
+
+        slots = {"a": a.stores.job_slots, "b": b.stores.job_slots}
+        for _ in range(3):
+            await asyncio.gather(job("a").callback(), job("b").callback())
+        assert len(ran) == 1
+        swept: list[str] = []
+
+        async def sweep() -> None:
+            swept.append("b")
+
+        # Another job has slots of its own: its first tick runs.
+        await once_across(Job("expiry-sweep", 3600.0, sweep), slots["b"].take).callback()
+        assert swept == ["b"]

@@ -45,6 +45,7 @@ NEVER_PRIVATE = {
     "health_probe": "the readiness probe's one row: a time",
     "gateway_processes": "the running processes of a shared database: host, pid, times",
     "chat_claims": "which process answers a conversation: ids, a fence and a time, no text",
+    "job_runs": "which process ran a scheduled job's slot: names, ids and times",
 }
 
 
