@@ -54,6 +54,12 @@ def test_gateways_share_one_database_and_a_killed_one_is_dead_to_the_others(tmp_
         alone_env = companion_env(tmp_path, COMPANION_DATABASE_URL=postgres_url, COMPANION_HTTP_PORT=str(free_port()))
         alone = run_companion(["run"], alone_env)
         assert alone.returncode == 2 and alone.stderr.startswith("companion: another companion run holds ")
+        # The doctor of the database lists the live processes.
+        doctor = run_companion(["doctor"], companion_env(tmp_path, COMPANION_DATABASE_URL=postgres_url))
+        assert doctor.returncode == 0, doctor.stdout
+        listed = [line for line in doctor.stdout.splitlines() if "process" in line]
+        assert listed[0] == "  --    2 live companion run processes (shared database)"
+        assert sorted(int(line.split("(pid ")[1].split(")")[0]) for line in listed[1:]) == live_pids(postgres_url)
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(30)
         second.wait_for(lambda: live_pids(postgres_url) == [second.proc.pid], "the killed process counted dead")
