@@ -449,7 +449,16 @@ def build_web_service(
         if settings.http_allowed_host_set
         else AllowedHosts.default(settings.http_host)
     )
-    operators = Operators(DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics)
+    shared = None
+    if (claims := stores.claims) is not None:
+        # A shared database: what this process holds, on /readyz and /metrics (Discord is not served shared yet).
+
+        def shared() -> dict[str, object]:
+            return {"process": claims.process_id, "conversations_held": claims.held, "discord_gateway": False}
+
+        if metrics is not None:
+            metrics.watch_claims(lambda: claims.held, lambda: claims.taken_over)
+    operators = Operators(DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics, shared)
     return WebService(
         settings.http_host,
         settings.http_port,

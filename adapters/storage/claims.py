@@ -30,6 +30,7 @@ class ClaimQueries:
         self._engine = engine
         self.process_id = process_id
         self._held: dict[int, int] = {}  # conversation -> the fence this process took it under
+        self.taken_over = 0  # conversations taken over from a process that died or stopped, since the start
 
     async def claim(self, conversation_id: int) -> Claim | None:
         if (fence := self._held.get(conversation_id)) is not None:
@@ -57,6 +58,7 @@ class ClaimQueries:
         # A fence past 1 that this statement set: the row named another process, dead or gone.
         taken_over = taken.one is not None and fence > 1
         if taken_over:
+            self.taken_over += 1
             log.info("conversation %s taken over (fence %d)", conversation_id, fence)
         return Claim(conversation_id, fence, taken_over=taken_over)
 
@@ -72,6 +74,7 @@ class ClaimQueries:
         claims = [Claim(int(r["conversation_id"]), int(r["fence"]), taken_over=True) for r in taken.rows]
         for claim in claims:
             self._held[claim.conversation_id] = claim.fence
+        self.taken_over += len(claims)
         if claims:
             log.info("took over %d conversations of processes that died or stopped", len(claims))
         return claims

@@ -8,7 +8,9 @@ first moved is itself something to keep to oneself.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
 # Process-wide in prometheus-client: counters and histograms without their `_created` timestamps.
 disable_created_metrics()
@@ -127,6 +129,21 @@ class PrometheusMetrics:
 
     def database_write(self, what: str, seconds: float) -> None:
         self._writes.labels(_one_of(what, WRITES)).observe(max(seconds, 0.0))
+
+    def watch_claims(self, held: Callable[[], int], taken_over: Callable[[], int]) -> None:
+        """A shared database (issue 33): the conversations this process holds and has taken over, read at each
+        scrape. Every turn claims its conversation whatever its mode, so neither says anything of private mode."""
+        r = self.registry
+        holding = Gauge(
+            "companion_conversations_held", "Conversations this process holds (a shared database).", registry=r
+        )
+        holding.set_function(lambda: float(held()))
+        takes = Gauge(
+            "companion_take_overs",
+            "Conversations this process took over from a process that died or stopped, since it started.",
+            registry=r,
+        )
+        takes.set_function(lambda: float(taken_over()))
 
     # --- GET /metrics -----------------------------------------------------------------------------
 

@@ -97,10 +97,18 @@ class Operators:
     """The operator endpoints. `checks`: each configured adapter's `ready()`, by name; the database
     probe and the service itself (not once its stop began) are checked too."""
 
-    def __init__(self, probe: DatabaseProbe, checks: Sequence[ReadyCheck], metrics: PrometheusMetrics | None) -> None:
+    def __init__(
+        self,
+        probe: DatabaseProbe,
+        checks: Sequence[ReadyCheck],
+        metrics: PrometheusMetrics | None,
+        shared: Callable[[], dict[str, object]] | None = None,
+    ) -> None:
         self._probe = probe
         self._checks = list(checks)
         self._metrics = metrics
+        # A shared database (issue 33): what this process holds (its id, how many conversations), for /readyz.
+        self._shared = shared
 
     def install(self, app: web.Application) -> None:
         app.router.add_get("/livez", self._livez)
@@ -136,7 +144,13 @@ class Operators:
     async def _readyz(self, request: web.Request) -> web.StreamResponse:
         parts = self.readiness(request.app[SERVICE].ready)
         failing = sorted(name for name, state in parts.items() if state != "ok")
-        body = {"status": "ready" if not failing else "not ready", "failing": failing, "parts": parts}
+        body: dict[str, object] = {
+            "status": "ready" if not failing else "not ready",
+            "failing": failing,
+            "parts": parts,
+        }
+        if self._shared is not None:
+            body["shared"] = self._shared()
         return web.json_response(body, status=503 if failing else 200)
 
     async def _render_metrics(self, request: web.Request) -> web.StreamResponse:

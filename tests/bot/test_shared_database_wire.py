@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import httpx
 import pytest
 
 from adapters.storage.postgres.processes import ALIVE
@@ -138,6 +139,12 @@ async def test_a_private_interval_of_a_killed_gateway_lands_in_normal_mode_and_n
             )
             # Closed as a restart closes it: at the end of its record, never resumed as private by B.
             assert rows(postgres_url, "SELECT end_reason FROM segments") == [("restart",)]
+            base = f"http://127.0.0.1:{b_env['COMPANION_HTTP_PORT']}"
+            async with httpx.AsyncClient(base_url=base, timeout=20) as client:
+                ready = (await client.get("/readyz")).json()
+                scraped = (await client.get("/metrics")).text.splitlines()
+            assert ready["shared"] == {"process": b_id, "conversations_held": 1, "discord_gateway": False}
+            assert "companion_take_overs 1.0" in scraped and "companion_conversations_held 1.0" in scraped
             await send(b_env, "hello after the take-over")
             assert rows(postgres_url, "SELECT count(*) FROM segments WHERE ended_at IS NULL") == [(0,)]
             assert rows(
