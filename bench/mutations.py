@@ -3044,4 +3044,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if False:\n            return None",
         also=("tests/adapters/test_postgres_claims.py",),
     ),
+    M(
+        "shared-claim-taken-over-without-recovery",  # the dead process's private interval read as open by its new holder
+        PRIVACY,
+        "            if claim.taken_over:\n                await self._recovery.taken_over([conversation.id])",
+        "            if False:\n                await self._recovery.taken_over([conversation.id])",
+        also=("tests/core/test_claims.py",),
+    ),
 )
