@@ -170,6 +170,7 @@ async def open_companion(
                 platforms=platforms - {"terminal"},
                 metrics=metrics,
                 pacing=stream_pacing(settings.stream_edit_seconds),
+                holds=stores.claims.holds if stores.claims is not None else None,
             )
         transcriber = build_transcriber(settings)
         if transcriber is not None:
@@ -352,7 +353,16 @@ def build_companion(
         outbox=outbox,
         # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
         proactive=(
-            ProactiveService(stores.proactive, provider, clock, outbox, context, config.proactive, metrics=metrics)
+            ProactiveService(
+                stores.proactive,
+                provider,
+                clock,
+                outbox,
+                context,
+                config.proactive,
+                metrics=metrics,
+                holds=stores.claims.holds if stores.claims is not None else None,
+            )
             if outbox is not None
             else None
         ),
@@ -478,18 +488,21 @@ def stream_pacing(edit_seconds: float | None) -> StreamPacing | None:
 
 def scheduled_jobs(settings: Settings, companion: Companion, slots: JobSlots | None = None) -> list[Job]:
     """What the gateway runs on a schedule, at the intervals the settings give; with `slots` (a shared database)
-    each run once across the processes, but the take-over, which every process runs."""
-    jobs = [
-        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),
-        Job("capture", settings.capture_seconds, companion.capture.run_once),
-    ]
+    capture and the outbox's prune run once across the processes, and the rest in each."""
+    # Once across the processes of a shared database: what touches every conversation alike.
+    once = [Job("capture", settings.capture_seconds, companion.capture.run_once)]
+    # In every process: the expiry sweep (each shreds the keys of its own COMPANION_KEY_DIR, and deleting twice
+    # deletes nothing more), and what each sends only for the conversations it holds (the outbox, proactive).
+    every: list[Job] = []
+    every.append(Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep))
     if companion.outbox is not None:
-        jobs.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
-        jobs.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
+        every.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
+        once.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
     if companion.proactive is not None:
-        jobs.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
+        every.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
     if slots is not None:
-        jobs = [once_across(job, slots.take) for job in jobs]
+        once = [once_across(job, slots.take) for job in once]
+    jobs = [*every, *once]
     if settings.shared_database:
         # The conversations of a process that died or stopped, taken over within this tick of its death.
         jobs.append(Job("take-over", TAKE_OVER_SECONDS, companion.take_over_dead))

@@ -194,7 +194,7 @@ class Recovery:
         written that no answer took over gets its messages edited into a constant "cut off" line
         (a private interval's too, while it lives: the line holds nothing of it). Returns how many."""
         if self._outbox is None or self.claims is not None:
-            # A shared database leaves them: the outbox's sweep is not scoped by claims yet (issue 33, step 4).
+            # A shared database leaves them: this sweep of every conversation is not scoped by claims yet.
             return 0
         return await self._outbox.cut_off_streams(self.started_at)
 

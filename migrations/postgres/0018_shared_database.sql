@@ -36,8 +36,10 @@ CREATE TABLE job_runs (
 );
 
 -- The fence, in the schema: a process of a shared database names itself on every connection of its pools
--- (the setting companion.process, adapters/storage/postgres/engine.py); a message, a delivery or a segment of a
--- conversation whose claim names another process (or none: its holder's row is gone) is refused whole, CP003.
+-- (the setting companion.process, adapters/storage/postgres/engine.py); a new message or delivery, or a segment
+-- opened or changed, of a conversation whose claim names another process (or none: its holder's row is gone) is
+-- refused whole, CP003. (A message's later marks, capture's among them, are not fenced: capture runs in one
+-- process for every conversation.)
 -- A process that lost a conversation to a take-over writes nothing more of it. Connections that name no
 -- process (`companion chat`, a companion run alone, the tools) are not fenced.
 CREATE FUNCTION companion_fenced() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -51,6 +53,6 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER messages_fenced BEFORE INSERT OR UPDATE ON messages FOR EACH ROW EXECUTE FUNCTION companion_fenced();
+CREATE TRIGGER messages_fenced BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION companion_fenced();
 CREATE TRIGGER deliveries_fenced BEFORE INSERT ON deliveries FOR EACH ROW EXECUTE FUNCTION companion_fenced();
 CREATE TRIGGER segments_fenced BEFORE INSERT OR UPDATE ON segments FOR EACH ROW EXECUTE FUNCTION companion_fenced();

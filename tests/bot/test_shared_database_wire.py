@@ -3,6 +3,7 @@ processes on a real server, with the defaults as shipped (the web service on a p
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from pathlib import Path
 
@@ -158,3 +159,24 @@ async def test_a_private_interval_of_a_killed_gateway_lands_in_normal_mode_and_n
 def process_of(url: str, pid: int) -> int:
     ((process_id,),) = rows(url, "SELECT id FROM gateway_processes WHERE pid = ?", (pid,))
     return int(process_id)
+
+
+# Ticks of a second (as tests/bot/test_proactive_wire.py): a reminder due in seconds is sent within the test.
+FAST = {"COMPANION_PROACTIVE_TICK_SECONDS": "1", "COMPANION_OUTBOX_TICK_SECONDS": "1", "COMPANION_BURST_SECONDS": "0"}
+
+
+async def test_a_reminder_fires_once_across_two_gateways(tmp_path: Path, postgres_url: str) -> None:
+    # Quiet hours off: the test must not depend on the hour it runs at.
+    a_env = shared_env(tmp_path, postgres_url, "a", COMPANION_QUIET_HOURS="off", **FAST)
+    b_env = shared_env(tmp_path, postgres_url, "b", COMPANION_QUIET_HOURS="off", **FAST)
+    with Running(a_env) as a, Running(b_env) as b:
+        a.wait_running()
+        b.wait_running()
+        await send(a_env, "/followup 2s stretch")
+        sent = "SELECT status FROM deliveries WHERE kind = 'reminder'"
+        a.wait_for(lambda: rows(postgres_url, sent) == [("sent",)], "the reminder sent")
+        for _ in range(4):  # four more ticks of each gateway: nothing more is sent
+            await asyncio.sleep(1)
+            assert rows(postgres_url, "SELECT count(*) FROM deliveries WHERE kind = 'reminder'") == [(1,)]
+        assert rows(postgres_url, "SELECT count(*) FROM proactive_decisions WHERE outcome = 'sent'") == [(1,)]
+        assert a.end()[0] == 0 and b.end()[0] == 0

@@ -69,3 +69,27 @@ async def test_a_conversation_held_by_another_process_is_not_handled_here(stores
     future = companion.submit(InboundMessage("terminal", "terminal", "owner", "hello", is_direct=True))
     assert await future == Silent(Silence.HELD_ELSEWHERE)
     assert provider.requests == []
+
+
+async def test_the_dispatcher_sends_only_the_deliveries_of_conversations_this_process_holds(
+    stores, provider, clock, passphrase_hash
+) -> None:
+    from tests.core.test_outbox import tell
+    from tests.helpers.boot import boot_companion
+    from tests.helpers.fakes import FakeSender
+
+    sender = FakeSender("telegram", limit=50)
+    held: set[int] = set()
+    companion = await boot_companion(
+        stores, provider, clock, passphrase_hash, [sender], outbox_options={"holds": held.__contains__}
+    )
+    sender.down = True
+    reply = await tell(companion, "hello")  # its delivery left pending
+    assert reply is not None
+    sender.down = False
+    clock.advance(600)
+    await companion.outbox.dispatch_due()
+    assert sender.texts() == []  # another process holds it: that one sends it
+    held.add(reply.conversation_id)
+    await companion.outbox.dispatch_due()
+    assert sender.texts() == [reply.text]
