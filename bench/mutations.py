@@ -2482,16 +2482,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "pg-second-gateway-admitted",
         RELIABILITY,
-        "            if not row or not row[0]:",
-        "            if False:",
-        within="AdvisoryInstanceLock.acquire",
+        "            if (held := await taken_or_holder(conn, self.target, sql, KEYS[self.role])) is not None:",
+        "            if (held := await taken_or_holder(conn, self.target, sql, KEYS[self.role])) is None:",
     ),
     M(
         "pg-lost-instance-lock-unnoticed",
         RELIABILITY,
         "        self._lost.set()",
         "        pass",
-        within="AdvisoryInstanceLock._watch_connection",
+        within="Holding._watched",
     ),
     # --- a turn in few trips (issue 31, B): the SQLite engine, one-trip writes, the ledger -------
     M(
@@ -2961,24 +2960,22 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "shared-process-takes-the-run-key-exclusive",  # a second shared gateway is refused (or one alone admitted)
         RELIABILITY,
-        "SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)",
-        "SELECT pg_try_advisory_lock(hashtext('companion'), %s)",
+        "            shared = b\"SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)\"",
+        "            shared = b\"SELECT pg_try_advisory_lock(hashtext('companion'), %s)\"",
         also=("tests/adapters/test_postgres_processes.py",),
     ),
     M(
         "shared-process-beside-one-alone",  # a shared gateway starts beside one that believes itself alone
         RELIABILITY,
-        "            if not row or not row[0]:",
-        "            if False:",
-        within="SharedInstanceLock.acquire",
+        '            if (held := await taken_or_holder(conn, self.target, shared, KEYS["run"])) is not None:',
+        '            if (held := await taken_or_holder(conn, self.target, shared, KEYS["run"])) is None:',
         also=("tests/adapters/test_postgres_processes.py",),
     ),
     M(
         "shared-process-loss-unnoticed",  # a process whose connection dropped serves on, dead to the others
         RELIABILITY,
-        "        self._lost.set()",
-        "        pass",
-        within="SharedInstanceLock._beat_loop",
+        '            return f"its connection dropped ({type(exc).__name__})"',
+        '            await asyncio.Event().wait()\n            return ""',
         also=("tests/adapters/test_postgres_processes.py",),
     ),
     M(

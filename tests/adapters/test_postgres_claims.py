@@ -19,6 +19,7 @@ from adapters.storage.stores import Stores
 from core.ports.store.claims import Claim
 from core.values.errors import ClaimLost
 from core.values.model import ConversationKey
+from tests.adapters.test_postgres_processes import alive
 from tests.helpers.postgres import PostgresCluster
 
 PROCESS = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'companion run pid {pid}'"
@@ -28,8 +29,8 @@ class Process:
     """A registered process of the shared database and its stores (its own key folder), as `companion run`
     has them; `kill` ends its registration's connection as a SIGKILL would (its key released at once)."""
 
-    def __init__(self, lock: SharedInstanceLock, stores: Stores) -> None:
-        self.lock, self.stores = lock, stores
+    def __init__(self, url: str, lock: SharedInstanceLock, stores: Stores) -> None:
+        self.url, self.lock, self.stores = url, lock, stores
 
     @property
     def id(self) -> int:
@@ -37,9 +38,15 @@ class Process:
         return self.lock.process_id
 
     async def kill(self) -> None:
-        conn = self.lock._conn  # the test ends the registration's connection from outside
-        assert conn is not None
-        await conn.close()
+        held = self.lock._held  # the test ends the registration's connection from outside
+        assert held is not None
+        await held.conn.close()
+        # Its server process exits (its key released) a moment after the connection closes.
+        async with asyncio.timeout(30):
+            while True:
+                if self.id not in await alive(self.url):
+                    break
+                await asyncio.sleep(0.01)
 
 
 @asynccontextmanager
@@ -50,7 +57,7 @@ async def process(url: str, keys: Path) -> AsyncIterator[Process]:
     stores = Stores.over(database, process_id=lock.process_id)
     await database.start()
     try:
-        yield Process(lock, stores)
+        yield Process(url, lock, stores)
     finally:
         await database.aclose()
         await lock.aclose()

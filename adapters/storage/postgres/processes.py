@@ -11,15 +11,14 @@ successor.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from adapters.storage.postgres.errors import PostgresUrl, extra_missing, parse_url, translate
-from adapters.storage.postgres.instance import HOLDER, KEYS, holder_pid
+from adapters.storage.postgres.errors import PostgresUrl, parse_url, translate
+from adapters.storage.postgres.instance import KEYS, Holding, lock_connection, taken_or_holder
 from adapters.storage.postgres.migrate import migrate
 from core.values.errors import StoreError
 
@@ -76,10 +75,8 @@ class SharedInstanceLock:
         self.process_id: int | None = None
         self._beat = beat
         self._give_up = give_up
-        self._conn: AsyncConnection[Any] | None = None
-        self._beating: asyncio.Task[None] | None = None
+        self._held: Holding | None = None
         self._lost = asyncio.Event()
-        self._closing = False
 
     async def acquire(self) -> None:
         """Take the shared run key, migrate, register; safe to call twice.
@@ -89,24 +86,13 @@ class SharedInstanceLock:
                 (one line).
             MigrationError: as the store's start would.
         """
-        if self._conn is not None:
+        if self._held is not None:
             return
+        conn = await lock_connection(self.target, f"companion run pid {os.getpid()}")
+        import psycopg  # importable: the connection was made with it
         try:
-            import psycopg
-        except ImportError as exc:
-            raise extra_missing() from exc
-        name = f"companion run pid {os.getpid()}"
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.target.url, autocommit=True, application_name=name)
-        except psycopg.Error as exc:
-            raise translate(exc, self.target) from exc
-        try:
-            key = KEYS["run"]
-            cursor = await conn.execute(b"SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)", (key,))
-            row = await cursor.fetchone()
-            if not row or not row[0]:
-                holder = await (await conn.execute(HOLDER.encode(), {"key": key})).fetchone()
-                held = f"{self.target.where}/{self.target.database}{holder_pid(holder)}"
+            shared = b"SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)"
+            if (held := await taken_or_holder(conn, self.target, shared, KEYS["run"])) is not None:
                 raise StoreError(SHARED_BESIDE_ALONE.format(held=held))
             await migrate(conn, self.target)
             cursor = await conn.execute(
@@ -114,7 +100,10 @@ class SharedInstanceLock:
                 " RETURNING id".encode(),
                 (socket.gethostname(), os.getpid()),
             )
-            (process_id,) = await cursor.fetchone() or (None,)
+            row = await cursor.fetchone()
+            if row is None:
+                raise StoreError("PostgreSQL did not register this process in gateway_processes")
+            process_id = int(row[0])
             await conn.execute(
                 f"SELECT pg_advisory_lock(hashtext('{PROCESS_CLASS}'), CAST(%s AS integer))".encode(), (process_id,)
             )
@@ -124,14 +113,14 @@ class SharedInstanceLock:
         except BaseException:
             await conn.close()
             raise
-        self.process_id = int(process_id)
-        self._conn = conn
-        self._beating = asyncio.create_task(self._beat_loop(conn, self.process_id), name="process-heartbeat")
-        log.info("registered as process %d of a shared database", self.process_id)
+        self.process_id = process_id
+        what = f"process {process_id} of {self.target.where}"
+        self._held = Holding(conn, self._beat_loop(conn, process_id), self._lost, what)
+        log.info("registered as process %d of a shared database", process_id)
 
-    async def _beat_loop(self, conn: AsyncConnection[Any], process_id: int) -> None:
-        """Beat until the connection fails, a beat is late, or the row is gone (deleted as dead by hand)."""
-        why = "its connection dropped"
+    async def _beat_loop(self, conn: AsyncConnection[Any], process_id: int) -> str:
+        """Beat until the connection fails, a beat is late, or the row is gone (deleted as dead by hand);
+        returns why it stopped."""
         try:
             while True:
                 await asyncio.sleep(self._beat)
@@ -140,15 +129,11 @@ class SharedInstanceLock:
                         f"UPDATE gateway_processes SET heartbeat_at = {NOW} WHERE id = %s".encode(), (process_id,)
                     )
                 if cursor.rowcount != 1:
-                    why = "its row in gateway_processes is gone"
-                    break
+                    return "its row in gateway_processes is gone"
         except TimeoutError:
-            why = f"a heartbeat took over {self._give_up:g} s"
+            return f"a heartbeat took over {self._give_up:g} s"
         except Exception as exc:  # noqa: BLE001 - any failure of the beat ends the registration
-            why = f"its connection dropped ({type(exc).__name__})"
-        if not self._closing:
-            log.error("process %d of %s stops beating: %s", process_id, self.target.where, why)
-        self._lost.set()
+            return f"its connection dropped ({type(exc).__name__})"
 
     async def lost(self) -> None:
         """Completes when this process can no longer count as alive (never after `aclose`)."""
@@ -156,20 +141,14 @@ class SharedInstanceLock:
 
     async def aclose(self) -> None:
         """Deregister and release both keys (closing the connection); safe to call twice."""
-        self._closing = True
-        beating, self._beating = self._beating, None
-        conn, self._conn = self._conn, None
-        if beating is not None:
-            beating.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beating
-        if conn is not None:
-            # Deleted before the close: its claims are free at once (their holder becomes NULL), and the
-            # keys unlocked, not left to the backend's exit a moment later.
-            with contextlib.suppress(Exception):  # a dropped connection holds nothing any more
-                await conn.execute(b"DELETE FROM gateway_processes WHERE id = %s", (self.process_id,))
-                await conn.execute(b"SELECT pg_advisory_unlock_all()")
-            await conn.close()
+        held, self._held = self._held, None
+        if held is not None:
+            # Deleted before the close: its claims are free at once (their holder becomes NULL), and the keys
+            # unlocked, not left to the backend's exit a moment later.
+            await held.release(
+                b"WITH gone AS (DELETE FROM gateway_processes WHERE id = %s) SELECT pg_advisory_unlock_all()",
+                (self.process_id,),
+            )
 
 
 async def live_processes(conn: AsyncConnection[Any]) -> list[LiveProcess]:
