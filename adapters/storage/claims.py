@@ -62,12 +62,19 @@ class ClaimQueries:
             log.info("conversation %s taken over (fence %d)", conversation_id, fence)
         return Claim(conversation_id, fence, taken_over=taken_over)
 
-    async def take_over_dead(self) -> list[Claim]:
+    async def take_over_dead(self, platforms: frozenset[str] | None = None) -> list[Claim]:
+        params: dict[str, object] = {f"p{n}": platform for n, platform in enumerate(sorted(platforms or ()))}
+        served = (
+            ""
+            if platforms is None
+            else " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"
+            f" ({', '.join(f':{name}' for name in params) or 'NULL'}))"
+        )
         (taken,) = await self._engine.write(
             Statement(
                 f"UPDATE chat_claims SET holder = :me, fence = fence + 1, claimed_at = {NOW}"
-                f" WHERE holder IS DISTINCT FROM :me AND {_HOLDER_GONE} RETURNING conversation_id, fence",
-                {"me": self.process_id},
+                f" WHERE holder IS DISTINCT FROM :me AND {_HOLDER_GONE}{served} RETURNING conversation_id, fence",
+                {"me": self.process_id, **params},
                 Fetch.ALL,
             )
         )

@@ -86,7 +86,7 @@ class Recovery:
         self.started_at = self._clock.now()
         if self.claims is not None:
             # First every claim of a dead process taken over: the close below leaves out what others hold.
-            for claim in await self.claims.take_over_dead():
+            for claim in await self.claims.take_over_dead(self._platforms):
                 self._taken_at[claim.conversation_id] = self.started_at
         closed = await self._modes.close_crash_open_segments(self._platforms, now=self.started_at)
         self._restart_closed.update(closed)
@@ -131,7 +131,7 @@ class Recovery:
         recover them (`taken_over`). Returns the conversations taken over."""
         if self.claims is None:
             return []
-        taken = [claim.conversation_id for claim in await self.claims.take_over_dead()]
+        taken = [claim.conversation_id for claim in await self.claims.take_over_dead(self._platforms)]
         if taken:
             await self.taken_over(taken)
         return taken

@@ -78,6 +78,8 @@ async def test_one_live_process_holds_a_conversation_and_a_dead_ones_claim_is_ta
         assert await b.stores.claims.claim(chat) is None  # a live holder keeps it
         assert await b.stores.claims.take_over_dead() == []
         await a.kill()
+        # A process serving other platforms leaves it to one that receives its events.
+        assert await b.stores.claims.take_over_dead(frozenset({"discord"})) == []
         assert await b.stores.claims.claim(chat) == Claim(chat, 2, taken_over=True)
         assert await b.stores.claims.claim(chat) == Claim(chat, 2, taken_over=False)  # held since
 

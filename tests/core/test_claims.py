@@ -31,7 +31,7 @@ class FakeClaims:
         taken, self.take_over_next = self.take_over_next, False
         return Claim(conversation_id, 2 if taken else 1, taken_over=taken)
 
-    async def take_over_dead(self) -> list[Claim]:
+    async def take_over_dead(self, platforms: frozenset[str] | None = None) -> list[Claim]:
         return []
 
     def holds(self, conversation_id: int) -> bool:

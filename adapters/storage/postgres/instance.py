@@ -56,6 +56,7 @@ class AdvisoryInstanceLock:
             return
         conn = await lock_connection(self.target, f"companion {self.role} pid {os.getpid()}")
         import psycopg  # importable: the connection was made with it
+
         try:
             sql = b"SELECT pg_try_advisory_lock(hashtext('companion'), %s)"
             if (held := await taken_or_holder(conn, self.target, sql, KEYS[self.role])) is not None:

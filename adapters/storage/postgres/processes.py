@@ -90,6 +90,7 @@ class SharedInstanceLock:
             return
         conn = await lock_connection(self.target, f"companion run pid {os.getpid()}")
         import psycopg  # importable: the connection was made with it
+
         try:
             shared = b"SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)"
             if (held := await taken_or_holder(conn, self.target, shared, KEYS["run"])) is not None:

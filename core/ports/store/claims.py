@@ -36,9 +36,10 @@ class ChatClaims(Protocol):
         """
         ...
 
-    async def take_over_dead(self) -> list[Claim]:
-        """Take over every claim whose holder is dead or gone (at start, then on a schedule): each comes back
-        `taken_over`, its crash recovery owed."""
+    async def take_over_dead(self, platforms: frozenset[str] | None = None) -> list[Claim]:
+        """Take over every claim whose holder is dead or gone (at start, then on a schedule), of conversations on
+        `platforms` (what this process receives events of; None: all): each comes back `taken_over`, its crash
+        recovery owed. A conversation of a platform this process does not serve is left to one that does."""
         ...
 
     def holds(self, conversation_id: int) -> bool:
