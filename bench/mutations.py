@@ -3058,8 +3058,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "shared-take-over-of-a-platform-not-served",  # a chat whose events reach another process held here: never answered
         RELIABILITY,
-        "            if platforms is None\n            else \" AND conversation_id IN (SELECT id FROM conversations WHERE platform IN\"",
-        "            if True\n            else \" AND conversation_id IN (SELECT id FROM conversations WHERE platform IN\"",
+        '            if platforms is None\n            else " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"',
+        '            if True\n            else " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"',
         also=("tests/adapters/test_postgres_claims.py",),
     ),
 )

@@ -344,14 +344,14 @@ async def reconcile(
     # for that (`not_held_elsewhere`, ModeQueries'), only masked to this process, which cannot open them.
     mine, me = not_held_elsewhere
     every = Statement("SELECT id, key_id, ended_at FROM segments", fetch=Fetch.ALL)
-    found, ours = await engine.read(
-        every, Statement(f"SELECT id FROM segments WHERE TRUE{mine}", me, Fetch.ALL) if mine else every
+    found, *ours = await engine.read(
+        every, *([Statement(f"SELECT id FROM segments WHERE TRUE{mine}", me, Fetch.ALL)] if mine else [])
     )
     for row in found.rows:
         sealer.bind(row["id"], row["key_id"])
     live = {row["key_id"] for row in found.rows if row["key_id"] is not None}
     lost = await sealer.reconcile(live, spare_after=time.time() - grace)
-    closable = {row["id"] for row in ours.rows}
+    closable = {row["id"] for row in (ours[0] if ours else found).rows}
     keyless = [
         row["id"] for row in found.rows if (row["key_id"] is None or row["key_id"] in lost) and row["id"] in closable
     ]
