@@ -721,7 +721,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "gateway-expiry-sweep-not-scheduled",  # issue 12 gap
         PRIVACY,
-        '        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),\n',
+        '    every.append(Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep))\n',
         "",
         also=("tests/bot/test_gateway_sweep.py", "tests/bot/test_scheduler.py"),
     ),
@@ -1986,7 +1986,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "cut-off-turn-acknowledged",  # the platform would never offer it again: lost across the restart
         RELIABILITY,
-        "    return not (isinstance(outcome, Silent) and outcome.reason is Silence.CUT_OFF)",
+        "    return not (isinstance(outcome, Silent) and outcome.reason in (Silence.CUT_OFF, Silence.HELD_ELSEWHERE))",
         "    return True",
     ),
     M(
@@ -2285,7 +2285,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "keys-not-reconciled-at-start",
         PRIVACY,
-        "        await reconcile(self._engine, time.time() if now is None else now)",
+        "        await reconcile(self._engine, time.time() if now is None else now, not_held_elsewhere=(mine, me))",
         "        pass",
     ),
     M(
@@ -2482,14 +2482,15 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "pg-second-gateway-admitted",
         RELIABILITY,
-        "            if not row or not row[0]:",
-        "            if False:",
+        "            if (held := await taken_or_holder(conn, self.target, sql, KEYS[self.role])) is not None:",
+        "            if (held := await taken_or_holder(conn, self.target, sql, KEYS[self.role])) is None:",
     ),
     M(
         "pg-lost-instance-lock-unnoticed",
         RELIABILITY,
         "        self._lost.set()",
         "        pass",
+        within="Holding._watched",
     ),
     # --- a turn in few trips (issue 31, B): the SQLite engine, one-trip writes, the ledger -------
     M(
@@ -3027,5 +3028,131 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        allowed = AllowedHosts(allowed.entries | AllowedHosts.parse([webhook_host]).entries)",
         "        pass",
         also=("tests/bot/test_webhook_wire.py::test_an_update_redelivered_after_a_timeout_is_answered_once",),
+    ),
+    M(
+        "shared-database-on-sqlite",  # several processes on one SQLite file: no registry, no claims, all alone
+        RELIABILITY,
+        "        if self.shared_database and self.database_url is None:",
+        "        if False:",
+        also=("tests/bot/test_database_settings.py",),
+    ),
+    M(
+        "shared-process-alive-on-a-stale-heartbeat",  # a wedged process counts as alive: its chats are never taken
+        RELIABILITY,
+        "p.heartbeat_at > {NOW} - {DEAD_AFTER_SECONDS} AND EXISTS (",
+        "p.heartbeat_at > 0 AND EXISTS (",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-alive-without-its-key",  # a killed process's fresh row counts as alive for up to 10 s
+        RELIABILITY,
+        "p.heartbeat_at > {NOW} - {DEAD_AFTER_SECONDS} AND EXISTS (",
+        "p.heartbeat_at > {NOW} - {DEAD_AFTER_SECONDS} OR EXISTS (",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-takes-the-run-key-exclusive",  # a second shared gateway is refused (or one alone admitted)
+        RELIABILITY,
+        "            shared = b\"SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)\"",
+        "            shared = b\"SELECT pg_try_advisory_lock(hashtext('companion'), %s)\"",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-beside-one-alone",  # a shared gateway starts beside one that believes itself alone
+        RELIABILITY,
+        '            if (held := await taken_or_holder(conn, self.target, shared, KEYS["run"])) is not None:',
+        '            if (held := await taken_or_holder(conn, self.target, shared, KEYS["run"])) is None:',
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-loss-unnoticed",  # a process whose connection dropped serves on, dead to the others
+        RELIABILITY,
+        '            return f"its connection dropped ({type(exc).__name__})"',
+        '            await asyncio.Event().wait()\n            return ""',
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-process-beats-without-its-row",  # a process whose row was removed as dead serves on, unseen
+        RELIABILITY,
+        "                if cursor.rowcount != 1:",
+        "                if False:",
+        also=("tests/adapters/test_postgres_processes.py",),
+    ),
+    M(
+        "shared-gateway-polls-telegram",  # two pollers of one token: Telegram refuses one, updates split between them
+        RELIABILITY,
+        "    if settings.telegram_token:\n        # Long polling allows one poller per token",
+        "    if False:\n        # Long polling allows one poller per token",
+        also=("tests/bot/test_shared_database_wire.py",),
+    ),
+    M(
+        "shared-fence-lets-a-lost-holder-write",  # a process whose chat was taken over writes into it beside the new holder
+        PRIVACY,
+        "SELECT 1 FROM chat_claims WHERE conversation_id = NEW.conversation_id AND holder IS DISTINCT FROM me::bigint",
+        "SELECT 1 FROM chat_claims WHERE FALSE AND holder IS DISTINCT FROM me::bigint",
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-claim-taken-from-a-live-holder",  # two processes answer one chat: order and privacy split between them
+        RELIABILITY,
+        '                f" WHERE chat_claims.holder IS DISTINCT FROM excluded.holder AND {_HOLDER_GONE}"',
+        '                " WHERE chat_claims.holder IS DISTINCT FROM excluded.holder"',
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-start-closes-a-live-processes-interval",  # a second gateway's start ends a person's private mode
+        PRIVACY,
+        '        if self._process_id is None:\n            return "", {}',
+        '        if True:\n            return "", {}',
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-start-closes-a-live-processes-interval-as-keyless",  # its key is in the other's folder only
+        PRIVACY,
+        '        row["id"] for row in found.rows if (row["key_id"] is None or row["key_id"] in lost) and row["id"] in closable',
+        '        row["id"] for row in found.rows if (row["key_id"] is None or row["key_id"] in lost)',
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-turn-runs-where-the-chat-is-not-held",  # a gateway handles a chat another live gateway holds
+        RELIABILITY,
+        '            if claim is None:\n                log.info("conversation %s is held by another process',
+        '            if False:\n                log.info("conversation %s is held by another process',
+        also=("tests/bot/test_shared_database_wire.py",),
+    ),
+    M(
+        "shared-take-over-recovers-nothing",  # a dead gateway's private interval stays open for whoever claims it
+        PRIVACY,
+        "        if taken:\n            await self.taken_over(taken)",
+        "        if False:\n            await self.taken_over(taken)",
+        also=("tests/bot/test_shared_database_wire.py",),
+    ),
+    M(
+        "shared-job-runs-in-every-process",  # a reminder or nudge sent once by each gateway of the database
+        RELIABILITY,
+        "        if not await take(job.name, job.seconds):\n            return None",
+        "        if False:\n            return None",
+        also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-claim-taken-over-without-recovery",  # the dead process's private interval read as open by its new holder
+        PRIVACY,
+        "            if claim.taken_over:\n                await self._recovery.taken_over([conversation.id])",
+        "            if False:\n                await self._recovery.taken_over([conversation.id])",
+        also=("tests/core/test_claims.py",),
+    ),
+    M(
+        "shared-dispatcher-sends-others-deliveries",  # two processes send one pending delivery: the reply doubled
+        RELIABILITY,
+        "            if self._holds is not None and not self._holds(conversation_id):\n                continue",
+        "            if False:\n                continue",
+        also=("tests/core/test_claims.py",),
+    ),
+    M(
+        "shared-take-over-of-a-platform-not-served",  # a chat whose events reach another process held here: never answered
+        RELIABILITY,
+        '            if platforms is None\n            else " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"',
+        '            if True\n            else " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"',
+        also=("tests/adapters/test_postgres_claims.py",),
     ),
 )

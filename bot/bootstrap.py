@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot.instance import CHAT, LOCK_LOST, RUN, DatabaseInstanceLock, FileInstanceLock, InstanceLock, Role, holding
-from bot.scheduler import Job
+from bot.scheduler import Job, once_across
 from bot.settings import ConfigError, Settings
 from core.commands.services import CommandServices, CommandSettings
 from core.delivery.handoff import HandOff
@@ -60,6 +60,7 @@ from core.values.retry import Sleep
 
 if TYPE_CHECKING:
     from adapters.storage.backup import BackupResult
+    from adapters.storage.claims import JobSlots
     from adapters.storage.move import MoveResult
     from adapters.storage.stores import Stores
     from adapters.telegram import TelegramIntake, WebhookSetup
@@ -70,7 +71,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MCP_KILL_SECONDS = 5.0  # a stdio server still running this long after SIGTERM at a stop is killed
+MCP_KILL_SECONDS = 5.0
+# A shared database: how often a process takes over the conversations of processes that died or stopped. A killed
+# process is dead at once (its connection, and so its key, are gone); a wedged one after its heartbeat is 10 s
+# old (adapters/storage/postgres/processes.py): its chats are taken over within that, plus this.
+TAKE_OVER_SECONDS = 2.0  # a stdio server still running this long after SIGTERM at a stop is killed
 
 
 def build_provider(settings: Settings) -> BaseProvider:
@@ -166,6 +171,7 @@ async def open_companion(
                 platforms=platforms - {"terminal"},
                 metrics=metrics,
                 pacing=stream_pacing(settings.stream_edit_seconds),
+                holds=stores.claims.holds if stores.claims is not None else None,
             )
         transcriber = build_transcriber(settings)
         if transcriber is not None:
@@ -312,6 +318,7 @@ def build_companion(
         responder,
         platforms=config.platforms,
         outbox=outbox,
+        claims=stores.claims,
     )
     parts = Parts(
         provider=provider,
@@ -347,7 +354,16 @@ def build_companion(
         outbox=outbox,
         # Proactive messages go out through the outbox only: none where nothing delivers (the terminal).
         proactive=(
-            ProactiveService(stores.proactive, provider, clock, outbox, context, config.proactive, metrics=metrics)
+            ProactiveService(
+                stores.proactive,
+                provider,
+                clock,
+                outbox,
+                context,
+                config.proactive,
+                metrics=metrics,
+                holds=stores.claims.holds if stores.claims is not None else None,
+            )
             if outbox is not None
             else None
         ),
@@ -465,7 +481,18 @@ def build_web_service(
         numbers.append(("inbox", lambda: telegram.inbox_depth))
         if metrics is not None:
             metrics.watch_inbox(lambda: telegram.inbox_depth)
-    operators = Operators(DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics, numbers)
+    shared = None
+    if (claims := stores.claims) is not None:
+        # A shared database: what this process holds, on /readyz and /metrics (Discord is not served shared yet).
+
+        def shared() -> dict[str, object]:
+            return {"process": claims.process_id, "conversations_held": claims.held, "discord_gateway": False}
+
+        if metrics is not None:
+            metrics.watch_claims(lambda: claims.held, lambda: claims.taken_over)
+    operators = Operators(
+        DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics, numbers, shared
+    )
     return WebService(
         settings.http_host,
         settings.http_port,
@@ -499,18 +526,33 @@ def stream_pacing(edit_seconds: float | None) -> StreamPacing | None:
 # --- the gateway: its platforms and scheduled jobs ------------------------------------------------
 
 
-def scheduled_jobs(settings: Settings, companion: Companion) -> list[Job]:
-    """What the gateway runs on a schedule, at the intervals the settings give."""
-    jobs = [
-        Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep),
-        Job("capture", settings.capture_seconds, companion.capture.run_once),
-    ]
+def scheduled_jobs(settings: Settings, companion: Companion, slots: JobSlots | None = None) -> list[Job]:
+    """What the gateway runs on a schedule, at the intervals the settings give; with `slots` (a shared database)
+    capture and the outbox's prune run once across the processes, and the rest in each."""
+    # Once across the processes of a shared database: what touches every conversation alike.
+    once = [Job("capture", settings.capture_seconds, companion.capture.run_once)]
+    # In every process: the expiry sweep (each shreds the keys of its own COMPANION_KEY_DIR, and deleting twice
+    # deletes nothing more), and what each sends only for the conversations it holds (the outbox, proactive).
+    every: list[Job] = []
+    every.append(Job("expiry-sweep", settings.expiry_sweep_seconds, companion.sweep))
     if companion.outbox is not None:
-        jobs.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
-        jobs.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
+        every.append(Job("outbox", settings.outbox_tick_seconds, companion.outbox.dispatch_due))
+        once.append(Job("outbox-prune", settings.outbox_prune_seconds, companion.outbox.prune))
     if companion.proactive is not None:
-        jobs.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
+        every.append(Job("proactive", settings.proactive_tick_seconds, companion.proactive.tick))
+    if slots is not None:
+        once = [once_across(job, slots.take) for job in once]
+    jobs = [*every, *once]
+    if settings.shared_database:
+        # The conversations of a process that died or stopped, taken over within this tick of its death.
+        jobs.append(Job("take-over", TAKE_OVER_SECONDS, companion.take_over_dead))
     return jobs
+
+
+def registered_process(lock: DatabaseInstanceLock) -> int | None:
+    """The id a shared database's instance lock registered this process under; None for a process alone."""
+    process_id = getattr(lock, "process_id", None)
+    return process_id if isinstance(process_id, int) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,10 +590,13 @@ class Assembly:
 
 
 @asynccontextmanager
-async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> AsyncIterator[Assembly]:
+async def open_gateway(
+    settings: Settings, on_fatal: Callable[[str], None], process_id: int | None = None
+) -> AsyncIterator[Assembly]:
     """Store, provider and core opened (closed in reverse, also on failure), and every configured
     platform, job and the HTTP service built around them. `on_fatal(line)`: a platform refused the
-    configuration while running (a revoked token)."""
+    configuration while running (a revoked token). `process_id`: this process's registration on a shared
+    database (its claims), None alone."""
     web = settings.http_port is not None
     chats = frozenset(
         name for name, token in (("telegram", settings.telegram_token), ("discord", settings.discord_token)) if token
@@ -559,7 +604,7 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
     metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
     counters: Metrics = metrics or NO_METRICS
     async with (
-        open_settings_stores(settings) as stores,
+        open_settings_stores(settings, process_id) as stores,
         open_companion(settings, stores, chats | {"web"} if web else chats, metrics=counters, web=web) as companion,
     ):
         edge = edge_settings(settings)
@@ -614,7 +659,8 @@ async def open_gateway(settings: Settings, on_fatal: Callable[[str], None]) -> A
                 chat.intake,
                 telegram=telegram_intake,
             )
-        yield Assembly(companion, entry, platforms, scheduled_jobs(settings, companion), service, chats)
+        jobs = scheduled_jobs(settings, companion, stores.job_slots)
+        yield Assembly(companion, entry, platforms, jobs, service, chats)
 
 
 # --- the command line's tasks ------------------------------------------------------------------
@@ -809,21 +855,28 @@ async def _apply_migrations(settings: Settings) -> None:
 # --- the engine the settings choose -------------------------------------------------------------
 
 
-def open_settings_stores(settings: Settings) -> AbstractAsyncContextManager[Stores]:
+def open_settings_stores(settings: Settings, process_id: int | None = None) -> AbstractAsyncContextManager[Stores]:
     """The stores on the database the settings choose: PostgreSQL at COMPANION_DATABASE_URL (its keys in
-    COMPANION_KEY_DIR) when set, else the SQLite file at COMPANION_DB_PATH; opened and migrated, closed after."""
+    COMPANION_KEY_DIR) when set, else the SQLite file at COMPANION_DB_PATH; opened and migrated, closed after.
+    `process_id`: this process's registration on a shared database (`registered_process`)."""
     from adapters.storage.stores import open_stores
 
     url = settings.database_url.get_secret_value() if settings.database_url is not None else None
-    return open_stores(settings.db_path, url=url, key_dir=settings.key_dir)
+    return open_stores(settings.db_path, url=url, key_dir=settings.key_dir, process_id=process_id)
 
 
 def instance_lock(settings: Settings, role: Role, *, purpose: str | None = None) -> DatabaseInstanceLock:
     """One process of `role` (RUN, CHAT) per database, not taken yet: the lock file beside the SQLite file, or
-    PostgreSQL's advisory lock (held on a connection of its own; `lost` completes if that connection drops).
+    PostgreSQL's advisory lock (held on a connection of its own; `lost` completes if that connection drops); with
+    COMPANION_SHARED_DATABASE, `companion run`'s is shared with the other gateways and registers this process.
     `purpose`: the command taking the role's lock when it is not the role's own (`restore`)."""
     if settings.database_url is None:
         return FileInstanceLock(settings.db_path, role, purpose=purpose)
+    if settings.shared_database and role == RUN and purpose is None:
+        # Several gateways on one database: the run key shared, and this process registered and beating.
+        from adapters.storage.postgres.processes import SharedInstanceLock
+
+        return SharedInstanceLock(settings.database_url.get_secret_value())
     from adapters.storage.postgres.instance import AdvisoryInstanceLock
 
     return AdvisoryInstanceLock(settings.database_url.get_secret_value(), role, purpose=purpose)

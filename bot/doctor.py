@@ -544,6 +544,12 @@ def _postgres_lines(facts: PostgresFacts, section: Section) -> None:
     for role in ("run", "chat"):
         if role in facts.holders:
             section.add(INFO, f"a companion {role} holds this database{facts.holders[role]}")
+    if facts.live_processes:  # a shared database (COMPANION_SHARED_DATABASE): who serves it now
+        count = len(facts.live_processes)
+        section.add(INFO, f"{count} live companion run process{'es' if count != 1 else ''} (shared database)")
+        for process_id, host, pid, held in facts.live_processes:
+            chats = f"{held} conversation{'s' if held != 1 else ''}"
+            section.add(INFO, f"  process {process_id} on {host} (pid {pid}), holding {chats}")
     intervals = facts.open_private_intervals
     section.add(INFO, f"{intervals} private interval{'s' if intervals != 1 else ''} open")
 

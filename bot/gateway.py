@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
-from bot.bootstrap import Assembly, instance_lock, open_gateway
+from bot.bootstrap import Assembly, instance_lock, open_gateway, registered_process
 from bot.instance import LOCK_LOST, RUN, DatabaseInstanceLock, holding
 from bot.scheduler import SchedulerService
 from bot.settings import Settings
@@ -27,6 +27,11 @@ NOTHING_CONFIGURED = (
     "companion: no chat platform is configured and the web service is off (COMPANION_HTTP_PORT). Set "
     "COMPANION_TELEGRAM_TOKEN (Telegram) or COMPANION_DISCORD_TOKEN (Discord), and COMPANION_ALLOWED_USERS "
     "(for example telegram:123456) for who may talk with it; or use `companion chat` to talk in this terminal."
+)
+SHARED_TELEGRAM = "COMPANION_SHARED_DATABASE: Telegram needs COMPANION_TELEGRAM_WEBHOOK_URL (one poller per token)"
+SHARED_DISCORD = (
+    "COMPANION_SHARED_DATABASE: Discord is not served by several processes yet (its gateway connection is not "
+    "handed over); serve it from one companion run without COMPANION_SHARED_DATABASE"
 )
 WEB_ALONE = "no chat platform is configured: serving the web chat alone at %s (sign in with `companion web-login`)"
 
@@ -49,6 +54,9 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     if not (settings.telegram_token or settings.discord_token or web):
         print(NOTHING_CONFIGURED, file=sys.stderr)
         return EXIT_REFUSED
+    if settings.shared_database and (refused := shared_refusal(settings)):
+        print(f"companion: {refused}", file=sys.stderr)
+        return EXIT_REFUSED
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -63,7 +71,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
     async with AsyncExitStack() as stack:
         # Before the store opens: a second gateway would answer every message again.
         lock = await stack.enter_async_context(holding(instance_lock(settings, RUN)))
-        gateway = await stack.enter_async_context(open_gateway(settings, on_fatal))
+        gateway = await stack.enter_async_context(open_gateway(settings, on_fatal, registered_process(lock)))
         scheduler = SchedulerService(gateway.jobs, stop_grace=settings.stop_grace)
         await scheduler.start()
         stack.push_async_callback(scheduler.aclose)  # a start that fails half-way still stops it
@@ -104,6 +112,16 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         print(f"companion: {lost}; exiting so that a supervisor (Docker, systemd) starts it again", file=sys.stderr)
         return EXIT_LOST
     return 0
+
+
+def shared_refusal(settings: Settings) -> str | None:
+    """What several gateways on one database cannot serve yet (issue 33), in one line; None: nothing."""
+    if settings.telegram_token:
+        # Long polling allows one poller per token: the gateways need Telegram's webhook in front of them.
+        return SHARED_TELEGRAM
+    if settings.discord_token:
+        return SHARED_DISCORD
+    return None
 
 
 async def _stop(settings: Settings, gateway: Assembly, scheduler: SchedulerService) -> None:

@@ -125,3 +125,15 @@ class SchedulerService:
                     self._running.discard(task)
 
         return run
+
+
+def once_across(job: Job, take: Callable[[str, float], Awaitable[bool]]) -> Job:
+    """`job` run once per interval across the processes of a shared database: each process's tick asks `take`
+    (adapters/storage/claims.py `JobSlots.take`) for the job's current slot, and only the one that wins it runs."""
+
+    async def run() -> object:
+        if not await take(job.name, job.seconds):
+            return None
+        return await job.callback()
+
+    return Job(job.name, job.seconds, run)

@@ -43,6 +43,12 @@ _SERVICE_PATHS = frozenset(
 _QUIET = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
+SHARED_NEEDS_POSTGRES = (
+    "COMPANION_SHARED_DATABASE: needs COMPANION_DATABASE_URL=postgresql://... (several processes cannot share "
+    "an SQLite file)"
+)
+
+
 class ConfigError(Exception):
     """One line naming the variable and what is wrong with it."""
 
@@ -61,6 +67,10 @@ class Settings(BaseSettings):
     # progress: checked here, not used yet). Checked with urllib alone: the driver is an optional extra.
     database_url: SecretStr | None = None
     key_dir: Path = Path("data/keys")
+    # Several `companion run` processes on one PostgreSQL database (issue 33; docs/operations.md): each
+    # registers, claims the chats it answers, and recovers only what no live process holds. Unset: one
+    # `companion run` per database, as ever.
+    shared_database: bool = False
     log_level: str = "WARNING"
     timezone: str = "UTC"
     quiet_hours: str | None = "22:00-08:00"
@@ -446,6 +456,13 @@ class Settings(BaseSettings):
             token = getattr(self, name)
             if token is not None and not shape.match(token.get_secret_value()):
                 raise ValueError(f"COMPANION_{name.upper()}: {words} (the value is not shown)")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_database(self) -> Settings:
+        """Several processes share a PostgreSQL server, never an SQLite file (one writer, one host)."""
+        if self.shared_database and self.database_url is None:
+            raise ValueError(SHARED_NEEDS_POSTGRES)
         return self
 
     @model_validator(mode="after")

@@ -37,9 +37,23 @@ class ModeQueries:
     with it, deleting expired segments records the debt in the same write and finishes it after; without
     it (PostgreSQL, which has no such checkpoint to force) nothing is owed."""
 
-    def __init__(self, engine: Database, checkpoints: Checkpoints | None = None) -> None:
+    def __init__(
+        self, engine: Database, checkpoints: Checkpoints | None = None, *, process_id: int | None = None
+    ) -> None:
         self._engine = engine
         self._checkpoints = checkpoints
+        # A process of a shared database (issue 33): its crash recovery leaves alone every conversation another
+        # process holds (its claim taken over first, core/turn/recovery.py), whatever its keys.
+        self._process_id = process_id
+
+    def _not_held_elsewhere(self) -> tuple[str, dict[str, object]]:
+        """The predicate on `conversation_id` that leaves out what another process holds (none alone)."""
+        if self._process_id is None:
+            return "", {}
+        return (
+            " AND conversation_id NOT IN (SELECT conversation_id FROM chat_claims WHERE holder IS DISTINCT FROM :me)",
+            {"me": self._process_id},
+        )
 
     # --- private segments (the mode state) ---------------------------------
 
@@ -160,6 +174,9 @@ class ModeQueries:
                 f" ({', '.join(f':{name}' for name in params) or 'NULL'}))"
             )
         )
+        mine, me = self._not_held_elsewhere()
+        scope += mine
+        params.update(me)
         open_ones = Statement(
             f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope} ORDER BY conversation_id",
             params,
@@ -169,7 +186,30 @@ class ModeQueries:
         # An interval the keys' step closes (`key_lost`: its key expired by name or is gone) was closed by
         # this start too: what was sent in it before the start must be kept from normal mode like the rest.
         (before,) = await self._engine.read(open_ones) if keyed else (None,)
-        await reconcile(self._engine, time.time() if now is None else now)
+        await reconcile(self._engine, time.time() if now is None else now, not_held_elsewhere=(mine, me))
+        closed = set(await self._close_as_restart(open_ones, scope, params, now))
+        if before is not None:
+            closed.update(row["conversation_id"] for row in before.rows)
+        return sorted(closed)
+
+    async def close_taken_over(self, conversation_ids: list[int], now: float) -> list[int]:
+        """A shared database's take-over (core/turn/recovery.py `Recovery.taken_over`): the open segments of
+        `conversation_ids`, whose process died or stopped, closed as a restart closes them (at the end of their
+        stored record, `now` their `restart_at`), never resumed. Returns the conversations whose segment closed."""
+        if not conversation_ids:
+            return []
+        params: dict[str, object] = {f"c{n}": c for n, c in enumerate(conversation_ids)}
+        scope = f" AND conversation_id IN ({', '.join(f':{name}' for name in params)})"
+        open_ones = Statement(
+            f"SELECT DISTINCT conversation_id FROM segments WHERE ended_at IS NULL{scope} ORDER BY conversation_id",
+            params,
+            Fetch.ALL,
+        )
+        return await self._close_as_restart(open_ones, scope, params, now)
+
+    async def _close_as_restart(
+        self, open_ones: Statement, scope: str, params: dict[str, object], now: float | None
+    ) -> list[int]:
         results = await self._engine.write(
             open_ones,
             # Due at once: the retractions are sent as soon as the adapters can send.
@@ -180,10 +220,7 @@ class ModeQueries:
                 {**params, "restart": now},
             ),
         )
-        closed = {row["conversation_id"] for row in results[0].rows}
-        if before is not None:
-            closed.update(row["conversation_id"] for row in before.rows)
-        return sorted(closed)
+        return [row["conversation_id"] for row in results[0].rows]
 
     async def restart_segment_for(self, conversation_id: int, sent_at: float) -> int | None:
         """The segment a message sent at `sent_at` (platform time) belongs to although it arrives
@@ -284,7 +321,13 @@ class ModeQueries:
 # --- the interval keys at start, and failing closed ---------------------------------------------------
 
 
-async def reconcile(engine: Database, now: float, *, grace: float = ORPHAN_GRACE) -> Reconciled:
+async def reconcile(
+    engine: Database,
+    now: float,
+    *,
+    grace: float = ORPHAN_GRACE,
+    not_held_elsewhere: tuple[str, dict[str, object]] = ("", {}),
+) -> Reconciled:
     """At start, before any interval opens and while no other process writes (after the instance lock):
     settle the key folder with the segments both ways. Every key no segment names is shredded (an orphan:
     a crash between a key's creation and its segment's commit, or after a deletion's shred); a segment left
@@ -297,12 +340,21 @@ async def reconcile(engine: Database, now: float, *, grace: float = ORPHAN_GRACE
     if not sealer.keyed:
         return Reconciled(0, 0)
     await sealer.expire(now)  # keys first: an expired interval's key goes even before its rows
-    (found,) = await engine.read(Statement("SELECT id, key_id, ended_at FROM segments", fetch=Fetch.ALL))
+    # On a shared database another process's intervals are sealed under keys of its own folder: never closed here
+    # for that (`not_held_elsewhere`, ModeQueries'), only masked to this process, which cannot open them.
+    mine, me = not_held_elsewhere
+    every = Statement("SELECT id, key_id, ended_at FROM segments", fetch=Fetch.ALL)
+    found, *ours = await engine.read(
+        every, *([Statement(f"SELECT id FROM segments WHERE TRUE{mine}", me, Fetch.ALL)] if mine else [])
+    )
     for row in found.rows:
         sealer.bind(row["id"], row["key_id"])
     live = {row["key_id"] for row in found.rows if row["key_id"] is not None}
     lost = await sealer.reconcile(live, spare_after=time.time() - grace)
-    keyless = [row["id"] for row in found.rows if row["key_id"] is None or row["key_id"] in lost]
+    closable = {row["id"] for row in (ours[0] if ours else found).rows}
+    keyless = [
+        row["id"] for row in found.rows if (row["key_id"] is None or row["key_id"] in lost) and row["id"] in closable
+    ]
     closed = await close_keyless(engine, keyless, now)
     if keyless:
         log.warning("%d private interval(s) have no key: masked, %d closed", len(keyless), closed)

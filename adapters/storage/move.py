@@ -107,6 +107,10 @@ MOVE_PLAN: dict[str, Plan] = {
     "web_login_codes": Skip("sign-in credentials: sign in again on the new store"),
     "web_sessions": Skip("sign-in credentials: sign in again on the new store"),
     "health_probe": Copy(),
+    # Processes and their claims describe who serves now, not the conversations: the new store has its own.
+    "gateway_processes": Skip("the processes of a shared database register at their start"),
+    "chat_claims": Skip("claims are taken again by the processes serving the new store"),
+    "job_runs": Skip("the scheduled runs of the processes of a shared database"),
     "recall_fts": DERIVED,
     "recall_index": DERIVED,
     "schema_migrations": Skip("each engine's own: PostgreSQL's migrations are applied first"),

@@ -22,6 +22,7 @@ from typing import Protocol
 from adapters.storage.attempts import AttemptQueries
 from adapters.storage.bindings import BindingQueries
 from adapters.storage.chats import ChatQueries
+from adapters.storage.claims import ClaimQueries, JobSlots
 from adapters.storage.database import Database
 from adapters.storage.engine import Database as Engine
 from adapters.storage.inbox import InboxQueries, TransitKeys
@@ -71,17 +72,21 @@ class Stores:
     inbox: InboxQueries  # the webhook inbox (issue 33)
     passphrase_attempts: AttemptQueries
     link_attempts: AttemptQueries
+    # A process of a shared PostgreSQL database (COMPANION_SHARED_DATABASE): its chat claims; None alone.
+    claims: ClaimQueries | None = None
+    job_slots: JobSlots | None = None  # and each scheduled run once across its processes
 
     @classmethod
-    def over(cls, database: StoreDatabase) -> Stores:
-        """The query classes over `database` (started or not: nothing is read here)."""
+    def over(cls, database: StoreDatabase, *, process_id: int | None = None) -> Stores:
+        """The query classes over `database` (started or not: nothing is read here); `process_id`: this process's
+        row in gateway_processes on a shared database (its claims, and recovery leaving the others' alone)."""
         timeline = TimelineQueries(database.engine)
         checkpoints = Checkpoints(database) if isinstance(database, Database) else None
         return cls(
             database=database,
             timeline=timeline,
             checkpoints=checkpoints,
-            modes=ModeQueries(database.engine, checkpoints),
+            modes=ModeQueries(database.engine, checkpoints, process_id=process_id),
             memory=MemoryQueries(database.engine),
             lifetime=LifetimeQueries(database.engine, timeline, checkpoints),
             bindings=BindingQueries(database.engine),
@@ -94,6 +99,8 @@ class Stores:
             inbox=InboxQueries(database.engine, database.transit),
             passphrase_attempts=AttemptQueries(database.engine, "valve_attempts"),
             link_attempts=AttemptQueries(database.engine, "link_attempts"),
+            claims=None if process_id is None else ClaimQueries(database.engine, process_id),
+            job_slots=None if process_id is None else JobSlots(database.engine, process_id),
         )
 
 
@@ -103,7 +110,7 @@ def sqlite_stores(path: str | os.PathLike[str]) -> Stores:
 
 
 def store_database(
-    path: str | os.PathLike[str], *, url: str | None = None, key_dir: Path | None = None
+    path: str | os.PathLike[str], *, url: str | None = None, key_dir: Path | None = None, process_id: int | None = None
 ) -> StoreDatabase:
     """The database the settings choose, not opened yet: PostgreSQL at `url` (COMPANION_DATABASE_URL, its keys
     in `key_dir`) when given, else the SQLite file at `path` (COMPANION_DB_PATH)."""
@@ -112,21 +119,22 @@ def store_database(
     # Imported only when configured: the driver is the `postgres` extra.
     from adapters.storage.postgres.engine import PostgresDatabase
 
-    return PostgresDatabase(url, key_dir=key_dir)
+    return PostgresDatabase(url, key_dir=key_dir, process_id=process_id)
 
 
 @asynccontextmanager
 async def open_stores(
-    path: str | os.PathLike[str], *, url: str | None = None, key_dir: Path | None = None
+    path: str | os.PathLike[str], *, url: str | None = None, key_dir: Path | None = None, process_id: int | None = None
 ) -> AsyncIterator[Stores]:
     """The database the settings choose (`store_database`) opened, created and migrated, with every query
-    class over it; closed at the end, also on failure.
+    class over it; closed at the end, also on failure. `process_id`: see `Stores.over` (PostgreSQL only).
 
     Raises:
         core.values.errors.StoreError: the database cannot be opened or used (one line; a URL's password masked).
         core.values.errors.MigrationError: its schema cannot be brought to this code's version.
     """
-    stores = Stores.over(store_database(path, url=url, key_dir=key_dir))
+    database = store_database(path, url=url, key_dir=key_dir, process_id=process_id)
+    stores = Stores.over(database, process_id=process_id)
     await stores.database.start()
     try:
         yield stores

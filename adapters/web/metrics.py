@@ -149,6 +149,21 @@ class PrometheusMetrics:
         """The inbox's depth, read at each scrape."""
         self._inbox.set_function(lambda: float(depth()))
 
+    def watch_claims(self, held: Callable[[], int], taken_over: Callable[[], int]) -> None:
+        """A shared database (issue 33): the conversations this process holds and has taken over, read at each
+        scrape. Every turn claims its conversation whatever its mode, so neither says anything of private mode."""
+        r = self.registry
+        holding = Gauge(
+            "companion_conversations_held", "Conversations this process holds (a shared database).", registry=r
+        )
+        holding.set_function(lambda: float(held()))
+        takes = Gauge(
+            "companion_take_overs",
+            "Conversations this process took over from a process that died or stopped, since it started.",
+            registry=r,
+        )
+        takes.set_function(lambda: float(taken_over()))
+
     # --- GET /metrics -----------------------------------------------------------------------------
 
     def render(self) -> bytes:

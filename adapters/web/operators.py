@@ -103,11 +103,14 @@ class Operators:
         checks: Sequence[ReadyCheck],
         metrics: PrometheusMetrics | None,
         numbers: Sequence[tuple[str, Callable[[], int]]] = (),
+        shared: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         self._probe = probe
         self._checks = list(checks)
         self._metrics = metrics
         self._numbers = list(numbers)  # shown by /readyz as they are: a count, nothing else (the inbox's depth)
+        # A shared database (issue 33): what this process holds (its id, how many conversations), for /readyz.
+        self._shared = shared
 
     def install(self, app: web.Application) -> None:
         app.router.add_get("/livez", self._livez)
@@ -150,6 +153,8 @@ class Operators:
         }
         for name, number in self._numbers:
             body[name] = int(number())
+        if self._shared is not None:
+            body["shared"] = self._shared()
         return web.json_response(body, status=503 if failing else 200)
 
     async def _render_metrics(self, request: web.Request) -> web.StreamResponse:

@@ -71,8 +71,12 @@ class Outbox:
         pacing: StreamPacing | None = SHIPPED_PACING,
         sleep: Sleep = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        holds: Callable[[int], bool] | None = None,
     ) -> None:
         self._metrics = metrics
+        # A shared database (issue 33): the conversations this process holds (core/ports/store/claims.py); the
+        # dispatcher sends only theirs, so each delivery goes out from the one process holding its conversation.
+        self._holds = holds
         # Replies shown while written (None: COMPANION_STREAM_EDIT_SECONDS=off), and the streaming
         # half of each platform that has one.
         self._pacing = pacing
@@ -242,6 +246,8 @@ class Outbox:
         )
         flushed = 0
         for conversation_id, newest in due:
+            if self._holds is not None and not self._holds(conversation_id):
+                continue  # another process's to send (or, its holder dead, the one taking it over)
             if await self.deliver(conversation_id, newest):
                 flushed += 1
         return flushed
@@ -261,7 +267,8 @@ class Outbox:
 
     async def _send_retractions(self, conversation_id: int | None) -> None:
         for conversation, delivery_id in await self._store.retractions(conversation_id):
-            await self.deliver(conversation, delivery_id)
+            if self._holds is None or self._holds(conversation):
+                await self.deliver(conversation, delivery_id)
 
     async def _retract(
         self,

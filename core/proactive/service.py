@@ -15,6 +15,7 @@ rows together, so a crash cannot send anything twice.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from core.delivery.mirrors import source_label
@@ -76,8 +77,12 @@ class ProactiveService:
         context: ContextAssembler,
         config: ProactiveConfig | None = None,
         metrics: Metrics = NO_METRICS,
+        holds: Callable[[int], bool] | None = None,
     ) -> None:
         self._metrics = metrics
+        # A shared database (issue 33): the conversations this process holds; each reminder and nudge goes out
+        # from the process holding its conversation (the store's claim of it happens once all the same).
+        self._holds = holds
         self._store = store
         self._provider = provider
         self._clock = clock
@@ -115,6 +120,8 @@ class ProactiveService:
         result.candidates = len(candidates)
         nudged: set[int] = set()  # at most one nudge per person per tick (also the first after a start)
         for candidate in candidates:
+            if self._holds is not None and not self._holds(candidate.conversation.id):
+                continue
             try:
                 if candidate.is_reminder:
                     await self._remind(candidate, now, result)

@@ -82,6 +82,14 @@ class Companion:
         """How many conversations have work queued or running now."""
         return self._lanes.busy
 
+    async def take_over_dead(self) -> int:
+        """Scheduled on a shared database: the conversations of processes that died or stopped taken over and
+        recovered, and their cut-off turns answered here. Returns how many were taken over."""
+        taken = await self._recovery.take_over_dead()
+        if taken:
+            await self.answer_open_turns()
+        return len(taken)
+
     async def answer_open_turns(self) -> int:
         """Once the adapters can send: answer each turn the last process was cut off in. Returns how many."""
         turns = await self._recovery.cut_off_turns()
@@ -197,6 +205,16 @@ class Companion:
     async def _turn(self, message: InboundMessage) -> Reply | Held | Silent:
         started = time.perf_counter()
         account, conversation = await self._people.resolve(message)
+        claims = self._recovery.claims
+        if claims is not None:
+            # A shared database: a conversation's turns run in the one process that holds it; one taken over
+            # from a process that died or stopped is recovered first (its private interval closed, never resumed).
+            claim = await claims.claim(conversation.id)
+            if claim is None:
+                log.info("conversation %s is held by another process: not handled here", conversation.id)
+                return Silent(Silence.HELD_ELSEWHERE)
+            if claim.taken_over:
+                await self._recovery.taken_over([conversation.id])
         turn = Turn(message, account, conversation, restart_notice=self._recovery.restart_notice(conversation.id))
         # The event's kind and mode, decided once (core/turn/gate.py); nothing below asks again.
         event = await self._gate.admit(turn)

@@ -16,6 +16,7 @@ import logging
 
 from core.delivery.outbox import Outbox
 from core.ports.clock import Clock
+from core.ports.store.claims import ChatClaims
 from core.ports.store.lifetime import ArtifactExpiry
 from core.ports.store.modes import CrashModes
 from core.ports.store.timeline import OpenTurnStore
@@ -54,8 +55,14 @@ class Recovery:
         *,
         platforms: frozenset[str] | None = None,
         outbox: Outbox | None = None,
+        claims: ChatClaims | None = None,
     ) -> None:
         self._outbox = outbox
+        # A shared database (issue 33): this process recovers only the conversations it holds or takes over
+        # from a process that died or stopped; what a live process holds is that process's. None: alone.
+        self.claims = claims
+        # Conversations taken over since the start: the moment each was, their "restart" (closed_by_restart).
+        self._taken_at: dict[int, float] = {}
         self._modes = modes
         self._turns = turns
         self._artifacts = artifacts
@@ -77,6 +84,10 @@ class Recovery:
         artifacts); each deletion also finishes a checkpoint a reader blocked before the stop, so
         deleted text leaves the database files."""
         self.started_at = self._clock.now()
+        if self.claims is not None:
+            # First every claim of a dead process taken over: the close below leaves out what others hold.
+            for claim in await self.claims.take_over_dead(self._platforms):
+                self._taken_at[claim.conversation_id] = self.started_at
         closed = await self._modes.close_crash_open_segments(self._platforms, now=self.started_at)
         self._restart_closed.update(closed)
         self._closed_at_start.update(closed)
@@ -101,6 +112,30 @@ class Recovery:
         finally:
             await self._artifacts.delete_expired_artifacts(self._clock.now())
 
+    async def taken_over(self, conversation_ids: list[int]) -> list[int]:
+        """Crash recovery of conversations this process took over from a process that died or stopped (a shared
+        database): their open private interval is closed as a restart closes it, never resumed here (its key is
+        the other process's), and what was sent in it before now stays inside it. Returns those closed."""
+        now = self._clock.now()
+        for conversation_id in conversation_ids:
+            self._taken_at[conversation_id] = now
+        closed = await self._modes.close_taken_over(conversation_ids, now)
+        self._restart_closed.update(closed)
+        self._closed_at_start.update(closed)
+        if closed:
+            log.info("take-over: closed open segments in %d conversations", len(closed))
+        return closed
+
+    async def take_over_dead(self) -> list[int]:
+        """Scheduled on a shared database: take over the conversations of processes that died or stopped, and
+        recover them (`taken_over`). Returns the conversations taken over."""
+        if self.claims is None:
+            return []
+        taken = [claim.conversation_id for claim in await self.claims.take_over_dead(self._platforms)]
+        if taken:
+            await self.taken_over(taken)
+        return taken
+
     def restart_notice(self, conversation_id: int) -> bool:
         """Whether the next reply of the conversation first says that a restart ended private mode."""
         return conversation_id in self._restart_closed
@@ -110,7 +145,16 @@ class Recovery:
 
     async def cut_off_turns(self) -> list[OpenTurn]:
         """The normal turns the last process was cut off in (a turn this process began is running)."""
-        return [t for t in await self._turns.open_turns(self._platforms) if t.created_at < self.started_at]
+        turns = await self._turns.open_turns(self._platforms)
+        if self.claims is None:
+            return [t for t in turns if t.created_at < self.started_at]
+        # A shared database: only what this process holds, cut off before it took the conversation.
+        return [
+            t
+            for t in turns
+            if self.claims.holds(t.conversation.id)
+            and t.created_at < self._taken_at.get(t.conversation.id, self.started_at)
+        ]
 
     async def answer_cut_off(self, open_turn: OpenTurn) -> Reply | None:
         """Answer one cut-off turn (in its conversation's lane): younger than ten minutes it is
@@ -149,18 +193,25 @@ class Recovery:
         """After the cut-off turns were answered: every reply the last process was showing while
         written that no answer took over gets its messages edited into a constant "cut off" line
         (a private interval's too, while it lives: the line holds nothing of it). Returns how many."""
-        if self._outbox is None:
+        if self._outbox is None or self.claims is not None:
+            # A shared database leaves them: this sweep of every conversation is not scoped by claims yet.
             return 0
         return await self._outbox.cut_off_streams(self.started_at)
 
-    def sent_before_start(self, message: InboundMessage) -> bool:
-        return message.sent_at is not None and message.sent_at < self.started_at + SENT_AT_MARGIN
+    def sent_before_start(self, message: InboundMessage, conversation_id: int | None = None) -> bool:
+        """Sent before this process started, or took over the conversation `conversation_id`."""
+        started = self.started_at if conversation_id is None else self._taken_at.get(conversation_id, self.started_at)
+        return message.sent_at is not None and message.sent_at < started + SENT_AT_MARGIN
 
     async def closed_by_restart(self, conversation: Conversation, message: InboundMessage) -> ClosedByRestart | None:
         """The private interval an event belongs to although it arrives only now: made before this
         process started (a redelivery, or sent while the companion was down), into a conversation
         whose interval a restart closed after it was made. None when the rule does not apply."""
-        if not conversation.is_direct or message.sent_at is None or not self.sent_before_start(message):
+        if (
+            not conversation.is_direct
+            or message.sent_at is None
+            or not self.sent_before_start(message, conversation.id)
+        ):
             return None
         # The platform's clock and ours may differ a little: the margin errs toward the interval.
         segment_id = await self._modes.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)

@@ -15,13 +15,15 @@ from core.values.retry import RetryPolicy
 
 
 class Silence(enum.StrEnum):
-    """Why the core gives an event no answer. Only CUT_OFF is not acknowledged to the platform."""
+    """Why the core gives an event no answer. CUT_OFF and HELD_ELSEWHERE are not acknowledged to the platform."""
 
     STORED_ALREADY = "stored_already"  # a redelivery (its inbox key is known), a command that ran already
     REFUSED_BEFORE = "refused_before"  # someone not allowed, refused once already in this run
     NO_ANSWER = "no_answer"  # an edit applied or dropped; a caught-up stranger; a press that is not ours
     CUT_OFF = "cut_off"  # the stop cut its lane (or lanes were closed): NOT acked, the next start answers it
     INTERVAL_ENDED = "interval_ended"  # its private interval ended while it was answered: nothing is sent
+    # A shared database (issue 33): another live process holds the conversation; its turns run there, not here.
+    HELD_ELSEWHERE = "held_elsewhere"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +62,9 @@ Outcome = Answered | Held | Silent
 
 def acknowledged(outcome: Outcome) -> bool:
     """Whether an intake may tell its platform the event was handled (a Telegram offset, a Discord
-    cursor): every outcome but the stop's cut, whose event the platform must offer again."""
-    return not (isinstance(outcome, Silent) and outcome.reason is Silence.CUT_OFF)
+    cursor): every outcome but the stop's cut, whose event the platform must offer again, and an event of a
+    conversation another process holds (a shared database), which that process must be offered."""
+    return not (isinstance(outcome, Silent) and outcome.reason in (Silence.CUT_OFF, Silence.HELD_ELSEWHERE))
 
 
 # --- what a platform shows of a command -------------------------------------------------------------

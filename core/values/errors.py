@@ -19,6 +19,7 @@ CompanionError
     ├── MigrationError       the schema cannot be brought to this code's version
     ├── PrivateWriteRefused  a lasting write was attempted while the conversation is private
     ├── IntervalEnded        a write names a private interval that ended since its event came in
+    ├── ClaimLost            a shared database's fence: another process holds the conversation now
     └── LinkConflict         two people to link both have an account on one platform
 """
 
@@ -136,6 +137,10 @@ class IntervalEnded(StoreError):
     """A write names a private interval that has ended (closed, expired or deleted) since its event
     was admitted: the store refused it and wrote nothing. Nothing more of that interval is written
     or sent; its turn ends without an answer."""
+
+
+class ClaimLost(StoreError):
+    """A shared database's fence refused a write: another process took the conversation over (issue 33)."""
 
 
 class LinkConflict(StoreError):

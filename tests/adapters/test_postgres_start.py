@@ -19,7 +19,13 @@ from tests.helpers.postgres import PostgresCluster, PostgresUnavailable, require
 
 PASSWORD = "correct horse battery staple"
 # Every migration an empty database gets: the baseline, then each twin of a later SQLite one.
-ALL = ["0014_baseline.sql", "0015_interval_keys.sql", "0016_served_tool_events.sql", "0017_webhook_inbox.sql"]
+ALL = [
+    "0014_baseline.sql",
+    "0015_interval_keys.sql",
+    "0016_served_tool_events.sql",
+    "0017_webhook_inbox.sql",
+    "0018_shared_database.sql",
+]
 
 
 # --- the migrator -----------------------------------------------------------------------------

@@ -66,3 +66,16 @@ def test_checking_the_url_loads_no_driver() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=os.getcwd())
     assert done.stdout.strip() == "[]"
+
+
+def test_a_shared_database_is_off_by_default_and_needs_postgresql(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().shared_database is False
+    monkeypatch.setenv("COMPANION_SHARED_DATABASE", "true")
+    with pytest.raises(ConfigError) as info:
+        load_settings()  # on the SQLite file: one line, nothing else
+    assert str(info.value) == (
+        "COMPANION_SHARED_DATABASE: needs COMPANION_DATABASE_URL=postgresql://... (several processes cannot share "
+        "an SQLite file)"
+    )
+    monkeypatch.setenv("COMPANION_DATABASE_URL", "postgresql://companion:s3cret@db.example.com/companion")
+    assert load_settings().shared_database is True

@@ -43,6 +43,9 @@ NEVER_PRIVATE = {
     "web_login_codes": "hashes of one-time sign-in codes, no text",
     "web_sessions": "hashes of session cookies, no text",
     "health_probe": "the readiness probe's one row: a time",
+    "gateway_processes": "the running processes of a shared database: host, pid, times",
+    "chat_claims": "which process answers a conversation: ids, a fence and a time, no text",
+    "job_runs": "which process ran a scheduled job's slot: names, ids and times",
 }
 
 

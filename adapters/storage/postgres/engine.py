@@ -70,8 +70,12 @@ class PostgresDatabase:
         pool_size: int = POOL_SIZE,
         read_pool_size: int = READ_POOL_SIZE,
         prepare_threshold: int | None = 5,
+        process_id: int | None = None,
     ) -> None:
         self.target: PostgresUrl = parse_url(url)
+        # A process of a shared database (COMPANION_SHARED_DATABASE): every connection of the pools names it
+        # (companion.process), and the schema's fence refuses its writes into a conversation another holds.
+        self.process_id = process_id
         # COMPANION_KEY_DIR: where the private intervals' keys live (adapters/storage/keys.py), never in the database.
         self.key_dir = key_dir
         self.keys = None if key_dir is None else KeyDir(key_dir)
@@ -91,6 +95,10 @@ class PostgresDatabase:
         self._prepare_threshold = prepare_threshold
         self._pool: AsyncConnectionPool[Any] | None = None  # the writes' (and `tx`'s)
         self._reads: AsyncConnectionPool[Any] | None = None
+
+    def _session(self) -> dict[str, str]:
+        """The connection options naming this process to the fence (none: not a shared database's process)."""
+        return {} if self.process_id is None else {"options": f"-c companion.process={int(self.process_id)}"}
 
     @property
     def engine(self) -> PostgresDatabase:
@@ -144,7 +152,7 @@ class PostgresDatabase:
                 max_size=size,
                 open=False,
                 name=name,
-                kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold},
+                kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold, **self._session()},
             )
             for name, size in (("companion", self._pool_size), ("companion-reads", self._read_pool_size))
         ]

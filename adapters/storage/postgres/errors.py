@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
-from core.values.errors import IntervalEnded, MigrationError, PrivateWriteRefused, StoreError
+from core.values.errors import ClaimLost, IntervalEnded, MigrationError, PrivateWriteRefused, StoreError
 
 SETTING = "COMPANION_DATABASE_URL"
 SCHEMES = ("postgresql", "postgres")
@@ -20,6 +20,7 @@ OLDEST_SERVER = 130000  # server_version_num: 13, for FILTER, GENERATED columns 
 # The guard's refusals, raised by the schema's companion_raise() (its ERRCODE), as the SQLite engine's.
 PRIVATE_WRITE = "CP001"
 INTERVAL_ENDED = "CP002"
+CLAIM_LOST = "CP003"  # the fence of a shared database (migrations/postgres/0018)
 _MASK = "***"
 
 
@@ -110,6 +111,8 @@ def translate(exc: BaseException, target: PostgresUrl, *, migrating: str | None 
         return PrivateWriteRefused(_raised(exc) or "lasting row")
     if code == INTERVAL_ENDED:
         return IntervalEnded(_raised(exc) or "the interval ended")
+    if code == CLAIM_LOST:
+        return ClaimLost("the conversation is claimed by another process")
     if code == "28P01":
         return StoreError(f"PostgreSQL at {target.where} refused the password for user {target.user} ({SETTING})")
     if code == "28000":

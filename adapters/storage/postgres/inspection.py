@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.storage.postgres.errors import PostgresUrl, extra_missing, parse_url, translate
 from adapters.storage.postgres.instance import HOLDER, KEYS, holder_pid
 from adapters.storage.postgres.migrate import known_migrations
+from adapters.storage.postgres.processes import ALIVE
 from core.values.errors import StoreError
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class PostgresFacts:
     missing_rights: tuple[str, ...] = ()  # tables (and sequences) the user lacks a right on
     holders: dict[str, str] = dataclasses.field(default_factory=dict)  # role -> "(pid N)" of who holds its lock
     open_private_intervals: int = 0
+    # A shared database's live processes (COMPANION_SHARED_DATABASE): (id, host, pid, conversations held).
+    live_processes: tuple[tuple[int, str, int, int], ...] = ()
     interval_keys: tuple[str | None, ...] = ()  # the key id every interval names (None: none), not secret
     data_directory: Path | None = None  # the server's, when this user may read it
     problem: str | None = None
@@ -106,6 +109,16 @@ async def _facts(conn: AsyncConnection[Any], target: PostgresUrl) -> PostgresFac
             "SELECT count(*) FROM information_schema.columns WHERE table_name = 'segments' AND column_name = 'key_id'",
         ):
             keys = tuple(row[0] for row in await _all(conn, "SELECT key_id FROM segments ORDER BY id"))
+    live: tuple[tuple[int, str, int, int], ...] = ()
+    if await _one(conn, "SELECT to_regclass('gateway_processes') IS NOT NULL") and "gateway_processes" not in missing:
+        live = tuple(
+            (int(row[0]), str(row[1]), int(row[2]), int(row[3]))
+            for row in await _all(
+                conn,
+                "SELECT p.id, p.host, p.pid, (SELECT count(*) FROM chat_claims c WHERE c.holder = p.id)"
+                f" FROM gateway_processes p WHERE {ALIVE} ORDER BY p.id",
+            )
+        )
     # Readable by a superuser or pg_read_all_settings only; the view hides the row from others.
     found = await _all(conn, "SELECT setting FROM pg_settings WHERE name = 'data_directory'")
     data_directory = Path(str(found[0][0])) if found and found[0][0] else None
@@ -120,6 +133,7 @@ async def _facts(conn: AsyncConnection[Any], target: PostgresUrl) -> PostgresFac
         missing_rights=tuple(missing),
         holders=holders,
         open_private_intervals=intervals,
+        live_processes=live,
         interval_keys=keys,
         data_directory=data_directory,
     )

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import re
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Literal
 
 from adapters.storage.postgres.errors import PostgresUrl, extra_missing, parse_url, translate
@@ -41,10 +42,8 @@ class AdvisoryInstanceLock:
         self.target: PostgresUrl = parse_url(url)
         self.role = role
         self.purpose = purpose
-        self._conn: AsyncConnection[Any] | None = None
-        self._watch: asyncio.Task[None] | None = None
+        self._held: Holding | None = None
         self._lost = asyncio.Event()
-        self._closing = False
 
     async def acquire(self) -> None:
         """Take the lock; safe to call twice.
@@ -53,24 +52,14 @@ class AdvisoryInstanceLock:
             StoreError: another companion of this role holds it ("another companion run holds host/db (pid N)"),
                 or PostgreSQL cannot be used (one line).
         """
-        if self._conn is not None:
+        if self._held is not None:
             return
+        conn = await lock_connection(self.target, f"companion {self.role} pid {os.getpid()}")
+        import psycopg  # importable: the connection was made with it
+
         try:
-            import psycopg
-        except ImportError as exc:
-            raise extra_missing() from exc
-        name = f"companion {self.role} pid {os.getpid()}"
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.target.url, autocommit=True, application_name=name)
-        except psycopg.Error as exc:
-            raise translate(exc, self.target) from exc
-        try:
-            key = KEYS[self.role]
-            cursor = await conn.execute(b"SELECT pg_try_advisory_lock(hashtext('companion'), %s)", (key,))
-            row = await cursor.fetchone()
-            if not row or not row[0]:
-                holder = await (await conn.execute(HOLDER.encode(), {"key": key})).fetchone()
-                held = f"{self.target.where}/{self.target.database}{holder_pid(holder)}"
+            sql = b"SELECT pg_try_advisory_lock(hashtext('companion'), %s)"
+            if (held := await taken_or_holder(conn, self.target, sql, KEYS[self.role])) is not None:
                 if self.purpose is None:
                     raise StoreError(f"another companion {self.role} holds {held}")
                 raise StoreError(f"companion {self.role} holds {held}; stop it before companion {self.purpose}")
@@ -80,10 +69,11 @@ class AdvisoryInstanceLock:
         except BaseException:
             await conn.close()
             raise
-        self._conn = conn
-        self._watch = asyncio.create_task(self._watch_connection(conn), name="advisory-lock-watch")
+        self._held = Holding(
+            conn, self._watch_connection(conn), self._lost, f"the instance lock of {self.target.where}"
+        )
 
-    async def _watch_connection(self, conn: AsyncConnection[Any]) -> None:
+    async def _watch_connection(self, conn: AsyncConnection[Any]) -> str:
         """Wait on the lock's socket without polling: the notification stream ends when the connection does."""
         import psycopg
 
@@ -92,9 +82,7 @@ class AdvisoryInstanceLock:
                 pass
         except psycopg.Error:
             pass
-        if not self._closing:
-            log.error("the connection holding the instance lock of %s dropped", self.target.where)
-        self._lost.set()
+        return "its connection dropped"
 
     async def lost(self) -> None:
         """Completes when the lock's connection dropped (never after `aclose`)."""
@@ -102,19 +90,43 @@ class AdvisoryInstanceLock:
 
     async def aclose(self) -> None:
         """Release the lock (closing its connection); safe to call twice."""
-        self._closing = True
-        watch, self._watch = self._watch, None
-        conn, self._conn = self._conn, None
-        if watch is not None:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
-        if conn is not None:
+        held, self._held = self._held, None
+        if held is not None:
             # Unlocked before the close: a closed connection's backend exits a moment later, and a start
             # meanwhile (a restart, `companion restore` after a stop) would find the lock still held.
-            with contextlib.suppress(Exception):  # a dropped connection holds no lock any more
-                await conn.execute(b"SELECT pg_advisory_unlock(hashtext('companion'), %s)", (KEYS[self.role],))
-            await conn.close()
+            await held.release(b"SELECT pg_advisory_unlock(hashtext('companion'), %s)", (KEYS[self.role],))
+
+
+class Holding:
+    """A connection of its own holding advisory keys, watched by a task (`watch`, which returns why it ended):
+    `lost` is set when the watch ends while held; `release` stops the watch, runs the unlock statement (a dropped
+    connection holds nothing any more) and closes the connection."""
+
+    def __init__(
+        self, conn: AsyncConnection[Any], watch: Coroutine[Any, Any, str], lost: asyncio.Event, what: str
+    ) -> None:
+        self.conn = conn
+        self._lost = lost
+        self._what = what
+        self._closing = False
+        self._watch = watch
+        self._task = asyncio.create_task(self._watched(watch), name="advisory-lock-watch")
+
+    async def _watched(self, watch: Coroutine[Any, Any, str]) -> None:
+        why = await watch
+        if not self._closing:
+            log.error("%s is lost: %s", self._what, why)
+        self._lost.set()
+
+    async def release(self, unlock: bytes, params: tuple[object, ...] = ()) -> None:
+        self._closing = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._watch.close()  # cancelled before it began: never awaited, and closed so it says nothing
+        with contextlib.suppress(Exception):  # a dropped connection holds nothing any more
+            await self.conn.execute(unlock, params or None)
+        await self.conn.close()
 
 
 def holder_pid(holder: Any) -> str:
@@ -123,3 +135,29 @@ def holder_pid(holder: Any) -> str:
         return ""
     found = re.search(r"pid (\d+)$", str(holder[0] or ""))
     return f" (pid {found.group(1)})" if found else f" (server process {holder[1]})"
+
+
+async def lock_connection(target: PostgresUrl, name: str) -> AsyncConnection[Any]:
+    """A connection of its own (autocommit, named `name` for pg_stat_activity) to hold advisory keys on.
+
+    Raises:
+        StoreError: the driver is missing, or PostgreSQL cannot be used (one line, the password masked).
+    """
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise extra_missing() from exc
+    try:
+        return await psycopg.AsyncConnection.connect(target.url, autocommit=True, application_name=name)
+    except psycopg.Error as exc:
+        raise translate(exc, target) from exc
+
+
+async def taken_or_holder(conn: AsyncConnection[Any], target: PostgresUrl, try_lock: bytes, key: int) -> str | None:
+    """Run `try_lock` (a pg_try_advisory_lock* of (hashtext('companion'), `key`)): None when it took the key, else
+    how a refusal names who holds it ("host/database (pid N)")."""
+    row = await (await conn.execute(try_lock, (key,))).fetchone()
+    if row and row[0]:
+        return None
+    holder = await (await conn.execute(HOLDER.encode(), {"key": key})).fetchone()
+    return f"{target.where}/{target.database}{holder_pid(holder)}"

@@ -37,6 +37,11 @@ class CrashModes(SegmentExpiry, Protocol):
         self, platforms: frozenset[str] | None = None, now: float | None = None
     ) -> list[int]: ...
 
+    async def close_taken_over(self, conversation_ids: list[int], now: float) -> list[int]:
+        """Close as a restart does the open segments of conversations taken over from a process that died or
+        stopped (a shared database); returns those closed."""
+        ...
+
     async def restart_segment_for(self, conversation_id: int, sent_at: float) -> int | None: ...
 
 
