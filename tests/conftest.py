@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,22 @@ PASSPHRASE = "sesame-open"
 
 # `store_backend` (SQLite, and PostgreSQL for tests marked `engines`) and the PostgreSQL cluster of a worker.
 pytest_plugins = ["tests.helpers.engine_fixtures"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In xdist's workers (`pytest -n 4`), the longest tests first: those waiting out the shipped stop grace
+    (`slow`), then those running `companion` in a subprocess (`wire`, a few seconds to half a minute each),
+    then the rest (mostly milliseconds), each group in the order collected. With `--maxschedchunk=1`
+    (pyproject.toml) each worker takes its next test when it is done with one, so the run ends on short
+    tests instead of one worker's queue of long ones. Every worker sorts the same collection alike, as
+    xdist requires; a run in one process keeps pytest's order."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+
+    def group(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("wire") else 2
+
+    items[:] = sorted(items, key=group)  # stable: the order collected within each group
 
 
 @pytest.fixture(scope="session")
