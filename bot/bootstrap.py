@@ -641,6 +641,7 @@ async def open_gateway(
                     gateway_url=settings.discord_gateway_url,
                     on_fatal=on_fatal,
                     outage_limit=settings.discord_outage_seconds or None,
+                    guild_ready_timeout=settings.discord_guild_ready_seconds,
                 )
             )
         service = None
