@@ -164,6 +164,21 @@ class PrometheusMetrics:
         )
         takes.set_function(lambda: float(taken_over()))
 
+    def watch_gateway(self, held: Callable[[], bool], taken: Callable[[], int]) -> None:
+        """A shared database serving Discord: whether this process holds the Discord gateway, and how many
+        times it took it (at its first start, or from a process that stopped or died), read at each scrape."""
+        r = self.registry
+        holding = Gauge(
+            "companion_discord_gateway_held", "1 while this process holds the Discord gateway connection.", registry=r
+        )
+        holding.set_function(lambda: float(held()))
+        takes = Gauge(
+            "companion_discord_gateway_take_overs",
+            "Times this process took the Discord gateway (free, or held by a process that stopped or died).",
+            registry=r,
+        )
+        takes.set_function(lambda: float(taken()))
+
     # --- GET /metrics -----------------------------------------------------------------------------
 
     def render(self) -> bytes:

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 # (hashtext('companion'), key): `run` and `chat` side by side, as the two lock files allow on SQLite; the
 # migrations take 0 for the length of their transaction.
-KEYS = {"run": 1, "chat": 2}
+KEYS = {"run": 1, "chat": 2, "discord": 3}  # 3: the Discord gateway of a shared database (gateway_lock.py)
 # Who holds the lock of a key (read by `companion doctor` too, which takes none).
 HOLDER = """
 SELECT a.application_name, a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -69,20 +69,7 @@ class AdvisoryInstanceLock:
         except BaseException:
             await conn.close()
             raise
-        self._held = Holding(
-            conn, self._watch_connection(conn), self._lost, f"the instance lock of {self.target.where}"
-        )
-
-    async def _watch_connection(self, conn: AsyncConnection[Any]) -> str:
-        """Wait on the lock's socket without polling: the notification stream ends when the connection does."""
-        import psycopg
-
-        try:
-            async for _ in conn.notifies():
-                pass
-        except psycopg.Error:
-            pass
-        return "its connection dropped"
+        self._held = Holding(conn, watch_connection(conn), self._lost, f"the instance lock of {self.target.where}")
 
     async def lost(self) -> None:
         """Completes when the lock's connection dropped (never after `aclose`)."""
@@ -127,6 +114,18 @@ class Holding:
         with contextlib.suppress(Exception):  # a dropped connection holds nothing any more
             await self.conn.execute(unlock, params or None)
         await self.conn.close()
+
+
+async def watch_connection(conn: AsyncConnection[Any]) -> str:
+    """Wait on a lock's socket without polling: the notification stream ends when the connection does."""
+    import psycopg
+
+    try:
+        async for _ in conn.notifies():
+            pass
+    except psycopg.Error:
+        pass
+    return "its connection dropped"
 
 
 def holder_pid(holder: Any) -> str:
