@@ -38,9 +38,12 @@ ANSWER_CUT_OFF_TURNS_WITHIN = 10 * 60.0
 @dataclasses.dataclass(frozen=True, slots=True)
 class ClosedByRestart:
     """The private interval an event made before this start belongs to: `segment_id`, closed by
-    the restart, or None when that interval expired while the process was down (deleted)."""
+    the restart, or None when that interval expired while the process was down (deleted).
+    `elsewhere`: the interval was served by another process, whose conversation this one took over (a shared
+    database): its key is that process's, so the event is kept nowhere (never in normal mode)."""
 
     segment_id: int | None
+    elsewhere: bool = False
 
 
 class Recovery:
@@ -232,7 +235,7 @@ class Recovery:
         # The platform's clock and ours may differ a little: the margin errs toward the interval.
         segment_id = await self._modes.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
         if segment_id is not None:
-            return ClosedByRestart(segment_id)
+            return ClosedByRestart(segment_id, elsewhere=self.claims is not None and conversation.id in self._taken_at)
         if conversation.id in self._closed_at_start:
             return ClosedByRestart(None)  # its interval expired while the process was down
         return None
@@ -253,9 +256,14 @@ class Recovery:
         answer belongs to it; else to none). Returns None for a redelivery."""
         conversation, message = turn.conversation, turn.message
         turn = dataclasses.replace(turn, restart_notice=False)  # the answer says it already
-        if closed.segment_id is None:
-            # Its interval expired while the process was down and is deleted: nothing is kept.
-            log.info("conversation %s: an event from an expired interval was dropped unread", conversation.id)
+        if closed.segment_id is None or closed.elsewhere:
+            # Its interval expired while the process was down and is deleted, or was another process's (its key
+            # too): nothing is kept.
+            log.info(
+                "conversation %s: an event from %s interval was dropped unread",
+                conversation.id,
+                "another process's" if closed.elsewhere else "an expired",
+            )
             return await self._responder.finish(
                 turn, copy.RESTART_KEPT_PRIVATE, segment_id=answer_segment, delete_inbound=delete_inbound
             )

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from adapters.storage.postgres.processes import ALIVE
-from bot.gateway import SHARED_DISCORD, SHARED_TELEGRAM
+from bot.gateway import SHARED_TELEGRAM
 from bot.instance import LOCK_LOST
 from core.privacy.secrets import hash_passphrase
 from tests.helpers.proc import companion_env, run_companion
@@ -22,7 +22,6 @@ from tests.helpers.wire_platforms import rows
 pytestmark = pytest.mark.wire
 
 TELEGRAM_TOKEN = "123456789:" + "A" * 35
-DISCORD_TOKEN = "A" * 24 + ".ABCDEF." + "B" * 27
 LIVE = "SELECT pid FROM gateway_processes p WHERE " + ALIVE
 
 
@@ -87,7 +86,6 @@ def test_a_shared_gateway_that_loses_its_registration_stops_with_one_line(tmp_pa
     ("variable", "token", "line"),
     [
         ("COMPANION_TELEGRAM_TOKEN", TELEGRAM_TOKEN, SHARED_TELEGRAM),
-        ("COMPANION_DISCORD_TOKEN", DISCORD_TOKEN, SHARED_DISCORD),
     ],
 )
 def test_a_platform_several_gateways_cannot_share_yet_is_refused_in_one_line(
