@@ -3158,7 +3158,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "discord-gateway-taken-without-the-lock",  # every shared process connects: each DM answered by each
         RELIABILITY,
-        "            while not (row := await (await conn.execute(TRY, (KEYS[\"discord\"],))).fetchone()) or not row[0]:",
+        '            while not (row := await (await conn.execute(TRY, (KEYS["discord"],))).fetchone()) or not row[0]:',
         "            while False:",
         also=("tests/bot/test_shared_discord_wire.py",),
     ),

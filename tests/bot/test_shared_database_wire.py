@@ -39,6 +39,11 @@ def shared_env(tmp_path: Path, url: str, name: str, **extra: str) -> dict[str, s
     )
 
 
+def terminate(url: str, application_name: str) -> None:
+    """The server ends the backends of the connection named `application_name` (as when PostgreSQL restarts)."""
+    rows(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?", (application_name,))
+
+
 def live_pids(url: str) -> list[int]:
     return sorted(int(pid) for (pid,) in rows(url, LIVE))
 
@@ -72,11 +77,7 @@ def test_gateways_share_one_database_and_a_killed_one_is_dead_to_the_others(tmp_
 def test_a_shared_gateway_that_loses_its_registration_stops_with_one_line(tmp_path: Path, postgres_url: str) -> None:
     with Running(shared_env(tmp_path, postgres_url, "a")) as gateway:
         gateway.wait_running()
-        rows(
-            postgres_url,
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?",
-            (f"companion run pid {gateway.proc.pid}",),
-        )
+        terminate(postgres_url, f"companion run pid {gateway.proc.pid}")
         code, stderr, said = gateway.exited()
     assert code == 1, stderr
     assert said == [f"companion: {LOCK_LOST}; exiting so that a supervisor (Docker, systemd) starts it again"]

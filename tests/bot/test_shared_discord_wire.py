@@ -15,7 +15,7 @@ import pytest
 
 from bot.gateway import GATEWAY_LOST
 from core.values.copy import RESTART_KEPT_PRIVATE
-from tests.bot.test_shared_database_wire import process_of, shared_env
+from tests.bot.test_shared_database_wire import process_of, shared_env, terminate
 from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
@@ -216,11 +216,7 @@ def test_a_holder_that_loses_the_gateway_lock_stops_with_one_line(
     with Running(env) as gateway:
         gateway.wait_running()
         discord.call(discord.wait_for_ready(timeout=30), timeout=40)
-        rows(
-            postgres_url,
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?",
-            (f"companion discord gateway pid {gateway.proc.pid}",),
-        )
+        terminate(postgres_url, f"companion discord gateway pid {gateway.proc.pid}")
         code, stderr, said = gateway.exited()
     assert code == 1, stderr
     assert said == [f"companion: {GATEWAY_LOST}; exiting so that a supervisor (Docker, systemd) starts it again"]

@@ -13,8 +13,16 @@ import asyncio
 import logging
 import os
 
-from adapters.storage.postgres.errors import PostgresUrl, parse_url, translate
-from adapters.storage.postgres.instance import HOLDER, KEYS, Holding, holder_pid, lock_connection, watch_connection
+from adapters.storage.postgres.errors import PostgresUrl, parse_url
+from adapters.storage.postgres.instance import (
+    HOLDER,
+    KEYS,
+    Holding,
+    closed_on_failure,
+    holder_pid,
+    lock_connection,
+    watch_connection,
+)
 from adapters.storage.postgres.processes import DEAD_AFTER_SECONDS
 
 log = logging.getLogger(__name__)
@@ -50,9 +58,7 @@ class GatewayLock:
         if self._held is not None:
             return
         conn = await lock_connection(self.target, f"companion discord gateway pid {os.getpid()}")
-        import psycopg  # importable: the connection was made with it
-
-        try:
+        async with closed_on_failure(conn, self.target):
             waited = False
             while not (row := await (await conn.execute(TRY, (KEYS["discord"],))).fetchone()) or not row[0]:
                 if not waited:
@@ -60,12 +66,6 @@ class GatewayLock:
                     log.info("the Discord gateway is held by another process%s: waiting for it", holder_pid(holder))
                     waited = True
                 await asyncio.sleep(self._retry)
-        except psycopg.Error as exc:
-            await conn.close()
-            raise translate(exc, self.target) from exc
-        except BaseException:
-            await conn.close()
-            raise
         self.taken += 1
         self._held = Holding(conn, watch_connection(conn), self._lost, "the Discord gateway's lock")
         log.info("holding the Discord gateway")

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, Literal
 
 from adapters.storage.postgres.errors import PostgresUrl, extra_missing, parse_url, translate
@@ -55,20 +55,12 @@ class AdvisoryInstanceLock:
         if self._held is not None:
             return
         conn = await lock_connection(self.target, f"companion {self.role} pid {os.getpid()}")
-        import psycopg  # importable: the connection was made with it
-
-        try:
+        async with closed_on_failure(conn, self.target):
             sql = b"SELECT pg_try_advisory_lock(hashtext('companion'), %s)"
             if (held := await taken_or_holder(conn, self.target, sql, KEYS[self.role])) is not None:
                 if self.purpose is None:
                     raise StoreError(f"another companion {self.role} holds {held}")
                 raise StoreError(f"companion {self.role} holds {held}; stop it before companion {self.purpose}")
-        except psycopg.Error as exc:
-            await conn.close()
-            raise translate(exc, self.target) from exc
-        except BaseException:
-            await conn.close()
-            raise
         self._held = Holding(conn, watch_connection(conn), self._lost, f"the instance lock of {self.target.where}")
 
     async def lost(self) -> None:
@@ -114,6 +106,21 @@ class Holding:
         with contextlib.suppress(Exception):  # a dropped connection holds nothing any more
             await self.conn.execute(unlock, params or None)
         await self.conn.close()
+
+
+@contextlib.asynccontextmanager
+async def closed_on_failure(conn: AsyncConnection[Any], target: PostgresUrl) -> AsyncIterator[None]:
+    """A lock's connection closed when the block fails: a psycopg error becomes a StoreError of one line."""
+    import psycopg  # importable: the connection was made with it
+
+    try:
+        yield
+    except psycopg.Error as exc:
+        await conn.close()
+        raise translate(exc, target) from exc
+    except BaseException:
+        await conn.close()
+        raise
 
 
 async def watch_connection(conn: AsyncConnection[Any]) -> str:
