@@ -99,8 +99,9 @@ def test_three_gateways_answer_discord_dms_once_in_order_and_a_killed_holder_is_
         for gateway in running.values():
             gateway.wait_running()
         discord.call(discord.wait_for_ready(timeout=30), timeout=40)
+        wait(lambda: all(ready(env)["status"] == "ready" for env in envs.values()), "every process ready")
         first = holder_of(envs)
-        assert first is not None and all(ready(env)["status"] == "ready" for env in envs.values())
+        assert first is not None
         for n in range(3):
             for user in (FRIEND, OTHER):
                 talk(discord, user, f"message {n} of {user}")
@@ -190,10 +191,12 @@ def test_a_private_interval_of_a_killed_holder_lands_in_normal_mode_and_a_clean_
             with Running(envs["c"]) as c:
                 c.wait_running()
                 assert not ready(envs["c"])["shared"]["discord_gateway"]
+                opened = discord.sessions_opened
                 code, stderr = b.end()
                 assert code == 0, stderr
                 assert PASSPHRASE not in stderr and CANARY not in stderr
-                wait(lambda: ready(envs["c"])["shared"]["discord_gateway"], "c took the gateway")
+                discord.call(discord.wait_for_ready(timeout=30, since=opened), timeout=40)
+                assert ready(envs["c"])["shared"]["discord_gateway"]
                 talk(discord, FRIEND, "after the clean stop")
                 c_id = process_of(postgres_url, c.proc.pid)
                 assert rows(postgres_url, "SELECT holder FROM chat_claims") == [(c_id,)]
