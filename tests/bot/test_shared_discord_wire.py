@@ -224,3 +224,38 @@ def test_a_holder_that_loses_the_gateway_lock_stops_with_one_line(
     assert code == 1, stderr
     assert said == [f"companion: {GATEWAY_LOST}; exiting so that a supervisor (Docker, systemd) starts it again"]
     discord.call(discord.wait_until(lambda: not discord.sessions, timeout=10, what="the gateway to close"))
+
+
+# Ticks of a second (as tests/bot/test_shared_database_wire.py): a reminder due in seconds is sent within the test;
+# quiet hours off: the test must not depend on the hour it runs at.
+FAST = {
+    "COMPANION_PROACTIVE_TICK_SECONDS": "1",
+    "COMPANION_OUTBOX_TICK_SECONDS": "1",
+    "COMPANION_QUIET_HOURS": "off",
+}
+
+
+def test_a_discord_reminder_set_with_a_killed_holder_is_sent_once_by_the_next(
+    tmp_path: Path, postgres_url: str, discord_servers: tuple[FakeDiscordServer, FakeOpenAIServer], passphrase_hash: str
+) -> None:
+    discord, model = discord_servers
+    model.responder = echo
+    a_env = discord_shared_env(tmp_path, postgres_url, "a", discord, model, passphrase_hash) | FAST
+    b_env = discord_shared_env(tmp_path, postgres_url, "b", discord, model, passphrase_hash) | FAST
+    with Running(a_env) as a, Running(b_env) as b:
+        a.wait_running()
+        b.wait_running()
+        discord.call(discord.wait_for_ready(timeout=30), timeout=40)
+        first, second = (a, b) if ready(a_env)["shared"]["discord_gateway"] else (b, a)
+        discord.call(discord.send_dm(FRIEND, "/followup 4s stretch"))
+        wait(lambda: any(r.startswith("Follow-up #1 scheduled") for r in replies_in(discord, FRIEND)), "scheduled")
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(30)
+        wait(lambda: any(r.startswith("Reminder: stretch") for r in replies_in(discord, FRIEND)), "the reminder")
+        talk(discord, FRIEND, "thanks")  # the reminder's ticks went on meanwhile: it is not sent again
+        assert [r for r in replies_in(discord, FRIEND) if r.startswith("Reminder: stretch")] == ["Reminder: stretch"]
+        assert rows(postgres_url, "SELECT status FROM deliveries WHERE kind = 'reminder'") == [("sent",)]
+        second_id = process_of(postgres_url, second.proc.pid)
+        assert rows(postgres_url, "SELECT holder FROM chat_claims") == [(second_id,)]
+        code, stderr = second.end()
+        assert code == 0, stderr
