@@ -3190,4 +3190,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            return ClosedByRestart(segment_id)",
         also=("tests/bot/test_shared_discord_wire.py",),
     ),
+    M(
+        "discord-shared-start-refusal-restarted",  # a rejected token read as an outage: the supervisor restarts it
+        RELIABILITY,
+        "        on_fatal(str(exc))\n        return str(exc)",
+        "        return str(exc)",
+        also=(
+            "tests/bot/test_shared_discord_wire.py::test_a_shared_gateway_whose_discord_token_is_rejected_stops_with_one_line",
+        ),
+    ),
 )

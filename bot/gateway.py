@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -17,6 +17,7 @@ from bot.instance import LOCK_LOST, RUN, DatabaseInstanceLock, PlatformConnectio
 from bot.scheduler import SchedulerService
 from bot.settings import Settings
 from core.ports.chat import BaseIntake, Platform
+from core.values.errors import CompanionError
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         holding_gateway = None
         if standing_by and gateway_lock is not None:
             holding_gateway = asyncio.create_task(
-                _hold_gateway(standing_by[0], gateway_lock, gateway, tasks), name="discord-gateway"
+                _hold_gateway(standing_by[0], gateway_lock, gateway, tasks, on_fatal), name="discord-gateway"
             )
             watches.append(holding_gateway)
         watches.append(asyncio.create_task(_scheduler_failure(scheduler), name="watch-scheduler"))
@@ -140,7 +141,11 @@ def shared_refusal(settings: Settings) -> str | None:
 
 
 async def _hold_gateway(
-    platform: Platform, lock: PlatformConnectionLock, gateway: Assembly, tasks: list[asyncio.Task[Any]]
+    platform: Platform,
+    lock: PlatformConnectionLock,
+    gateway: Assembly,
+    tasks: list[asyncio.Task[Any]],
+    on_fatal: Callable[[str], None],
 ) -> str:
     """A shared database: wait for the Discord gateway's lock, then take over the Discord conversations of the
     process that held it (their recovery: a private interval it left lands in normal mode), connect (the
@@ -149,7 +154,11 @@ async def _hold_gateway(
     taken = await gateway.companion.serve(platform.name, settle=lock.settle)
     if not lock.held:
         return GATEWAY_LOST
-    await platform.intake.start()
+    try:
+        await platform.intake.start()
+    except CompanionError as exc:  # refused at start, as alone (a token Discord rejects): its one line, exit 2
+        on_fatal(str(exc))
+        return str(exc)
     gateway.entry.attach(platform)
     log.info("platform %s started (holding its gateway; %d conversations taken over)", platform.name, taken)
     # The turns the last holder was cut off in, and what it left to send, now that Discord can send.

@@ -259,3 +259,19 @@ def test_a_discord_reminder_set_with_a_killed_holder_is_sent_once_by_the_next(
         assert rows(postgres_url, "SELECT holder FROM chat_claims") == [(second_id,)]
         code, stderr = second.end()
         assert code == 0, stderr
+
+
+def test_a_shared_gateway_whose_discord_token_is_rejected_stops_with_one_line(
+    tmp_path: Path, postgres_url: str, passphrase_hash: str
+) -> None:
+    with (
+        FakeDiscordServer.run_in_thread(token="the-real-token") as discord,
+        FakeOpenAIServer.run_in_thread() as model,
+    ):
+        env = discord_shared_env(tmp_path, postgres_url, "a", discord, model, passphrase_hash)
+        env["COMPANION_DISCORD_TOKEN"] = "a-wrong-token"
+        with Running(env) as gateway:
+            code, stderr, said = gateway.exited(60)
+    assert code == 2, stderr
+    assert "Traceback" not in stderr and "a-wrong-token" not in stderr
+    assert len(said) == 1 and said[0].startswith("companion: COMPANION_DISCORD_TOKEN was rejected"), said
