@@ -130,6 +130,7 @@ def test_three_gateways_answer_discord_dms_once_in_order_and_a_killed_holder_is_
         assert replies_in(discord, OTHER)[-1] == "re: after the take-over"
         assert len(replies_in(discord, OTHER)) == 4
         one_session(discord)
+        assert len(discord.identifies) == 2  # the first holder's session and the second's: no process else connected
         second_id = process_of(postgres_url, running[second].proc.pid)
         assert rows(postgres_url, "SELECT DISTINCT holder FROM chat_claims") == [(second_id,)]
         assert rows(postgres_url, "SELECT count(*) FROM messages WHERE platform_message_id = ?", (str(meanwhile),)) in (
@@ -201,6 +202,7 @@ def test_a_private_interval_of_a_killed_holder_lands_in_normal_mode_and_a_clean_
                 c_id = process_of(postgres_url, c.proc.pid)
                 assert rows(postgres_url, "SELECT holder FROM chat_claims") == [(c_id,)]
                 one_session(discord)
+                assert len(discord.identifies) == 3  # a, b, then c: one session per holder
                 replies = replies_in(discord, FRIEND)
                 assert [r for r in replies if r.startswith("re: ")] == [
                     "re: hello",
