@@ -24,7 +24,7 @@ from aiohttp import web
 
 from adapters.web.auth import signed_in
 from adapters.web.bridge import BRIDGE
-from adapters.web.chat import HISTORY, KEY, PARTIAL, Transcript, WebChatError, WebEvent
+from adapters.web.chat import HISTORY, KEY, PARTIAL, Transcript, WebChatElsewhere, WebChatError, WebEvent
 from adapters.web.formatting import formatted_html
 from adapters.web.layout import Frame, esc, render
 from adapters.web.service import SERVICE
@@ -153,6 +153,10 @@ async def _normal(request: web.Request) -> web.StreamResponse:
     return await _hand_over(request, "/normal", None)
 
 
+# A shared database (issue 33): another companion process answers this chat now (nothing was stored here).
+ELSEWHERE = "Another companion process is answering this chat right now; try again in a moment."
+
+
 async def _hand_over(request: web.Request, text: str, message_id: str | None) -> web.StreamResponse:
     """Hand the message to the core and wait for its turn; the answer reaches the open pages as an
     event. A page that asked for JSON learns whether to keep what was typed; a plain form is sent
@@ -160,6 +164,8 @@ async def _hand_over(request: web.Request, text: str, message_id: str | None) ->
     site = request.app[SITE]
     try:
         sent = await request.app[BRIDGE].call(site.core.chat.send, text, message_id=message_id)
+    except WebChatElsewhere:
+        return _refused(request, ELSEWHERE, 503)
     except WebChatError:
         return _refused(request, "The companion is stopping; try again in a moment.", 503)
     if _wants_json(request):

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from adapters.storage.postgres.processes import ALIVE
+from adapters.web.chat_page import ELSEWHERE
 from bot.gateway import SHARED_TELEGRAM
 from bot.instance import LOCK_LOST
 from core.privacy.secrets import hash_passphrase
@@ -100,11 +101,12 @@ def test_a_platform_several_gateways_cannot_share_yet_is_refused_in_one_line(
 PASSPHRASE = "shared-lantern-PASSPHRASE-3"
 
 
-async def send(env: dict[str, str], text: str, status: int = 200) -> None:
+async def send(env: dict[str, str], text: str, status: int = 200) -> dict:
     """One message of the signed-in owner to the web chat of the gateway of `env`, answered when this returns."""
     async with signed_in_browser(f"http://127.0.0.1:{env['COMPANION_HTTP_PORT']}", env) as (browser, csrf):
         sent = await browser.post("/send", json={"text": text}, headers={"X-CSRF-Token": csrf})
         assert sent.status_code == status, sent.text
+        return sent.json()
 
 
 async def test_a_private_interval_of_a_killed_gateway_lands_in_normal_mode_and_no_other_resumes_it(
@@ -126,7 +128,8 @@ async def test_a_private_interval_of_a_killed_gateway_lands_in_normal_mode_and_n
             assert rows(postgres_url, "SELECT holder FROM chat_claims") == [(holder,)]
             # A message reaching B meanwhile is A's to answer: B handles nothing of it, stores nothing.
             stored = rows(postgres_url, "SELECT count(*) FROM messages")
-            await send(b_env, "to the wrong gateway", 503)  # not taken: "try again in a moment"
+            refused = await send(b_env, "to the wrong gateway", 503)  # not taken: "try again in a moment"
+            assert refused == {"error": ELSEWHERE}
             b.wait_logged(f"conversation {chat} is held by another process: not handled here")
             assert rows(postgres_url, "SELECT count(*) FROM messages") == stored
             assert rows(postgres_url, "SELECT ended_at FROM segments") == [(None,)]

@@ -41,6 +41,10 @@ class WebChatStopped(WebChatError):
     """The chat takes no message now (it is stopping, or not started)."""
 
 
+class WebChatElsewhere(WebChatError):
+    """Another process of a shared database answers this chat now (issue 33): the page may send it again."""
+
+
 class TooManyPages(WebChatError):
     """MAX_PAGES pages are open already."""
 

@@ -9,9 +9,19 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from adapters.web.chat.hub import CHAT_ID, HISTORY, PLATFORM, USER, Page, PageHub, WebChatStopped, WebEvent
+from adapters.web.chat.hub import (
+    CHAT_ID,
+    HISTORY,
+    PLATFORM,
+    USER,
+    Page,
+    PageHub,
+    WebChatElsewhere,
+    WebChatStopped,
+    WebEvent,
+)
 from core.ports.chat import ChatCore
-from core.values.edge import Held, acknowledged
+from core.values.edge import Held, Silence, Silent, acknowledged
 from core.values.model import InboundMessage
 from core.values.transcript import Transcript
 
@@ -83,12 +93,15 @@ class WebIntake:
         Raises:
             WebChatStopped: the chat is not taking messages (stopping, or not started), or the stop
                 cut the message off before it was answered: the page may send it again.
+            WebChatElsewhere: another process of a shared database holds this chat now; nothing was stored.
         """
         if not self._taking:
             raise WebChatStopped("the web chat is not taking messages now")
         log.info("web: a message of %d chars", len(text))
         event = InboundMessage(PLATFORM, CHAT_ID, USER, text, is_direct=True, message_id=message_id or uuid.uuid4().hex)
         outcome = await self._core.receive(event)
+        if isinstance(outcome, Silent) and outcome.reason is Silence.HELD_ELSEWHERE:
+            raise WebChatElsewhere("another process of the shared database answers this chat now")
         if not acknowledged(outcome):
             raise WebChatStopped("the web chat stopped before answering")
         # The page keeps nothing of a message that carried a secret (the store kept it redacted).
