@@ -29,7 +29,6 @@ from pathlib import Path
 from adapters.storage.engine import Database as Engine
 from adapters.storage.engine import Fetch, Statement
 from adapters.storage.keys import KeyDir, KeyDirError, key_ids
-from adapters.storage.postgres.processes import ALIVE
 from adapters.storage.sealing import NONCE_BYTES, PREFIX, SEALED_PATTERN, KeyLost, SealBroken
 
 log = logging.getLogger(__name__)
@@ -186,8 +185,8 @@ class InboxQueries:
     async def take(self, platform: str, limit: int, skip: Collection[int] = ()) -> list[InboxRow]:
         """Up to `limit` stored updates of `platform` not in `skip`, by update id, their bodies opened. A row
         whose transit key is gone, or whose body does not open, is deleted (fail closed; logged by ids). On a
-        shared database the rows of a chat whose conversation another live process holds are not read (nor
-        opened): that process takes them, in their order."""
+        shared database the rows of a chat whose conversation another process holds are not read (nor
+        opened): that process takes them, in their order (`_HELD_ELSEWHERE`)."""
         params: dict[str, object] = {"platform": platform, "limit": limit + len(skip)}
         elsewhere = ""
         if self._process_id is not None:
@@ -304,10 +303,12 @@ class InboxQueries:
             return None
 
 
-# A row's chat held by another live process (a shared database: adapters/storage/claims.py, its ALIVE).
-_HELD_ELSEWHERE = f"""EXISTS (SELECT 1 FROM conversations c JOIN chat_claims h ON h.conversation_id = c.id
-  JOIN gateway_processes p ON p.id = h.holder
-  WHERE c.platform = i.platform AND c.chat_id = i.chat_id AND h.holder <> :me AND {ALIVE})"""
+# A row's chat claimed, and not by this process (a shared database: adapters/storage/claims.py). A live holder
+# takes its rows; a dead or stopped one's conversations are taken over by the take-over job within its tick, with
+# their recovery and their cut-off turns answered (core/turn/companion.py `take_over_dead`), and are then this
+# process's. A chat never claimed (a new one) is open to all: the core's claim at its turn decides.
+_HELD_ELSEWHERE = """EXISTS (SELECT 1 FROM conversations c JOIN chat_claims h ON h.conversation_id = c.id
+  WHERE c.platform = i.platform AND c.chat_id = i.chat_id AND h.holder IS DISTINCT FROM :me)"""
 
 
 def _read_mark(folder: Path) -> str | None:
