@@ -161,9 +161,9 @@ def test_three_gateways_answer_fifty_chats_once_and_in_order_and_a_killed_one_lo
     assert rows(shared.url, "SELECT end_reason FROM segments") == [("restart",)]
     telegram.send_text(SECRETIVE, SECRETIVE, "after the kill")
     survivors[0].wait_for(lambda: len(telegram.texts_to(SECRETIVE)) == 3, "the reply after the kill")
-    assert rows(
-        shared.url, "SELECT mode, segment_id FROM messages WHERE role = 'user' ORDER BY id DESC LIMIT 1"
-    ) == [("normal", None)]
+    assert rows(shared.url, "SELECT mode, segment_id FROM messages WHERE role = 'user' ORDER BY id DESC LIMIT 1") == [
+        ("normal", None)
+    ]
     base = f"http://127.0.0.1:{shared.ports()[gateways.index(survivors[0])]}"
     survivors[0].wait_for(lambda: httpx.get(f"{base}/readyz").json()["inbox"] == 0, "an empty inbox")
     ended = [survivors[0].end()]
