@@ -6,6 +6,7 @@ closes a dead process's interval into normal mode, never resumed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -175,7 +176,7 @@ async def test_a_process_takes_no_inbox_row_of_a_chat_another_process_holds(post
         held_by_a = await conversation(a.stores, "10")
         assert await a.stores.claims.claim(held_by_a) is not None
         for update_id, chat in ((1, "10"), (2, "20"), (3, "10"), (4, None)):
-            assert await b.stores.inbox.put("telegram", update_id, '{"update_id": %d}' % update_id, chat)
+            assert await b.stores.inbox.put("telegram", update_id, json.dumps({"update_id": update_id}), chat)
         # B: not A's chat's rows (not even opened), the rest in order; A: all of them (its own and the free ones).
         assert [(r.update_id, r.chat_id) for r in await b.stores.inbox.take("telegram", 10)] == [(2, "20"), (4, None)]
         assert [r.update_id for r in await a.stores.inbox.take("telegram", 10)] == [1, 2, 3, 4]
