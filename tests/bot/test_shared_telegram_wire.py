@@ -174,6 +174,11 @@ def test_three_gateways_answer_fifty_chats_once_and_in_order_and_a_killed_one_lo
     assert all(code == 0 for code, _ in ended), [stderr[-3000:] for _, stderr in ended]
     assert not any(CANARY in stderr for _, stderr in ended) and CANARY not in victim.stderr
     assert telegram.calls_of("deleteWebhook") and telegram.webhook is None  # by the last one stopping
+    # A chat's updates begun only where it is held: a process learns it does not hold a chat at most once, when
+    # the chat's first update is read by several at once (the core's claim then decides).
+    logs = [victim.stderr, *(stderr for _, stderr in ended)]
+    elsewhere = sum(log.count("is held by another process: not handled here") for log in logs)
+    assert elsewhere <= 2 * (len(CHATS) + 1), elsewhere
     assert rows(shared.url, "SELECT count(*) FROM webhook_inbox WHERE body IS NOT NULL") == [(0,)]
 
 
@@ -181,6 +186,7 @@ def test_an_update_redelivered_after_a_timeout_is_answered_once_across_the_gatew
     shared: Shared, gateways: list[Running]
 ) -> None:
     telegram = shared.telegram
+    assert len(telegram.calls_of("setWebhook")) == 1  # by the first process; the others found it set
     chat = CHATS[0]
     telegram.time_out_next(1)  # its 200 counted as too late: delivered again, through the front to another
     telegram.send_text(chat, chat, "only once")
