@@ -29,6 +29,9 @@ PLATFORM = "telegram"
 # their day deleted, transit keys no row needs shredded).
 TAKE_LIMIT = 100
 TIDY_SECONDS = 60.0
+# Shared database: how often the inbox is read again when nothing woke the reader. An update another process
+# stored for a chat this one holds wakes nothing here, so this bounds what that hand-over adds to its round trip.
+SHARED_REPOLL_SECONDS = 0.2
 
 
 class StoredUpdate(Protocol):
@@ -160,7 +163,7 @@ class InboxReader:
         self.failure: str | None = None  # why the last read of the inbox failed
         self._sleep = sleep
         self._backoff = backoff
-        self._repoll_interval = repoll_interval
+        self._repoll_interval = min(repoll_interval, SHARED_REPOLL_SECONDS) if setup.shared else repoll_interval
         self._monotonic = monotonic
         self._inflight: set[int] = set()  # the stored updates taken and not yet settled
         self._arrived = asyncio.Event()  # an update was stored, or one settled or was left to another process
