@@ -525,6 +525,15 @@ def telegram_webhook(settings: Settings, stores: Stores) -> WebhookSetup | None:
     )
 
 
+@asynccontextmanager
+async def gateway_stores(settings: Settings, process_id: int | None) -> AsyncIterator[Stores]:
+    """The gateway's stores, opened; on a shared database serving Telegram's webhook, its transit folder checked
+    before the companion starts (a refused process takes nothing over)."""
+    async with open_settings_stores(settings, process_id) as stores:
+        await bind_transit_folder(settings, stores)
+        yield stores
+
+
 async def bind_transit_folder(settings: Settings, stores: Stores) -> None:
     """A shared database serving Telegram's webhook: this process's transit key folder must be the one every live
     process uses (adapters/storage/inbox.py `bind_transit_folder`), or the start is refused in one line."""
@@ -620,10 +629,9 @@ async def open_gateway(
     metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
     counters: Metrics = metrics or NO_METRICS
     async with (
-        open_settings_stores(settings, process_id) as stores,
+        gateway_stores(settings, process_id) as stores,
         open_companion(settings, stores, chats | {"web"} if web else chats, metrics=counters, web=web) as companion,
     ):
-        await bind_transit_folder(settings, stores)
         edge = edge_settings(settings)
         entry = core_entry(companion, counters, edge)
         # The platforms of three parts, each built on `entry` by its package's builder
