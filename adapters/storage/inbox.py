@@ -22,7 +22,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,7 @@ SPARE_SECONDS = 60.0  # a key's last body may take this long to reach the databa
 _SEALED = re.compile(SEALED_PATTERN)
 # A shared database's transit folder: its mark (a file of the folder, never read as a key) and the database's copy.
 FOLDER_MARK = "shared-database"
+CHANNEL = "companion_webhook_inbox"  # NOTIFY'd at each update stored on a shared database
 TRANSIT_STATE = "webhook:transit-folder"
 TRANSIT_NOT_SHARED = (
     "COMPANION_SHARED_DATABASE: another live process stores Telegram's webhook updates under another transit key "
@@ -163,7 +164,9 @@ class InboxQueries:
             stored = self._transit.seal(key_id, _place(platform, update_id), body)
         elif self._engine.sealer.keyed:
             raise KeyLost("no key folder (COMPANION_KEY_DIR): no webhook update can be stored")
-        (inserted,) = await self._engine.write(
+        # A shared database: the other processes' readers woken at the commit (`arrivals`), the holder among them.
+        told = [] if self._process_id is None else [Statement(f"SELECT pg_notify('{CHANNEL}', :p)", {"p": platform})]
+        inserted, *_ = await self._engine.write(
             Statement(
                 "INSERT INTO webhook_inbox (platform, update_id, chat_id, body, key_id, received_at)"
                 " VALUES (:platform, :update_id, :chat_id, :body, :key_id, :now)"
@@ -178,9 +181,21 @@ class InboxQueries:
                 },
                 Fetch.ROWCOUNT,
             ),
+            *told,
             durable=True,
         )
         return inserted.rowcount == 1
+
+    def arrivals(self) -> AsyncIterator[None] | None:
+        """A shared PostgreSQL database: one item each time (or so) another process stored an update, from a
+        connection of its own LISTENing on CHANNEL (ends with an error when that connection fails). None: alone,
+        where the reader is woken by this process's own `put`."""
+        target = getattr(self._engine, "target", None)
+        if self._process_id is None or target is None:
+            return None
+        from adapters.storage.postgres.instance import listen
+
+        return listen(target, CHANNEL, f"companion run inbox {self._process_id}")
 
     async def take(self, platform: str, limit: int, skip: Collection[int] = ()) -> list[InboxRow]:
         """Up to `limit` stored updates of `platform` not in `skip`, by update id, their bodies opened. A row

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -65,6 +65,10 @@ class WebhookInbox(Protocol):
     async def depth(self, platform: str) -> int: ...
 
     async def tidy(self) -> None: ...
+
+    def arrivals(self) -> AsyncIterator[None] | None:
+        """Several processes: an item each time another one stored an update (None: nothing to wait on)."""
+        ...
 
 
 async def always() -> bool:
@@ -190,6 +194,38 @@ class InboxReader:
         inbox = self.setup.inbox
         failures = 0
         tidied: float | None = None
+        waking = asyncio.create_task(self._woken(), name="telegram-webhook-arrivals")
+        try:
+            await self._read(begin, closing, inbox, failures, tidied)
+        finally:
+            waking.cancel()
+            await asyncio.gather(waking, return_exceptions=True)
+
+    async def _woken(self) -> None:
+        """Wake the reader each time another process stored an update (the holder of its chat may be this one);
+        listening again after a failure. Without it the reader still reads the inbox every repoll interval."""
+        failures = 0
+        while True:
+            arrivals = self.setup.inbox.arrivals()
+            if arrivals is None:
+                return
+            try:
+                async for _ in arrivals:
+                    failures = 0
+                    self._arrived.set()
+            except Exception as exc:  # noqa: BLE001 - the repoll still reads the inbox meanwhile
+                failures += 1
+                log.warning("telegram: listening for stored updates failed (%s)", type(exc).__name__)
+            await self._sleep(min(self._backoff * 2 ** min(failures, 7), 60.0))
+
+    async def _read(
+        self,
+        begin: Callable[[StoredUpdate], Awaitable[None]],
+        closing: Callable[[], bool],
+        inbox: WebhookInbox,
+        failures: int,
+        tidied: float | None,
+    ) -> None:
         while not closing():
             self._arrived.clear()  # before the read: an update stored during it is not missed
             try:
