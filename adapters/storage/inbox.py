@@ -190,12 +190,11 @@ class InboxQueries:
         """A shared PostgreSQL database: one item each time (or so) another process stored an update, from a
         connection of its own LISTENing on CHANNEL (ends with an error when that connection fails). None: alone,
         where the reader is woken by this process's own `put`."""
-        target = getattr(self._engine, "target", None)
-        if self._process_id is None or target is None:
+        listen = getattr(self._engine, "listen", None)  # PostgreSQL's engine (adapters/storage/postgres/engine.py)
+        if self._process_id is None or listen is None:
             return None
-        from adapters.storage.postgres.instance import listen
-
-        return listen(target, CHANNEL, f"companion run inbox {self._process_id}")
+        arrivals: AsyncIterator[None] = listen(CHANNEL, f"companion run inbox {self._process_id}")
+        return arrivals
 
     async def take(self, platform: str, limit: int, skip: Collection[int] = ()) -> list[InboxRow]:
         """Up to `limit` stored updates of `platform` not in `skip`, by update id, their bodies opened. A row
