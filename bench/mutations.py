@@ -3221,4 +3221,48 @@ MUTATIONS: tuple[Mutation, ...] = (
             "tests/bot/test_shared_telegram_wire.py::test_three_gateways_answer_fifty_chats_once_and_in_order_and_a_killed_one_loses_nothing",
         ),
     ),
+    M(
+        "discord-gateway-taken-without-the-lock",  # every shared process connects: each DM answered by each
+        RELIABILITY,
+        '            while not (row := await (await conn.execute(TRY, (KEYS["discord"],))).fetchone()) or not row[0]:',
+        "            while False:",
+        also=("tests/bot/test_shared_discord_wire.py",),
+    ),
+    M(
+        "discord-gateway-lock-lost-unnoticed",  # its lock's connection gone, it stays connected beside the next holder
+        RELIABILITY,
+        "    held = asyncio.ensure_future(lock.lost())",
+        "    held = asyncio.ensure_future(asyncio.Event().wait())",
+        also=("tests/bot/test_shared_discord_wire.py::test_a_holder_that_loses_the_gateway_lock_stops_with_one_line",),
+    ),
+    M(
+        "discord-taken-over-while-standing-by",  # a process without the gateway keeps Discord chats from its holder
+        RELIABILITY,
+        "        self._standby = set(standby)",
+        "        self._standby: set[str] = set()",
+        also=("tests/core/test_claims.py",),
+    ),
+    M(
+        "discord-gateway-connects-before-the-last-holder-let-go",  # a DM caught up meanwhile is held elsewhere, lost
+        RELIABILITY,
+        "        while claims is not None and await claims.held_elsewhere(platform) and time.monotonic() < deadline:",
+        "        while False:",
+        also=("tests/core/test_claims.py",),
+    ),
+    M(
+        "discord-takeover-keeps-into-another-process-interval",  # sealed with a key it lacks: the event fails
+        RELIABILITY,
+        "            return ClosedByRestart(segment_id, elsewhere=self.claims is not None and conversation.id in self._taken_at)",
+        "            return ClosedByRestart(segment_id)",
+        also=("tests/bot/test_shared_discord_wire.py",),
+    ),
+    M(
+        "discord-shared-start-refusal-restarted",  # a rejected token read as an outage: the supervisor restarts it
+        RELIABILITY,
+        "        on_fatal(str(exc))\n        return str(exc)",
+        "        return str(exc)",
+        also=(
+            "tests/bot/test_shared_discord_wire.py::test_a_shared_gateway_whose_discord_token_is_rejected_stops_with_one_line",
+        ),
+    ),
 )

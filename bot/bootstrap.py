@@ -18,7 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from bot.instance import CHAT, LOCK_LOST, RUN, DatabaseInstanceLock, FileInstanceLock, InstanceLock, Role, holding
+from bot.instance import (
+    CHAT,
+    LOCK_LOST,
+    RUN,
+    DatabaseInstanceLock,
+    FileInstanceLock,
+    InstanceLock,
+    PlatformConnectionLock,
+    Role,
+    holding,
+)
 from bot.scheduler import Job, once_across
 from bot.settings import ConfigError, Settings
 from core.commands.services import CommandServices, CommandSettings
@@ -62,6 +72,7 @@ if TYPE_CHECKING:
     from adapters.storage.backup import BackupResult
     from adapters.storage.claims import JobSlots
     from adapters.storage.move import MoveResult
+    from adapters.storage.postgres.gateway_lock import GatewayLock
     from adapters.storage.stores import Stores
     from adapters.telegram import TelegramIntake, WebhookSetup
     from adapters.web.chat import WebIntake, WebPlatform
@@ -128,6 +139,8 @@ def companion_config(
         transition=settings.transition,
         artifact_retention_seconds=settings.artifact_retention_days * 86400 or None,
         platforms=platforms,
+        # A shared database: Discord's events reach only the process holding its gateway (bot/gateway.py).
+        standby=frozenset({"discord"}) if settings.shared_database and settings.discord_token else frozenset(),
         burst_seconds=settings.burst_seconds,
         stop_grace=settings.stop_grace,
         proactive=ProactiveConfig(
@@ -319,6 +332,7 @@ def build_companion(
         platforms=config.platforms,
         outbox=outbox,
         claims=stores.claims,
+        standby=config.standby,
     )
     parts = Parts(
         provider=provider,
@@ -444,6 +458,7 @@ def build_web_service(
     chat: WebIntake | None = None,
     *,
     telegram: TelegramIntake | None = None,
+    discord_gateway: GatewayLock | None = None,
 ) -> WebService:
     """The HTTP service of `companion run` on the companion's database (`stores`): sign-in, the operator
     endpoints (`checks`: each configured adapter's `ready()`), the web chat's pages (`chat`; without
@@ -483,13 +498,17 @@ def build_web_service(
             metrics.watch_inbox(lambda: telegram.inbox_depth)
     shared = None
     if (claims := stores.claims) is not None:
-        # A shared database: what this process holds, on /readyz and /metrics (Discord is not served shared yet).
+        # A shared database: what this process holds, on /readyz and /metrics (the Discord gateway among it).
+        gateway = discord_gateway
 
         def shared() -> dict[str, object]:
-            return {"process": claims.process_id, "conversations_held": claims.held, "discord_gateway": False}
+            holds_gateway = gateway is not None and gateway.held
+            return {"process": claims.process_id, "conversations_held": claims.held, "discord_gateway": holds_gateway}
 
         if metrics is not None:
             metrics.watch_claims(lambda: claims.held, lambda: claims.taken_over)
+            if gateway is not None:
+                metrics.watch_gateway(lambda: gateway.held, lambda: gateway.taken)
     operators = Operators(
         DatabaseProbe(queries.probe_write, metrics=metrics or NO_METRICS), checks, metrics, numbers, shared
     )
@@ -591,6 +610,8 @@ class Assembly:
         jobs: the scheduled jobs.
         service: the HTTP service (None: COMPANION_HTTP_PORT is off).
         chats: the chat platforms configured (Telegram, Discord), without the web chat.
+        discord_gateway: a shared database's lock of the Discord gateway (None: Discord starts with the rest):
+            the Discord platform starts only once this process holds it (bot/gateway.py).
     """
 
     companion: Companion
@@ -599,6 +620,7 @@ class Assembly:
     jobs: list[Job]
     service: WebService | None
     chats: frozenset[str]
+    discord_gateway: PlatformConnectionLock | None = None
 
     @property
     def intakes(self) -> list[BaseIntake]:
@@ -666,8 +688,15 @@ async def open_gateway(
                     gateway_url=settings.discord_gateway_url,
                     on_fatal=on_fatal,
                     outage_limit=settings.discord_outage_seconds or None,
+                    guild_ready_timeout=settings.discord_guild_ready_seconds,
                 )
             )
+        gateway_lock = None
+        if settings.shared_database and settings.discord_token and settings.database_url:
+            from adapters.storage.postgres.gateway_lock import GatewayLock
+
+            # One gateway connection per bot: held by one process at a time, taken over when it ends.
+            gateway_lock = GatewayLock(settings.database_url.get_secret_value())
         service = None
         if web:
             # The web chat is a platform like the others (started, attached, stopped and closed with
@@ -679,13 +708,22 @@ async def open_gateway(
                 settings,
                 companion,
                 stores,
-                [(i.name, i.ready) for i in intakes],
+                [(i.name, standby_ready(i, gateway_lock)) for i in intakes],
                 metrics,
                 chat.intake,
                 telegram=telegram_intake,
+                discord_gateway=gateway_lock,
             )
         jobs = scheduled_jobs(settings, companion, stores.job_slots)
-        yield Assembly(companion, entry, platforms, jobs, service, chats)
+        yield Assembly(companion, entry, platforms, jobs, service, chats, gateway_lock)
+
+
+def standby_ready(intake: BaseIntake, gateway_lock: GatewayLock | None) -> Callable[[], str | None]:
+    """The intake's readiness for /readyz; Discord's, while another process holds its gateway, is that of a
+    process standing by (ready: its other platforms serve, and it takes the gateway when the holder ends)."""
+    if gateway_lock is None or intake.name != "discord":
+        return intake.ready
+    return lambda: intake.ready() if gateway_lock.held else None
 
 
 # --- the command line's tasks ------------------------------------------------------------------

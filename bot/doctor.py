@@ -549,7 +549,8 @@ def _postgres_lines(facts: PostgresFacts, section: Section) -> None:
         section.add(INFO, f"{count} live companion run process{'es' if count != 1 else ''} (shared database)")
         for process_id, host, pid, held in facts.live_processes:
             chats = f"{held} conversation{'s' if held != 1 else ''}"
-            section.add(INFO, f"  process {process_id} on {host} (pid {pid}), holding {chats}")
+            gateway = " and the Discord gateway" if facts.holders.get("discord") == f" (pid {pid})" else ""
+            section.add(INFO, f"  process {process_id} on {host} (pid {pid}), holding {chats}{gateway}")
     intervals = facts.open_private_intervals
     section.add(INFO, f"{intervals} private interval{'s' if intervals != 1 else ''} open")
 

@@ -8,15 +8,16 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
 from bot.bootstrap import Assembly, instance_lock, open_gateway, registered_process
-from bot.instance import LOCK_LOST, RUN, DatabaseInstanceLock, holding
+from bot.instance import LOCK_LOST, RUN, DatabaseInstanceLock, PlatformConnectionLock, holding
 from bot.scheduler import SchedulerService
 from bot.settings import Settings
-from core.ports.chat import BaseIntake
+from core.ports.chat import BaseIntake, Platform
+from core.values.errors import CompanionError
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,8 @@ NOTHING_CONFIGURED = (
     "(for example telegram:123456) for who may talk with it; or use `companion chat` to talk in this terminal."
 )
 SHARED_TELEGRAM = "COMPANION_SHARED_DATABASE: Telegram needs COMPANION_TELEGRAM_WEBHOOK_URL (one poller per token)"
-SHARED_DISCORD = (
-    "COMPANION_SHARED_DATABASE: Discord is not served by several processes yet (its gateway connection is not "
-    "handed over); serve it from one companion run without COMPANION_SHARED_DATABASE"
-)
+# What a process holding the Discord gateway says when the lock's connection dropped: another may connect now.
+GATEWAY_LOST = "the database connection holding the Discord gateway dropped (PostgreSQL restarted?)"
 WEB_ALONE = "no chat platform is configured: serving the web chat alone at %s (sign in with `companion web-login`)"
 
 
@@ -83,11 +82,18 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             if not gateway.chats:
                 log.warning(WEB_ALONE, service.url)
         intakes = gateway.intakes
+        gateway_lock = gateway.discord_gateway
+        if gateway_lock is not None:
+            stack.push_async_callback(gateway_lock.aclose)  # released once Discord's connection closed
         # Closed together, last; safe to call even if a start never finished.
         stack.push_async_callback(_close_all, intakes)
         tasks: list[asyncio.Task[Any]] = []
         stack.push_async_callback(_finish_tasks, tasks)
+        # A shared database: Discord starts once this process holds its gateway (`_hold_gateway`).
+        standing_by = [p for p in gateway.platforms if gateway_lock is not None and p.name == "discord"]
         for platform in gateway.platforms:
+            if platform in standing_by:
+                continue
             if not await _unless_stopped(platform.intake.start(), stop):
                 log.info("stopped while platform %s was starting", platform.name)
                 await _stop(settings, gateway, scheduler)
@@ -95,7 +101,17 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
             gateway.entry.attach(platform)  # no await since its start: no answer could come before
             log.info("platform %s started", platform.name)
         # Watched from here on: a connection lost while the rest starts is seen as soon as this waits.
-        watches = [asyncio.create_task(intake.wait_lost(), name=f"watch-{intake.name}") for intake in intakes]
+        watches = [
+            asyncio.create_task(p.intake.wait_lost(), name=f"watch-{p.name}")
+            for p in gateway.platforms
+            if p not in standing_by
+        ]
+        holding_gateway = None
+        if standing_by and gateway_lock is not None:
+            holding_gateway = asyncio.create_task(
+                _hold_gateway(standing_by[0], gateway_lock, gateway, tasks, on_fatal), name="discord-gateway"
+            )
+            watches.append(holding_gateway)
         watches.append(asyncio.create_task(_scheduler_failure(scheduler), name="watch-scheduler"))
         watches.append(asyncio.create_task(_lock_lost(lock), name="watch-instance-lock"))
         tasks.extend(watches)
@@ -104,6 +120,8 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
         log.info("gateway running")
         lost = await _first_loss(watches, stop)
         log.info("stopping")
+        if holding_gateway is not None:  # no gateway taken, nor a start going on, while stopping
+            await _finish_tasks([holding_gateway])
         await _stop(settings, gateway, scheduler)
     if fatal:  # before `lost`: a refused token also ends the connection
         print(f"companion: {fatal[0]}", file=sys.stderr)
@@ -119,9 +137,40 @@ def shared_refusal(settings: Settings) -> str | None:
     if settings.telegram_token and settings.telegram_webhook_url is None:
         # Long polling allows one poller per token: the gateways need Telegram's webhook in front of them.
         return SHARED_TELEGRAM
-    if settings.discord_token:
-        return SHARED_DISCORD
     return None
+
+
+async def _hold_gateway(
+    platform: Platform,
+    lock: PlatformConnectionLock,
+    gateway: Assembly,
+    tasks: list[asyncio.Task[Any]],
+    on_fatal: Callable[[str], None],
+) -> str:
+    """A shared database: wait for the Discord gateway's lock, then take over the Discord conversations of the
+    process that held it (their recovery: a private interval it left lands in normal mode), connect (the
+    catch-up answers what was sent meanwhile) and serve; returns the line of what was lost."""
+    await lock.acquire()
+    taken = await gateway.companion.serve(platform.name, settle=lock.settle)
+    if not lock.held:
+        return GATEWAY_LOST
+    try:
+        await platform.intake.start()
+    except CompanionError as exc:  # refused at start, as alone (a token Discord rejects): its one line, exit 2
+        on_fatal(str(exc))
+        return str(exc)
+    gateway.entry.attach(platform)
+    log.info("platform %s started (holding its gateway; %d conversations taken over)", platform.name, taken)
+    # The turns the last holder was cut off in, and what it left to send, now that Discord can send.
+    tasks.append(gateway.answer_what_was_left())
+    connection = asyncio.ensure_future(platform.intake.wait_lost())
+    held = asyncio.ensure_future(lock.lost())
+    try:
+        await asyncio.wait([connection, held], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await _finish_tasks([connection, held])
+    # Without the lock another process may connect: stop, so that two gateways never run.
+    return connection.result() if connection.done() and not connection.cancelled() else GATEWAY_LOST
 
 
 async def _stop(settings: Settings, gateway: Assembly, scheduler: SchedulerService) -> None:

@@ -44,6 +44,21 @@ class DatabaseInstanceLock(Protocol):
         """Release it; safe to call twice."""
 
 
+class PlatformConnectionLock(DatabaseInstanceLock, Protocol):
+    """A connection one process of a shared database holds at a time (adapters/storage/postgres/gateway_lock.py
+    `GatewayLock`, the Discord gateway's): `acquire` waits until it is this process's."""
+
+    settle: float  # seconds a new holder waits at most for the last holder to let go of its conversations
+
+    @property
+    def held(self) -> bool:
+        """Whether this process holds it now."""
+
+    @property
+    def taken(self) -> int:
+        """How many times this process took it."""
+
+
 @contextlib.asynccontextmanager
 async def holding(lock: DatabaseInstanceLock) -> AsyncIterator[DatabaseInstanceLock]:
     """`lock` taken for the length of the block, released after it (also on failure)."""

@@ -127,6 +127,9 @@ class Settings(BaseSettings):
     # How long the Discord gateway may stay down while discord.py reconnects before the process
     # exits 1 for its supervisor to start it again; 0: discord.py reconnects for ever.
     discord_outage_seconds: float = Field(600.0, ge=0, le=86400)
+    # After Discord's READY, how long discord.py waits for one more guild (GUILD_CREATE) before the
+    # platform counts as started (discord.py's own default).
+    discord_guild_ready_seconds: float = Field(2.0, ge=0, le=60)
     allowed_users: str = ""
     # Accounts that are one person with the terminal's owner from start-up (and so allowed too).
     owner: str = ""

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,50 @@ PASSPHRASE = "sesame-open"
 
 # `store_backend` (SQLite, and PostgreSQL for tests marked `engines`) and the PostgreSQL cluster of a worker.
 pytest_plugins = ["tests.helpers.engine_fixtures"]
+
+
+# Modules whose tests share a module fixture that takes seconds (a cluster and its replica, a gateway's
+# database, a gateway with a browser and one page): under xdist one worker runs each of them whole.
+ONE_WORKER = frozenset(
+    {
+        "tests/adapters/store/test_postgres_shredding.py",
+        "tests/bot/test_move_to_postgres.py",
+        "tests/bot/test_web_browser_wire.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In xdist's workers (`pytest -n 4`), the longest tests first: those waiting out the shipped stop grace
+    (`slow`), then those running `companion` in a subprocess (`wire`, a few seconds to half a minute each),
+    then the rest (mostly milliseconds), each group in the order collected. Every worker sorts the same
+    collection alike, as xdist requires; a run in one process keeps pytest's order."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+
+    def group(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("wire") else 2
+
+    items[:] = sorted(items, key=group)  # stable: the order collected within each group
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n` with xdist's default distribution (`load`): each worker is given one more test (or one module of
+    ONE_WORKER) when it has two or fewer left, in the order above, instead of a quarter of its share of the
+    collection at once. The long tests then spread over every worker, and the run ends on short tests
+    rather than on one worker's queue of long ones. (`xdist_group` marks would do ONE_WORKER's part, but
+    pytest-xdist 3.8's `--dist loadgroup` cannot rename pytest 9's node ids, so it groups nothing.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneAtATime(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return OneAtATime(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -86,6 +86,17 @@ class ClaimQueries:
             log.info("took over %d conversations of processes that died or stopped", len(claims))
         return claims
 
+    async def held_elsewhere(self, platform: str) -> int:
+        (held,) = await self._engine.read(
+            Statement(
+                "SELECT count(*) AS n FROM chat_claims JOIN conversations v ON v.id = chat_claims.conversation_id"
+                f" WHERE v.platform = :platform AND chat_claims.holder IS DISTINCT FROM :me AND NOT {_HOLDER_GONE}",
+                {"platform": platform, "me": self.process_id},
+                Fetch.ONE,
+            )
+        )
+        return int(held.one["n"]) if held.one is not None else 0
+
     def holds(self, conversation_id: int) -> bool:
         return conversation_id in self._held
 

@@ -152,17 +152,29 @@ class PrometheusMetrics:
     def watch_claims(self, held: Callable[[], int], taken_over: Callable[[], int]) -> None:
         """A shared database (issue 33): the conversations this process holds and has taken over, read at each
         scrape. Every turn claims its conversation whatever its mode, so neither says anything of private mode."""
-        r = self.registry
-        holding = Gauge(
-            "companion_conversations_held", "Conversations this process holds (a shared database).", registry=r
+        self._read_at_scrape(
+            "companion_conversations_held", "Conversations this process holds (a shared database).", held
         )
-        holding.set_function(lambda: float(held()))
-        takes = Gauge(
+        self._read_at_scrape(
             "companion_take_overs",
             "Conversations this process took over from a process that died or stopped, since it started.",
-            registry=r,
+            taken_over,
         )
-        takes.set_function(lambda: float(taken_over()))
+
+    def watch_gateway(self, held: Callable[[], bool], taken: Callable[[], int]) -> None:
+        """A shared database serving Discord: whether this process holds the Discord gateway, and how many
+        times it took it (at its first start, or from a process that stopped or died), read at each scrape."""
+        self._read_at_scrape(
+            "companion_discord_gateway_held", "1 while this process holds the Discord gateway connection.", held
+        )
+        self._read_at_scrape(
+            "companion_discord_gateway_take_overs",
+            "Times this process took the Discord gateway (free, or held by a process that stopped or died).",
+            taken,
+        )
+
+    def _read_at_scrape(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        Gauge(name, documentation, registry=self.registry).set_function(lambda: float(read()))
 
     # --- GET /metrics -----------------------------------------------------------------------------
 

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 # The part of the stop grace kept for sending what the last turns wrote.
 FLUSH_SECONDS = 5.0
+# How often `serve` asks whether the process whose platform connection it took still holds conversations.
+SERVE_POLL_SECONDS = 0.25
 UNKNOWN_COMMAND = "I don't know /{name}. /help lists the commands."
 MISTYPED_LOOKALIKE = (
     "That looked like a mistyped /private or /link; nothing of that message was kept. /help lists the commands."
@@ -89,6 +91,20 @@ class Companion:
         if taken:
             await self.answer_open_turns()
         return len(taken)
+
+    async def serve(self, platform: str, *, settle: float) -> int:
+        """A shared database: this process took `platform`'s connection (the Discord gateway) from a process that
+        stopped or died. Its conversations are taken over and recovered before the connection opens (a private
+        interval of the dead process lands in normal mode): for at most `settle` seconds, until no live process
+        holds one (the one whose connection ended is stopping). Returns how many were taken over; their cut-off
+        turns are answered once the platform is attached (`answer_open_turns`)."""
+        taken = len(await self._recovery.serve(platform))
+        claims = self._recovery.claims
+        deadline = time.monotonic() + settle
+        while claims is not None and await claims.held_elsewhere(platform) and time.monotonic() < deadline:
+            await asyncio.sleep(SERVE_POLL_SECONDS)
+            taken += len(await self._recovery.take_over_dead())
+        return taken
 
     async def answer_open_turns(self) -> int:
         """Once the adapters can send: answer each turn the last process was cut off in. Returns how many."""

@@ -52,6 +52,9 @@ class CompanionConfig:
     # open segments are closed, so `companion chat` never drops a Telegram conversation out of
     # private mode. None: all (and no outbox rows unless an outbox is given).
     platforms: frozenset[str] | None = None
+    # Of `platforms`, those served only while this process holds their connection (a shared database's Discord
+    # gateway): their conversations are taken over from dead processes only once it does (Companion.serve).
+    standby: frozenset[str] = frozenset()
     artifact_retention_seconds: float | None = 30 * 86400.0
     # The line said on leaving private mode: "constant" (copy.TRANSITION_FALLBACK, no model call)
     # or "generated" (seed 000's variable wording from a constant instruction, capped).

@@ -38,9 +38,12 @@ ANSWER_CUT_OFF_TURNS_WITHIN = 10 * 60.0
 @dataclasses.dataclass(frozen=True, slots=True)
 class ClosedByRestart:
     """The private interval an event made before this start belongs to: `segment_id`, closed by
-    the restart, or None when that interval expired while the process was down (deleted)."""
+    the restart, or None when that interval expired while the process was down (deleted).
+    `elsewhere`: the interval was served by another process, whose conversation this one took over (a shared
+    database): its key is that process's, so the event is kept nowhere (never in normal mode)."""
 
     segment_id: int | None
+    elsewhere: bool = False
 
 
 class Recovery:
@@ -56,6 +59,7 @@ class Recovery:
         platforms: frozenset[str] | None = None,
         outbox: Outbox | None = None,
         claims: ChatClaims | None = None,
+        standby: frozenset[str] = frozenset(),
     ) -> None:
         self._outbox = outbox
         # A shared database (issue 33): this process recovers only the conversations it holds or takes over
@@ -72,6 +76,9 @@ class Recovery:
         # The platforms this process serves; only their open segments are closed at start, so
         # `companion chat` never drops a Telegram conversation out of private mode. None: all.
         self._platforms = platforms
+        # Of those, the platforms whose events reach this process only once it holds their connection (Discord's
+        # gateway on a shared database): their conversations are taken over only from then on (`serve`).
+        self._standby = set(standby)
         self.started_at = clock.now()
         # Conversations whose private mode the restart ended: their next reply says so first.
         self._restart_closed: set[int] = set()
@@ -86,7 +93,7 @@ class Recovery:
         self.started_at = self._clock.now()
         if self.claims is not None:
             # First every claim of a dead process taken over: the close below leaves out what others hold.
-            for claim in await self.claims.take_over_dead(self._platforms):
+            for claim in await self.claims.take_over_dead(self._claimed_platforms()):
                 self._taken_at[claim.conversation_id] = self.started_at
         closed = await self._modes.close_crash_open_segments(self._platforms, now=self.started_at)
         self._restart_closed.update(closed)
@@ -131,10 +138,22 @@ class Recovery:
         recover them (`taken_over`). Returns the conversations taken over."""
         if self.claims is None:
             return []
-        taken = [claim.conversation_id for claim in await self.claims.take_over_dead(self._platforms)]
+        taken = [claim.conversation_id for claim in await self.claims.take_over_dead(self._claimed_platforms())]
         if taken:
             await self.taken_over(taken)
         return taken
+
+    def _claimed_platforms(self) -> frozenset[str] | None:
+        """The platforms whose conversations this process takes over now (None: all)."""
+        if self._platforms is None:
+            return None
+        return frozenset(self._platforms - self._standby)
+
+    async def serve(self, platform: str) -> list[int]:
+        """This process now holds `platform`'s connection (a shared database's Discord gateway): the
+        conversations of it that a dead process held are taken over and recovered. Returns those."""
+        self._standby.discard(platform)
+        return await self.take_over_dead()
 
     def restart_notice(self, conversation_id: int) -> bool:
         """Whether the next reply of the conversation first says that a restart ended private mode."""
@@ -216,7 +235,7 @@ class Recovery:
         # The platform's clock and ours may differ a little: the margin errs toward the interval.
         segment_id = await self._modes.restart_segment_for(conversation.id, message.sent_at - SENT_AT_MARGIN)
         if segment_id is not None:
-            return ClosedByRestart(segment_id)
+            return ClosedByRestart(segment_id, elsewhere=self.claims is not None and conversation.id in self._taken_at)
         if conversation.id in self._closed_at_start:
             return ClosedByRestart(None)  # its interval expired while the process was down
         return None
@@ -237,9 +256,14 @@ class Recovery:
         answer belongs to it; else to none). Returns None for a redelivery."""
         conversation, message = turn.conversation, turn.message
         turn = dataclasses.replace(turn, restart_notice=False)  # the answer says it already
-        if closed.segment_id is None:
-            # Its interval expired while the process was down and is deleted: nothing is kept.
-            log.info("conversation %s: an event from an expired interval was dropped unread", conversation.id)
+        if closed.segment_id is None or closed.elsewhere:
+            # Its interval expired while the process was down and is deleted, or was another process's (its key
+            # too): nothing is kept.
+            log.info(
+                "conversation %s: an event from %s interval was dropped unread",
+                conversation.id,
+                "another process's" if closed.elsewhere else "an expired",
+            )
             return await self._responder.finish(
                 turn, copy.RESTART_KEPT_PRIVATE, segment_id=answer_segment, delete_inbound=delete_inbound
             )

@@ -99,12 +99,11 @@ def test_a_token_revoked_while_running_stops_the_gateway_with_one_line(
     telegram_servers: tuple[FakeTelegramServer, FakeOpenAIServer], tmp_path: Path
 ) -> None:
     telegram, model = telegram_servers
-    # Bursts off: a held message is confirmed at once and the next poll waits its full long-poll
-    # timeout before it can meet the revoked token; answered in its turn, the polls stay short.
-    gateway = spawn(gateway_env(tmp_path, telegram, model, COMPANION_BURST_SECONDS="0"))
+    gateway = spawn(gateway_env(tmp_path, telegram, model))
     try:
         assert say(telegram, gateway, "hello")  # up and answering
         telegram.fail_next("getUpdates", 401, times=100)  # the token is revoked
+        telegram.end_long_poll()  # the poll waiting now returns: the next one meets the revoked token
         _, stderr = gateway.communicate(timeout=30)
     finally:
         if gateway.poll() is None:

@@ -12,7 +12,8 @@ Run with the defaults as shipped: COMPANION_BURST_SECONDS is not touched, and ne
 COMPANION_STOP_GRACE, except in the cells that must wait the whole grace out (the model or the
 platform slower than it): one of each of those (Telegram, a DM) waits the shipped 25 s; the others
 run the same flow with a 3 s grace, since what they prove does not depend on its length and the
-suite must stay quick.
+suite must stay quick. The wait for Discord's guilds after READY is the other wire tests' short one
+(tests/helpers/proc.py): it is over before "gateway running", before any step of a turn.
 Two cells also run on PostgreSQL (COMPANION_DATABASE_URL): a kill while the model answers (the
 cut-off turn answered once by the restart) and a kill while the platform refuses the reply (the
 pending delivery sent once by the restart); the matrix is about the gateway, not the engine, so

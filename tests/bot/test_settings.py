@@ -65,6 +65,7 @@ def test_dotenv_file_is_read(tmp_path):
         ("COMPANION_CAPTURE_SECONDS", "0", "greater than 0"),
         ("COMPANION_OUTBOX_PRUNE_SECONDS", "often", "number"),
         ("COMPANION_DISCORD_OUTAGE_SECONDS", "-1", "greater than or equal to 0"),
+        ("COMPANION_DISCORD_GUILD_READY_SECONDS", "-1", "greater than or equal to 0"),
         ("COMPANION_PROACTIVE_TICK_SECONDS", "0", "greater than 0"),
         ("COMPANION_NUDGES_PER_DAY", "many", "integer"),
         ("COMPANION_NUDGES_PER_DAY", "25", "less than or equal to 24"),

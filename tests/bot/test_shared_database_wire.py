@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from adapters.storage.postgres.processes import ALIVE
-from bot.gateway import SHARED_DISCORD, SHARED_TELEGRAM
+from bot.gateway import SHARED_TELEGRAM
 from bot.instance import LOCK_LOST
 from core.privacy.secrets import hash_passphrase
 from tests.helpers.proc import companion_env, run_companion
@@ -22,7 +22,6 @@ from tests.helpers.wire_platforms import rows
 pytestmark = pytest.mark.wire
 
 TELEGRAM_TOKEN = "123456789:" + "A" * 35
-DISCORD_TOKEN = "A" * 24 + ".ABCDEF." + "B" * 27
 LIVE = "SELECT pid FROM gateway_processes p WHERE " + ALIVE
 
 
@@ -38,6 +37,11 @@ def shared_env(tmp_path: Path, url: str, name: str, **extra: str) -> dict[str, s
         COMPANION_LOG_LEVEL="INFO",
         **extra,
     )
+
+
+def terminate(url: str, application_name: str) -> None:
+    """The server ends the backends of the connection named `application_name` (as when PostgreSQL restarts)."""
+    rows(url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?", (application_name,))
 
 
 def live_pids(url: str) -> list[int]:
@@ -73,11 +77,7 @@ def test_gateways_share_one_database_and_a_killed_one_is_dead_to_the_others(tmp_
 def test_a_shared_gateway_that_loses_its_registration_stops_with_one_line(tmp_path: Path, postgres_url: str) -> None:
     with Running(shared_env(tmp_path, postgres_url, "a")) as gateway:
         gateway.wait_running()
-        rows(
-            postgres_url,
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = ?",
-            (f"companion run pid {gateway.proc.pid}",),
-        )
+        terminate(postgres_url, f"companion run pid {gateway.proc.pid}")
         code, stderr, said = gateway.exited()
     assert code == 1, stderr
     assert said == [f"companion: {LOCK_LOST}; exiting so that a supervisor (Docker, systemd) starts it again"]
@@ -87,7 +87,6 @@ def test_a_shared_gateway_that_loses_its_registration_stops_with_one_line(tmp_pa
     ("variable", "token", "line"),
     [
         ("COMPANION_TELEGRAM_TOKEN", TELEGRAM_TOKEN, SHARED_TELEGRAM),
-        ("COMPANION_DISCORD_TOKEN", DISCORD_TOKEN, SHARED_DISCORD),
     ],
 )
 def test_a_platform_several_gateways_cannot_share_yet_is_refused_in_one_line(

@@ -24,6 +24,9 @@ class FakeClaims:
     def __init__(self) -> None:
         self.elsewhere = False
         self.take_over_next = False
+        self.asked: list[frozenset[str] | None] = []  # the platforms of each take-over
+        self.settling: list[str] = []
+        self.elsewhere_counts: list[int] = []  # what held_elsewhere answers, in turn (then 0)
 
     async def claim(self, conversation_id: int) -> Claim | None:
         if self.elsewhere:
@@ -32,7 +35,12 @@ class FakeClaims:
         return Claim(conversation_id, 2 if taken else 1, taken_over=taken)
 
     async def take_over_dead(self, platforms: frozenset[str] | None = None) -> list[Claim]:
+        self.asked.append(platforms)
         return []
+
+    async def held_elsewhere(self, platform: str) -> int:
+        self.settling.append(platform)
+        return self.elsewhere_counts.pop(0) if self.elsewhere_counts else 0
 
     def holds(self, conversation_id: int) -> bool:
         return not self.elsewhere
@@ -93,3 +101,21 @@ async def test_the_dispatcher_sends_only_the_deliveries_of_conversations_this_pr
     held.add(reply.conversation_id)
     await companion.outbox.dispatch_due()
     assert sender.texts() == [reply.text]
+
+
+async def test_a_process_standing_by_for_the_discord_gateway_takes_over_no_discord_conversation_until_it_holds_it(
+    stores, provider, clock
+) -> None:
+    # Discord's events reach only the gateway's holder: a process taking over a Discord conversation before it
+    # holds the gateway would keep it from the one that answers it.
+    claims = FakeClaims()
+    config = CompanionConfig(platforms=frozenset({"discord", "telegram"}), standby=frozenset({"discord"}))
+    companion = build_companion(dataclasses.replace(stores, claims=claims), provider, config, clock=clock)
+    await companion.start()
+    await companion.take_over_dead()
+    assert claims.asked == [frozenset({"telegram"}), frozenset({"telegram"})]
+    # The gateway taken: its conversations are taken over, again while the last holder still holds some.
+    claims.elsewhere_counts = [2, 1]
+    await companion.serve("discord", settle=30)
+    assert claims.asked[2:] == [frozenset({"discord", "telegram"})] * 3
+    assert claims.settling == ["discord"] * 3

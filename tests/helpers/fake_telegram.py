@@ -163,6 +163,7 @@ class FakeTelegramServer(LoopbackServer):
         self.hold_answers = False
         self.hold_methods: set[str] = set()  # calls of these methods wait, unanswered, while named here
         self.holding = 0  # sendMessage requests waiting on either hold now
+        self._polls_to_end = 0  # long polls to answer at once (`end_long_poll`)
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -281,6 +282,17 @@ class FakeTelegramServer(LoopbackServer):
     def forget_failures(self, method: str) -> None:
         """Drop the failures still scripted for `method` (the platform works again)."""
         self._in_loop(lambda: self._failures.pop(method, None))
+
+    def end_long_poll(self) -> None:
+        """Answer the long poll waiting now (or, when none is, the next one) at once with what is queued,
+        as Telegram may before the poll's timeout: a test waits for the gateway's next getUpdates without
+        waiting out its long-poll timeout (25 s as shipped)."""
+
+        def end() -> None:
+            self._polls_to_end += 1
+            self._notify()
+
+        self._in_loop(end)
 
     def redeliver(self) -> None:
         """Make every update delivered so far pending again, as when the bot stopped before confirming them."""
@@ -737,6 +749,9 @@ class FakeTelegramServer(LoopbackServer):
         while not self._queue and self._runner is not None:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
+                break
+            if self._polls_to_end:  # a poll that would wait (not a short one) is ended (`end_long_poll`)
+                self._polls_to_end -= 1
                 break
             event = self._changed
             with contextlib.suppress(TimeoutError):

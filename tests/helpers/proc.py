@@ -19,8 +19,11 @@ def companion_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     # default 1.5 s would add that to every exchange of every wire test). Tests of bursts set their own.
     # COMPANION_TEST_SHIPPED_DEFAULTS=1 keeps the default as shipped, for a run of the whole wire
     # suite as a person would run the gateway (`pytest -m wire`; see docs).
+    # Likewise the wait for Discord's guilds after READY (2 s as shipped, at every start of a gateway on
+    # Discord): the fake Discord sends its one guild right after READY; no test is about that wait.
     if os.environ.get(SHIPPED_DEFAULTS) != "1":
         env["COMPANION_BURST_SECONDS"] = "0.2"
+        env["COMPANION_DISCORD_GUILD_READY_SECONDS"] = "0.05"
     # The HTTP service is off unless a test turns it on (on a free port: tests and worktrees run side by side).
     env["COMPANION_HTTP_PORT"] = "off"
     env.update(extra)

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 # (hashtext('companion'), key): `run` and `chat` side by side, as the two lock files allow on SQLite; the
 # migrations take 0 for the length of their transaction.
-KEYS = {"run": 1, "chat": 2}
+KEYS = {"run": 1, "chat": 2, "discord": 3}  # 3: the Discord gateway of a shared database (gateway_lock.py)
 # Who holds the lock of a key (read by `companion doctor` too, which takes none).
 HOLDER = """
 SELECT a.application_name, a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -55,34 +55,13 @@ class AdvisoryInstanceLock:
         if self._held is not None:
             return
         conn = await lock_connection(self.target, f"companion {self.role} pid {os.getpid()}")
-        import psycopg  # importable: the connection was made with it
-
-        try:
+        async with closed_on_failure(conn, self.target):
             sql = b"SELECT pg_try_advisory_lock(hashtext('companion'), %s)"
             if (held := await taken_or_holder(conn, self.target, sql, KEYS[self.role])) is not None:
                 if self.purpose is None:
                     raise StoreError(f"another companion {self.role} holds {held}")
                 raise StoreError(f"companion {self.role} holds {held}; stop it before companion {self.purpose}")
-        except psycopg.Error as exc:
-            await conn.close()
-            raise translate(exc, self.target) from exc
-        except BaseException:
-            await conn.close()
-            raise
-        self._held = Holding(
-            conn, self._watch_connection(conn), self._lost, f"the instance lock of {self.target.where}"
-        )
-
-    async def _watch_connection(self, conn: AsyncConnection[Any]) -> str:
-        """Wait on the lock's socket without polling: the notification stream ends when the connection does."""
-        import psycopg
-
-        try:
-            async for _ in conn.notifies():
-                pass
-        except psycopg.Error:
-            pass
-        return "its connection dropped"
+        self._held = Holding(conn, watch_connection(conn), self._lost, f"the instance lock of {self.target.where}")
 
     async def lost(self) -> None:
         """Completes when the lock's connection dropped (never after `aclose`)."""
@@ -127,6 +106,33 @@ class Holding:
         with contextlib.suppress(Exception):  # a dropped connection holds nothing any more
             await self.conn.execute(unlock, params or None)
         await self.conn.close()
+
+
+@contextlib.asynccontextmanager
+async def closed_on_failure(conn: AsyncConnection[Any], target: PostgresUrl) -> AsyncIterator[None]:
+    """A lock's connection closed when the block fails: a psycopg error becomes a StoreError of one line."""
+    import psycopg  # importable: the connection was made with it
+
+    try:
+        yield
+    except psycopg.Error as exc:
+        await conn.close()
+        raise translate(exc, target) from exc
+    except BaseException:
+        await conn.close()
+        raise
+
+
+async def watch_connection(conn: AsyncConnection[Any]) -> str:
+    """Wait on a lock's socket without polling: the notification stream ends when the connection does."""
+    import psycopg
+
+    try:
+        async for _ in conn.notifies():
+            pass
+    except psycopg.Error:
+        pass
+    return "its connection dropped"
 
 
 def holder_pid(holder: Any) -> str:

@@ -17,8 +17,8 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from adapters.storage.postgres.errors import PostgresUrl, parse_url, translate
-from adapters.storage.postgres.instance import KEYS, Holding, lock_connection, taken_or_holder
+from adapters.storage.postgres.errors import PostgresUrl, parse_url
+from adapters.storage.postgres.instance import KEYS, Holding, closed_on_failure, lock_connection, taken_or_holder
 from adapters.storage.postgres.migrate import migrate
 from core.values.errors import StoreError
 
@@ -89,9 +89,7 @@ class SharedInstanceLock:
         if self._held is not None:
             return
         conn = await lock_connection(self.target, f"companion run pid {os.getpid()}")
-        import psycopg  # importable: the connection was made with it
-
-        try:
+        async with closed_on_failure(conn, self.target):
             shared = b"SELECT pg_try_advisory_lock_shared(hashtext('companion'), %s)"
             if (held := await taken_or_holder(conn, self.target, shared, KEYS["run"])) is not None:
                 raise StoreError(SHARED_BESIDE_ALONE.format(held=held))
@@ -108,12 +106,6 @@ class SharedInstanceLock:
             await conn.execute(
                 f"SELECT pg_advisory_lock(hashtext('{PROCESS_CLASS}'), CAST(%s AS integer))".encode(), (process_id,)
             )
-        except psycopg.Error as exc:
-            await conn.close()
-            raise translate(exc, self.target) from exc
-        except BaseException:
-            await conn.close()
-            raise
         self.process_id = process_id
         what = f"process {process_id} of {self.target.where}"
         self._held = Holding(conn, self._beat_loop(conn, process_id), self._lost, what)

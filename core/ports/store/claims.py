@@ -42,6 +42,11 @@ class ChatClaims(Protocol):
         recovery owed. A conversation of a platform this process does not serve is left to one that does."""
         ...
 
+    async def held_elsewhere(self, platform: str) -> int:
+        """How many conversations of `platform` a live process other than this one holds (a process whose
+        connection to the platform this one took, still stopping)."""
+        ...
+
     def holds(self, conversation_id: int) -> bool:
         """Whether this process claimed the conversation since it started (no round trip)."""
         ...

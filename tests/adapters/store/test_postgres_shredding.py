@@ -30,10 +30,8 @@ from tests.helpers.engine_fixtures import did_not_start, need_psycopg
 from tests.helpers.fakes import FakeClock, FakeProvider, request_text
 from tests.helpers.postgres import KEEPING_EVERY_BYTE, CopiesOf, PostgresCluster, PostgresUnavailable, holding
 
-# One cluster and its replica for the whole module (seconds each to start). The suite's `-n 4` (`--dist load`)
-# sends a module's tests to one worker in a chunk as a rule; one split costs that worker a cluster of its own, and
-# `--dist loadgroup` keeps the group together always (not the default: it would scatter other modules' fixtures).
-pytestmark = pytest.mark.xdist_group("postgres_shredding")
+# One cluster and its replica for the whole module (seconds each to start): under xdist one worker runs the
+# whole module (tests/conftest.py: ONE_WORKER), or each worker given one of its tests would start its own.
 
 T = TypeVar("T")
 NOW = 1_000_000.0

@@ -35,7 +35,11 @@ class TelegramDriver(ChatAppDriver):
         self.server = FakeTelegramServer(username=BOT)
 
     def build(self, companion: Companion) -> AttachedPlatform:
-        return telegram_adapter(self.server, core_entry(companion))
+        # Every try as built (`send_tries`), the pauses between them short, as the Discord driver's
+        # (DISCORD_TIMINGS): the harness's tests count tries and outcomes, not pauses (0.5 s doubling as
+        # shipped: 7.5 s for each send refused throughout); tests/adapters/test_telegram.py retries as shipped.
+        edge = EdgeSettings(send_backoff=0.01, send_max_delay=0.01)
+        return telegram_adapter(self.server, core_entry(companion, edge=edge), edge=edge)
 
     async def post(
         self, text: str, *, reply_to: str | None = None, quote: str | None = None, forward: Origin | None = None
