@@ -2561,6 +2561,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     # --- companion move-to-postgres --------------------------------------------------------------------
     M(
+        "move-leaves-waiting-webhook-updates-behind",  # Telegram got its 200: an update left in the file is never answered
+        RELIABILITY,
+        "    if waiting:",
+        "    if False:",
+        within="_refuse_waiting_updates",
+        also=(
+            "tests/bot/test_move_to_postgres.py::test_an_update_waiting_in_the_webhook_inbox_is_refused_and_nothing_changes",
+        ),
+    ),
+    M(
         "move-copies-private-messages",
         PRIVACY,
         '    "messages": Copy(NORMAL),',

@@ -111,6 +111,9 @@ MOVE_PLAN: dict[str, Plan] = {
     "gateway_processes": Skip("the processes of a shared database register at their start"),
     "chat_claims": Skip("claims are taken again by the processes serving the new store"),
     "job_runs": Skip("the scheduled runs of the processes of a shared database"),
+    # An update waiting in the file's inbox refuses the move (`_refuse_waiting_updates`); a handled one's tombstone
+    # is not needed: a late redelivery finds its message copied (the inbox key makes it a no-op).
+    "webhook_inbox": Skip("the webhook's updates are answered on the file before a move; their tombstones stay"),
     "recall_fts": DERIVED,
     "recall_index": DERIVED,
     "schema_migrations": Skip("each engine's own: PostgreSQL's migrations are applied first"),
@@ -253,6 +256,18 @@ def _older_than_this_code(path: Path) -> bool:
     return bool(known - applied)
 
 
+def _refuse_waiting_updates(source: sqlite3.Connection) -> None:
+    """A webhook update stored (Telegram got its 200) but not yet handled would be lost by the move: refused."""
+    if "webhook_inbox" not in source_tables(source):
+        return
+    (waiting,) = source.execute("SELECT count(*) FROM webhook_inbox WHERE handled_at IS NULL").fetchone()
+    if waiting:
+        raise StoreError(
+            f"{waiting} Telegram updates wait in the file's webhook inbox: start the companion on the file once to "
+            "answer them, stop it, then move; nothing was moved"
+        )
+
+
 def _end_read(source: sqlite3.Connection) -> None:
     """End the read transaction; on a failure's way out, its own failure must not hide the first."""
     with contextlib.suppress(sqlite3.Error):
@@ -391,6 +406,7 @@ async def _copy(
         async with conn.transaction():
             await migrate(conn, target)
             steps = plan_steps(source)
+            _refuse_waiting_updates(source)
             unplanned = [t for t in await _target_tables(conn) if t not in MOVE_PLAN]
             if unplanned:
                 raise StoreError(f"MOVE_PLAN has no entry for the table {unplanned[0]}: nothing was moved")

@@ -53,6 +53,10 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-CREATE TRIGGER messages_fenced BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION companion_fenced();
-CREATE TRIGGER deliveries_fenced BEFORE INSERT ON deliveries FOR EACH ROW EXECUTE FUNCTION companion_fenced();
-CREATE TRIGGER segments_fenced BEFORE INSERT OR UPDATE ON segments FOR EACH ROW EXECUTE FUNCTION companion_fenced();
+-- The WHEN clause keeps the function off every other connection's inserts (a process alone pays nothing a row).
+CREATE TRIGGER messages_fenced BEFORE INSERT ON messages FOR EACH ROW
+    WHEN (current_setting('companion.process', true) <> '') EXECUTE FUNCTION companion_fenced();
+CREATE TRIGGER deliveries_fenced BEFORE INSERT ON deliveries FOR EACH ROW
+    WHEN (current_setting('companion.process', true) <> '') EXECUTE FUNCTION companion_fenced();
+CREATE TRIGGER segments_fenced BEFORE INSERT OR UPDATE ON segments FOR EACH ROW
+    WHEN (current_setting('companion.process', true) <> '') EXECUTE FUNCTION companion_fenced();

@@ -142,7 +142,10 @@ async def test_every_child_table_cascades_from_its_owner(stores):
             # proactive_people only points at where nudges go: a person's manners outlive one
             # conversation, and the target falls back to where they write next.
             # pad_entries.conversation_id only attributes a normal memory to where it was said.
+            # chat_claims.holder names the process answering a conversation: the claim (and its fence) outlives
+            # the process's row, so a take-over raises the fence instead of starting it again.
             if (table, column) in {
+                ("chat_claims", "holder"),
                 ("messages", "account_id"),
                 ("pad_entries", "conversation_id"),
                 ("proactive_people", "conversation_id"),

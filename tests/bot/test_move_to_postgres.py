@@ -287,6 +287,22 @@ def test_a_target_holding_rows_is_refused_and_nothing_changes(source: Path, post
     assert pg(postgres_url, "SELECT count(*) FROM messages") == [(0,)]
 
 
+def test_an_update_waiting_in_the_webhook_inbox_is_refused_and_nothing_changes(
+    source: Path, empty_postgres_url: str
+) -> None:
+    # Telegram got its 200 for this update: left behind by the move, it would never be answered.
+    with closing(sqlite3.connect(source)) as db, db:
+        db.execute("INSERT INTO webhook_inbox (platform, update_id, body, received_at) VALUES ('telegram', 7, '{}', 0)")
+    before = source.read_bytes()
+
+    refused = move(source, empty_postgres_url)
+
+    assert refused.returncode == 2
+    assert "1 Telegram updates wait in the file's webhook inbox" in refused.stderr.splitlines()[-1]
+    assert source.read_bytes() == before
+    assert pg(empty_postgres_url, "SELECT to_regclass('messages')") == [(None,)]  # the copy's transaction undone
+
+
 def test_a_table_without_a_move_plan_entry_stops_the_move_before_anything_is_copied(
     source: Path, empty_postgres_url: str
 ) -> None:

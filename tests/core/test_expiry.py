@@ -46,6 +46,10 @@ NEVER_PRIVATE = {
     "gateway_processes": "the running processes of a shared database: host, pid, times",
     "chat_claims": "which process answers a conversation: ids, a fence and a time, no text",
     "job_runs": "which process ran a scheduled job's slot: names, ids and times",
+    "webhook_inbox": (
+        "an update's JSON only until it is handled (then NULL, its row a tombstone of ids); its mode is not known"
+        " before: sealed under a transit key on PostgreSQL (tests/adapters/store/test_inbox_contract.py)"
+    ),
 }
 
 
