@@ -3091,8 +3091,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "shared-gateway-polls-telegram",  # two pollers of one token: Telegram refuses one, updates split between them
         RELIABILITY,
-        "    if settings.telegram_token:\n        # Long polling allows one poller per token",
-        "    if False:\n        # Long polling allows one poller per token",
+        "    if settings.telegram_token and settings.telegram_webhook_url is None:\n        # Long polling allows one",
+        "    if False:\n        # Long polling allows one",
         also=("tests/bot/test_shared_database_wire.py",),
     ),
     M(
@@ -3164,6 +3164,72 @@ MUTATIONS: tuple[Mutation, ...] = (
         '            if platforms is None\n            else " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"',
         '            if True\n            else " AND conversation_id IN (SELECT id FROM conversations WHERE platform IN"',
         also=("tests/adapters/test_postgres_claims.py",),
+    ),
+    M(
+        "shared-inbox-row-of-a-chat-held-elsewhere-read",  # every process opens and begins another's chat's updates
+        PRIVACY,
+        '            elsewhere = f" AND NOT {_HELD_ELSEWHERE}"',
+        '            elsewhere = ""',
+        also=(
+            "tests/adapters/test_postgres_claims.py::test_a_process_takes_no_inbox_row_of_a_chat_another_process_holds",
+        ),
+    ),
+    M(
+        "shared-inbox-dead-holders-rows-read",  # a dead process's chat answered here before its take-over and recovery
+        PRIVACY,
+        "WHERE c.platform = i.platform AND c.chat_id = i.chat_id AND h.holder IS DISTINCT FROM :me)",
+        "WHERE c.platform = i.platform AND c.chat_id = i.chat_id AND h.holder IS DISTINCT FROM :me AND FALSE)",
+        also=(
+            "tests/adapters/test_postgres_claims.py::test_a_process_takes_no_inbox_row_of_a_chat_another_process_holds",
+        ),
+    ),
+    M(
+        "shared-inbox-undecided-chat-taken-whole",  # a new chat's updates split between processes: out of order
+        RELIABILITY,
+        "                    if chat in self._deciding:\n                        continue",
+        "                    if False:\n                        continue",
+        also=("tests/adapters/test_telegram_inbox_reader.py",),
+    ),
+    M(
+        "shared-inbox-update-left-kept-in-hand",  # an update left for another holder never taken here after a take-over
+        RELIABILITY,
+        "        self._inflight.discard(update_id)\n        self._decided(update_id, answered=False)",
+        "        self._decided(update_id, answered=False)",
+        also=("tests/adapters/test_telegram_inbox_reader.py",),
+    ),
+    M(
+        "shared-inbox-chat-not-stored",  # no row names its chat: every process takes every chat's rows
+        RELIABILITY,
+        "        stored = await self.setup.inbox.put(PLATFORM, update_id, body, chat_of(body))",
+        "        stored = await self.setup.inbox.put(PLATFORM, update_id, body, None)",
+        also=(
+            "tests/bot/test_shared_telegram_wire.py::test_three_gateways_answer_fifty_chats_once_and_in_order_and_a_killed_one_loses_nothing",
+        ),
+    ),
+    M(
+        "shared-transit-folder-not-checked",  # a process whose transit keys no other has: its rows dropped at a take-over
+        RELIABILITY,
+        "        if known is not None and others_alive:\n            raise KeyDirError(TRANSIT_NOT_SHARED)",
+        "        if False:\n            raise KeyDirError(TRANSIT_NOT_SHARED)",
+        also=("tests/adapters/test_postgres_claims.py::test_every_process_must_use_the_transit_folder_of_the_others",),
+    ),
+    M(
+        "shared-webhook-set-by-every-process",  # setWebhook by each start: not one process, as issue 33 asks
+        RELIABILITY,
+        "        sets_at_start=claims.first_alive,\n",
+        "        # sets_at_start: the default, always\n",
+        also=(
+            "tests/bot/test_shared_telegram_wire.py::test_an_update_redelivered_after_a_timeout_is_answered_once_across_the_gateways",
+        ),
+    ),
+    M(
+        "shared-webhook-removed-by-the-first-to-stop",  # the others serve on with no webhook: nothing delivered
+        RELIABILITY,
+        "        removes_at_stop=claims.last_alive,\n",
+        "        # removes_at_stop: the default, always\n",
+        also=(
+            "tests/bot/test_shared_telegram_wire.py::test_three_gateways_answer_fifty_chats_once_and_in_order_and_a_killed_one_loses_nothing",
+        ),
     ),
     M(
         "discord-gateway-taken-without-the-lock",  # every shared process connects: each DM answered by each

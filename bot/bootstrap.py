@@ -523,18 +523,43 @@ def build_web_service(
 
 def telegram_webhook(settings: Settings, stores: Stores) -> WebhookSetup | None:
     """COMPANION_TELEGRAM_WEBHOOK_URL's webhook on the store's inbox (None: long polling, the default).
-    Alone on its database, this process removes the webhook at a clean stop."""
+    Alone on its database, this process sets the webhook at the start and removes it at a clean stop; on a shared
+    database the first live process sets it and the last one removes it."""
     if settings.telegram_webhook_url is None or settings.telegram_webhook_secret is None:
         return None
     from adapters.telegram import WebhookSetup
     from adapters.telegram.intake import ALLOWED_UPDATES
 
+    url, secret = settings.telegram_webhook_url, settings.telegram_webhook_secret.get_secret_value()
+    if (claims := stores.claims) is None:
+        return WebhookSetup(url, secret, stores.inbox, allowed_updates=ALLOWED_UPDATES)
     return WebhookSetup(
-        settings.telegram_webhook_url,
-        settings.telegram_webhook_secret.get_secret_value(),
+        url,
+        secret,
         stores.inbox,
         allowed_updates=ALLOWED_UPDATES,
+        removes_at_stop=claims.last_alive,
+        sets_at_start=claims.first_alive,
+        shared=True,
     )
+
+
+@asynccontextmanager
+async def gateway_stores(settings: Settings, process_id: int | None) -> AsyncIterator[Stores]:
+    """The gateway's stores, opened; on a shared database serving Telegram's webhook, its transit folder checked
+    before the companion starts (a refused process takes nothing over)."""
+    async with open_settings_stores(settings, process_id) as stores:
+        await bind_transit_folder(settings, stores)
+        yield stores
+
+
+async def bind_transit_folder(settings: Settings, stores: Stores) -> None:
+    """A shared database serving Telegram's webhook: this process's transit key folder must be the one every live
+    process uses (adapters/storage/inbox.py `bind_transit_folder`), or the start is refused in one line."""
+    claims = stores.claims
+    if claims is None or settings.telegram_token is None or settings.telegram_webhook_url is None:
+        return
+    await stores.inbox.bind_transit_folder(others_alive=bool(await claims.others_alive()))
 
 
 def stream_pacing(edit_seconds: float | None) -> StreamPacing | None:
@@ -626,7 +651,7 @@ async def open_gateway(
     metrics = build_metrics(settings)  # None: the service is off, and nothing is counted
     counters: Metrics = metrics or NO_METRICS
     async with (
-        open_settings_stores(settings, process_id) as stores,
+        gateway_stores(settings, process_id) as stores,
         open_companion(settings, stores, chats | {"web"} if web else chats, metrics=counters, web=web) as companion,
     ):
         edge = edge_settings(settings)

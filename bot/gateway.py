@@ -134,7 +134,7 @@ async def run_gateway(settings: Settings, stop: asyncio.Event | None = None) -> 
 
 def shared_refusal(settings: Settings) -> str | None:
     """What several gateways on one database cannot serve yet (issue 33), in one line; None: nothing."""
-    if settings.telegram_token:
+    if settings.telegram_token and settings.telegram_webhook_url is None:
         # Long polling allows one poller per token: the gateways need Telegram's webhook in front of them.
         return SHARED_TELEGRAM
     return None

@@ -12,6 +12,7 @@
 CREATE TABLE webhook_inbox (
     platform TEXT NOT NULL,
     update_id INTEGER NOT NULL,
+    chat_id TEXT,  -- the update's chat, read when it is stored (the twin's comment)
     body TEXT,
     key_id TEXT,
     received_at REAL NOT NULL,

@@ -100,6 +100,25 @@ class ClaimQueries:
     def holds(self, conversation_id: int) -> bool:
         return conversation_id in self._held
 
+    async def others_alive(self) -> list[int]:
+        """The ids of the other live processes of the database, lowest first (by the server's clock)."""
+        (found,) = await self._engine.read(
+            Statement(
+                f"SELECT p.id FROM gateway_processes p WHERE p.id <> :me AND {ALIVE} ORDER BY p.id",
+                {"me": self.process_id},
+                Fetch.ALL,
+            )
+        )
+        return [int(row["id"]) for row in found.rows]
+
+    async def first_alive(self) -> bool:
+        """Whether this process has the lowest id of the live ones: the one that sets Telegram's webhook."""
+        return all(other > self.process_id for other in await self.others_alive())
+
+    async def last_alive(self) -> bool:
+        """Whether no other process is alive: the one that removes Telegram's webhook at a clean stop."""
+        return not await self.others_alive()
+
     @property
     def held(self) -> int:
         """How many conversations this process holds (for /readyz and /metrics)."""

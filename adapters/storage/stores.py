@@ -96,7 +96,7 @@ class Stores:
             quotes=QuoteQueries(database.engine),
             outbox=OutboxQueries(database.engine),
             web=WebQueries(database.engine),
-            inbox=InboxQueries(database.engine, database.transit),
+            inbox=InboxQueries(database.engine, database.transit, process_id=process_id),
             passphrase_attempts=AttemptQueries(database.engine, "valve_attempts"),
             link_attempts=AttemptQueries(database.engine, "link_attempts"),
             claims=None if process_id is None else ClaimQueries(database.engine, process_id),

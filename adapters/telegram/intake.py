@@ -43,7 +43,7 @@ from adapters.telegram.text import Entity, group_text
 from adapters.telegram.updates import UnparsableUpdate
 from adapters.telegram.webhook import InboxReader, StoredUpdate, WebhookSetup
 from core.ports.chat import ChatCore
-from core.values.edge import EdgeSettings, Outcome, acknowledged
+from core.values.edge import EdgeSettings, Outcome, acknowledged, held_elsewhere
 from core.values.model import InboundMessage
 
 log = logging.getLogger(__name__)
@@ -363,6 +363,8 @@ class TelegramIntake:
             log.error("telegram: update %s failed (%s)", update.update_id, type(exc).__name__)
             outcome = None
         if outcome is not None and not acknowledged(outcome):
+            if self._inbox is not None and held_elsewhere(outcome):
+                self._inbox.left(update.update_id)  # stored for the process holding its conversation
             return  # cut off by the stop: left unconfirmed, Telegram offers it again after the restart
         self._ledger.finish(update.update_id)
         await self._settled(update.update_id)

@@ -67,6 +67,12 @@ def acknowledged(outcome: Outcome) -> bool:
     return not (isinstance(outcome, Silent) and outcome.reason in (Silence.CUT_OFF, Silence.HELD_ELSEWHERE))
 
 
+def held_elsewhere(outcome: Outcome) -> bool:
+    """Whether the event's conversation is held by another live process (a shared database): that process
+    answers it, and an intake that stores events leaves it stored for that process."""
+    return isinstance(outcome, Silent) and outcome.reason is Silence.HELD_ELSEWHERE
+
+
 # --- what a platform shows of a command -------------------------------------------------------------
 
 

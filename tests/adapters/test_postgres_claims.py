@@ -6,6 +6,7 @@ closes a dead process's interval into normal mode, never resumed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.storage.keys import KeyDirError
 from adapters.storage.postgres.engine import PostgresDatabase
 from adapters.storage.postgres.processes import SharedInstanceLock
 from adapters.storage.stores import Stores
@@ -165,3 +167,48 @@ async def test_each_slot_of_a_scheduled_job_runs_in_one_process_only(postgres_ur
         # Another job has slots of its own: its first tick runs.
         await once_across(Job("expiry-sweep", 3600.0, sweep), slots["b"].take).callback()
         assert swept == ["b"]
+
+
+async def test_a_process_takes_no_inbox_row_of_a_chat_another_process_holds(postgres_url: str, tmp_path: Path) -> None:
+    keys = tmp_path / "keys"  # one key folder for both: either may open the other's rows
+    async with process(postgres_url, keys) as a, process(postgres_url, keys) as b:
+        assert a.stores.claims is not None
+        held_by_a = await conversation(a.stores, "10")
+        assert await a.stores.claims.claim(held_by_a) is not None
+        for update_id, chat in ((1, "10"), (2, "20"), (3, "10"), (4, None)):
+            assert await b.stores.inbox.put("telegram", update_id, json.dumps({"update_id": update_id}), chat)
+        # B: not A's chat's rows (not even opened), the rest in order; A: all of them (its own and the free ones).
+        assert [(r.update_id, r.chat_id) for r in await b.stores.inbox.take("telegram", 10)] == [(2, "20"), (4, None)]
+        assert [r.update_id for r in await a.stores.inbox.take("telegram", 10)] == [1, 2, 3, 4]
+        await a.kill()
+        # Its holder dead: left for the take-over job, which takes the conversation with its recovery.
+        assert [r.update_id for r in await b.stores.inbox.take("telegram", 10)] == [2, 4]
+        assert b.stores.claims is not None and await b.stores.claims.take_over_dead()
+        assert [r.update_id for r in await b.stores.inbox.take("telegram", 10)] == [1, 2, 3, 4]
+
+
+async def test_the_first_live_process_sets_the_webhook_and_the_last_removes_it(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    async with process(postgres_url, tmp_path / "a") as a:
+        assert a.stores.claims is not None
+        assert await a.stores.claims.first_alive() and await a.stores.claims.last_alive()
+        async with process(postgres_url, tmp_path / "b") as b:
+            assert b.stores.claims is not None
+            assert await a.stores.claims.first_alive() and not await b.stores.claims.first_alive()
+            assert not await a.stores.claims.last_alive() and not await b.stores.claims.last_alive()
+        assert await a.stores.claims.last_alive()
+
+
+async def test_every_process_must_use_the_transit_folder_of_the_others(postgres_url: str, tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    async with process(postgres_url, shared) as a, process(postgres_url, shared) as b:
+        await a.stores.inbox.bind_transit_folder(others_alive=True)
+        await b.stores.inbox.bind_transit_folder(others_alive=True)  # the same folder: its mark is the database's
+        async with process(postgres_url, tmp_path / "own") as c:
+            with pytest.raises(KeyDirError, match="another transit key folder"):
+                await c.stores.inbox.bind_transit_folder(others_alive=True)
+            # Alone (the others gone), a folder of its own becomes the database's: the old rows drop fail-closed.
+            await c.stores.inbox.bind_transit_folder(others_alive=False)
+        with pytest.raises(KeyDirError):
+            await a.stores.inbox.bind_transit_folder(others_alive=True)

@@ -31,7 +31,7 @@ FAST = {
     "synchronous_commit": "off",
     "full_page_writes": "off",
     "shared_buffers": "16MB",
-    "max_connections": "40",
+    "max_connections": "100",  # three gateways of 17 connections each (tests/bot/test_shared_telegram_wire.py)
 }
 
 

@@ -25,6 +25,7 @@ from adapters.storage.inbox import TransitKeys
 from adapters.storage.intervals import bind_segments
 from adapters.storage.keys import KeyDir, KeyDirError
 from adapters.storage.postgres.errors import OLDEST_SERVER, PostgresUrl, extra_missing, parse_url, too_old, translate
+from adapters.storage.postgres.instance import listen
 from adapters.storage.postgres.migrate import migrate
 from adapters.storage.sealing import IntervalKeys, Sealer, Unkeyed
 
@@ -99,6 +100,11 @@ class PostgresDatabase:
     def _session(self) -> dict[str, str]:
         """The connection options naming this process to the fence (none: not a shared database's process)."""
         return {} if self.process_id is None else {"options": f"-c companion.process={int(self.process_id)}"}
+
+    def listen(self, channel: str, name: str) -> AsyncIterator[None]:
+        """An item per NOTIFY on `channel`, from a connection of its own named `name` (the webhook inbox's wake-up
+        across processes: adapters/storage/inbox.py `arrivals`)."""
+        return listen(self.target, channel, name)
 
     @property
     def engine(self) -> PostgresDatabase:

@@ -167,3 +167,15 @@ async def taken_or_holder(conn: AsyncConnection[Any], target: PostgresUrl, try_l
         return None
     holder = await (await conn.execute(HOLDER.encode(), {"key": key})).fetchone()
     return f"{target.where}/{target.database}{holder_pid(holder)}"
+
+
+async def listen(target: PostgresUrl, channel: str, name: str) -> AsyncIterator[None]:
+    """One item per notification on `channel` (LISTEN on a connection of its own, named `name`), until the
+    connection fails (raises) or the consumer stops; the connection is closed either way."""
+    conn = await lock_connection(target, name)
+    try:
+        await conn.execute(f"LISTEN {channel}".encode())
+        async for _ in conn.notifies():
+            yield None
+    finally:
+        await conn.close()
