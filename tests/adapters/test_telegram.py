@@ -216,7 +216,9 @@ async def test_different_chats_run_concurrently_and_each_chat_stays_in_order(
     async def respond(body: dict) -> str:
         last = user_texts(body)[-1]
         if last == "slow one":
-            await asyncio.sleep(0.5)
+            # Answered only once the other chat's reply was sent: were the chats one queue, this would wait
+            # for ever (the wait_for below times out). A fixed delay raced the load of a full suite run.
+            await telegram.wait_for(lambda: any(m.text == "re: quick" for m in telegram.sent), timeout=20)
         return f"re: {last}"
 
     model.responder = respond

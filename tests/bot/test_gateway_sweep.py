@@ -43,12 +43,13 @@ async def running_gateway(tmp_path: Path, **overrides: object) -> AsyncIterator[
             private_passphrase_hash=hash_passphrase("sesame"),
             db_path=tmp_path / "companion.db",
             expiry_sweep_seconds=SWEEP_SECONDS,
+            http_port=0,  # any free port: the shipped 8765 may be another test's at the same moment
             **overrides,
         )
         stop = asyncio.Event()
         run = asyncio.create_task(run_gateway(settings, stop))
         try:
-            await telegram.wait_for_polling()
+            await telegram.wait_for_polling(timeout=30)  # a bound, not a time: a start under a full suite's load
             yield telegram
         finally:
             stop.set()

@@ -140,6 +140,9 @@ def test_webhook_updates_of_several_chats_are_answered_once_and_in_order_and_a_c
     assert len(hooked.inbox()) == 9
 
 
+# One engine: the route refuses or the inbox dedupes before any engine differs (both engines' inbox: the contract,
+# tests/adapters/store/test_inbox_contract.py); keeps the suite's time down.
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
 def test_a_delivery_without_the_secret_or_with_a_wrong_one_is_refused_and_stored_nowhere(hooked: Hooked) -> None:
     update = {
         "update_id": 424242,
@@ -168,6 +171,9 @@ def test_a_delivery_without_the_secret_or_with_a_wrong_one_is_refused_and_stored
     assert CANARY not in stderr
 
 
+# One engine: the route refuses or the inbox dedupes before any engine differs (both engines' inbox: the contract,
+# tests/adapters/store/test_inbox_contract.py); keeps the suite's time down.
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
 def test_an_update_redelivered_after_a_timeout_is_answered_once(hooked: Hooked) -> None:
     telegram = hooked.telegram
     with hooked.start() as gateway:
