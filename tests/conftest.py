@@ -4,6 +4,7 @@ import asyncio
 import concurrent.futures
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,15 @@ from core.turn.config import CompanionConfig
 from tests.helpers.fakes import FakeClock, FakeProvider
 
 PASSPHRASE = "sesame-open"
+
+# Python's bytecode cache, allowed for the suite and everything it starts: a PYTHONDONTWRITEBYTECODE inherited
+# from the shell (this machine's image and CI set it) would make each of the run's few hundred Python starts
+# (the xdist workers, every `companion` subprocess, the fake servers' scripts) compile the tree from source
+# again: about 5 CPU-seconds a worker's collection, 0.05-0.1 s a `companion run`. Set here, before xdist
+# starts its workers, so they and every child inherit it. The caches go where Python puts them
+# (`__pycache__`, ignored by git); bench/mutate.py's copies are new folders, so no mutant meets a stale one.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # `store_backend` (SQLite, and PostgreSQL for tests marked `engines`) and the PostgreSQL cluster of a worker.
 pytest_plugins = ["tests.helpers.engine_fixtures"]
