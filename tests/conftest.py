@@ -74,7 +74,21 @@ def passphrase_hash() -> str:
 @pytest.fixture
 async def stores(store_backend, request, tmp_path):
     """Every query class over one database of the test's own (adapters/storage/stores.py): a SQLite file in
-    `tmp_path`, or (a test marked `engines`, its postgres case) the worker's PostgreSQL database emptied."""
+    `tmp_path`, or (a test marked `engines`, its postgres case) the worker's PostgreSQL database emptied; in the
+    `postgres-shared` case of a test marked `privacy`, those of one of two processes registered on it, the
+    other's check run after the test (tests/helpers/two_processes.py)."""
+    from tests.helpers.engine_fixtures import BODY_FAILED, SHARED  # the plugin's (pytest_plugins): imported by now
+
+    if store_backend == SHARED:
+        from tests.helpers.two_processes import two_processes
+
+        url = request.getfixturevalue("emptied_postgres_url")
+        clock, hashed = request.getfixturevalue("clock"), request.getfixturevalue("passphrase_hash")
+        async with two_processes(url, (tmp_path / "keys", tmp_path / "keys-b"), clock, hashed) as processes:
+            yield processes.a
+            if not request.node.stash.get(BODY_FAILED, False):
+                await processes.check()
+        return
     if store_backend == "postgres":
         from adapters.storage.postgres.engine import PostgresDatabase
 
