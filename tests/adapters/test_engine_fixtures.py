@@ -1,14 +1,25 @@
 """The fixtures that run a test on both engines: a PostgreSQL case starts from what a fresh copy of the migrated
-template holds, and a test kept on SQLite in a module marked `engines` runs there alone."""
+template holds, a test kept on SQLite in a module marked `engines` runs there alone, and a privacy test's third
+case is one of two live processes on one PostgreSQL database, whose check fails when a guarantee does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from adapters.storage.modes import ModeQueries
 from adapters.storage.postgres.engine import PostgresDatabase
+from adapters.storage.postgres.processes import ALIVE
 from adapters.storage.stores import Stores
+from bot.bootstrap import build_companion
+from core.turn.config import CompanionConfig
+from tests.conftest import PASSPHRASE
 from tests.helpers import engines
-from tests.helpers.engine_fixtures import WorkerDatabase
+from tests.helpers.chat import say
+from tests.helpers.engine_fixtures import SHARED, WorkerDatabase
+from tests.helpers.fakes import FakeClock, FakeProvider
+from tests.helpers.two_processes import two_processes
 
 pytestmark = pytest.mark.engines
 
@@ -89,3 +100,41 @@ async def test_a_schema_a_test_changed_is_copied_afresh_for_the_next(worker_data
         assert (await engines.first(stores, disabled))[0] == 0
     finally:
         await stores.database.aclose()
+
+
+@pytest.mark.privacy
+async def test_a_privacy_tests_third_case_is_one_of_two_live_processes_on_one_postgres_database(
+    stores: Stores, store_backend: str, request: pytest.FixtureRequest
+) -> None:
+    assert request.node.callspec.params["store_backend"] == store_backend in ("sqlite", "postgres", SHARED)
+    if store_backend != SHARED:
+        assert stores.claims is None
+        return
+    assert stores.claims is not None
+    # Its pools name it (the schema's fence fires on its writes), and another process is registered and alive.
+    (named,) = await engines.rows(stores, "SELECT current_setting('companion.process', true)")
+    assert named[0] == str(stores.claims.process_id)
+    live = [row[0] for row in await engines.rows(stores, f"SELECT p.id FROM gateway_processes p WHERE {ALIVE}")]
+    assert len(live) == 2 and stores.claims.process_id in live
+    assert await stores.claims.others_alive() == [i for i in live if i != stores.claims.process_id]
+
+
+async def test_the_two_process_check_fails_when_the_second_process_resumes_a_dead_ones_interval(
+    emptied_postgres_url: str, tmp_path: Path, passphrase_hash: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    keys = (tmp_path / "a", tmp_path / "b")
+    async with two_processes(emptied_postgres_url, keys, clock, passphrase_hash) as processes:
+        companion = build_companion(
+            processes.a, FakeProvider(), CompanionConfig(passphrase_hash=passphrase_hash), clock=clock
+        )
+        await companion.start()
+        await say(companion, f"/private {PASSPHRASE} 1h")
+        await say(companion, "TWO-PROCESS-CANARY said while the first process served")
+
+        async def resumed(self: ModeQueries, conversation_ids: list[int], now: float) -> list[int]:
+            return []  # the take-over leaves the dead process's interval open
+
+        monkeypatch.setattr(ModeQueries, "close_taken_over", resumed)
+        with pytest.raises(AssertionError, match="resumed"):
+            await processes.check()

@@ -117,6 +117,7 @@ class SecondProcess:
 
         companion = await self.start()
         assert await companion.take_over_dead() == 0, "a second process took over a live process's conversations"
+        await self.talk(companion, held, held_elsewhere=True)
         await self.run_jobs(companion)
         closed = [s for s in open_before if s in await ended_segments(self.stores)]
         assert closed == [], "a second process's start or jobs closed a live process's private interval"
@@ -131,13 +132,15 @@ class SecondProcess:
             if conversation is not None:
                 state = await companion.valve.settle(conversation)
                 assert not state.is_private, "a dead process's private interval was resumed as private"
-        await self.talk(companion, held)
+        await self.talk(companion, held, held_elsewhere=False)
         await self.run_jobs(companion)
         await companion.drain()
         await self.no_private_word(words, "after the first process died")
 
-    async def talk(self, companion: Companion, conversation_ids: list[int]) -> None:
-        """A turn in each direct conversation B took over, from its person: answered in normal mode."""
+    async def talk(self, companion: Companion, conversation_ids: list[int], *, held_elsewhere: bool) -> None:
+        """A message from its person in each direct conversation of `conversation_ids`: while the other process
+        holds them (`held_elsewhere`), B neither answers nor stores it; once B took them over, it answers in
+        normal mode."""
         for platform, chat_id, user in await engines.rows(
             self.stores,
             "SELECT c.platform, c.chat_id, min(a.platform_user_id) FROM conversations c"
@@ -147,10 +150,14 @@ class SecondProcess:
             conversation = await self.stores.timeline.conversation_at(ConversationKey(platform, chat_id))
             if conversation is None or conversation.id not in conversation_ids:
                 continue
-            before = len(self.provider.requests)
+            before, stored = len(self.provider.requests), await engines.ids_saying(self.stores, "messages", AFTER)
             message = InboundMessage(platform, chat_id, user, AFTER, is_direct=True, sent_at=self.clock.now() + 1)
-            await companion.handle(message)
+            reply = await companion.handle(message)
             replies = [r for r in self.provider.requests[before:] if r.purpose == "reply"]
+            if held_elsewhere:
+                assert reply is None and self.provider.requests[before:] == [], "a conversation held elsewhere ran here"
+                assert await engines.ids_saying(self.stores, "messages", AFTER) == stored
+                continue
             assert replies, "the process that took the conversation over did not answer it"
             assert copy.PRIVATE_SYSTEM_LINE not in request_text(replies[-1]), "a taken-over interval was resumed"
 
