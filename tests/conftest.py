@@ -77,7 +77,8 @@ async def stores(store_backend, request, tmp_path):
     `tmp_path`, or (a test marked `engines`, its postgres case) the worker's PostgreSQL database emptied; in the
     `postgres-shared` case of a test marked `privacy`, those of one of two processes registered on it, the
     other's check run after the test (tests/helpers/two_processes.py)."""
-    from tests.helpers.engine_fixtures import BODY_FAILED, SHARED  # the plugin's (pytest_plugins): imported by now
+    # The plugin's (pytest_plugins): imported by now.
+    from tests.helpers.engine_fixtures import BODY_FAILED, SHARED, TWO_PROCESSES
 
     if store_backend == SHARED:
         from tests.helpers.two_processes import two_processes
@@ -85,6 +86,7 @@ async def stores(store_backend, request, tmp_path):
         url = request.getfixturevalue("emptied_postgres_url")
         clock, hashed = request.getfixturevalue("clock"), request.getfixturevalue("passphrase_hash")
         async with two_processes(url, (tmp_path / "keys", tmp_path / "keys-b"), clock, hashed) as processes:
+            request.node.stash[TWO_PROCESSES] = processes  # the test's model: the second reads at each call
             yield processes.a
             if not request.node.stash.get(BODY_FAILED, False):
                 await processes.check()
@@ -131,8 +133,17 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def provider() -> FakeProvider:
-    return FakeProvider()
+def provider(request: pytest.FixtureRequest) -> FakeProvider:
+    """The model; in the two-process case (`stores`), the second process reads each time it is asked."""
+    made = FakeProvider()
+    from tests.helpers.engine_fixtures import SHARED, TWO_PROCESSES
+
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("store_backend") == SHARED:
+        from tests.helpers.two_processes import watch
+
+        watch(made, lambda: request.node.stash.get(TWO_PROCESSES, None))
+    return made
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.engine_fixtures import SHARED
 from tests.helpers.fakes import FakeClock, FakeProvider, placeholders, request_text
-from tests.helpers.two_processes import two_processes
+from tests.helpers.two_processes import two_processes, watch
 
 pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
@@ -63,7 +63,7 @@ async def scenario(ops, budget: ContextBudget, exact: bool, database: Path | str
         if shared:
             keys = (Path(folder) / "a", Path(folder) / "b")
             async with two_processes(str(database), keys, clock, passphrase_hash()) as processes:
-                await run_ops(processes.a, ops, budget, exact, clock)
+                await run_ops(processes.a, ops, budget, exact, clock, lambda made: watch(made, lambda: processes))
                 await processes.check()
             return
         if isinstance(database, Path):
@@ -103,8 +103,10 @@ def explore(store_backend: str, request: pytest.FixtureRequest, examples: int, b
     check()
 
 
-async def run_ops(stores, ops, budget: ContextBudget, exact: bool, clock: FakeClock) -> None:
+async def run_ops(stores, ops, budget: ContextBudget, exact: bool, clock: FakeClock, watch=None) -> None:
     provider = FakeProvider()
+    if watch is not None:
+        watch(provider)  # two processes: the second reads at each of the first's model calls
     config = CompanionConfig(passphrase_hash=passphrase_hash(), private_idle_seconds=600.0, budget=budget)
     companion = build_companion(stores, provider, config, clock=clock)
     await companion.start()

@@ -8,13 +8,16 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
 from adapters.storage.engine import Database
 from adapters.storage.sealing import Sealer
 from tests.helpers.postgres import HOW_TO_GET_IT, REQUIRE_ENV, PostgresCluster, PostgresUnavailable, required
+
+if TYPE_CHECKING:
+    pass
 
 ENGINES = ("sqlite", "postgres")
 # A privacy test's third case: its companion one of two processes on one PostgreSQL database (tests/conftest.py
@@ -53,6 +56,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("store_backend", (*ENGINES, *shared), indirect=True)
 
 
+# The two-process case's processes (tests/helpers/two_processes.py), for the test's model to call on.
+TWO_PROCESSES = pytest.StashKey["TwoProcesses"]()
 # Set on a test whose body failed: the two-process case's check after it is not run (it would only repeat it).
 BODY_FAILED = pytest.StashKey[bool]()
 

@@ -9,16 +9,20 @@ database: its own registration, pools, key folder, model (a FakeProvider of its 
 nudges on), sharing only the clock. Both are in the test's own process: two Database instances, two registry
 entries; what only a real OS process shows (a SIGKILL mid-interval) is tests/bot/test_shared_database_wire.py's.
 
-After the test's body (its own assertions passed), `SecondProcess.check` walks the seed's guarantees from B's
-side, whatever state the test left (an interval open, closed, expired, forgotten):
-  1. while A serves, B starts again (its crash recovery, its key folder reconciled) and runs what a gateway runs on
-     a schedule (take-over, the expiry sweep, capture, nudges, the outbox and its prune) and what it reads of other
+Each time A's model is asked (the test's `provider`: a turn of A half done, its interval live), B takes a turn
+(`SecondProcess.while_first_answers`): its take-over job takes nothing, and nothing it reads in normal mode holds a
+word of A's private rows. After the test's body (its own assertions passed), `SecondProcess.check` walks the
+seed's guarantees from B's side, whatever state the test left (an interval open, closed, expired, forgotten):
+  1. while A serves, B starts again (its crash recovery, its key folder reconciled), is sent a message of each
+     direct conversation A holds (it neither answers nor stores it), and runs what a gateway runs on a schedule
+     (take-over, the expiry sweep, capture, nudges, the outbox and its prune) and what it reads of other
      conversations (every conversation's normal context, every person's recall, notes and pad): B closes none of
      A's live intervals, takes none of A's conversations, and nothing B's model, senders or reads got, and no
      normal row after it, holds a word of A's private rows (as A wrote them, or sealed);
   2. A dies (its registration's connection ends, as a SIGKILL ends it) and B takes its conversations over: every
      interval A had open lands in normal mode (closed, never resumed: B's valve settles them normal), B answers
-     what was cut off, and again nothing B's model, senders or reads got, and no normal row, holds a private word.
+     what was cut off and a new message in each in normal mode, and again nothing B's model, senders or reads
+     got, and no normal row, holds a private word.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,12 +42,13 @@ from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion
 from core.delivery.outbox import Outbox
 from core.memory.operations import words_of
+from core.ports.model import PartialSink
 from core.proactive.manners import Manners
 from core.proactive.service import ProactiveConfig
 from core.turn.companion import Companion
 from core.turn.config import CompanionConfig
 from core.values import copy
-from core.values.model import Conversation, ConversationKey, InboundMessage
+from core.values.model import Completion, CompletionRequest, Conversation, ConversationKey, InboundMessage
 from tests.helpers import engines
 from tests.helpers.fakes import FakeClock, FakeProvider, FakeSender, request_text
 
@@ -82,6 +87,23 @@ class SecondProcess:
     passphrase_hash: str
     provider: FakeProvider = field(default_factory=FakeProvider)
     senders: dict[str, FakeSender] = field(default_factory=dict)
+    # What failed while A's model was answering (raised there, a failure could pass for the model's own).
+    failures: list[Exception] = field(default_factory=list)
+
+    async def while_first_answers(self, a: Stores) -> None:
+        """B's turn while A's model answers (a turn of A half done, its interval live, what was said in it
+        stored): its take-over job takes nothing of a live process, and nothing B reads in normal mode of any
+        conversation or person holds a word of A's private rows."""
+        claims = self.stores.claims
+        assert claims is not None
+        try:
+            assert await claims.take_over_dead() == [], "a second process took over a live process's conversation"
+            words = await private_words(a)
+            read = "\n".join(await self.normal_reads(words))
+            leaked = sorted(w for w in words if w in read)
+            assert leaked == [], f"{len(leaked)} private words read by a second process while the first answered"
+        except Exception as exc:  # kept for the check after the test (a cancellation goes on)
+            self.failures.append(exc)
 
     async def start(self) -> Companion:
         """B's Companion started (as at a gateway's start: crash recovery, the key folder reconciled), every account
@@ -111,6 +133,8 @@ class SecondProcess:
         """The guarantees from B's side, A alive then dead (the module's docstring)."""
         a_id = a_lock.process_id
         assert a_id is not None
+        if self.failures:
+            raise self.failures[0]
         words = await private_words(a)
         held = await conversations_held_by(self.stores, a_id)
         open_before = await open_segments(self.stores, held)
@@ -214,6 +238,19 @@ class TwoProcesses:
 
     async def check(self) -> None:
         await self.second.check(self.a, self.a_lock)
+
+
+def watch(provider: FakeProvider, processes: Callable[[], TwoProcesses | None]) -> None:
+    """B takes its turn (`SecondProcess.while_first_answers`) each time A's model (`provider`) is asked, before it
+    answers, once `processes` gives the two (the test's `stores` made them)."""
+    complete = provider.complete
+
+    async def watched(request: CompletionRequest, *, partial: PartialSink | None = None) -> Completion:
+        if (both := processes()) is not None:
+            await both.second.while_first_answers(both.a)
+        return await complete(request, partial=partial)
+
+    provider.complete = watched  # type: ignore[method-assign]
 
 
 @asynccontextmanager
