@@ -99,8 +99,8 @@ class SecondProcess:
         try:
             assert await claims.take_over_dead() == [], "a second process took over a live process's conversation"
             words = await private_words(a)
-            read = "\n".join(await self.normal_reads(words))
-            leaked = sorted(w for w in words if w in read)
+            read = "\n".join(await self.normal_reads(words.said))
+            leaked = sorted(w for w in words.every if w in read)
             assert leaked == [], f"{len(leaked)} private words read by a second process while the first answered"
         except Exception as exc:  # kept for the check after the test (a cancellation goes on)
             self.failures.append(exc)
@@ -196,20 +196,20 @@ class SecondProcess:
             await companion.outbox.settle(1.0)
             await companion.outbox.prune()
 
-    async def no_private_word(self, words: set[str], when: str) -> None:
+    async def no_private_word(self, words: PrivateWords, when: str) -> None:
         """No word of A's private rows in what B's model and senders got, in what B reads of any conversation or
         person in normal mode, nor in any normal row."""
         seen = [request_text(r) for r in self.provider.requests]
         seen += [part for sender in self.senders.values() for _, part, _ in sender.sent]
-        seen += await self.normal_reads(words)
+        seen += await self.normal_reads(words.said)
         seen += await normal_rows(self.stores)
         everything = "\n".join(seen)
-        leaked = sorted(w for w in words if w in everything)
+        leaked = sorted(w for w in words.every if w in everything)
         assert leaked == [], f"{len(leaked)} private words reached the second process or a normal row ({when})"
 
-    async def normal_reads(self, words: set[str]) -> list[str]:
+    async def normal_reads(self, words: frozenset[str]) -> list[str]:
         """What B reads in normal mode of every conversation and person: the context a normal turn reads,
-        recall of every private word, the notes, the normal pad and the analytics report."""
+        recall of every word of A's private rows (`words`), the notes, the normal pad and the analytics report."""
         timeline, memory = self.stores.timeline, self.stores.memory
         read: list[str] = [repr(await memory.report_rows())]
         conversations = await engines.rows(self.stores, "SELECT id, person_id FROM conversations")
@@ -223,8 +223,8 @@ class SecondProcess:
         for (person_id,) in await engines.rows(self.stores, "SELECT id FROM people"):
             read += [note.text for note in await memory.notes(person_id, limit=500)]
             read += [entry.text for entry in await timeline.normal_pad(person_id)]
-            for word in words:
-                read += [hit.text for hit in await memory.recall(person_id, words_of(word))]
+            asked = tuple(sorted({part for word in words for part in words_of(word)}))
+            read += [hit.text for hit in await memory.recall(person_id, asked, limit=500)]
         return read
 
 
@@ -272,21 +272,44 @@ async def two_processes(
         await a_lock.aclose()
 
 
-async def private_words(stores: Stores) -> set[str]:
+@dataclass(frozen=True)
+class PrivateWords:
+    """The words of A's private rows: as said (opened with A's keys) and as stored (sealed)."""
+
+    said: frozenset[str]
+    sealed: frozenset[str]
+
+    @property
+    def every(self) -> frozenset[str]:
+        return self.said | self.sealed
+
+
+async def private_words(stores: Stores) -> PrivateWords:
     """Every private row's words (messages, summaries, pad entries), opened with the keys of `stores`' process
     and as stored (sealed), but those any normal row or constant line holds too (they tell nothing apart), the
     fake model's canned lines and the shortest."""
-    words: set[str] = set()
-    for table in ("messages", "summaries", "pad_entries"):
-        for segment_id, stored in await engines.rows(
-            stores, f"SELECT segment_id, text FROM {table} WHERE segment_id IS NOT NULL"
-        ):
-            words.add(stored or "")
-            # A row a test planted sealed for another column or interval does not open: its stored form is enough.
-            with contextlib.suppress(SealBroken):
-                words.add(engines.opened(stores, segment_id, f"{table}.text", stored) or "")
+    said: set[str] = set()
+    sealed: set[str] = set()
+    for table, segment_id, stored in await engines.rows(
+        stores,
+        " UNION ALL ".join(
+            f"SELECT '{table}' AS t, segment_id, text FROM {table} WHERE segment_id IS NOT NULL"
+            for table in ("messages", "summaries", "pad_entries")
+        ),
+    ):
+        opened = None
+        # A row a test planted sealed for another column or interval does not open: its stored form is enough.
+        with contextlib.suppress(SealBroken):
+            opened = engines.opened(stores, segment_id, f"{table}.text", stored)
+        if opened != stored:
+            sealed.add(stored or "")
+        said.add(opened or "")
     common = "\n".join([*await normal_rows(stores), *(v for v in vars(copy).values() if isinstance(v, str))])
-    return {w for w in words if len(w) >= SHORTEST and not CANNED.fullmatch(w) and w not in common}
+
+    def telling(words: set[str]) -> frozenset[str]:
+        return frozenset(w for w in words if len(w) >= SHORTEST and not CANNED.fullmatch(w) and w not in common)
+
+    return PrivateWords(telling(said), telling(sealed))
 
 
 async def normal_rows(stores: Stores) -> list[str]:
