@@ -81,11 +81,12 @@ async def stores(store_backend, request, tmp_path):
     from tests.helpers.engine_fixtures import BODY_FAILED, SHARED, TWO_PROCESSES
 
     if store_backend == SHARED:
-        from tests.helpers.two_processes import two_processes
+        from tests.helpers.two_processes import Variant, two_processes
 
         url = request.getfixturevalue("emptied_postgres_url")
         clock, hashed = request.getfixturevalue("clock"), request.getfixturevalue("passphrase_hash")
-        async with two_processes(url, (tmp_path / "keys", tmp_path / "keys-b"), clock, hashed) as processes:
+        variant = Variant.of(request.node.nodeid)
+        async with two_processes(url, tmp_path / "keys", clock, hashed, variant) as processes:
             request.node.stash[TWO_PROCESSES] = processes  # the test's model: the second reads at each call
             yield processes.a
             if not request.node.stash.get(BODY_FAILED, False):

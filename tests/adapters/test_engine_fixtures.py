@@ -19,7 +19,7 @@ from tests.helpers import engines
 from tests.helpers.chat import say
 from tests.helpers.engine_fixtures import SHARED, WorkerDatabase
 from tests.helpers.fakes import FakeClock, FakeProvider
-from tests.helpers.two_processes import two_processes
+from tests.helpers.two_processes import Variant, two_processes
 
 pytestmark = pytest.mark.engines
 
@@ -123,8 +123,9 @@ async def test_the_two_process_check_fails_when_the_second_process_resumes_a_dea
     emptied_postgres_url: str, tmp_path: Path, passphrase_hash: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
-    keys = (tmp_path / "a", tmp_path / "b")
-    async with two_processes(emptied_postgres_url, keys, clock, passphrase_hash) as processes:
+    # B with A's key folder and the take-over by its job: nothing but the take-over closes the interval.
+    variant = Variant(shared_keys=True, message_first=False)
+    async with two_processes(emptied_postgres_url, tmp_path / "keys", clock, passphrase_hash, variant) as processes:
         companion = build_companion(
             processes.a, FakeProvider(), CompanionConfig(passphrase_hash=passphrase_hash), clock=clock
         )

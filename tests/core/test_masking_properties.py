@@ -24,7 +24,7 @@ from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.engine_fixtures import SHARED
 from tests.helpers.fakes import FakeClock, FakeProvider, placeholders, request_text
-from tests.helpers.two_processes import two_processes, watch
+from tests.helpers.two_processes import Variant, two_processes, watch
 
 pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
@@ -54,15 +54,18 @@ OPS = st.lists(
 )
 
 
-async def scenario(ops, budget: ContextBudget, exact: bool, database: Path | str, *, shared: bool = False) -> None:
+async def scenario(
+    ops, budget: ContextBudget, exact: bool, database: Path | str, *, shared: Variant | None = None
+) -> None:
     """One example on a database of its own: a copy of the migrated SQLite template (`database`, a path), or the
-    worker's PostgreSQL database emptied (its URL); `shared`, there, its companion one of two processes, the
-    other's check run after the example (tests/helpers/two_processes.py)."""
+    worker's PostgreSQL database emptied (its URL); `shared`, there, its companion one of two processes set up
+    so, the other's check run after the example (tests/helpers/two_processes.py)."""
     clock = FakeClock()
     with tempfile.TemporaryDirectory() as folder:
         if shared:
-            keys = (Path(folder) / "a", Path(folder) / "b")
-            async with two_processes(str(database), keys, clock, passphrase_hash()) as processes:
+            async with two_processes(
+                str(database), Path(folder) / "keys", clock, passphrase_hash(), shared
+            ) as processes:
                 await run_ops(processes.a, ops, budget, exact, clock, lambda made: watch(made, lambda: processes))
                 await processes.check()
             return
@@ -87,17 +90,18 @@ def explore(store_backend: str, request: pytest.FixtureRequest, examples: int, b
     cascade), at two to three times an SQLite example's cost (a pool per example, a round trip per statement: 10
     examples 3.6 s, SQLite's 40 5.7 s); with two processes, that the second one's start, jobs, reads and
     take-over keep it too (a registration and a second process's check per example)."""
-    shared = store_backend == SHARED
-    postgres = shared or store_backend == "postgres"
+    two = store_backend == SHARED
+    postgres = two or store_backend == "postgres"
     database = request.getfixturevalue("worker_database" if postgres else "sqlite_template")
 
     @settings(
-        max_examples=examples // 8 if shared else examples // 4 if postgres else examples,
+        max_examples=examples // 8 if two else examples // 4 if postgres else examples,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
-    @given(OPS)
-    def check(ops):
+    @given(OPS, st.builds(Variant, st.booleans(), st.booleans()))
+    def check(ops, variant):
+        shared = variant if two else None
         asyncio.run(scenario(ops, budget, exact, database.emptied() if postgres else database, shared=shared))
 
     check()

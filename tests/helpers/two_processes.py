@@ -4,10 +4,11 @@ case, `postgres-shared`, for the tests marked `privacy` (tests/helpers/engine_fi
 Process A is the test's: its `stores` are those of a process of a shared database (COMPANION_SHARED_DATABASE), as
 `companion run` opens them: registered in gateway_processes by its SharedInstanceLock (beating), its pools naming
 it in `companion.process` (so the schema's fence fires on its writes), its chat claims on (the companion's turns
-claim their conversation first), its own key folder. Process B is a second gateway beside it on the same
-database: its own registration, pools, key folder, model (a FakeProvider of its own), outbox and Companion (its
-nudges on), sharing only the clock. Both are in the test's own process: two Database instances, two registry
-entries; what only a real OS process shows (a SIGKILL mid-interval) is tests/bot/test_shared_database_wire.py's.
+claim their conversation first), its key folder. Process B is a second gateway beside it on the same database:
+its own registration, pools, model (a FakeProvider of its own), outbox and Companion (its nudges on), sharing the
+clock, and A's whole key folder or one of its own (`Variant`). Both are in the test's own process: two Database
+instances, two registry entries; what only a real OS process shows (a SIGKILL mid-interval) is
+tests/bot/test_shared_database_wire.py's.
 
 Each time A's model is asked (the test's `provider`: a turn of A half done, its interval live), B takes a turn
 (`SecondProcess.while_first_answers`): its take-over job takes nothing, and nothing it reads in normal mode holds a
@@ -19,10 +20,10 @@ seed's guarantees from B's side, whatever state the test left (an interval open,
      conversations (every conversation's normal context, every person's recall, notes and pad): B closes none of
      A's live intervals, takes none of A's conversations, and nothing B's model, senders or reads got, and no
      normal row after it, holds a word of A's private rows (as A wrote them, or sealed);
-  2. A dies (its registration's connection ends, as a SIGKILL ends it) and B takes its conversations over: every
+  2. A dies (its registration's connection ends, as a SIGKILL ends it) and B takes its conversations over, by a
+     message of each reaching it (answered in normal mode) or by its take-over job first (`Variant`): every
      interval A had open lands in normal mode (closed, never resumed: B's valve settles them normal), B answers
-     what was cut off and a new message in each in normal mode, and again nothing B's model, senders or reads
-     got, and no normal row, holds a private word.
+     what was cut off, and again nothing B's model, senders or reads got, and no normal row, holds a private word.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -63,7 +65,7 @@ async def registered(url: str, keys: Path) -> tuple[SharedInstanceLock, Stores]:
     """A process of the shared database at `url`, as `companion run` opens its stores (bot/bootstrap.py
     `open_settings_stores` with `registered_process`): its lock acquired (the process registered, beating), its
     stores over a PostgresDatabase naming it, its keys in `keys`."""
-    await asyncio.to_thread(keys.mkdir, mode=0o700)
+    await asyncio.to_thread(keys.mkdir, mode=0o700, exist_ok=True)
     lock = SharedInstanceLock(url)
     await lock.acquire()
     try:
@@ -77,6 +79,25 @@ async def registered(url: str, keys: Path) -> tuple[SharedInstanceLock, Stores]:
     return lock, stores
 
 
+@dataclass(frozen=True)
+class Variant:
+    """How the two processes are set up, each way a deployment may be. `shared_keys`: B uses A's whole key folder
+    (PRIVACY.md allows it: B could then open A's private words, and only the data layer keeps them from it), or
+    one of its own (as recommended: B cannot open them, and A's intervals are keyless to it). `message_first`: once
+    A died, a message of each of its conversations reaches B before B's take-over job runs (the turn's claim takes
+    the conversation over), or after it."""
+
+    shared_keys: bool
+    message_first: bool
+
+    @classmethod
+    def of(cls, name: str) -> Variant:
+        """The variant of a test, by its name: each of the four for about a quarter of the tests, the same at
+        every run."""
+        bits = zlib.crc32(name.encode())
+        return cls(shared_keys=bool(bits & 1), message_first=bool(bits & 2))
+
+
 @dataclass
 class SecondProcess:
     """Process B: a second gateway on A's database (see the module's docstring)."""
@@ -85,6 +106,7 @@ class SecondProcess:
     stores: Stores
     clock: FakeClock
     passphrase_hash: str
+    variant: Variant
     provider: FakeProvider = field(default_factory=FakeProvider)
     senders: dict[str, FakeSender] = field(default_factory=dict)
     # What failed while A's model was answering (raised there, a failure could pass for the model's own).
@@ -148,6 +170,9 @@ class SecondProcess:
         await self.no_private_word(words, "while the first process serves")
 
         await die(a_lock, self.stores)
+        if self.variant.message_first:
+            # A message of each reaches B before its take-over job runs: the turn's claim takes it over.
+            await self.talk(companion, held, held_elsewhere=False)
         await companion.take_over_dead()
         assert await conversations_held_by(self.stores, a_id) == []
         assert await open_segments(self.stores, held) == [], "a dead process's private interval was resumed"
@@ -156,7 +181,8 @@ class SecondProcess:
             if conversation is not None:
                 state = await companion.valve.settle(conversation)
                 assert not state.is_private, "a dead process's private interval was resumed as private"
-        await self.talk(companion, held, held_elsewhere=False)
+        if not self.variant.message_first:
+            await self.talk(companion, held, held_elsewhere=False)
         await self.run_jobs(companion)
         await companion.drain()
         await self.no_private_word(words, "after the first process died")
@@ -255,15 +281,15 @@ def watch(provider: FakeProvider, processes: Callable[[], TwoProcesses | None]) 
 
 @asynccontextmanager
 async def two_processes(
-    url: str, keys: tuple[Path, Path], clock: FakeClock, passphrase_hash: str
+    url: str, keys: Path, clock: FakeClock, passphrase_hash: str, variant: Variant
 ) -> AsyncIterator[TwoProcesses]:
-    """A and B, both registered on the database at `url` (their key folders `keys`, made here); `check` is the
-    caller's to run. Both closed (deregistered) at the end."""
-    a_lock, a = await registered(url, keys[0])
+    """A and B, both registered on the database at `url`: A's keys in `keys`, B's there too or beside it (`variant`;
+    made here); `check` is the caller's to run. Both closed (deregistered) at the end."""
+    a_lock, a = await registered(url, keys)
     try:
-        b_lock, b = await registered(url, keys[1])
+        b_lock, b = await registered(url, keys if variant.shared_keys else keys.with_name(keys.name + "-b"))
         try:
-            yield TwoProcesses(a, a_lock, SecondProcess(b_lock, b, clock, passphrase_hash))
+            yield TwoProcesses(a, a_lock, SecondProcess(b_lock, b, clock, passphrase_hash, variant))
         finally:
             await b.database.aclose()
             await b_lock.aclose()
