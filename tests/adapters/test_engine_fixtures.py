@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from adapters.storage.modes import ModeQueries
 from adapters.storage.postgres.engine import PostgresDatabase
 from adapters.storage.postgres.processes import ALIVE
 from adapters.storage.stores import Stores
 from bot.bootstrap import build_companion
 from core.turn.config import CompanionConfig
+from core.turn.recovery import Recovery
 from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.chat import say
@@ -119,12 +119,22 @@ async def test_a_privacy_tests_third_case_is_one_of_two_live_processes_on_one_po
     assert await stores.claims.others_alive() == [i for i in live if i != stores.claims.process_id]
 
 
+# The ways a take-over that recovers nothing shows (B with its own keys and a message first closes the interval all
+# the same: keyless to it, the valve closes it, fail closed).
+RESUMING = [
+    Variant(shared_keys=True, message_first=True),  # B's turn goes on in the interval, as private
+    Variant(shared_keys=True, message_first=False),  # the job leaves the interval open
+    Variant(shared_keys=False, message_first=False),
+]
+
+
+@pytest.mark.parametrize(
+    "variant", RESUMING, ids=["shared-keys-message-first", "shared-keys-job-first", "own-keys-job-first"]
+)
 async def test_the_two_process_check_fails_when_the_second_process_resumes_a_dead_ones_interval(
-    emptied_postgres_url: str, tmp_path: Path, passphrase_hash: str, monkeypatch: pytest.MonkeyPatch
+    variant: Variant, emptied_postgres_url: str, tmp_path: Path, passphrase_hash: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
-    # B with A's key folder and the take-over by its job: nothing but the take-over closes the interval.
-    variant = Variant(shared_keys=True, message_first=False)
     async with two_processes(emptied_postgres_url, tmp_path / "keys", clock, passphrase_hash, variant) as processes:
         companion = build_companion(
             processes.a, FakeProvider(), CompanionConfig(passphrase_hash=passphrase_hash), clock=clock
@@ -133,9 +143,9 @@ async def test_the_two_process_check_fails_when_the_second_process_resumes_a_dea
         await say(companion, f"/private {PASSPHRASE} 1h")
         await say(companion, "TWO-PROCESS-CANARY said while the first process served")
 
-        async def resumed(self: ModeQueries, conversation_ids: list[int], now: float) -> list[int]:
-            return []  # the take-over leaves the dead process's interval open
+        async def recovers_nothing(self: Recovery, conversation_ids: list[int]) -> list[int]:
+            return []  # a take-over, by a turn's claim or by the job, leaves the dead process's interval as it was
 
-        monkeypatch.setattr(ModeQueries, "close_taken_over", resumed)
+        monkeypatch.setattr(Recovery, "taken_over", recovers_nothing)
         with pytest.raises(AssertionError, match="resumed"):
             await processes.check()
