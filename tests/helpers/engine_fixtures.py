@@ -17,7 +17,7 @@ from adapters.storage.sealing import Sealer
 from tests.helpers.postgres import HOW_TO_GET_IT, REQUIRE_ENV, PostgresCluster, PostgresUnavailable, required
 
 if TYPE_CHECKING:
-    pass
+    from tests.helpers.two_processes import TwoProcesses
 
 ENGINES = ("sqlite", "postgres")
 # A privacy test's third case: its companion one of two processes on one PostgreSQL database (tests/conftest.py
@@ -57,7 +57,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 # The two-process case's processes (tests/helpers/two_processes.py), for the test's model to call on.
-TWO_PROCESSES = pytest.StashKey["TwoProcesses"]()
+TWO_PROCESSES: pytest.StashKey[TwoProcesses] = pytest.StashKey()
 # Set on a test whose body failed: the two-process case's check after it is not run (it would only repeat it).
 BODY_FAILED = pytest.StashKey[bool]()
 
