@@ -84,7 +84,24 @@ def passphrase_hash() -> str:
 @pytest.fixture
 async def stores(store_backend, request, tmp_path):
     """Every query class over one database of the test's own (adapters/storage/stores.py): a SQLite file in
-    `tmp_path`, or (a test marked `engines`, its postgres case) the worker's PostgreSQL database emptied."""
+    `tmp_path`, or (a test marked `engines`, its postgres case) the worker's PostgreSQL database emptied; in the
+    `postgres-shared` case of a test marked `privacy`, those of one of two processes registered on it, the
+    other's check run after the test (tests/helpers/two_processes.py)."""
+    # The plugin's (pytest_plugins): imported by now.
+    from tests.helpers.engine_fixtures import BODY_FAILED, SHARED, TWO_PROCESSES
+
+    if store_backend == SHARED:
+        from tests.helpers.two_processes import Variant, two_processes
+
+        url = request.getfixturevalue("emptied_postgres_url")
+        clock, hashed = request.getfixturevalue("clock"), request.getfixturevalue("passphrase_hash")
+        variant = Variant.of(request.node.nodeid)
+        async with two_processes(url, tmp_path / "keys", clock, hashed, variant) as processes:
+            request.node.stash[TWO_PROCESSES] = processes  # the test's model: the second reads at each call
+            yield processes.a
+            if not request.node.stash.get(BODY_FAILED, False):
+                await processes.check()
+        return
     if store_backend == "postgres":
         from adapters.storage.postgres.engine import PostgresDatabase
 
@@ -127,8 +144,17 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def provider() -> FakeProvider:
-    return FakeProvider()
+def provider(request: pytest.FixtureRequest) -> FakeProvider:
+    """The model; in the two-process case (`stores`), the second process reads each time it is asked."""
+    made = FakeProvider()
+    from tests.helpers.engine_fixtures import SHARED, TWO_PROCESSES
+
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("store_backend") == SHARED:
+        from tests.helpers.two_processes import watch
+
+        watch(made, lambda: request.node.stash.get(TWO_PROCESSES, None))
+    return made
 
 
 @pytest.fixture

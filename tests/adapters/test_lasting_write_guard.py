@@ -10,7 +10,7 @@ from core.values.errors import PrivateWriteRefused
 from core.values.model import ConversationKey, RunRecord
 from tests.helpers import engines
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 NOW = 1_000.0
 

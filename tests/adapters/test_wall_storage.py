@@ -15,7 +15,7 @@ from core.values.model import ConversationKey, DeliveryTarget, MirrorOf
 from tests.helpers import engines
 from tests.helpers.wall import traces
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 NOW = 1_800_000_000.0
 CANARY = "WALL-STORE-CANARY-41d"

@@ -12,7 +12,7 @@ from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.reader import files_holding
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 # Tables that by design never hold data derived from a private interval. Everything
 # else must have a cascading foreign-key path to `segments`, so a table added later

@@ -23,7 +23,7 @@ from tests.helpers.fakes import request_text
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "FAILURE-MODE-CANARY"
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 
 async def private_turn(companion, text: str = f"{CANARY} said in private", expiry: str = "1h") -> None:

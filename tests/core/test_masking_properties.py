@@ -22,9 +22,11 @@ from core.values import copy
 from core.values.model import InboundMessage
 from tests.conftest import PASSPHRASE
 from tests.helpers import engines
+from tests.helpers.engine_fixtures import SHARED
 from tests.helpers.fakes import FakeClock, FakeProvider, placeholders, request_text
+from tests.helpers.two_processes import Variant, two_processes, watch
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 _HASH: list[str] = []
 
@@ -52,10 +54,21 @@ OPS = st.lists(
 )
 
 
-async def scenario(ops, budget: ContextBudget, exact: bool, database: Path | str) -> None:
+async def scenario(
+    ops, budget: ContextBudget, exact: bool, database: Path | str, *, shared: Variant | None = None
+) -> None:
     """One example on a database of its own: a copy of the migrated SQLite template (`database`, a path), or the
-    worker's PostgreSQL database emptied (its URL)."""
+    worker's PostgreSQL database emptied (its URL); `shared`, there, its companion one of two processes set up
+    so, the other's check run after the example (tests/helpers/two_processes.py)."""
+    clock = FakeClock()
     with tempfile.TemporaryDirectory() as folder:
+        if shared:
+            async with two_processes(
+                str(database), Path(folder) / "keys", clock, passphrase_hash(), shared
+            ) as processes:
+                await run_ops(processes.a, ops, budget, exact, clock, lambda made: watch(made, lambda: processes))
+                await processes.check()
+            return
         if isinstance(database, Path):
             shutil.copyfile(database, Path(folder) / "db")
             stores = sqlite_stores(Path(folder) / "db")
@@ -65,33 +78,39 @@ async def scenario(ops, budget: ContextBudget, exact: bool, database: Path | str
             stores = Stores.over(PostgresDatabase(database, key_dir=Path(folder)))
         await stores.database.start()
         try:
-            await run_ops(stores, ops, budget, exact)
+            await run_ops(stores, ops, budget, exact, clock)
         finally:
             await stores.database.aclose()
 
 
 def explore(store_backend: str, request: pytest.FixtureRequest, examples: int, budget: ContextBudget, exact: bool):
-    """`examples` interleavings on SQLite; a quarter of them on PostgreSQL. The interleavings are the valve's and
-    the context's (Python, the same on both engines), explored in full on SQLite; on PostgreSQL the examples check
-    that its SQL keeps the same wall (masked view, placeholders, expiry's cascade), at two to three times an SQLite
-    example's cost (a pool per example, a round trip per statement: 10 examples 3.6 s, SQLite's 40 5.7 s)."""
-    postgres = store_backend == "postgres"
+    """`examples` interleavings on SQLite; a quarter of them on PostgreSQL, an eighth with two processes on it. The
+    interleavings are the valve's and the context's (Python, the same on both engines), explored in full on
+    SQLite; on PostgreSQL the examples check that its SQL keeps the same wall (masked view, placeholders, expiry's
+    cascade), at two to three times an SQLite example's cost (a pool per example, a round trip per statement: 10
+    examples 3.6 s, SQLite's 40 5.7 s); with two processes, that the second one's start, jobs, reads and
+    take-over keep it too (a registration and a second process's check per example)."""
+    two = store_backend == SHARED
+    postgres = two or store_backend == "postgres"
     database = request.getfixturevalue("worker_database" if postgres else "sqlite_template")
 
     @settings(
-        max_examples=examples // 4 if postgres else examples,
+        max_examples=examples // 8 if two else examples // 4 if postgres else examples,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
-    @given(OPS)
-    def check(ops):
-        asyncio.run(scenario(ops, budget, exact, database.emptied() if postgres else database))
+    @given(OPS, st.builds(Variant, st.booleans(), st.booleans()))
+    def check(ops, variant):
+        shared = variant if two else None
+        asyncio.run(scenario(ops, budget, exact, database.emptied() if postgres else database, shared=shared))
 
     check()
 
 
-async def run_ops(stores, ops, budget: ContextBudget, exact: bool) -> None:
-    clock, provider = FakeClock(), FakeProvider()
+async def run_ops(stores, ops, budget: ContextBudget, exact: bool, clock: FakeClock, watch=None) -> None:
+    provider = FakeProvider()
+    if watch is not None:
+        watch(provider)  # two processes: the second reads at each of the first's model calls
     config = CompanionConfig(passphrase_hash=passphrase_hash(), private_idle_seconds=600.0, budget=budget)
     companion = build_companion(stores, provider, config, clock=clock)
     await companion.start()

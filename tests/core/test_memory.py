@@ -22,7 +22,7 @@ from tests.conftest import PASSPHRASE
 from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of, say
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 LASTING_TOOLS = {
     "remember",

@@ -86,6 +86,7 @@ async def test_a_normal_turn_is_counted_with_its_model_request_reply_write_and_d
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_a_private_turn_reaches_no_metric_whatever_happens_in_it(companion, metrics, sender, provider, clock):
     await tell(companion, f"/private {PASSPHRASE}")
     metrics.calls.clear()
@@ -131,6 +132,7 @@ async def test_every_update_is_counted_at_intake_alike_in_both_modes(companion, 
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_a_reminder_waiting_for_private_mode_is_counted_nowhere_and_counted_once_sent(
     companion, metrics, clock, sender
 ):

@@ -23,7 +23,7 @@ from tests.helpers import engines
 from tests.helpers.chat import all_rows
 from tests.helpers.fakes import FakeSender
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 USER = "100"
 CHANNEL = "5550001"

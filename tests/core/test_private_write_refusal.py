@@ -11,7 +11,7 @@ from core.values import copy
 from core.values.model import ConversationKey, ToolCall
 from core.values.modes import NORMAL
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 NOW = 1_000.0
 REFUSED = f"error: {copy.TOOL_PRIVATE_REFUSED}"

@@ -312,6 +312,7 @@ async def test_silence_is_recorded_and_never_sent(make, clock, stores, telegram,
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_decisions_hold_no_message_text(make, clock, stores, telegram):
     companion = await make(cooldown=0.0)
     await tell(companion, "/followup 1m DECISION-TEXT-CANARY reminder")
@@ -344,6 +345,7 @@ async def test_first_tick_after_a_long_downtime_sends_at_most_one_nudge_per_pers
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_reminder_waits_while_private_and_comes_after_normal(make, clock, stores, telegram, provider):
     companion = await make()
     await tell(companion, "/followup 5m stretch")
@@ -364,6 +366,7 @@ async def test_reminder_waits_while_private_and_comes_after_normal(make, clock, 
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_no_nudge_for_a_person_in_private_mode(make, clock, stores, telegram, provider):
     companion = await make(cooldown=0.0)
     await tell(companion, "hello")
@@ -378,6 +381,7 @@ async def test_no_nudge_for_a_person_in_private_mode(make, clock, stores, telegr
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_private_conversations_are_never_candidates_even_planted_in_the_database(make, clock, stores):
     """Rows written straight into the database, past every command and guard: a follow-up, a goal
     and a person's state for a conversation with an open segment, and one for a group."""
@@ -424,6 +428,7 @@ def companion_key(chat: str):
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_a_nudge_is_written_from_the_masked_normal_view_and_the_normal_pad_only(
     make, clock, stores, telegram, provider
 ):
@@ -458,6 +463,7 @@ async def test_a_nudge_is_written_from_the_masked_normal_view_and_the_normal_pad
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_claim_message_and_delivery_are_one_transaction(make, clock, stores, telegram, monkeypatch):
     companion = await make()
     await tell(companion, "/followup 1m water the plants")
@@ -478,6 +484,7 @@ async def test_claim_message_and_delivery_are_one_transaction(make, clock, store
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_a_candidate_is_claimed_once_however_often_it_is_sent(make, clock, stores, telegram):
     companion = await make()
     await tell(companion, "/followup 1m once")
@@ -521,6 +528,7 @@ async def test_nudges_off_disables_nudges_but_not_reminders(make, clock, stores,
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_manner_commands_refuse_bad_input_groups_and_private_mode(make, clock, stores):
     companion = await make()
     assert "Nothing changed" in (await tell(companion, "/quiet 25:00-07:00")).text
@@ -548,6 +556,7 @@ async def test_report_counts_decisions_by_outcome_and_reason(make, clock, stores
 
 
 @pytest.mark.engines
+@pytest.mark.privacy
 async def test_a_claim_refuses_a_person_who_entered_private_mode_after_the_triage_read(make, clock, stores, telegram):
     """The candidate was read in normal mode; private mode opened before the claim (the model was
     writing): the claim's own SQL refuses, and nothing is written."""

@@ -13,7 +13,7 @@ from tests.helpers import engines
 from tests.helpers.chat import all_rows, conversation_of, say, segments_of
 from tests.helpers.fakes import placeholders, request_text
 
-pytestmark = pytest.mark.engines
+pytestmark = [pytest.mark.engines, pytest.mark.privacy]
 
 
 async def interval(companion, *lines: str) -> None:

@@ -8,7 +8,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
@@ -16,7 +16,13 @@ from adapters.storage.engine import Database
 from adapters.storage.sealing import Sealer
 from tests.helpers.postgres import HOW_TO_GET_IT, REQUIRE_ENV, PostgresCluster, PostgresUnavailable, required
 
+if TYPE_CHECKING:
+    from tests.helpers.two_processes import TwoProcesses
+
 ENGINES = ("sqlite", "postgres")
+# A privacy test's third case: its companion one of two processes on one PostgreSQL database (tests/conftest.py
+# `stores`, tests/helpers/two_processes.py).
+SHARED = "postgres-shared"
 TEMPLATE = "companion_tmpl"
 # Set (to anything), the `engine` fixture's SQLite seals with IntervalKeys too, as PostgreSQL always does: the
 # contract suites then check that every query class seals and opens alike on SQLite (needs `cryptography`).
@@ -45,14 +51,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ):
         return
     if metafunc.definition.get_closest_marker("engines") and not metafunc.definition.get_closest_marker("sqlite_only"):
-        metafunc.parametrize("store_backend", ENGINES, indirect=True)
+        # A privacy test also runs with two processes on one PostgreSQL database (tests/helpers/two_processes.py).
+        shared = (SHARED,) if metafunc.definition.get_closest_marker("privacy") else ()
+        metafunc.parametrize("store_backend", (*ENGINES, *shared), indirect=True)
+
+
+# The two-process case's processes (tests/helpers/two_processes.py), for the test's model to call on.
+TWO_PROCESSES: pytest.StashKey[TwoProcesses] = pytest.StashKey()
+# Set on a test whose body failed: the two-process case's check after it is not run (it would only repeat it).
+BODY_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if report.when == "call" and not report.passed:
+        item.stash[BODY_FAILED] = True
+    return report
 
 
 @pytest.fixture
 def store_backend(request: pytest.FixtureRequest) -> str:
     """The engine of the case; for PostgreSQL the worker's cluster is started first (or the case skips)."""
     backend = str(getattr(request, "param", ENGINES[0]))
-    if backend == "postgres":
+    if backend in ("postgres", SHARED):
         request.getfixturevalue("postgres_cluster")
     return backend
 
@@ -93,6 +115,7 @@ async def engine(store_backend: str, request: pytest.FixtureRequest, tmp_path) -
     worker's database emptied (WorkerDatabase). A query
     class ported to the engine interface is built over it, so one test runs on both (mark it `engines`).
     PostgreSQL's seals every private word under a key in `tmp_path`/keys, as it ships."""
+    assert store_backend != SHARED, "the two-process case is the `stores` fixture's (tests/helpers/two_processes.py)"
     if store_backend == "postgres":
         from adapters.storage.postgres.engine import PostgresDatabase
 
