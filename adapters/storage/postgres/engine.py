@@ -49,6 +49,10 @@ READ_POOL_SIZE = POOL_SIZE
 CONNECT_SECONDS = 10.0
 POOL_WAIT_SECONDS = 10.0  # for a connection of a pool: as long as the valve's mode read may take
 READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"  # several statements, one snapshot
+# In a read of several statements (the context, the views), each prepared statement runs its generic plan: the
+# server would plan the fold's count anew at every turn (150-190 µs of its CPU, a custom plan each time, the
+# generic one no slower to run; pg_stat_statements, docs/benchmarks.md).
+GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
 # A parameter `:name` outside string literals, quoted names and comments; `::` is left alone.
 _TOKENS = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|::|:([A-Za-z_][A-Za-z0-9_]*)""")
 _TABLE = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -224,7 +228,7 @@ class PostgresDatabase:
             if len(rendered) == 1:
                 results = await self._run(conn, (), rendered, statements, ())
             else:
-                results = await self._run(conn, (READ,), rendered, statements, ("COMMIT",))
+                results = await self._run(conn, (READ, GENERIC_PLANS), rendered, statements, ("COMMIT",))
         return results
 
     async def write(self, *statements: Statement, durable: bool = True) -> list[Result]:
