@@ -1,4 +1,6 @@
-"""The PostgreSQL engine: psycopg 3's pool, every read and write one round trip in libpq's pipeline mode.
+"""The PostgreSQL engine: psycopg 3's pool, every read and write one round trip in libpq's pipeline mode, driven
+at the protocol level (`_Session`: the commands of a trip queued and sent in one flush, the engine's own prepared
+statements).
 
 A write is BEGIN, its statements and COMMIT sent together with one Sync: the server runs them in order (each
 sees what the ones before it wrote, triggers included) and the client waits once. A failure anywhere aborts
