@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -269,6 +271,26 @@ async def test_a_statement_counts_as_prepared_only_once_the_server_answered_its_
         assert await people(database) == 2
     finally:
         await database.aclose()
+
+
+async def test_a_connection_the_engine_let_go_is_freed_with_what_the_engine_kept_of_it(postgres_url: str) -> None:
+    # The engine's state of a connection (its prepared statements, its Transformer) lives on the connection: a
+    # connection the pool drops (closed, lost, past its lifetime) is freed, not kept alive by the engine.
+    database = PostgresDatabase(postgres_url, pool_size=1, read_pool_size=1)
+    await database.start()
+    try:
+        await database.write(PERSON)
+        assert await people(database) == 1
+        kept = []
+        for reads in (False, True):
+            async with database._connections(reads=reads).connection() as conn:
+                assert getattr(conn, "companion_session", None) is not None
+                kept.append(weakref.ref(conn))
+            del conn
+    finally:
+        await database.aclose()
+    gc.collect()
+    assert [ref() for ref in kept] == [None, None]
 
 
 async def _until_someone_waits_for_a_lock(conn: object, *, waiting: int = 1) -> None:

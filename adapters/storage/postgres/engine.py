@@ -18,7 +18,6 @@ import functools
 import itertools
 import logging
 import re
-import weakref
 from collections.abc import AsyncIterator, Generator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -107,7 +106,6 @@ class PostgresDatabase:
         self._prepare_threshold = prepare_threshold
         self._pool: AsyncConnectionPool[Any] | None = None  # the writes' (and `tx`'s)
         self._reads: AsyncConnectionPool[Any] | None = None
-        self._sessions: weakref.WeakKeyDictionary[AsyncConnection[Any], _Session] = weakref.WeakKeyDictionary()
 
     def _session(self) -> dict[str, str]:
         """The connection options naming this process to the fence (none: not a shared database's process)."""
@@ -170,6 +168,7 @@ class PostgresDatabase:
                 max_size=size,
                 open=False,
                 name=name,
+                connection_class=_connection_class(),
                 # psycopg prepares nothing: the engine prepares its statements itself (`_Session`).
                 kwargs={"autocommit": True, "prepare_threshold": None, **self._session()},
             )
@@ -282,10 +281,12 @@ class PostgresDatabase:
         return [session.result(answer, statement.fetch) for answer, statement in zip(answers, statements, strict=True)]
 
     def _session_of(self, conn: AsyncConnection[Any]) -> _Session:
-        """What this engine keeps of a pooled connection (its statements prepared), made at its first trip."""
-        session = self._sessions.get(conn)
+        """What this engine keeps of a pooled connection (its statements prepared), made at its first trip and kept
+        on the connection itself: it goes when the pool drops the connection."""
+        session: _Session | None = getattr(conn, "companion_session", None)
         if session is None:
-            session = self._sessions[conn] = _Session(conn, self._prepare_threshold)
+            session = _Session(conn, self._prepare_threshold)
+            conn.companion_session = session  # type: ignore[attr-defined]
         return session
 
     async def _rollback(self, conn: AsyncConnection[Any]) -> None:
@@ -312,6 +313,17 @@ class PostgresDatabase:
     def _committed(self, durable: bool) -> None:
         self.counters.commits += 1
         self.counters.fsynced_commits += int(durable)
+
+
+@functools.cache
+def _connection_class() -> type[AsyncConnection[Any]]:
+    """The pools' connections: psycopg's, with room for the engine's `_Session` of each."""
+    from psycopg import AsyncConnection
+
+    class SessionConnection(AsyncConnection[Any]):
+        companion_session: _Session | None = None
+
+    return SessionConnection
 
 
 class PostgresTx:
