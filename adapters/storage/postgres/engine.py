@@ -365,8 +365,9 @@ _SEEN_MAX = 1_000  # statements counted towards the threshold, per connection, b
 
 class _Session:
     """One pooled connection as the engine drives it: libpq's pipeline at the protocol level, every command of a
-    trip queued before the one Sync and sent in one flush, the answers read after it. psycopg's cursors would send
-    and poll once a statement (an event-loop turn each, 15-20 µs of the loop's CPU); this sends once a trip.
+    trip queued before the one Sync and sent in one flush, the answers read after it. Through psycopg's cursors each
+    statement was a cursor, a Transformer, a flush and a poll of the socket (15-20 µs of the loop's CPU); this
+    sends once a trip.
 
     A statement seen `prepare_threshold` times on the connection is prepared there (its Parse queued in the same
     pipeline, before its first Execute) and named thereafter, as psycopg does; None: never (PgBouncer's
