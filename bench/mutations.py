@@ -2468,6 +2468,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        pass",
     ),
     M(
+        "pg-statement-named-before-its-parse-was-answered",  # a skipped Parse's name then fails every later trip
+        RELIABILITY,
+        '                    name = naming[key] = b"companion_%d" % next(self._names)',
+        '                    name = naming[key] = self._prepared[key] = b"companion_%d" % next(self._names)',
+    ),
+    M(
+        "pg-cancelled-trip-leaves-its-pipeline-open",  # its answers would be read as the next trip's
+        RELIABILITY,
+        "            if not self._conn.broken and pgconn.pipeline_status != PipelineStatus.OFF:",
+        "            if False:",
+    ),
+    M(
         "pg-mark-waits-for-the-disk",
         RELIABILITY,
         '            begin.append("SET LOCAL synchronous_commit = off")',

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -97,16 +99,18 @@ def test_a_ref_must_name_the_only_earlier_insert_of_its_table() -> None:
         render(conversation(Ref(1)), 1, [PERSON, conversation(Ref(1))])
 
 
-def test_named_parameters_become_psycopg_placeholders_outside_literals() -> None:
+def test_named_parameters_become_positional_placeholders_outside_literals() -> None:
     statement = Statement(
         "SELECT :a AS a, ':b' AS literal, 'it''s :c' AS quoted, x::text, 5 % 2 -- :d\nFROM t WHERE y = :a",
         {"a": 1},
     )
     sql, params = render(statement, 0, [statement])
-    assert sql == (
-        "SELECT %(a)s AS a, ':b' AS literal, 'it''s :c' AS quoted, x::text, 5 %% 2 -- :d\nFROM t WHERE y = %(a)s"
-    )
-    assert params == {"a": 1}
+    assert sql == b"SELECT $1 AS a, ':b' AS literal, 'it''s :c' AS quoted, x::text, 5 % 2 -- :d\nFROM t WHERE y = $1"
+    assert params == [1]
+    with_ref = Statement("SELECT :b AS b, :r AS r, :a AS a, :b AS again", {"a": 1, "b": 2, "r": Ref(0)})
+    sql, params = render(with_ref, 1, [PERSON, with_ref])
+    assert sql == b"SELECT $1 AS b, currval(pg_get_serial_sequence('people', 'id')) AS r, $2 AS a, $1 AS again"
+    assert params == [2, 1]
 
 
 async def test_a_failure_mid_write_rolls_the_whole_write_back(db: PostgresDatabase) -> None:
@@ -211,6 +215,82 @@ async def test_a_lost_server_fails_one_operation_not_one_for_each_pooled_connect
     finally:
         await killer.close()
         await database.aclose()
+
+
+async def test_a_trip_cancelled_while_it_waits_closes_its_connection_at_once(db: PostgresDatabase) -> None:
+    # The connection's pipeline still holds the cancelled trip's answers (the server is busy with its statement):
+    # it is closed at once, its transaction never committed, and no later trip reads those answers as its own.
+    async def slow_transaction() -> None:
+        async with db.tx() as tx:
+            await tx.run(PERSON)
+            await tx.run(Statement("SELECT pg_sleep(30)"))
+
+    sleeping = Statement(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE state = 'active' AND query = 'SELECT pg_sleep(30)'",
+        fetch=Fetch.ONE,
+    )
+    slow = asyncio.create_task(slow_transaction())
+    async with asyncio.timeout(10):  # a guard against a hang, not a measure
+        while True:
+            (found,) = await db.read(sleeping)
+            if found.scalar:
+                break
+            await asyncio.sleep(0.01)
+    slow.cancel()
+    done, _ = await asyncio.wait({slow}, timeout=10)  # not waiting for the server's 30 s
+    assert slow in done and slow.cancelled()
+    assert await people(db) == 0
+    (answer,) = await db.write(Statement("SELECT 7 AS n", fetch=Fetch.ONE))
+    assert answer.scalar == 7
+    await db.write(PERSON)
+    assert await people(db) == 1
+
+
+async def test_a_statement_counts_as_prepared_only_once_the_server_answered_its_parse(postgres_url: str) -> None:
+    # Prepared from its first use: in a trip that fails before it, its Parse is skipped with the rest, and the
+    # next trip prepares it again; in one that fails after it, the statement stays prepared (a prepared
+    # statement outlives its transaction) and the next trip uses it by its name.
+    database = PostgresDatabase(postgres_url, pool_size=1, prepare_threshold=0)
+    await database.start()
+    failing = Statement("SELECT 1 / 0")
+    skipped = Statement("INSERT INTO people (created_at) VALUES (:now) RETURNING id", {"now": NOW}, Fetch.ONE)
+    parsed = Statement("INSERT INTO people (created_at) VALUES (:now) RETURNING id, 2 AS two", {"now": NOW}, Fetch.ONE)
+    try:
+        with pytest.raises(StoreError):
+            await database.write(failing, skipped)
+        with pytest.raises(StoreError):
+            await database.write(parsed, failing)
+        assert await people(database) == 0
+        sent = parsed.sql.replace(":now", "$1")
+        prepared = Statement("SELECT count(*) AS n FROM pg_prepared_statements WHERE statement = :sql", {"sql": sent})
+        (count,) = await database.write(Statement(prepared.sql, prepared.params, Fetch.ONE))  # the write connection's
+        assert count.scalar == 1
+        (first,) = await database.write(skipped)
+        (second,) = await database.write(parsed)
+        assert first.one is not None and second.one is not None
+        assert await people(database) == 2
+    finally:
+        await database.aclose()
+
+
+async def test_a_connection_the_engine_let_go_is_freed_with_what_the_engine_kept_of_it(postgres_url: str) -> None:
+    # The engine's state of a connection (its prepared statements, its Transformer) lives on the connection: a
+    # connection the pool drops (closed, lost, past its lifetime) is freed, not kept alive by the engine.
+    database = PostgresDatabase(postgres_url, pool_size=1, read_pool_size=1)
+    await database.start()
+    try:
+        await database.write(PERSON)
+        assert await people(database) == 1
+        kept = []
+        for reads in (False, True):
+            async with database._connections(reads=reads).connection() as conn:
+                assert getattr(conn, "companion_session", None) is not None
+                kept.append(weakref.ref(conn))
+            del conn
+    finally:
+        await database.aclose()
+    gc.collect()
+    assert [ref() for ref in kept] == [None, None]
 
 
 async def _until_someone_waits_for_a_lock(conn: object, *, waiting: int = 1) -> None:

@@ -1,4 +1,6 @@
-"""The PostgreSQL engine: psycopg 3's pool, every read and write one round trip in libpq's pipeline mode.
+"""The PostgreSQL engine: psycopg 3's pool, every read and write one round trip in libpq's pipeline mode, driven
+at the protocol level (`_Session`: the commands of a trip queued and sent in one flush, the engine's own prepared
+statements).
 
 A write is BEGIN, its statements and COMMIT sent together with one Sync: the server runs them in order (each
 sees what the ones before it wrote, triggers included) and the client waits once. A failure anywhere aborts
@@ -13,9 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Generator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +33,10 @@ from adapters.storage.postgres.migrate import migrate
 from adapters.storage.sealing import IntervalKeys, Sealer, Unkeyed
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection, AsyncCursor
+    from psycopg import AsyncConnection
+    from psycopg.abc import Buffer
+    from psycopg.pq import Format
+    from psycopg.pq.abc import PGconn, PGresult
     from psycopg_pool import AsyncConnectionPool
 
 log = logging.getLogger(__name__)
@@ -44,11 +50,15 @@ READ_POOL_SIZE = POOL_SIZE
 CONNECT_SECONDS = 10.0
 POOL_WAIT_SECONDS = 10.0  # for a connection of a pool: as long as the valve's mode read may take
 READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"  # several statements, one snapshot
+# In a read of several statements (the context, the views), each prepared statement runs its generic plan: the
+# server would plan the fold's count anew at every turn (150-190 µs of its CPU, a custom plan each time, the
+# generic one no slower to run; pg_stat_statements, docs/benchmarks.md).
+GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
 # A parameter `:name` outside string literals, quoted names and comments; `::` is left alone.
 _TOKENS = re.compile(r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|::|:([A-Za-z_][A-Za-z0-9_]*)""")
 _TABLE = re.compile(r"^[a-z_][a-z0-9_]*$")
 
-Rendered = tuple[str, dict[str, object]]
+Rendered = tuple[bytes, list[object]]  # the SQL with `$n` placeholders, and their values in order
 
 
 class PostgresDatabase:
@@ -158,7 +168,9 @@ class PostgresDatabase:
                 max_size=size,
                 open=False,
                 name=name,
-                kwargs={"autocommit": True, "prepare_threshold": self._prepare_threshold, **self._session()},
+                connection_class=_connection_class(),
+                # psycopg prepares nothing: the engine prepares its statements itself (`_Session`).
+                kwargs={"autocommit": True, "prepare_threshold": None, **self._session()},
             )
             for name, size in (("companion", self._pool_size), ("companion-reads", self._read_pool_size))
         ]
@@ -217,7 +229,7 @@ class PostgresDatabase:
             if len(rendered) == 1:
                 results = await self._run(conn, (), rendered, statements, ())
             else:
-                results = await self._run(conn, (READ,), rendered, statements, ("COMMIT",))
+                results = await self._run(conn, (READ, GENERIC_PLANS), rendered, statements, ("COMMIT",))
         return results
 
     async def write(self, *statements: Statement, durable: bool = True) -> list[Result]:
@@ -255,31 +267,27 @@ class PostgresDatabase:
     ) -> list[Result]:
         """`before`, the statements and `after` in one pipeline: one Sync, one wait for the answers."""
         import psycopg
-        from psycopg.rows import dict_row
 
-        cursors: list[AsyncCursor[dict[str, Any]]] = []
         self.counters.trips += 1
         self.counters.statements += len(rendered)
+        session = self._session_of(conn)
         try:
-            async with conn.pipeline():
-                for sql in before:
-                    await conn.execute(sql.encode())
-                for sql, params in rendered:
-                    cursor = conn.cursor(row_factory=dict_row)
-                    # Always a dict, even empty: psycopg reads `%%` as `%` only in a query with parameters.
-                    await cursor.execute(sql.encode(), params)
-                    cursors.append(cursor)
-                for sql in after:
-                    await conn.execute(sql.encode())
-            # Leaving the block sent the one Sync and read every answer: fetching below waits for nothing.
-            return [
-                await _result(cursor, statement.fetch) for cursor, statement in zip(cursors, statements, strict=True)
-            ]
+            answers = await session.pipeline(before, rendered, after)
         except psycopg.Error as exc:
             await self._rollback(conn)
             if conn.broken:
                 await self._drop_lost_connections()
             raise translate(exc, self.target) from exc
+        return [session.result(answer, statement.fetch) for answer, statement in zip(answers, statements, strict=True)]
+
+    def _session_of(self, conn: AsyncConnection[Any]) -> _Session:
+        """What this engine keeps of a pooled connection (its statements prepared), made at its first trip and kept
+        on the connection itself: it goes when the pool drops the connection."""
+        session: _Session | None = getattr(conn, "companion_session", None)
+        if session is None:
+            session = _Session(conn, self._prepare_threshold)
+            conn.companion_session = session  # type: ignore[attr-defined]
+        return session
 
     async def _rollback(self, conn: AsyncConnection[Any]) -> None:
         """After a failed pipeline the transaction is aborted and waits for its ROLLBACK; a broken connection is
@@ -290,8 +298,8 @@ class PostgresDatabase:
         if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
             return
         self.counters.trips += 1
-        try:
-            await conn.execute(b"ROLLBACK")
+        try:  # through the engine's own pipeline: psycopg, seeing a ROLLBACK, would deallocate every statement
+            await self._session_of(conn).pipeline(("ROLLBACK",), (), ())
         except psycopg.Error:
             log.warning("a rollback failed; the pool drops the connection")
 
@@ -305,6 +313,17 @@ class PostgresDatabase:
     def _committed(self, durable: bool) -> None:
         self.counters.commits += 1
         self.counters.fsynced_commits += int(durable)
+
+
+@functools.cache
+def _connection_class() -> type[AsyncConnection[Any]]:
+    """The pools' connections: psycopg's, with room for the engine's `_Session` of each."""
+    from psycopg import AsyncConnection
+
+    class SessionConnection(AsyncConnection[Any]):
+        companion_session: _Session | None = None
+
+    return SessionConnection
 
 
 class PostgresTx:
@@ -337,13 +356,150 @@ def _begin(durable: bool, statements: Sequence[Statement], *, begun: bool) -> tu
     return tuple(begin)
 
 
-async def _result(cursor: AsyncCursor[dict[str, Any]], fetch: Fetch) -> Result:
-    if fetch is Fetch.ONE:
-        row = await cursor.fetchone()
-        return Result(rows=() if row is None else (row,), rowcount=cursor.rowcount)
-    if fetch is Fetch.ALL:
-        return Result(rows=tuple(await cursor.fetchall()), rowcount=cursor.rowcount)
-    return Result(rowcount=cursor.rowcount)
+# How often a wait for the server wakes up to look again (psycopg's own), when the socket said nothing.
+WAIT_INTERVAL = 0.1
+# Statements prepared a connection at most (psycopg keeps 100): past it, new ones run unprepared.
+PREPARED_MAX = 200
+_SEEN_MAX = 1_000  # statements counted towards the threshold, per connection, before the count starts again
+
+
+class _Session:
+    """One pooled connection as the engine drives it: libpq's pipeline at the protocol level, every command of a
+    trip queued before the one Sync and sent in one flush, the answers read after it. Through psycopg's cursors each
+    statement was a cursor, a Transformer, a flush and a poll of the socket (15-20 µs of the loop's CPU); this
+    sends once a trip.
+
+    A statement seen `prepare_threshold` times on the connection is prepared there (its Parse queued in the same
+    pipeline, before its first Execute) and named thereafter, as psycopg does; None: never (PgBouncer's
+    transaction mode). A name counts as prepared only once the server answered its Parse."""
+
+    def __init__(self, conn: AsyncConnection[Any], prepare_threshold: int | None) -> None:
+        from psycopg.adapt import PyFormat, Transformer
+
+        self._conn = conn
+        self._tx = Transformer(conn)
+        self._auto = PyFormat.AUTO
+        self._threshold = prepare_threshold
+        self._prepared: dict[tuple[bytes, tuple[int, ...]], bytes] = {}
+        self._seen: dict[tuple[bytes, tuple[int, ...]], int] = {}
+        self._names = itertools.count()
+
+    async def pipeline(
+        self, before: Sequence[str], rendered: Sequence[Rendered], after: Sequence[str]
+    ) -> list[PGresult]:
+        """Send `before`, the statements and `after`, then one Sync; return each statement's answer.
+
+        Raises:
+            psycopg.Error: the first command the server refused (the rest of the trip was skipped), or the
+                connection lost. Interrupted in between (a cancelled wait), the connection is closed: its pipeline
+                holds answers no one will read, and the pool throws a closed connection away.
+        """
+        from psycopg import errors, waiting
+        from psycopg.pq import ExecStatus, Format, PipelineStatus
+
+        pgconn = self._conn.pgconn
+        tx, auto = self._tx, self._auto
+        # Every value made ready before anything is queued: a value that cannot be sent queues nothing. BEGIN,
+        # COMMIT and the settings are commands like the statements (prepared as they are: a trip's BEGIN and COMMIT
+        # unnamed took 40-50 µs longer on the clock), their answers only checked.
+        queued: list[tuple[bytes, Sequence[Buffer | None] | None, tuple[int, ...], list[Format] | None, bool]] = [
+            *((command.encode(), None, (), None, False) for command in before),
+            *(
+                (
+                    sql,
+                    tx.dump_sequence(params, [auto] * len(params)),
+                    tuple(tx.types or ()),
+                    list(tx.formats or ()),
+                    True,
+                )
+                if params
+                else (sql, None, (), None, True)
+                for sql, params in rendered
+            ),
+            *((command.encode(), None, (), None, False) for command in after),
+        ]
+        # What each answer is for: a key a Parse, True a statement's Execute, False a command's.
+        expect: list[tuple[bytes, tuple[int, ...]] | bool] = []
+        naming: dict[tuple[bytes, tuple[int, ...]], bytes] = {}  # Parses queued in this trip
+        pgconn.enter_pipeline_mode()
+        try:
+            for sql, values, types, formats, answered in queued:
+                key = (sql, types)
+                name = self._prepared.get(key) or naming.get(key)
+                if name is None and self._due(key):
+                    name = naming[key] = b"companion_%d" % next(self._names)
+                    pgconn.send_prepare(name, sql, param_types=types)
+                    expect.append(key)
+                if name is None:
+                    pgconn.send_query_params(
+                        sql, values, param_types=types, param_formats=formats, result_format=Format.TEXT
+                    )
+                else:
+                    pgconn.send_query_prepared(name, values, param_formats=formats, result_format=Format.TEXT)
+                expect.append(answered)
+            pgconn.pipeline_sync()
+            fetched = await waiting.wait_async(_exchange(pgconn), pgconn.socket, interval=WAIT_INTERVAL)
+            pgconn.exit_pipeline_mode()
+        except BaseException:
+            if not self._conn.broken and pgconn.pipeline_status != PipelineStatus.OFF:
+                await self._conn.close()
+            raise
+        refused: Exception | None = None
+        answers: list[PGresult] = []
+        for what, results in zip(expect, fetched, strict=True):
+            for result in results:
+                status = result.status
+                if status == ExecStatus.FATAL_ERROR:
+                    refused = refused or errors.error_from_result(result, encoding=self._conn.info.encoding)
+                elif status == ExecStatus.PIPELINE_ABORTED:
+                    pass
+                elif isinstance(what, tuple):  # its Parse answered: the name holds on this connection
+                    self._prepared[what] = naming[what]
+            if what is True:
+                answers.append(results[0])
+        if refused is not None:
+            raise refused
+        return answers
+
+    def _due(self, key: tuple[bytes, tuple[int, ...]]) -> bool:
+        """Whether the statement is prepared now: seen often enough, with room for it."""
+        if self._threshold is None or len(self._prepared) >= PREPARED_MAX:
+            return False
+        seen = self._seen.get(key, 0)
+        if seen >= self._threshold:
+            self._seen.pop(key, None)
+            return True
+        if len(self._seen) >= _SEEN_MAX:
+            self._seen.clear()
+        self._seen[key] = seen + 1
+        return False
+
+    def result(self, answer: PGresult, fetch: Fetch) -> Result:
+        """A statement's answer as the engine's Result (rows as dicts, text format as psycopg's cursors read it)."""
+        rows: tuple[dict[str, Any], ...] = ()
+        if fetch is Fetch.ONE or fetch is Fetch.ALL:
+            count = answer.ntuples if fetch is Fetch.ALL else min(answer.ntuples, 1)
+            if count:
+                tx = self._tx
+                tx.set_pgresult(answer)
+                names = [(answer.fname(i) or b"").decode() for i in range(answer.nfields)]
+                rows = tuple(tx.load_rows(0, count, lambda values: dict(zip(names, values, strict=True))))
+        tuples = answer.command_tuples
+        return Result(rows=rows, rowcount=answer.ntuples if answer.nfields else (-1 if tuples is None else tuples))
+
+
+def _exchange(pgconn: PGconn) -> Generator[Any, Any, list[list[PGresult]]]:
+    """psycopg's generator of a trip: flush what was queued, then read every command's answers up to the Sync."""
+    from psycopg import generators
+    from psycopg.pq import ExecStatus
+
+    yield from generators.send(pgconn)
+    fetched: list[list[PGresult]] = []
+    while True:
+        results = yield from generators.fetch_many(pgconn)
+        if results and results[0].status == ExecStatus.PIPELINE_SYNC:
+            return fetched
+        fetched.append(results)
 
 
 # --- SQL: named parameters and Refs -------------------------------------------
@@ -354,30 +510,46 @@ def render_all(statements: Sequence[Statement]) -> list[Rendered]:
 
 
 def render(statement: Statement, index: int, statements: Sequence[Statement]) -> Rendered:
-    """`:name` as psycopg's `%(name)s` (and `%` as `%%`); a `Ref` value as the SQL of the id it names.
+    """`:name` as libpq's `$n` (the same name the same `$n`), with the values in that order; a `Ref` value as the
+    SQL of the id it names.
 
     Raises:
         ValueError: a parameter without a value, or a `Ref` that does not name an earlier insert of its table.
     """
     chunks, names = _split(statement.sql)
-    sql = [chunks[0]]
-    params: dict[str, object] = {}
-    for name, chunk in zip(names, chunks[1:], strict=True):
-        if name not in statement.params:
+    given = statement.params
+    for name in names:
+        if name not in given:
             raise ValueError(f"statement {index} uses :{name} but gives no value for it")
-        value = statement.params[name]
+    if not any(isinstance(given[name], Ref) for name in names):
+        sql, order = _positional(statement.sql)
+        return sql, [given[name] for name in order]
+    parts = [chunks[0]]
+    numbers: dict[str, int] = {}
+    for name, chunk in zip(names, chunks[1:], strict=True):
+        value = given[name]
         if isinstance(value, Ref):
-            sql.append(_ref_sql(value, index, statements))
+            parts.append(_ref_sql(value, index, statements))
         else:
-            sql.append(f"%({name})s")
-            params[name] = value
-        sql.append(chunk)
-    return "".join(sql), params
+            parts.append(f"${numbers.setdefault(name, len(numbers) + 1)}")
+        parts.append(chunk)
+    return "".join(parts).encode(), [given[name] for name in numbers]
+
+
+@functools.lru_cache(maxsize=2048)
+def _positional(sql: str) -> tuple[bytes, tuple[str, ...]]:
+    """The SQL with every `:name` as its `$n`, encoded, and the names in `$n` order (a statement without Refs)."""
+    chunks, names = _split(sql)
+    parts = [chunks[0]]
+    numbers: dict[str, int] = {}
+    for name, chunk in zip(names, chunks[1:], strict=True):
+        parts += (f"${numbers.setdefault(name, len(numbers) + 1)}", chunk)
+    return "".join(parts).encode(), tuple(numbers)
 
 
 @functools.lru_cache(maxsize=2048)
 def _split(sql: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The SQL around each `:name` (with `%` doubled for psycopg), and the names, in order."""
+    """The SQL around each `:name`, and the names, in order."""
     chunks: list[str] = []
     names: list[str] = []
     last = 0
@@ -388,7 +560,7 @@ def _split(sql: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         names.append(match.group(1))
         last = match.end()
     chunks.append(sql[last:])
-    return tuple(chunk.replace("%", "%%") for chunk in chunks), tuple(names)
+    return tuple(chunks), tuple(names)
 
 
 def _ref_sql(ref: Ref, index: int, statements: Sequence[Statement]) -> str:
