@@ -37,10 +37,12 @@ PATH = "/telegram/hook"
 URL = f"https://{HOST}{PATH}"
 CHATS = [5001 + n for n in range(50)]  # private chats: a user's chat id is the user's id
 MESSAGES = 10
-SECRETIVE = 7001  # the chat that goes private in the process killed
+# The chat that goes private in the process killed: the first of these whose holder holds some of CHATS too (a new
+# chat is claimed by whichever process reads its first update first, so which one cannot be chosen).
+SECRETIVE_CANDIDATES = [7001 + n for n in range(12)]
 PASS = "sesame"  # tests/helpers/telegram_gateway.py's passphrase
 CANARY = "pangolin-shared-canary-8810"
-ALLOWED = ",".join(f"telegram:{user}" for user in [*CHATS, SECRETIVE])
+ALLOWED = ",".join(f"telegram:{user}" for user in [*CHATS, *SECRETIVE_CANDIDATES])
 
 
 def echo(body: dict[str, Any]) -> str:
@@ -136,17 +138,23 @@ def test_three_gateways_answer_fifty_chats_once_and_in_order_and_a_killed_one_lo
 ) -> None:
     telegram = shared.telegram
     assert len(telegram.calls_of("setWebhook")) == 1  # by the first process; the others found it set
-    # A chat goes private in the process that then dies.
-    telegram.send_text(SECRETIVE, SECRETIVE, f"/private {PASS} 1h")
-    gateways[0].wait_for(lambda: len(telegram.texts_to(SECRETIVE)) == 1, "private mode on")
-    telegram.send_text(SECRETIVE, SECRETIVE, f"between us: {CANARY}")
-    gateways[0].wait_for(lambda: len(telegram.texts_to(SECRETIVE)) == 2, "the private reply")
     sent = dict.fromkeys(CHATS, 0)
     converse(shared, gateways, sent, MESSAGES // 2)
-    pid = shared.holder_of(SECRETIVE)
+    # A chat goes private in a process that holds some of the others too, and that process then dies.
+    for secretive in SECRETIVE_CANDIDATES:
+        telegram.send_text(secretive, secretive, "hello")
+        gateways[0].wait_for(lambda s=secretive: len(telegram.texts_to(s)) == 1, "the first reply")
+        pid = shared.holder_of(secretive)
+        held = {chat for chat in CHATS if shared.holder_of(chat) == pid}
+        if held:
+            break
+    tried = SECRETIVE_CANDIDATES.index(secretive) + 1
+    assert held and len(held) < len(CHATS), tried  # the chats are spread over the processes
     (victim,) = [g for g in gateways if g.proc.pid == pid]
-    held = {chat for chat in CHATS if shared.holder_of(chat) == pid}
-    assert held and len(held) < len(CHATS)  # the chats are spread over the processes
+    telegram.send_text(secretive, secretive, f"/private {PASS} 1h")
+    victim.wait_for(lambda: len(telegram.texts_to(secretive)) == 2, "private mode on")
+    telegram.send_text(secretive, secretive, f"between us: {CANARY}")
+    victim.wait_for(lambda: len(telegram.texts_to(secretive)) == 3, "the private reply")
     # Killed while the next message of every chat is on its way: some stored by it and not answered yet.
     delivered = len(telegram.delivered_ids())
     for chat in CHATS:
@@ -157,10 +165,10 @@ def test_three_gateways_answer_fifty_chats_once_and_in_order_and_a_killed_one_lo
     survivors = [g for g in gateways if g is not victim]
     converse(shared, survivors, sent, MESSAGES)
     # Its chats were taken over by the others, its private interval closed as a restart closes it.
-    assert all(shared.holder_of(chat) not in (None, pid) for chat in held | {SECRETIVE})
+    assert all(shared.holder_of(chat) not in (None, pid) for chat in held | {secretive})
     assert rows(shared.url, "SELECT end_reason FROM segments") == [("restart",)]
-    telegram.send_text(SECRETIVE, SECRETIVE, "after the kill")
-    survivors[0].wait_for(lambda: len(telegram.texts_to(SECRETIVE)) == 3, "the reply after the kill")
+    telegram.send_text(secretive, secretive, "after the kill")
+    survivors[0].wait_for(lambda: len(telegram.texts_to(secretive)) == 4, "the reply after the kill")
     assert rows(shared.url, "SELECT mode, segment_id FROM messages WHERE role = 'user' ORDER BY id DESC LIMIT 1") == [
         ("normal", None)
     ]
@@ -178,7 +186,7 @@ def test_three_gateways_answer_fifty_chats_once_and_in_order_and_a_killed_one_lo
     # the chat's first update is read by several at once (the core's claim then decides).
     logs = [victim.stderr, *(stderr for _, stderr in ended)]
     elsewhere = sum(log.count("is held by another process: not handled here") for log in logs)
-    assert elsewhere <= 2 * (len(CHATS) + 1), elsewhere
+    assert elsewhere <= 2 * (len(CHATS) + tried), elsewhere
     assert rows(shared.url, "SELECT count(*) FROM webhook_inbox WHERE body IS NOT NULL") == [(0,)]
 
 
