@@ -82,7 +82,9 @@ async def settle(companion: Companion) -> None:
 
 
 async def mirror_rows(stores) -> list[tuple]:
-    return await all_rows(stores, "SELECT status, text, segment_id, binding_id FROM deliveries WHERE kind = 'mirror'")
+    return await all_rows(
+        stores, "SELECT status, text, segment_id, binding_id FROM deliveries WHERE kind = 'mirror' ORDER BY id"
+    )
 
 
 async def bound(companion: Companion) -> int:

@@ -76,7 +76,9 @@ async def test_content_after_a_restart_stays_outside_the_crash_open_interval(com
     restarted = build_companion(stores, provider, companion.config, clock=clock)
     await restarted.start()
     await say(restarted, "after the restart")
-    rows = await all_rows(stores, "SELECT text, mode, segment_id FROM messages WHERE kind = 'chat' AND role = 'user'")
+    rows = await all_rows(
+        stores, "SELECT text, mode, segment_id FROM messages WHERE kind = 'chat' AND role = 'user' ORDER BY id"
+    )
     rows = [(engines.opened(stores, seg, "messages.text", text), mode) for text, mode, seg in rows]
     assert rows == [("inside the interval", "private"), ("after the restart", "normal")]
     assert "inside the interval" not in request_text(provider.last_reply_request())
