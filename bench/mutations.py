@@ -51,6 +51,18 @@ def M(
 MUTATIONS: tuple[Mutation, ...] = (
     # --- the valve ---------------------------------------------------------
     M(
+        "assumed-normal-message-written-unguarded",  # a message stored normal while a segment is open
+        PRIVACY,
+        'guard = refusing_while_private(self._engine.dialect, conversation_id, "message assumed normal")',
+        "guard = ()",
+    ),
+    M(
+        "assumed-normal-refusal-drops-the-message",  # the refused write's message is neither stored nor answered
+        RELIABILITY,
+        "                event = await self._gate.admit(turn, assume=False)\n                reply = await self._dispatch(turn, event)",
+        "                return Silent(Silence.STORED_ALREADY)",
+    ),
+    M(
         "valve-expiry-ignored-at-read",
         PRIVACY,
         "if segment.expires_at is not None and now >= segment.expires_at:",

@@ -201,16 +201,26 @@ class TimelineQueries:
         account_id: int | None,
         platform_message_id: str | None,
         said: str | None = None,
+        assumed_normal: bool = False,
     ) -> int | None:
         """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
         `said`: the person's own words, when `text` holds more (what a mirror copies).
-        Returns None when that platform message is stored already: a redelivery is a no-op."""
+        Returns None when that platform message is stored already: a redelivery is a no-op.
+        `assumed_normal`: normal mode was not read but assumed; the write begins with the guard of lasting
+        writes (adapters/storage/guard.py), so it is refused whole, PrivateWriteRefused, while a segment of
+        the conversation is open, and no segment opens between that check and the commit."""
+        if assumed_normal and segment_id is not None:
+            raise ValueError("a message assumed normal names no segment")
         mode = Mode.PRIVATE.value if segment_id is not None else Mode.NORMAL.value
         capture = "pending" if mode == "normal" else "skipped"
         if segment_id is not None:
             # Only mirrors read `said`, and nothing of a private row is mirrored: it is kept nowhere.
             text, said = sealed(self._engine.sealer, segment_id, "messages.text", text), None
+        guard: tuple[Statement, ...] = ()
+        if assumed_normal:  # refused whole while a segment is open, and none opens before the commit
+            guard = refusing_while_private(self._engine.dialect, conversation_id, "message assumed normal")
         statements = [
+            *guard,
             Statement(
                 "INSERT INTO messages (conversation_id, segment_id, account_id, mode, role, kind, text, capture,"
                 " created_at, platform_message_id, turn, said)"
@@ -230,12 +240,12 @@ class TimelineQueries:
                 },
                 Fetch.ONE,
                 inserts="messages",
-            )
+            ),
         ]
         if segment_id is not None:  # the idle clock, only when the message was stored (not a redelivery)
             statements.append(_touch_segment(segment_id, now, stored=Ref(0)))
         stored = await self._engine.write(*statements)
-        return stored[0].scalar
+        return stored[len(guard)].scalar
 
     async def record_reply(
         self,

@@ -79,6 +79,9 @@ class ModeValve:
                 self.unavailable_reason = f"the configured passphrase hash is not valid ({exc})"
         # Conversations whose exit could not be written yet: they read as normal regardless.
         self._leaving: set[int] = set()
+        # Conversations whose last mode read here found no segment open, and none opened here since: a
+        # message of theirs may assume normal mode (`assumes_normal`), which its write then proves.
+        self._read_normal: set[int] = set()
 
     @property
     def available(self) -> bool:
@@ -86,9 +89,18 @@ class ModeValve:
 
     # --- reading ----------------------------------------------------------
 
+    def assumes_normal(self, conversation: Conversation) -> bool:
+        """Whether a message of `conversation` may go without its mode read: its last read here found
+        normal mode and nothing here opened a segment since. Only a hint: the store's write of the message
+        refuses it whole while a segment is open (`InboxStore.add_inbound(assumed_normal=True)`), and the
+        turn then settles the mode as usual; so a segment opened elsewhere (another process, a restart's
+        take-over) costs that turn one trip more, never its wall."""
+        return conversation.id in self._read_normal and conversation.id not in self._leaving
+
     async def settle(self, conversation: Conversation) -> ModeState:
         """The mode of `conversation` now, after closing a segment whose time is over (expiry, idle,
         a malformed row, a group): a read that may write. Never raises; every failure is normal mode."""
+        self._read_normal.discard(conversation.id)  # until this read says so again
         if conversation.id in self._leaving:
             await self._retry_leave(conversation)
             return NORMAL
@@ -104,6 +116,7 @@ class ModeValve:
             )
             return UNREADABLE
         if segment is None:
+            self._read_normal.add(conversation.id)
             return NORMAL
         if not _well_formed(segment):
             log.warning("segment %s has a malformed state; normal mode", segment.id)
@@ -187,6 +200,7 @@ class ModeValve:
             return EntryResult(False, line)
         await self._lockout.succeeded(account.id)
         expires_at = None if lifetime is None else now + lifetime
+        self._read_normal.discard(conversation.id)
         segment = await self._store.open_segment(conversation.id, now, expires_at)
         log.info("private segment %s opened in conversation %s", segment.id, conversation.id)
         life = (

@@ -237,7 +237,13 @@ class Companion:
         if event.kind in (EventKind.COMMAND, EventKind.UNKNOWN_COMMAND, EventKind.MISTYPED):
             await self._flush_burst(conversation.id)  # a burst never spans a command
         try:
-            reply = await self._dispatch(turn, event)
+            try:
+                reply = await self._dispatch(turn, event)
+            except _NotAsAssumed:
+                # Normal mode was assumed and its write refused (a segment is open after all) or failed:
+                # nothing of the event was written; it is admitted again, its mode read this time.
+                event = await self._gate.admit(turn, assume=False)
+                reply = await self._dispatch(turn, event)
         except IntervalEnded:
             # Its private interval expired while it was answered: nothing of it is written or sent,
             # not even an apology (the outbox withdrew what its answer showed).
@@ -341,9 +347,12 @@ class Companion:
                 account_id=turn.account.id,
                 platform_message_id=message.message_id,
                 said=composed.said,
+                assumed_normal=state.assumed,
             )
-        except BaseException:
+        except BaseException as exc:
             _dropped(ahead)
+            if state.assumed and isinstance(exc, Exception):  # PrivateWriteRefused, or the store failing
+                raise _NotAsAssumed from exc
             raise
         if message_id is None:
             _dropped(ahead)
@@ -438,6 +447,11 @@ def _private_mode_runs(event: Event) -> bool:
 
 def _key_of(platform: str, chat_id: str) -> LaneKey:
     return (platform, chat_id)
+
+
+class _NotAsAssumed(Exception):
+    """The write of a message whose normal mode was assumed (not read) was refused or failed: nothing of it
+    was written, and `Companion._turn` admits it again with its mode read."""
 
 
 def _dropped(ahead: asyncio.Future[ContextReads] | None) -> None:

@@ -21,7 +21,7 @@ from core.privacy.valve import ModeValve
 from core.turn.recovery import ClosedByRestart, Recovery
 from core.values.command_text import ParsedCommand, parse_command
 from core.values.model import Turn
-from core.values.modes import ModeState
+from core.values.modes import ASSUMED_NORMAL, ModeState
 
 
 class EventKind(enum.StrEnum):
@@ -56,7 +56,11 @@ class Gate:
         self._valve = valve
         self._recovery = recovery
 
-    async def admit(self, turn: Turn) -> Event:
+    async def admit(self, turn: Turn, *, assume: bool = True) -> Event:
+        """The event's kind and mode. A message without media, of a conversation whose mode was last read
+        normal here (`ModeValve.assumes_normal`), is given normal mode assumed, not read: the write that
+        stores it proves it (refused whole while a segment is open), a trip fewer a turn. `assume` False:
+        read it (the companion's second admit, after such a write was refused)."""
         message = turn.message
         command = parse_command(message.text)
         info = command_info(command.name) if command is not None else None
@@ -71,6 +75,10 @@ class Gate:
             kind = EventKind.UNKNOWN_COMMAND
         else:
             kind = EventKind.MESSAGE
-        state = await self._valve.settle(turn.conversation)
         restarted = await self._recovery.closed_by_restart(turn.conversation, message)
+        if assume and kind is EventKind.MESSAGE and restarted is None and not message.media:
+            assumed = self._valve.assumes_normal(turn.conversation)
+        else:
+            assumed = False
+        state = ASSUMED_NORMAL if assumed else await self._valve.settle(turn.conversation)
         return Event(kind, state, command, info if kind is EventKind.COMMAND else None, restarted)

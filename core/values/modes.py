@@ -16,6 +16,10 @@ class NormalState:
     # The mode could not be read (store error or timeout): normal mode, and the message that
     # asked is not used at all, since it may have been meant for an open private interval.
     unreadable: bool = False
+    # Not read but assumed (the gate's fast path for a message of a conversation last read normal):
+    # the write that stores the message is refused whole when a segment is open (in SQL, in the same
+    # trip), and the event is then given the mode read as usual. Nothing is written in it before that.
+    assumed: bool = False
 
     mode: ClassVar[Mode] = Mode.NORMAL
     is_private: ClassVar[bool] = False
@@ -32,6 +36,7 @@ class PrivateState:
     is_private: ClassVar[bool] = True
     notice: ClassVar[None] = None
     unreadable: ClassVar[bool] = False
+    assumed: ClassVar[bool] = False
 
     @property
     def segment_id(self) -> int:
@@ -42,6 +47,7 @@ ModeState = NormalState | PrivateState
 
 NORMAL = NormalState()
 UNREADABLE = NormalState(unreadable=True)
+ASSUMED_NORMAL = NormalState(assumed=True)
 
 
 def with_notice(state: ModeState, text: str) -> str:

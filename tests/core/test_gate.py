@@ -7,6 +7,8 @@ same flows through python-telegram-bot, discord.py and the web chat are in tests
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from core.turn.companion import Companion
@@ -174,3 +176,72 @@ async def test_every_kind_of_reply_written_while_private_belongs_to_its_interval
     # Gone with the interval: the only delivery left since is the answer to /forget private.
     assert await all_rows(stores, "SELECT segment_id FROM deliveries WHERE id > ?", (before,)) == [(None,)]
     assert await count(stores, "SELECT count(*) FROM messages WHERE text LIKE ?", f"%{CANARY}%") == 0
+
+
+# --- normal mode assumed, proven by the message's write -------------------------------------------
+
+
+class CountingModeReads:
+    """The mode store, counting the mode reads (`open_segment_of`)."""
+
+    def __init__(self, modes) -> None:
+        self._modes = modes
+        self.reads = 0
+
+    def __getattr__(self, name):
+        return getattr(self._modes, name)
+
+    async def open_segment_of(self, conversation_id):
+        self.reads += 1
+        return await self._modes.open_segment_of(conversation_id)
+
+
+async def test_a_message_assumed_normal_is_stored_in_the_interval_a_segment_opened_behind_the_valve(
+    boot, stores, clock, provider
+):
+    # The gate assumes normal mode for a conversation it last read normal (no mode read: a trip fewer a turn).
+    # A segment opened since without this valve (another process on the database, say) is found by the
+    # message's own write, which refuses it whole: the message is then admitted with its mode read, and
+    # stored and answered inside that interval, never as a normal row.
+    companion = await boot()
+    await tell(companion, "hello")
+    ((conversation_id,),) = await all_rows(stores, "SELECT conversation_id FROM messages WHERE role = 'user'")
+    segment = await stores.modes.open_segment(conversation_id, clock.now(), None)
+
+    reply = await tell(companion, f"my code word is {CANARY}")
+
+    assert reply is not None and reply.delivery_id is not None
+    rows = await engines.rows_saying(
+        stores, "SELECT mode, segment_id FROM messages WHERE {saying}", f"%{CANARY}%", like=True
+    )
+    assert rows == [("private", segment.id)]
+    assert (
+        await count(
+            stores, "SELECT count(*) FROM deliveries WHERE id = ? AND segment_id = ?", reply.delivery_id, segment.id
+        )
+        == 1
+    )
+    assert (
+        await count(stores, "SELECT count(*) FROM messages WHERE segment_id IS NULL AND text LIKE ?", f"%{CANARY}%")
+        == 0
+    )
+    assert provider.last_reply_request().private
+
+
+async def test_a_conversation_last_read_normal_is_answered_without_a_mode_read(
+    stores, provider, clock, passphrase_hash
+):
+    counting = CountingModeReads(stores.modes)
+    companion = await boot_companion(
+        dataclasses.replace(stores, modes=counting), provider, clock, passphrase_hash, [FakeSender("telegram")]
+    )
+    await tell(companion, "hello", send=False)
+    read = counting.reads
+    assert read >= 1  # the first message of the conversation reads its mode
+    await tell(companion, "hello again", send=False)
+    assert counting.reads == read  # normal mode assumed: its write proves it
+    await tell(companion, f"/private {PASSPHRASE} 1h", send=False)
+    await tell(companion, "inside the interval", send=False)
+    inside = counting.reads
+    await tell(companion, "still inside", send=False)
+    assert counting.reads > inside  # a private turn reads its mode every time

@@ -73,10 +73,16 @@ class InboxStore(Protocol):
         account_id: int | None,
         platform_message_id: str | None,
         said: str | None = None,
+        assumed_normal: bool = False,
     ) -> int | None:
         """Store a user's chat message as an open turn, keyed by its platform id (the inbox).
         `said`: the person's own words when `text` holds more (quote and forward lines), the
-        only part of it a mirror copies. Returns None when it is stored already (a redelivery)."""
+        only part of it a mirror copies. Returns None when it is stored already (a redelivery).
+        `assumed_normal`: the caller did not read the mode (normal, `segment_id` None): the write is
+        refused whole while the conversation has a segment open.
+
+        Raises:
+            PrivateWriteRefused: `assumed_normal` and a segment of the conversation is open."""
         ...
 
 

@@ -10,7 +10,7 @@ from adapters.storage.modes import ModeQueries
 from adapters.storage.timeline import TimelineQueries
 from core.values.errors import PrivateWriteRefused
 from core.values.model import ConversationKey, RunRecord, Summary
-from tests.adapters.store.interval_rows import column, conversation, message, person, scalar, segment
+from tests.adapters.store.interval_rows import column, conversation, message, person, scalar, segment, words
 
 pytestmark = pytest.mark.engines
 
@@ -62,6 +62,29 @@ async def test_a_redelivered_message_is_stored_once(engine: Database) -> None:
     assert first is not None and again is None
     assert await scalar(engine, "SELECT count(*) FROM messages") == 1
     assert await scalar(engine, "SELECT last_activity_at FROM segments WHERE id = :s", s=interval) == 40.0
+
+
+async def test_a_message_assumed_normal_is_never_stored_while_a_segment_is_open(engine: Database) -> None:
+    # The gate's fast path (core/turn/gate.py): normal mode assumed, not read. The write itself refuses it whole
+    # while the conversation has an open segment, whatever the caller believed; the words are stored nowhere.
+    timeline = TimelineQueries(engine)
+    c = await conversation(engine)
+    stored = await timeline.add_inbound(
+        c, "normal words", 10.0, segment_id=None, account_id=None, platform_message_id="1", assumed_normal=True
+    )
+    assert stored is not None
+    await segment(engine, c)
+
+    with pytest.raises(PrivateWriteRefused):
+        await timeline.add_inbound(
+            c, "a secret word", 11.0, segment_id=None, account_id=None, platform_message_id="2", assumed_normal=True
+        )
+    with pytest.raises(ValueError, match="assumed normal"):
+        await timeline.add_inbound(
+            c, "a secret word", 11.0, segment_id=1, account_id=None, platform_message_id="2", assumed_normal=True
+        )
+
+    assert await words(engine, "messages") == ["normal words"]  # the recall index is fed by these rows alone
 
 
 async def test_an_analytics_run_is_never_written_while_the_conversation_is_private(engine: Database) -> None:
