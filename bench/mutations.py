@@ -2452,8 +2452,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "pg-read-waits-behind-the-writes",  # the valve's mode read then times out under load and fails closed
         RELIABILITY,
-        "        async with self._connection(reads=True) as conn:",
-        "        async with self._connection() as conn:",
+        "        pool, conn = await self._take(reads=True)",
+        "        pool, conn = await self._take()",
     ),
     M(
         "pg-lost-connection-left-in-the-other-pool",  # after a restart each stale connection would fail one more
