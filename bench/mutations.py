@@ -2480,6 +2480,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "            if False:",
     ),
     M(
+        "pg-trip-larger-than-the-socket-buffer-waits-to-read",  # its query never sent whole: the trip hangs
+        RELIABILITY,
+        "            while wait == _WAIT_R:",
+        "            while True:",
+        also=("tests/adapters/test_postgres_engine.py",),
+    ),
+    M(
         "pg-mark-waits-for-the-disk",
         RELIABILITY,
         '            begin.append("SET LOCAL synchronous_commit = off")',

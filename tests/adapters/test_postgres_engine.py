@@ -113,6 +113,14 @@ def test_named_parameters_become_positional_placeholders_outside_literals() -> N
     assert params == [2, 1]
 
 
+async def test_a_trip_larger_than_the_sockets_buffers_is_sent_and_read_whole(db: PostgresDatabase) -> None:
+    # 8 MB each way: the Sync's flush leaves most of the query unsent, and the answer comes in many reads.
+    big = "x" * (8 << 20)
+    async with asyncio.timeout(30):  # a guard against a hang, not a measure
+        (result,) = await db.write(Statement("SELECT length(:big) AS n, :big AS back", {"big": big}, Fetch.ONE))
+    assert result.one is not None and result.one["n"] == len(big) and result.one["back"] == big
+
+
 async def test_a_failure_mid_write_rolls_the_whole_write_back(db: PostgresDatabase) -> None:
     refused = Statement("INSERT INTO conversations (platform, chat_id, kind, created_at) VALUES ('x', '1', 'club', 0)")
     before = await people(db)

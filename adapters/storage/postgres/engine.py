@@ -389,11 +389,15 @@ class _Session:
     transaction mode). A name counts as prepared only once the server answered its Parse."""
 
     def __init__(self, conn: AsyncConnection[Any], prepare_threshold: int | None) -> None:
-        from psycopg import errors, waiting
+        from psycopg import errors, generators, waiting
         from psycopg.adapt import PyFormat, Transformer
         from psycopg.pq import Format
 
         self._conn = conn
+        # The loop of the pool the connection belongs to: asyncio.get_running_loop() is a getpid() system call at
+        # each trip (1-4 µs on this machine), and a pool's connections never leave its loop.
+        self._loop = asyncio.get_running_loop()
+        self._generators = generators
         self._tx = Transformer(conn)
         self._auto = PyFormat.AUTO
         self._text = Format.TEXT
@@ -448,7 +452,7 @@ class _Session:
                     pgconn.send_query_prepared(name, values, param_formats=formats, result_format=text)
                 expect.append(answered)
             pgconn.pipeline_sync()
-            fetched = await self._wait(_exchange(pgconn), pgconn.socket)
+            fetched = await self._wait(self._exchange(pgconn), pgconn.socket)
             pgconn.exit_pipeline_mode()
         except BaseException:
             from psycopg.pq import PipelineStatus
@@ -480,8 +484,8 @@ class _Session:
         every `interval` to find nothing). Any other wait (the query not flushed whole) is psycopg's."""
         try:
             wait = next(exchange)
+            loop = self._loop
             while wait == _WAIT_R:
-                loop = asyncio.get_running_loop()
                 ready = loop.create_future()
                 loop.add_reader(fd, _readable, ready)
                 try:
@@ -495,6 +499,17 @@ class _Session:
         except OSError as exc:  # the socket closed under the wait, as psycopg's wait says it
             raise self._errors.OperationalError("connection socket closed") from exc
         return await self._waiting.wait_async(_resumed(wait, exchange), fd, interval=WAIT_INTERVAL)
+
+    def _exchange(self, pgconn: PGconn) -> Generator[Any, Any, list[list[PGresult]]]:
+        """psycopg's generator of a trip: flush what was queued, then read every command's answers up to the Sync."""
+        send, fetch_many = self._generators.send, self._generators.fetch_many
+        yield from send(pgconn)
+        fetched: list[list[PGresult]] = []
+        while True:
+            results = yield from fetch_many(pgconn)
+            if results and results[0].status == _PIPELINE_SYNC:
+                return fetched
+            fetched.append(results)
 
     def _due(self, key: Key) -> bool:
         """Whether the statement is prepared now: seen often enough, with room for it."""
@@ -540,19 +555,6 @@ def _resumed(wait: Any, exchange: Generator[Any, Any, Any]) -> Generator[Any, An
         except StopIteration as done:
             return done.value
         ready = yield wait
-
-
-def _exchange(pgconn: PGconn) -> Generator[Any, Any, list[list[PGresult]]]:
-    """psycopg's generator of a trip: flush what was queued, then read every command's answers up to the Sync."""
-    from psycopg import generators
-
-    yield from generators.send(pgconn)
-    fetched: list[list[PGresult]] = []
-    while True:
-        results = yield from generators.fetch_many(pgconn)
-        if results and results[0].status == _PIPELINE_SYNC:
-            return fetched
-        fetched.append(results)
 
 
 @functools.lru_cache(maxsize=64)
