@@ -394,9 +394,6 @@ class _Session:
         from psycopg.pq import Format
 
         self._conn = conn
-        # The loop of the pool the connection belongs to: asyncio.get_running_loop() is a getpid() system call at
-        # each trip (1-4 µs on this machine), and a pool's connections never leave its loop.
-        self._loop = asyncio.get_running_loop()
         self._generators = generators
         self._tx = Transformer(conn)
         self._auto = PyFormat.AUTO
@@ -484,7 +481,7 @@ class _Session:
         try:
             wait = next(exchange)
             while wait == _WAIT_R:
-                answers = _Answers(exchange, self._loop, fd)
+                answers = _Answers(exchange, asyncio.get_running_loop(), fd)
                 try:
                     finished, wait = await answers.future
                 finally:
