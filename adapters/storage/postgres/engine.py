@@ -232,7 +232,7 @@ class PostgresDatabase:
         """One trip, one snapshot (a repeatable-read, read-only transaction when there are several)."""
         rendered = render_all(statements)
         pool, conn = await self._take(reads=True)
-        try:  # the pool's own context manager, and contextlib's, cost more than the rest of a trip's bookkeeping
+        try:  # not through contextlib's context manager: 3 µs of the loop's CPU a trip
             if len(rendered) == 1:
                 return await self._run(conn, (), rendered, statements, ())
             return await self._run(conn, (READ, GENERIC_PLANS), rendered, statements, ("COMMIT",))
@@ -540,9 +540,10 @@ WAIT_INTERVAL = 0.1
 class _Answers:
     """A trip's answers read as they arrive, by the loop: each time the socket is readable it hands the bytes to
     libpq and parses what came (`exchange`, psycopg's generator) in the reader's callback, and only the last one
-    wakes the trip (`future`: the generator's StopIteration, or an error). A large answer comes in 8 kB pieces:
-    80 messages of 300 characters are 4 of them, 1,000 characters 11, and the task was woken, the socket given
-    to the selector and taken back again, for each (15-20 µs of the loop's CPU a piece)."""
+    wakes the trip (`future`: what the generator returned, or its error). A large answer comes in 8 kB pieces
+    (160 messages of 300 characters are 4 of them, of 1,000 characters 11), and the trip's task was woken, and the
+    socket given to the selector and taken back again, for each: 80 rows of 600 characters took 210 µs of the
+    loop's CPU that way, 157 µs this."""
 
     __slots__ = ("_exchange", "_fd", "_loop", "future", "reading")
 
