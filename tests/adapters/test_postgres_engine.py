@@ -6,7 +6,7 @@ import asyncio
 import gc
 import os
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 
 import pytest
@@ -111,6 +111,42 @@ def test_named_parameters_become_positional_placeholders_outside_literals() -> N
     sql, params = render(with_ref, 1, [PERSON, with_ref])
     assert sql == b"SELECT $1 AS b, currval(pg_get_serial_sequence('people', 'id')) AS r, $2 AS a, $1 AS again"
     assert params == [2, 1]
+
+
+async def test_a_trip_larger_than_the_sockets_buffers_is_sent_and_read_whole(db: PostgresDatabase) -> None:
+    # 8 MB each way: the Sync's flush leaves most of the query unsent, and the answer comes in many reads.
+    big = "x" * (8 << 20)
+    async with asyncio.timeout(30):  # a guard against a hang, not a measure
+        (result,) = await db.write(Statement("SELECT length(:big) AS n, :big AS back", {"big": big}, Fetch.ONE))
+    assert result.one is not None and result.one["n"] == len(big) and result.one["back"] == big
+
+
+async def test_answers_arriving_in_the_round_their_trip_is_cancelled_in_are_left_unread() -> None:
+    # The loop calls a trip's reader after a task earlier in the same round cancelled the trip: the reader reads
+    # nothing (the cancelled trip closes its connection), and raises nothing into the loop.
+    import socket
+
+    from adapters.storage.postgres.engine import _Answers
+
+    given: list[object] = []
+
+    def exchange() -> Generator[int, object, list[object]]:
+        given.append((yield 1))
+        return []
+
+    trip = exchange()
+    next(trip)
+    ours, server = socket.socketpair()
+    try:
+        answers = _Answers(trip, asyncio.get_running_loop(), ours.fileno())
+        server.send(b"answers")
+        answers.future.cancel()
+        answers._readable()
+        answers.stop()
+    finally:
+        ours.close()
+        server.close()
+    assert given == []
 
 
 async def test_a_failure_mid_write_rolls_the_whole_write_back(db: PostgresDatabase) -> None:
