@@ -14,7 +14,7 @@ from telegram.request import HTTPXRequest
 
 # A top-level key a log may name (Bot API field names); any other is shown as "?".
 _FIELD = re.compile(r"[a-z_]{1,40}")
-# The URLs a client keeps parsed: the Bot API methods it calls (a file's URL, one per file, is parsed each time).
+# How many URLs a client keeps parsed: the Bot API methods it calls, and the files it fetched last.
 _URLS_KEPT = 64
 
 
@@ -76,9 +76,9 @@ class _BotAPIClient(httpx.AsyncClient):
             return super()._merge_url(url)
         merged = self._urls.get(url)
         if merged is None:
-            merged = super()._merge_url(url)
-            if len(self._urls) < _URLS_KEPT:
-                self._urls[url] = merged
+            if len(self._urls) >= _URLS_KEPT:  # a file's URL is fetched once: those do not pile up
+                self._urls.clear()
+            merged = self._urls[url] = super()._merge_url(url)
         return merged
 
 
