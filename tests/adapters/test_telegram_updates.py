@@ -1,5 +1,5 @@
 """The Telegram connection parses each fetched update once, with the bot, and sets aside what cannot be parsed;
-a part goes out with the parameters of python-telegram-bot's own methods."""
+a part, and a reply shown while written, go out with the parameters of python-telegram-bot's own methods."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from telegram import MessageEntity, ReplyParameters, Update
 from adapters.telegram.connection import TelegramConnection
 from adapters.telegram.formatting import telegram_parts
 from adapters.telegram.sender import TelegramSender, keyboard
+from adapters.telegram.streaming import TelegramStreamer
 from core.values.edge import EdgeSettings
-from core.values.model import Confirmation, DeliveryTarget, OutboundDelivery
+from core.values.model import Confirmation, DeliveryTarget, OutboundDelivery, StreamedReply
 from tests.helpers.fake_telegram import FakeTelegramServer
 
 USER, GROUP = 111, -100500
@@ -88,6 +89,36 @@ async def test_a_part_is_sent_and_edited_with_the_parameters_of_the_bots_own_met
             theirs, ours = telegram.calls_of("editMessageText")[-2:]
             assert ours == theirs
             assert sent.entities and sent.reply_markup is not None
+        finally:
+            await connection.close()
+
+
+async def test_a_reply_is_shown_while_written_with_the_parameters_of_the_bots_own_methods() -> None:
+    """The streamer posts (bot.send_message) and edits (bot.edit_message_text) with those methods'
+    parameters, reading only the id of the answer."""
+    async with FakeTelegramServer() as telegram:
+        connection = TelegramConnection(telegram.token, EdgeSettings(), base_url=telegram.base_url)
+        await connection.open(())
+        try:
+            bot = connection.bot
+            streamer = TelegramStreamer(connection, moved_to=lambda chat: None)
+            quoted = telegram.send_text(GROUP, USER, "a question", chat_type="supergroup")
+            target = DeliveryTarget("telegram", str(GROUP), reply_to=str(quoted), thread_id="7")
+            reply = StreamedReply(1, 1, target, "nonce")
+
+            shown = await streamer.post(reply, "The first words **of", 0)
+            assert shown == str(telegram.sent[-1].message_id)
+            reply_parameters = ReplyParameters(quoted, allow_sending_without_reply=True)
+            await bot.send_message(
+                GROUP, "The first words **of", reply_parameters=reply_parameters, message_thread_id=7
+            )
+            ours, theirs = telegram.calls_of("sendMessage")[-2:]
+            assert ours == theirs
+
+            await bot.edit_message_text("The first words **of a reply", chat_id=GROUP, message_id=int(shown))
+            await streamer.edit(reply, shown, "The first words **of a reply")  # "not modified": shown already
+            theirs, ours = telegram.calls_of("editMessageText")[-2:]
+            assert ours == theirs
         finally:
             await connection.close()
 
