@@ -1,4 +1,4 @@
-"""The Bot API connections: no answer body in the log, and an update python-telegram-bot cannot parse set aside."""
+"""The Bot API connections: no answer body in the log, an update python-telegram-bot cannot parse set aside, no cookie jar."""
 
 from __future__ import annotations
 
