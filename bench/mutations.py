@@ -2738,6 +2738,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/adapters/test_telegram_updates.py",),
     ),
     M(
+        "telegram-part-sent-outside-its-topic",  # the part goes without send_message's message_thread_id
+        RELIABILITY,
+        '            "message_thread_id": thread_id,',
+        '            "message_thread_id": None,',
+        also=("tests/adapters/test_telegram_updates.py",),
+    ),
+    M(
+        "telegram-stream-posted-outside-its-topic",  # a reply shown while written leaves its forum topic
+        RELIABILITY,
+        '"message_thread_id": thread_id, "reply_parameters": quote}',
+        '"message_thread_id": None, "reply_parameters": quote}',
+        also=("tests/adapters/test_telegram_updates.py",),
+    ),
+    M(
+        "telegram-one-part-shortcut-keeps-whitespace",  # a fitting text with blank ends skips the split's trim
+        RELIABILITY,
+        "    if text and not text[0].isspace() and not text[-1].isspace() and (units := _units(text)) <= limit:",
+        "    if text and (units := _units(text)) <= limit:",
+        also=("tests/adapters/test_telegram_formatting.py",),
+    ),
+    M(
         "stream-row-in-flight-not-taken-over",
         RELIABILITY,
         "            await asyncio.shield(self._writing)  # the write goes on if the turn is cut off meanwhile",

@@ -65,6 +65,15 @@ def split_rendered(
     """
     if limit < 2:
         raise ValueError("limit must be at least 2")
+    if text and not text[0].isspace() and not text[-1].isspace() and (units := _units(text)) <= limit:
+        # Most replies: one part, as `_split_clusters` makes it (nothing to trim, nothing to cut),
+        # without finding its grapheme clusters (a tenth of a millisecond for a paragraph).
+        return (_part(text, 0, units, entities),)
+    return _split_clusters(text, entities, limit)
+
+
+def _split_clusters(text: str, entities: tuple[RenderedEntity, ...], limit: int) -> tuple[TelegramPart, ...]:
+    """`split_rendered`, cutting between grapheme clusters."""
     clusters: list[str] = []
     for cluster in _graphemes().findall(text):
         clusters.extend(cluster if _units(cluster) > limit else [cluster])

@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from telegram import InlineKeyboardButton, InlineKeyboardMarkup, Message, MessageEntity, ReplyParameters
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup, MessageEntity, ReplyParameters
 from telegram.constants import ChatAction
 from telegram.error import BadRequest, ChatMigrated, TelegramError
 
@@ -225,13 +226,13 @@ class TelegramSender:
             markup = reply_markup if number == len(parts) - 1 else None
             try:
                 try:
-                    message = await self._send_part(chat_id, part, reply, thread_id, markup)
+                    message_id = await self._send_part(chat_id, part, reply, thread_id, markup)
                 except ChatMigrated as moved:
                     chat_id, reply_to, thread_id = await self._follow(chat_id, moved.new_chat_id, on_moved), None, None
-                    message = await self._send_part(chat_id, part, None, None, markup)
+                    message_id = await self._send_part(chat_id, part, None, None, markup)
             except TelegramError as exc:
                 raise TelegramDeliveryError(f"sendMessage failed ({type(exc).__name__})", len(sent)) from exc
-            sent.append(message.message_id)
+            sent.append(message_id)
         return sent
 
     async def _finish_streamed(
@@ -288,24 +289,23 @@ class TelegramSender:
         self, chat_id: int | str, message_id: int, part: TelegramPart, markup: InlineKeyboardMarkup | None
     ) -> bool:
         """Edit one message into a rendered part (once more without its entities if Telegram refuses
-        them); False when the message cannot be edited any more."""
-        call = self._connection.call
-        edit = functools.partial(
-            self._connection.bot.edit_message_text,
-            part.text,
-            chat_id=chat_id,
-            message_id=message_id,
-            reply_markup=markup,
-        )
+        them), as `bot.edit_message_text` edits it; False when the message cannot be edited any more."""
         entities = [MessageEntity(**entity.as_dict()) for entity in part.entities]
+        params: dict[str, Any] = {
+            "text": part.text,
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "entities": entities or None,
+            "reply_markup": markup,
+        }
         try:
             try:
-                await call("editMessageText", functools.partial(edit, entities=entities or None))
+                await self._post("editMessageText", params)
             except BadRequest as exc:
                 if not entities or "entit" not in exc.message.lower():
                     raise
                 log.warning("telegram: the entities of a part were refused (%s); it goes plain", type(exc).__name__)
-                await call("editMessageText", edit)
+                await self._post("editMessageText", {**params, "entities": None})
         except ChatMigrated:
             return False
         except BadRequest as exc:
@@ -324,24 +324,32 @@ class TelegramSender:
         reply: ReplyParameters | None,
         thread_id: int | None,
         markup: InlineKeyboardMarkup | None,
-    ) -> Message:
-        """Send one rendered part; when Telegram refuses its entities, once more without them."""
-        send = functools.partial(
-            self._connection.bot.send_message,
-            chat_id,
-            part.text,
-            reply_parameters=reply,
-            message_thread_id=thread_id,
-            reply_markup=markup,
-        )
+    ) -> int:
+        """Send one rendered part, as `bot.send_message` sends it; its message id. When Telegram
+        refuses its entities, once more without them."""
         entities = [MessageEntity(**entity.as_dict()) for entity in part.entities]
+        params: dict[str, Any] = {
+            "chat_id": chat_id,
+            "text": part.text,
+            "entities": entities or None,
+            "message_thread_id": thread_id,
+            "reply_markup": markup,
+            "reply_parameters": reply,
+        }
         try:
-            return await self._connection.call("sendMessage", functools.partial(send, entities=entities or None))
+            sent = await self._post("sendMessage", params)
         except BadRequest as exc:
             if not entities or "entit" not in exc.message.lower():
                 raise
             log.warning("telegram: the entities of a part were refused (%s); it goes plain", type(exc).__name__)
-            return await self._connection.call("sendMessage", send)
+            sent = await self._post("sendMessage", {**params, "entities": None})
+        return int(sent["message_id"])
+
+    async def _post(self, method: str, params: dict[str, Any]) -> Any:
+        """One call (`TelegramConnection.call`: its retries) of the bot's method `method`, its answer
+        left as JSON (`TelegramConnection.post`: the Message Telegram returns is not parsed)."""
+        post = self._connection.post
+        return await self._connection.call(method, lambda: post(method, dict(params)))
 
     async def _follow(self, old: int | str, new: int, on_moved: ChatMoved | None) -> int:
         """Re-key `old` to `new` in storage and remember it; the reply goes out to `new` either way.

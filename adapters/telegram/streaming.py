@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from telegram import ReplyParameters
 from telegram.error import BadRequest, RetryAfter, TelegramError
@@ -54,6 +55,10 @@ class TelegramStreamer:
             raise DeliveryFailed("not started", permanent=False, parts_sent=0)
         return self._connection.bot
 
+    async def _post(self, method: str, params: dict[str, Any]) -> Any:
+        self._bot()  # not started: DeliveryFailed
+        return await self._connection.post(method, params)
+
     def pieces(self, text: str, *, final: bool = False) -> list[str]:
         return stream_pieces(sendable(text), MAX_MESSAGE_LENGTH, final=final)
 
@@ -65,18 +70,20 @@ class TelegramStreamer:
         if (moved := self._moved_to(target.chat_id)) is not None:
             chat_id, reply_to, thread_id = moved, None, None
         quote = ReplyParameters(reply_to, allow_sending_without_reply=True) if reply_to else None
+        # bot.send_message's parameters; the answer read for the message id only (TelegramConnection.post).
+        params = {"chat_id": chat_id, "text": sendable(text), "message_thread_id": thread_id, "reply_parameters": quote}
         try:
-            message = await self._bot().send_message(
-                chat_id, sendable(text), reply_parameters=quote, message_thread_id=thread_id
-            )
+            message = await self._post("sendMessage", params)
         except TelegramError as exc:
             raise _failure(exc) from exc
-        return str(message.message_id)
+        return str(message["message_id"])
 
     async def edit(self, reply: StreamedReply, message_id: str, text: str) -> None:
         chat_id: int | str = self._moved_to(reply.target.chat_id) or reply.target.chat_id
-        try:
-            await self._bot().edit_message_text(sendable(text), chat_id=chat_id, message_id=int(message_id))
+        try:  # bot.edit_message_text's parameters; its answer is not read
+            await self._post(
+                "editMessageText", {"text": sendable(text), "chat_id": chat_id, "message_id": int(message_id)}
+            )
         except TelegramError as exc:
             if not_modified(exc):
                 return

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from adapters.storage.stores import Stores
-from adapters.telegram.formatting import render, split_rendered
+from adapters.telegram.formatting import _split_clusters, render, split_rendered
 from bot.bootstrap import build_companion, core_entry
 from core.delivery.outbox import Outbox
 from core.ports.clock import SystemClock
@@ -269,6 +269,20 @@ def test_splitting_never_breaks_a_grapheme_and_every_entity_lies_valid_inside_it
         _, refusal = check_message(part.text, [e.as_dict() for e in part.entities])
         assert refusal is None, refusal
     assert text[position:].strip() == ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(PIECES | st.text(max_size=3), max_size=40),
+    limit=st.integers(min_value=2, max_value=200),
+    rendered=st.booleans(),
+)
+def test_a_text_that_fits_one_message_is_the_part_its_grapheme_clusters_make(
+    pieces: list[str], limit: int, rendered: bool
+) -> None:
+    """The shortcut for a text that fits (most replies) gives what the cut between grapheme clusters gives."""
+    text, entities = render("".join(pieces)) if rendered else ("".join(pieces), ())
+    assert split_rendered(text, entities, limit) == _split_clusters(text, entities, limit)
 
 
 async def test_a_mirror_to_a_telegram_chat_is_rendered_too(
