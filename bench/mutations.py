@@ -1633,8 +1633,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "stream-timeout-bounds-the-whole-answer",
         RELIABILITY,
-        "                assembly = await read_stream(paced_lines(chunks), sink)",
-        "                assembly = await asyncio.wait_for(read_stream(paced_lines(chunks), sink), self._timeout)",
+        "                    assembly = await read_stream(lines, sink)",
+        "                    assembly = await asyncio.wait_for(read_stream(lines, sink), self._timeout)",
     ),
     M(
         "stream-broken-answer-asked-again",  # the words shown would be shown a second time
@@ -1648,6 +1648,36 @@ MUTATIONS: tuple[Mutation, ...] = (
         PRIVACY,
         'raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc}") from exc',
         'raise ProviderBadResponse(f"{self._where} streamed something that is not an answer: {exc} {exc.reported}") from exc',
+    ),
+    M(
+        "request-body-every-message-written-as-role-and-text",  # images, tool calls and results lost
+        RELIABILITY,
+        '    if message.images or message.tool_calls or role == "tool" or type(role) is not str or type(content) is not str:',
+        "    if False:",
+    ),
+    M(
+        "request-body-tool-json-kept-though-its-schema-changed",
+        RELIABILITY,
+        "            and written.snapshot == tool.parameters",
+        "            and True",
+    ),
+    M(
+        "request-body-tool-json-kept-for-other-parameters",
+        RELIABILITY,
+        "            and written.parameters is tool.parameters",
+        "            and True",
+    ),
+    M(
+        "request-body-tool-json-kept-for-another-description",
+        RELIABILITY,
+        "            and written.description == tool.description",
+        "            and True",
+    ),
+    M(
+        "request-body-tools-json-kept-without-bound",
+        RELIABILITY,
+        "        if len(self._tools_written) >= _TOOLS_WRITTEN_KEPT:",
+        "        if False:",
     ),
     M(
         "doctor-stream-probe-not-a-turns-request",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import email.utils
 import json
@@ -161,7 +162,8 @@ class OpenAICompatibleProvider:
             raise ValueError(f"max_retries must be 0 or more, not {max_retries}")
         self.model = model
         self.last_request_bytes: int | None = None
-        self._url = str(url) + "/chat/completions"
+        # Parsed once: httpx would parse a str again for every request.
+        self._url = httpx.URL(str(url) + "/chat/completions")
         # userinfo and query may hold credentials; messages show neither.
         self._where = f"the model server at {shown(url)}"
         self._api_key = api_key
@@ -181,6 +183,8 @@ class OpenAICompatibleProvider:
         self._sleep = asyncio.sleep
         # What the server refused (streaming per shape, image input), normal and private requests apart.
         self._traits = ServerTraits()
+        # Each tool's JSON by its name, as last written (`_tool_json`).
+        self._tools_written: dict[str, _WrittenTool] = {}
 
     @property
     def images_accepted(self) -> bool:
@@ -266,7 +270,10 @@ class OpenAICompatibleProvider:
                 return self._whole(content, attempts, request)
             try:
                 chunks = response.aiter_bytes()
-                assembly = await read_stream(paced_lines(chunks), sink)
+                # Closed here, not left to the garbage collector: asyncio would finalize it in a task of
+                # its own, woken through the loop's self-pipe (two system calls and a loop turn a reply).
+                async with contextlib.aclosing(paced_lines(chunks)) as lines:
+                    assembly = await read_stream(lines, sink)
                 # `data: [DONE]` comes just before the body's end: read on to it, or the pool closes
                 # the connection (a new handshake every turn; TLS's with a remote server).
                 ended = await _read_to_end(chunks)
@@ -351,12 +358,39 @@ class OpenAICompatibleProvider:
         return await fitted(request) if self._traits.allows(Trait.IMAGES, request) else without_images(request)
 
     def _body(self, request: CompletionRequest, *, streamed: bool = False) -> bytes:
-        payload = _payload(self.model, request, self._max_tokens)
+        """The request as JSON, compact and UTF-8: `{"model", "messages", "tools", ...rest}`, byte for
+        byte what `json.dumps` would write of that object (`_JSON`); the messages are written by
+        `_message_json`, the tools by `_tool_json`."""
+        rest = _rest_of_payload(request, self._max_tokens)
         if streamed:
-            payload["stream"] = True
+            rest["stream"] = True
             # OpenAI, Ollama and vLLM send usage (what the context budget learns from) only when asked.
-            payload["stream_options"] = {"include_usage": True}
-        return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+            rest["stream_options"] = {"include_usage": True}
+        messages = ",".join([_message_json(m) for m in request.messages])
+        tools = f',"tools":[{",".join([self._tool_json(t) for t in request.tools])}]' if request.tools else ""
+        # `rest` always holds max_tokens: its object is never empty, so it continues the one begun here.
+        return f'{{"model":{_JSON.encode(self.model)},"messages":[{messages}]{tools},{_JSON.encode(rest)[1:]}'.encode()
+
+    def _tool_json(self, tool: ToolSpec) -> str:
+        """`_tool(tool)` as `_JSON` writes it, kept from one request to the next: the same tools go with
+        every turn's request, and writing their schemas took half the time spent on a body. What was
+        written is used again while the tool's description is the same and its parameters the same
+        object, still equal to what they were when written."""
+        written = self._tools_written.get(tool.name)
+        if (
+            written is not None
+            and written.parameters is tool.parameters
+            and written.description == tool.description
+            and written.snapshot == tool.parameters
+        ):
+            return written.text
+        text = _JSON.encode(_tool(tool))
+        if len(self._tools_written) >= _TOOLS_WRITTEN_KEPT:
+            self._tools_written.clear()
+        self._tools_written[tool.name] = _WrittenTool(
+            tool.description, tool.parameters, copy.deepcopy(tool.parameters), text
+        )
+        return text
 
     async def _post_images(
         self, body: bytes, request: CompletionRequest
@@ -516,6 +550,21 @@ class OpenAICompatibleProvider:
 # --- helpers --------------------------------------------------------------------
 
 
+# Tools whose JSON is kept (`_tool_json`); more (served tools coming and going) start the count again.
+_TOOLS_WRITTEN_KEPT = 256
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _WrittenTool:
+    """A tool's JSON as written, with what it was written from: its description, its parameters (the
+    object) and their value then (a deep copy)."""
+
+    description: str
+    parameters: dict[str, Any]
+    snapshot: dict[str, Any]
+    text: str
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Unstreamed:
     """A streamed request that failed before anything of its answer was shown: why, in our words,
@@ -525,10 +574,16 @@ class _Unstreamed:
     request: CompletionRequest
 
 
-def _payload(model: str, request: CompletionRequest, default_max_tokens: int) -> dict[str, Any]:
-    payload: dict[str, Any] = {"model": model, "messages": [_message(m) for m in request.messages]}
+# json.dumps(value, separators=(",", ":"), ensure_ascii=False), its encoder built once; and the
+# function that encoder writes a string with (C's, as json.dumps's own).
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_JSON_STRING = json.encoder.encode_basestring
+
+
+def _rest_of_payload(request: CompletionRequest, default_max_tokens: int) -> dict[str, Any]:
+    """What a request's JSON object holds after its model, messages and tools (`_body`)."""
+    payload: dict[str, Any] = {}
     if request.tools:
-        payload["tools"] = [_tool(t) for t in request.tools]
         # Without it llama.cpp's server (and others) leave the tools out of the prompt.
         payload["tool_choice"] = "auto"
         if request.force_tool is not None:
@@ -538,6 +593,16 @@ def _payload(model: str, request: CompletionRequest, default_max_tokens: int) ->
     # Always sent: without a cap a small model can run to the end of its context.
     payload["max_tokens"] = request.max_tokens if request.max_tokens is not None else default_max_tokens
     return payload
+
+
+def _message_json(message: ChatMessage) -> str:
+    """`_message(message)` as `_JSON` writes it. Most messages hold a role and a text alone: those are
+    written here directly, the generic encoder being slow on many small objects (81 in a turn's
+    request of 80 messages of context took most of the time spent on the request's body)."""
+    role, content = message.role, message.content or ""
+    if message.images or message.tool_calls or role == "tool" or type(role) is not str or type(content) is not str:
+        return _JSON.encode(_message(message))
+    return f'{{"role":{_JSON_STRING(role)},"content":{_JSON_STRING(content)}}}'
 
 
 def _message(message: ChatMessage) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,7 +203,7 @@ async def paced_lines(
     gap: float = READ_GAP,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     monotonic: Callable[[], float] = time.monotonic,
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The lines of a server-sent event stream (UTF-8; `\\n`, `\\r\\n` or `\\r` ends a line). After a
     read that had to wait for the server, the next one waits `gap` seconds, so that the events
     sent meanwhile are read together; what was already there is read at once."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
 import socket
@@ -10,7 +12,10 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from adapters.llm.images import data_url
 from adapters.llm.openai_compat import OpenAICompatibleProvider
 from core.values.errors import (
     ProviderBadResponse,
@@ -20,7 +25,8 @@ from core.values.errors import (
     ProviderServerError,
     ProviderUnavailable,
 )
-from core.values.model import ChatMessage, CompletionRequest, ToolSpec
+from core.values.model import ChatMessage, CompletionRequest, ImageInput, ToolCall, ToolSpec
+from tests.helpers.media import png_with
 
 CANARY = "canary-7f3a9 the user's private words"
 
@@ -33,6 +39,11 @@ WEATHER = ToolSpec(
 
 def ask(text: str = "hello", **kwargs: object) -> CompletionRequest:
     return CompletionRequest(messages=(ChatMessage("system", "be kind"), ChatMessage("user", text)), **kwargs)
+
+
+def compact_json(value: object) -> bytes:
+    """`value` as the provider's bodies are written: compact JSON, non-ASCII as it is, UTF-8."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def full_text(exc: BaseException) -> str:
@@ -81,6 +92,122 @@ async def test_request_body_is_compact_json_and_its_size_is_exposed(server, prov
     assert provider.last_request_bytes == len(raw)
     assert server.requests[0]["temperature"] == 0.2
     assert server.requests[0]["max_tokens"] == 50
+
+
+async def test_the_body_is_the_requests_json_byte_for_byte_whatever_its_messages(provider) -> None:
+    # The body is written in pieces (messages of role and text alone directly, each tool's JSON kept
+    # between requests): what it holds is still exactly what json.dumps writes of the request.
+    call = ToolCall("call_1", "get_weather", '{"city":"Oslo"}')
+    image = ImageInput("image/png", png_with())
+    request = ask(
+        'quotes " and \\ and\nlines, caf\u00e9 \U0001f600, \u2028 \x00 \x1f',
+        tools=(WEATHER,),
+        temperature=0.5,
+    )
+    request = dataclasses.replace(
+        request,
+        messages=(
+            *request.messages,
+            ChatMessage("user", None),
+            ChatMessage("assistant", None, tool_calls=(call,)),
+            ChatMessage("tool", "12 degrees", tool_call_id="call_1"),
+            ChatMessage("user", "what is this?", images=(image,)),
+            ChatMessage("user", "the last words"),
+        ),
+    )
+    expected = {
+        "model": "test-model",
+        "messages": [
+            {"role": "system", "content": "be kind"},
+            {"role": "user", "content": request.messages[1].content},
+            {"role": "user", "content": ""},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": call.arguments},
+                    }
+                ],
+            },
+            {"role": "tool", "content": "12 degrees", "tool_call_id": "call_1"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": data_url(image)}},
+                ],
+            },
+            {"role": "user", "content": "the last words"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": WEATHER.name,
+                    "description": WEATHER.description,
+                    "parameters": WEATHER.parameters,
+                },
+            }
+        ],
+        "tool_choice": "auto",
+        "temperature": 0.5,
+        "max_tokens": 1024,
+    }
+    streamed = {**expected, "stream": True, "stream_options": {"include_usage": True}}
+
+    for _ in range(2):  # the second time with the tool's JSON as written the first
+        assert await provider.request_body(request) == compact_json(expected)
+        assert await provider.request_body(request, streamed=True) == compact_json(streamed)
+
+
+@given(
+    texts=st.lists(st.tuples(st.sampled_from(["system", "user", "assistant", 'r\u00f4le "']), st.text()), max_size=6),
+    model=st.text(),
+)
+def test_a_request_of_any_texts_is_sent_as_its_json(texts, model) -> None:
+    provider = OpenAICompatibleProvider("http://127.0.0.1:1/v1", model=model)
+    request = CompletionRequest(tuple(ChatMessage(role, text) for role, text in texts))
+    expected = {
+        "model": model,
+        "messages": [{"role": role, "content": text} for role, text in texts],
+        "max_tokens": 1024,
+    }
+    try:
+        wanted: bytes | str = compact_json(expected)
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 body of it either
+        wanted = str(exc)
+    try:
+        body: bytes | str = asyncio.run(provider.request_body(request))
+    except UnicodeEncodeError as exc:
+        body = str(exc)
+    assert body == wanted
+
+
+async def test_a_tool_changed_since_the_last_request_is_sent_as_it_is_now(provider) -> None:
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}}
+
+    async def sent(tool: ToolSpec) -> bytes:
+        body = await provider.request_body(ask(tools=(tool,)))
+        return compact_json(json.loads(body)["tools"][0]["function"])
+
+    assert await sent(ToolSpec("get_weather", "Weather.", parameters)) == compact_json(
+        {"name": "get_weather", "description": "Weather.", "parameters": parameters}
+    )
+    parameters["properties"]["days"] = {"type": "integer"}  # its schema changed in place
+    assert b'"days":{"type":"integer"}' in await sent(ToolSpec("get_weather", "Weather.", parameters))
+    assert b'"description":"Rain and sun."' in await sent(ToolSpec("get_weather", "Rain and sun.", parameters))
+    # Other parameters of the same value, in another order: written in theirs.
+    reordered = {"properties": parameters["properties"], "type": "object"}
+    assert b'"parameters":{"properties":' in await sent(ToolSpec("get_weather", "Rain and sun.", reordered))
+
+
+async def test_the_tools_json_kept_is_bounded(provider) -> None:
+    tools = tuple(ToolSpec(f"tool_{n}", "A tool.", {"type": "object"}) for n in range(300))
+    await provider.request_body(ask(tools=tools))
+    assert len(provider._tools_written) <= 256
 
 
 async def test_no_authorization_header_without_an_api_key(server) -> None:
