@@ -51,6 +51,12 @@ def M(
 MUTATIONS: tuple[Mutation, ...] = (
     # --- the valve ---------------------------------------------------------
     M(
+        "stream-line-ends-at-unicode-separators",  # a raw U+2028 in a delta ends its event's line: the stream fails
+        RELIABILITY,
+        '_LINE_END = re.compile(r"\\r\\n|\\r|\\n")',
+        '_LINE_END = re.compile(r"\\r\\n|\\r|\\n|\\u2028|\\u2029|\\x85")',
+    ),
+    M(
         "assumed-normal-message-written-unguarded",  # a message stored normal while a segment is open
         PRIVACY,
         'guard = refusing_while_private(self._engine.dialect, conversation_id, "message assumed normal")',

@@ -193,6 +193,9 @@ class StreamAssembly:
 # socket read for every token (20-60 a second) cost more of the process's CPU than the rest of
 # the reply. Between reads the server's events wait in the socket's buffer and arrive together.
 READ_GAP = 0.3
+# What ends a line of an event stream: \r\n, \r or \n, and nothing else (str.splitlines also ends one at
+# U+2028, U+2029, U+0085 ..., which a JSON string may hold unescaped: llama.cpp's server writes them so).
+_LINE_END = re.compile(r"\r\n|\r|\n")
 # A read that returned sooner than this found its bytes already received (no wait for the server).
 BUFFERED = 0.002
 
@@ -213,17 +216,19 @@ async def paced_lines(
     async for chunk in chunks:
         waited = monotonic() - asked > BUFFERED
         text = pending + decoder.decode(chunk)
-        lines = text.splitlines(keepends=True)
-        # A last line without its end (or a lone \\r that a \\n may follow) waits for the next read.
-        pending = lines.pop() if lines and (not lines[-1].endswith(("\n", "\r")) or text.endswith("\r")) else ""
+        # The last piece is a line without its end yet ("" after one); a lone \r ending the text may be
+        # the first half of a \r\n, so it waits with that piece for the next read.
+        held = "\r" if text.endswith("\r") else ""
+        *lines, pending = _LINE_END.split(text[: len(text) - len(held)])
+        pending += held
         for line in lines:
-            yield line.rstrip("\r\n")
+            yield line
         if waited:
             await sleep(gap)
         asked = monotonic()
     pending += decoder.decode(b"", final=True)
-    for line in pending.splitlines():
-        yield line
+    if pending:  # the body ended inside a line: that line, without a lone \r
+        yield pending.removesuffix("\r")
 
 
 async def read_stream(lines: AsyncIterator[str], partial: PartialSink) -> StreamAssembly:

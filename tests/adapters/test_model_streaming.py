@@ -468,6 +468,18 @@ async def test_a_surrogate_pair_split_over_two_deltas_is_joined_and_a_lone_one_r
         text.encode("utf-8")  # every text shown or stored can be sent and written
 
 
+async def test_line_and_paragraph_separators_written_raw_in_a_delta_are_words_of_the_answer(server, provider) -> None:
+    # JSON lets a string hold U+2028, U+2029 and U+0085 unescaped (llama.cpp's server writes them so, as
+    # json.dumps(ensure_ascii=False) does): an event's line ends at \n, \r\n or \r only.
+    words = "first\u2028second\u2029third\u0085fourth"
+    chunk = {"choices": [{"index": 0, "delta": {"content": words}, "finish_reason": "stop"}]}
+    server.reply_stream([json.dumps(chunk, ensure_ascii=False)])
+
+    completion = await provider.complete(ask(), partial=Sink())
+
+    assert completion.text == words
+
+
 # --- nothing the model wrote in a log or an exception ------------------------------------------------------------
 
 

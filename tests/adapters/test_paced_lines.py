@@ -59,3 +59,18 @@ async def test_what_was_already_received_is_read_at_once():
     network = Network([(0.5, b"data: 1\n\n"), (0.0, b"data: 2\n\n"), (0.0, b"data: 3\n\n")])
     assert len(await lines_of(network)) == 6
     assert network.sleeps == [0.3]  # only after the read that waited
+
+
+async def test_only_cr_lf_and_crlf_end_a_line():
+    # A JSON string may hold U+2028, U+2029 and U+0085 unescaped (llama.cpp's server writes them so): they
+    # are words of the answer, not the ends of lines, which in an event stream are \r\n, \r and \n only.
+    words = "one\u2028two\u2029three\u0085four\x0bfive\x0csix\x1cseven"
+    text = f'data: {{"a": "{words}"}}\r\rdata: [DONE]\r\n'.encode()
+    for cut in range(1, len(text)):
+        network = Network([(0.0, text[:cut]), (0.0, text[cut:])])
+        assert await lines_of(network) == [f'data: {{"a": "{words}"}}', "", "data: [DONE]"], cut
+
+
+async def test_a_body_ending_inside_a_line_ends_that_line():
+    assert await lines_of(Network([(0.0, b"data: x\r")])) == ["data: x"]
+    assert await lines_of(Network([(0.0, b"data: x\r\ndata: y")])) == ["data: x", "data: y"]
