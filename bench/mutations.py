@@ -2795,6 +2795,56 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/adapters/test_telegram_formatting.py",),
     ),
     M(
+        "lean-client-sends-url-credentials-unauthenticated",  # user:password@ in a model URL stops being sent
+        RELIABILITY,
+        "            and not (request.url.username or request.url.password)\n",
+        "",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "lean-client-drops-the-cookies-a-server-sets",  # a model server's affinity cookie is not sent back
+        RELIABILITY,
+        '        if "set-cookie" in response.headers:',
+        "        if False:",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "lean-client-request-without-the-client-timeout",  # a request made without the client waits for ever
+        RELIABILITY,
+        "        self._set_timeout(request)\n",
+        "",
+        within="LeanClient.send",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "lean-client-ignores-follow-redirects",
+        RELIABILITY,
+        "            and not (self.follow_redirects if isinstance(follow_redirects, UseClientDefault) else follow_redirects)\n",
+        "",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "lean-client-ignores-event-hooks",
+        RELIABILITY,
+        '            and not self.event_hooks["request"]\n',
+        "",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "lean-client-failure-without-its-request",  # httpx's error no longer names the request that failed
+        RELIABILITY,
+        "        with request_context(request=request):",
+        "        if True:",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "lean-client-takes-httpx-s-whole-path",  # every request through auth, redirects, timer and jar again
+        RELIABILITY,
+        "        if not self.plain(request, auth, follow_redirects):",
+        "        if True:",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
         "stream-row-in-flight-not-taken-over",
         RELIABILITY,
         "            await asyncio.shield(self._writing)  # the write goes on if the turn is cut off meanwhile",

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from adapters.http_client import LeanClient
 from adapters.llm.images import data_url, fitted, refuses_images, without_images
 from adapters.llm.learned import ServerTraits, Trait, stream_trait
 from adapters.llm.streaming import StreamFailed, arguments_text, paced_lines, read_stream
@@ -414,7 +415,7 @@ class OpenAICompatibleProvider:
             headers = {"Content-Type": "application/json", "Accept": "application/json"}
             if self._api_key:
                 headers["Authorization"] = f"Bearer {self._api_key}"
-            self._client = httpx.AsyncClient(
+            self._client = LeanClient(  # adapters/http_client.py: httpx's requests, less of the loop's CPU
                 headers=headers,
                 timeout=httpx.Timeout(self._timeout),
                 transport=self._transport,

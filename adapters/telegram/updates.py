@@ -12,10 +12,10 @@ from telegram import Bot, Update
 from telegram.error import TelegramError
 from telegram.request import HTTPXRequest
 
+from adapters.http_client import LeanClient
+
 # A top-level key a log may name (Bot API field names); any other is shown as "?".
 _FIELD = re.compile(r"[a-z_]{1,40}")
-# How many URLs a client keeps parsed: the Bot API methods it calls, and the files it fetched last.
-_URLS_KEPT = 64
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,15 +52,14 @@ class _NoCookies(httpx.Cookies):
         return None
 
 
-class _BotAPIClient(httpx.AsyncClient):
-    """httpx's client as python-telegram-bot builds it, without two costs of every request that
-    the Bot API has no use for (together about a tenth of a request's CPU): a cookie jar (the Bot
-    API sets no cookie; reading each answer's headers into the jar took ~15 us), and parsing the
-    URL of each call (each method's URL is parsed once, ~12 us a request)."""
+class _BotAPIClient(LeanClient):
+    """httpx's client as python-telegram-bot builds it, without what the Bot API has no use for: a cookie jar
+    (the Bot API sets no cookie; reading each answer's headers into the jar took ~15 us), and, through
+    `LeanClient` (adapters/http_client.py), each method's URL parsed again and the layers of httpx's path
+    that a request without authentication, hooks or redirects passes through doing nothing."""
 
     def __init__(self, **kwargs: Any) -> None:
         self._no_cookies = _NoCookies()
-        self._urls: dict[str, httpx.URL] = {}
         super().__init__(**kwargs)
 
     @property
@@ -70,16 +69,6 @@ class _BotAPIClient(httpx.AsyncClient):
     @cookies.setter
     def cookies(self, cookies: Any) -> None:
         return None  # none kept: see the class
-
-    def _merge_url(self, url: httpx.URL | str) -> httpx.URL:
-        if not isinstance(url, str):
-            return super()._merge_url(url)
-        merged = self._urls.get(url)
-        if merged is None:
-            if len(self._urls) >= _URLS_KEPT:  # a file's URL is fetched once: those do not pile up
-                self._urls.clear()
-            merged = self._urls[url] = super()._merge_url(url)
-        return merged
 
 
 class UpdatesRequest(BotAPIRequest):
