@@ -35,8 +35,11 @@ class _RawServer:
     answer: Answer
     requests: list[bytes] = field(default_factory=list)
     url: str = ""
+    # Every connection's writer and handler, closed and ended when the server is (none left to the collector).
+    connections: list[tuple[asyncio.StreamWriter, asyncio.Task[None] | None]] = field(default_factory=list)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections.append((writer, asyncio.current_task()))  # type: ignore[arg-type]
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -64,6 +67,14 @@ async def _raw_server(answer: Answer) -> AsyncIterator[_RawServer]:
         yield server
     finally:
         listening.close()
+        for writer, handler in server.connections:
+            writer.close()
+            if handler is not None:
+                handler.cancel()
+        await asyncio.gather(*(h for _, h in server.connections if h is not None), return_exceptions=True)
+        for writer, _ in server.connections:
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(listening.wait_closed(), 1)
 
