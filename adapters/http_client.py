@@ -8,7 +8,8 @@ needs none of them straight to the transport httpx would have chosen, which is w
 once all of them have nothing to do: a request is sent byte for byte as the base class sends it
 (tests/adapters/test_http_client.py compares them on the wire). Whatever needs one of them goes the base
 class's way whole: a client or a request with authentication (credentials in the URL too), event hooks,
-following redirects. The cookie jar is read into only from an answer that sets a cookie.
+following redirects. The cookie jar is read into only from an answer that sets a cookie; httpx's log line of
+each request is written as httpx writes it, when its logger is on.
 
 The private parts of httpx used here (`_transport_for_url`, `_state`, `_auth`, `_default_encoding` and
 `httpx._exceptions.request_context`, as of httpx 0.28) are each checked by a test; an upgrade of httpx runs
@@ -17,12 +18,16 @@ those tests first.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
 from httpx._client import ClientState, UseClientDefault
 from httpx._exceptions import request_context
 
+# httpx's own logger: its line of each request, when an operator turned it on (bot/logs.py keeps it at WARNING, and
+# adapters/telegram/connection.py's guard redacts the token on it), is written as httpx writes it.
+_HTTPX_LOG = logging.getLogger("httpx")
 # How many URLs a client keeps parsed: the methods it calls, and the files it fetched last.
 URLS_KEPT = 64
 
@@ -76,6 +81,15 @@ class LeanClient(httpx.AsyncClient):
         response.default_encoding = self._default_encoding
         if "set-cookie" in response.headers:
             self.cookies.extract_cookies(response)
+        if _HTTPX_LOG.isEnabledFor(logging.INFO):
+            _HTTPX_LOG.info(
+                'HTTP Request: %s %s "%s %d %s"',
+                request.method,
+                request.url,
+                response.http_version,
+                response.status_code,
+                response.reason_phrase,
+            )
         if not stream:
             try:
                 await response.aread()

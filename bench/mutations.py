@@ -2838,6 +2838,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/adapters/test_http_client.py",),
     ),
     M(
+        "lean-client-logs-no-request-line",  # an operator who turned httpx's log on no longer sees the requests
+        RELIABILITY,
+        "        if _HTTPX_LOG.isEnabledFor(logging.INFO):",
+        "        if False:",
+        also=("tests/adapters/test_http_client.py", "tests/adapters/test_telegram_media.py"),
+    ),
+    M(
         "lean-client-takes-httpx-s-whole-path",  # every request through auth, redirects, timer and jar again
         RELIABILITY,
         "        if not self.plain(request, auth, follow_redirects):",

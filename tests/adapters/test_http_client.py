@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -112,13 +113,17 @@ async def _exchange(client: httpx.AsyncClient, url: str) -> list[tuple[int, list
     return answers
 
 
+def _request_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, str]]:
+    return [(r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name == "httpx"]
+
+
 def _answer(raw: bytes) -> bytes:
     if b"/v1/chat/completions" in raw.split(b"\r\n", 1)[0]:
         return _chunked(b'data: {"a":1}\n\n', b"data: [DONE]\n\n")
     return _ok()
 
 
-async def test_a_plain_request_goes_out_byte_for_byte_as_httpx_sends_it_through_the_transport_alone(monkeypatch):
+async def test_a_plain_request_goes_out_byte_for_byte_as_httpx_sends_it_through_the_transport_alone(monkeypatch, caplog):
     layered = []
     full_path = httpx.AsyncClient._send_handling_auth
 
@@ -127,15 +132,19 @@ async def test_a_plain_request_goes_out_byte_for_byte_as_httpx_sends_it_through_
         return await full_path(self, *args, **kwargs)
 
     monkeypatch.setattr(httpx.AsyncClient, "_send_handling_auth", counted)
+    caplog.set_level(logging.INFO, logger="httpx")  # httpx's line of each request, as an operator may turn it on
     async with _raw_server(_answer) as server:
         async with httpx.AsyncClient(**_kwargs()) as plain:  # type: ignore[arg-type]
             expected = await _exchange(plain, server.url)
         sent_by_httpx, server.requests = server.requests, []
+        logged_by_httpx = _request_lines(caplog)
+        caplog.clear()
         async with LeanClient(**_kwargs()) as lean:  # type: ignore[arg-type]
             got = await _exchange(lean, server.url)
             assert lean.cookies.jar is not None  # a jar is kept (nothing set one here)
     assert server.requests == sent_by_httpx
     assert got == expected
+    assert _request_lines(caplog) == logged_by_httpx and len(logged_by_httpx) == 4
     assert layered == ["AsyncClient"] * 4  # httpx's own four; none of the lean client's
 
 
