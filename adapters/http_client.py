@@ -11,17 +11,32 @@ class's way whole: a client or a request with authentication (credentials in the
 following redirects. The cookie jar is read into only from an answer that sets a cookie; httpx's log line of
 each request is written as httpx writes it, when its logger is on.
 
-The private parts of httpx used here (`_transport_for_url`, `_state`, `_auth`, `_default_encoding` and
-`httpx._exceptions.request_context`, as of httpx 0.28) are each checked by a test; an upgrade of httpx runs
-those tests first.
+Below httpx, httpcore reads and writes its connections through anyio: every read and every write in a cancel
+scope of its own and a turn of the loop besides, another 0.15-0.2 ms of CPU a request. A `LeanClient`'s
+connection pools read and write through `AsyncioBackend` instead: asyncio's own transports and a protocol
+that keeps what arrived until httpcore reads it, timeouts as timer handles, TLS by `loop.start_tls`, every
+failure raised as the httpcore error anyio's backend raises for it (tests/adapters/test_http_client.py runs
+both over plain TCP, TLS and a Unix socket, through resets, early closes, timeouts and a body larger than the
+buffers).
+
+The private parts of httpx and httpcore used here (`_transport_for_url`, `_state`, `_auth`,
+`_default_encoding`, `httpx._exceptions.request_context`, `AsyncHTTPTransport._pool` and a pool's
+`_network_backend`, as of httpx 0.28 and httpcore 1.0) are each checked by a test; an upgrade of either
+runs those tests first.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import logging
+import ssl
+from collections.abc import Iterable
 from typing import Any
 
+import httpcore
 import httpx
+from httpcore._utils import is_socket_readable
 from httpx._client import ClientState, UseClientDefault
 from httpx._exceptions import request_context
 
@@ -30,6 +45,10 @@ from httpx._exceptions import request_context
 _HTTPX_LOG = logging.getLogger("httpx")
 # How many URLs a client keeps parsed: the methods it calls, and the files it fetched last.
 URLS_KEPT = 64
+# A connection's bytes kept unread: past the high mark the socket is not read from until httpcore took all
+# but the low mark (a download larger than the buffers waits in the kernel, as with anyio's backend).
+READ_HIGH = 256 * 1024
+READ_LOW = 64 * 1024
 
 
 class LeanClient(httpx.AsyncClient):
@@ -39,6 +58,15 @@ class LeanClient(httpx.AsyncClient):
     def __init__(self, **kwargs: Any) -> None:
         self._urls: dict[str, httpx.URL] = {}
         super().__init__(**kwargs)
+        backend = AsyncioBackend()
+        for transport in (self._transport, *self._mounts.values()):
+            pool = getattr(transport, "_pool", None)  # httpx.AsyncHTTPTransport's; a proxy's pool is one too
+            if (
+                isinstance(transport, httpx.AsyncHTTPTransport)
+                and pool is not None
+                and hasattr(pool, "_network_backend")
+            ):
+                pool._network_backend = backend
 
     def _merge_url(self, url: httpx.URL | str) -> httpx.URL:
         if not isinstance(url, str):
@@ -97,3 +125,219 @@ class LeanClient(httpx.AsyncClient):
                 await response.aclose()
                 raise
         return response
+
+
+# --- httpcore's connections on asyncio's transports --------------------------------------------------------
+
+
+class _Connection(asyncio.Protocol):
+    """One connection's protocol: what arrived, kept for `AsyncioStream.read`; how it ended; whether writing
+    waits for the peer."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.ended = False  # the peer closed it, or it was lost
+        self.lost: Exception | None = None  # how it was lost, when not closed cleanly
+        self.reading: asyncio.Future[None] | None = None  # a read waiting for bytes
+        self.writable: asyncio.Future[None] | None = None  # a write waiting for the peer to take bytes
+        self.paused = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.buffered += len(data)
+        if self.buffered > READ_HIGH and self.transport is not None:
+            self.transport.pause_reading()
+        _wake(self.reading)
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        _wake(self.reading)
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        self.lost = exc
+        _wake(self.reading)
+        _wake(self.writable)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        _wake(self.writable)
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+async def _waited(waiter: asyncio.Future[None], seconds: float | None) -> None:
+    """Wait for `waiter`, at most `seconds` (None: for ever); TimeoutError when they passed. A timer handle, not
+    asyncio.timeout: no task of its own to cancel and uncancel on every read."""
+    if seconds is None:
+        await waiter
+        return
+    timer = asyncio.get_running_loop().call_later(seconds, _expire, waiter)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+
+
+class AsyncioStream(httpcore.AsyncNetworkStream):
+    """A connection as httpcore reads and writes it, on an asyncio transport."""
+
+    def __init__(self, transport: asyncio.Transport, connection: _Connection) -> None:
+        self._transport = transport
+        self._connection = connection
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109 - httpcore's
+        connection = self._connection
+        if not connection.chunks:
+            if not connection.ended:
+                connection.reading = waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await _waited(waiter, timeout)
+                except TimeoutError as exc:
+                    raise httpcore.ReadTimeout("timed out reading the answer") from exc
+                finally:
+                    connection.reading = None
+            if not connection.chunks:
+                if connection.lost is not None:
+                    raise httpcore.ReadError(str(connection.lost) or type(connection.lost).__name__)
+                return b""  # the peer closed it: httpcore reads this as the end
+        data = connection.chunks.popleft()
+        if len(data) > max_bytes:
+            connection.chunks.appendleft(data[max_bytes:])
+            data = data[:max_bytes]
+        connection.buffered -= len(data)
+        if connection.buffered <= READ_LOW and not connection.ended:
+            self._transport.resume_reading()
+        return data
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109 - httpcore's
+        if not buffer:
+            return
+        connection = self._connection
+        if connection.ended or self._transport.is_closing():
+            raise httpcore.WriteError(str(connection.lost) if connection.lost else "the connection is closed")
+        self._transport.write(buffer)
+        while connection.paused and not connection.ended:
+            connection.writable = waiter = asyncio.get_running_loop().create_future()
+            try:
+                await _waited(waiter, timeout)
+            except TimeoutError as exc:
+                raise httpcore.WriteTimeout("timed out writing the request") from exc
+            finally:
+                connection.writable = None
+        if connection.lost is not None:
+            raise httpcore.WriteError(str(connection.lost) or type(connection.lost).__name__)
+
+    async def aclose(self) -> None:
+        self._transport.close()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                transport = await loop.start_tls(
+                    self._transport, self._connection, ssl_context, server_hostname=server_hostname
+                )
+        except TimeoutError as exc:
+            self._transport.close()
+            raise httpcore.ConnectTimeout("timed out in the TLS handshake") from exc
+        except (OSError, ssl.SSLError) as exc:
+            self._transport.close()
+            raise httpcore.ConnectError(str(exc)) from exc
+        if transport is None:  # the connection closed during the handshake
+            raise httpcore.ConnectError("the connection closed during the TLS handshake")
+        self._connection.transport = transport  # what it pauses and resumes from now on: the TLS transport
+        return AsyncioStream(transport, self._connection)
+
+    def get_extra_info(self, info: str) -> Any:
+        transport = self._transport
+        if info == "ssl_object":
+            return transport.get_extra_info("ssl_object")
+        if info == "client_addr":
+            return transport.get_extra_info("sockname")
+        if info == "server_addr":
+            return transport.get_extra_info("peername")
+        if info == "socket":
+            return transport.get_extra_info("socket")
+        if info == "is_readable":  # an idle connection the peer closed, or wrote on: httpcore drops it
+            connection = self._connection
+            return bool(connection.chunks) or connection.ended or is_socket_readable(transport.get_extra_info("socket"))
+        return None
+
+
+class AsyncioBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend on asyncio's transports (see the module)."""
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        connection = _Connection()
+        try:
+            async with asyncio.timeout(timeout):
+                transport, _ = await loop.create_connection(
+                    lambda: connection,
+                    host,
+                    port,
+                    local_addr=(local_address, 0) if local_address else None,
+                    happy_eyeballs_delay=0.25,  # as anyio's connect_tcp: the next address after 250 ms
+                )
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"timed out connecting to port {port}") from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc)) from exc
+        return _opened(transport, connection, socket_options)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        connection = _Connection()
+        try:
+            async with asyncio.timeout(timeout):
+                transport, _ = await loop.create_unix_connection(lambda: connection, path)
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout("timed out connecting to a Unix socket") from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc)) from exc
+        return _opened(transport, connection, socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def _opened(transport: asyncio.BaseTransport, connection: _Connection, options: Iterable[Any] | None) -> AsyncioStream:
+    sock = transport.get_extra_info("socket")
+    for option in options or ():
+        sock.setsockopt(*option)
+    return AsyncioStream(transport, connection)  # type: ignore[arg-type]

@@ -2852,6 +2852,64 @@ MUTATIONS: tuple[Mutation, ...] = (
         also=("tests/adapters/test_http_client.py",),
     ),
     M(
+        "lean-client-pools-left-on-anyio",  # the Bot API and model links pay anyio's scopes on every read again
+        RELIABILITY,
+        "                pool._network_backend = backend",
+        "                pass",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "asyncio-backend-read-waits-without-its-timeout",  # a silent server holds the turn past the read timeout
+        RELIABILITY,
+        "                    await _waited(waiter, timeout)",
+        "                    await _waited(waiter, None)",
+        within="AsyncioStream.read",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "asyncio-backend-reset-read-as-a-clean-end",
+        RELIABILITY,
+        "                    raise httpcore.ReadError(str(connection.lost) or type(connection.lost).__name__)",
+        '                    return b""',
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "asyncio-backend-write-never-waits-for-the-peer",  # a stalled upload is never timed out
+        RELIABILITY,
+        "        while connection.paused and not connection.ended:",
+        "        while False:",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "asyncio-backend-tls-failure-unmapped",  # a refused certificate leaves as ssl.SSLError, not httpx's error
+        RELIABILITY,
+        "        except (OSError, ssl.SSLError) as exc:",
+        "        except ZeroDivisionError as exc:",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "asyncio-backend-tls-reading-resumed-on-the-raw-transport",  # a large download over TLS stalls
+        RELIABILITY,
+        "        self._connection.transport = transport  # what it pauses and resumes from now on: the TLS transport",
+        "        pass",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "asyncio-backend-reading-never-resumed",  # a body larger than the buffers stalls once reading paused
+        RELIABILITY,
+        "            self._transport.resume_reading()",
+        "            pass",
+        within="AsyncioStream.read",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
+        "asyncio-backend-closed-idle-connection-used-again",  # the next request fails on a connection the server closed
+        RELIABILITY,
+        '            return bool(connection.chunks) or connection.ended or is_socket_readable(transport.get_extra_info("socket"))',
+        "            return False",
+        also=("tests/adapters/test_http_client.py",),
+    ),
+    M(
         "stream-row-in-flight-not-taken-over",
         RELIABILITY,
         "            await asyncio.shield(self._writing)  # the write goes on if the turn is cut off meanwhile",
