@@ -246,6 +246,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             raise httpcore.WriteError(str(connection.lost) or type(connection.lost).__name__)
 
     async def aclose(self) -> None:
+        self._connection.ended = True  # at once: the pool asks `is_readable` before the transport has closed
         self._transport.close()
 
     async def start_tls(

@@ -325,6 +325,18 @@ async def test_an_idle_connection_the_server_closed_is_not_used_again():
     assert len(server.connections) == 2
 
 
+async def test_a_connection_closed_through_its_stream_is_not_used_again():
+    # As the model link drops the connection of a stream that did not end as an answer (_drop_connection).
+    async with _raw_server(lambda raw: _ok(b"fine")) as server:
+        for client in _both():
+            async with client:
+                first = await client.get(f"{server.url}/fine")
+                await first.extensions["network_stream"].aclose()
+                second = await _outcome(client, "GET", f"{server.url}/fine")
+            assert second == (200, b"fine"), type(client).__name__
+    assert len(server.connections) == 4  # each client: a new connection for its second request
+
+
 async def _held_then_read(client: httpx.AsyncClient, url: str) -> bytes:
     """A large body's headers taken, then its reading held while the server sends on (the connection's buffer
     passes its high mark and the socket is no longer read), then read whole."""
