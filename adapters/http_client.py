@@ -32,7 +32,7 @@ import collections
 import logging
 import ssl
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import httpcore
 import httpx
@@ -165,6 +165,20 @@ class _Connection(asyncio.Protocol):
         _wake(self.reading)
         _wake(self.writable)
 
+    async def wait(self, until: Literal["reading", "writable"], seconds: float | None) -> None:
+        """Until this protocol wakes `until` (bytes arrived, the peer took bytes, or the connection ended), at most
+        `seconds` (None: for ever); TimeoutError once they passed. A timer handle, not asyncio.timeout: no task to
+        cancel and uncancel on every read."""
+        waiter = asyncio.get_running_loop().create_future()
+        setattr(self, until, waiter)
+        timer = None if seconds is None else asyncio.get_running_loop().call_later(seconds, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            setattr(self, until, None)
+            if timer is not None:
+                timer.cancel()
+
     def pause_writing(self) -> None:
         self.paused = True
 
@@ -183,19 +197,6 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(TimeoutError())
 
 
-async def _waited(waiter: asyncio.Future[None], seconds: float | None) -> None:
-    """Wait for `waiter`, at most `seconds` (None: for ever); TimeoutError when they passed. A timer handle, not
-    asyncio.timeout: no task of its own to cancel and uncancel on every read."""
-    if seconds is None:
-        await waiter
-        return
-    timer = asyncio.get_running_loop().call_later(seconds, _expire, waiter)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
-
-
 class AsyncioStream(httpcore.AsyncNetworkStream):
     """A connection as httpcore reads and writes it, on an asyncio transport."""
 
@@ -207,13 +208,10 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         connection = self._connection
         if not connection.chunks:
             if not connection.ended:
-                connection.reading = waiter = asyncio.get_running_loop().create_future()
                 try:
-                    await _waited(waiter, timeout)
+                    await connection.wait("reading", timeout)
                 except TimeoutError as exc:
                     raise httpcore.ReadTimeout("timed out reading the answer") from exc
-                finally:
-                    connection.reading = None
             if not connection.chunks:
                 if connection.lost is not None:
                     raise httpcore.ReadError(str(connection.lost) or type(connection.lost).__name__)
@@ -235,13 +233,10 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             raise httpcore.WriteError(str(connection.lost) if connection.lost else "the connection is closed")
         self._transport.write(buffer)
         while connection.paused and not connection.ended:
-            connection.writable = waiter = asyncio.get_running_loop().create_future()
             try:
-                await _waited(waiter, timeout)
+                await connection.wait("writable", timeout)
             except TimeoutError as exc:
                 raise httpcore.WriteTimeout("timed out writing the request") from exc
-            finally:
-                connection.writable = None
         if connection.lost is not None:
             raise httpcore.WriteError(str(connection.lost) or type(connection.lost).__name__)
 

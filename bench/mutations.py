@@ -2861,8 +2861,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     M(
         "asyncio-backend-read-waits-without-its-timeout",  # a silent server holds the turn past the read timeout
         RELIABILITY,
-        "                    await _waited(waiter, timeout)",
-        "                    await _waited(waiter, None)",
+        '                    await connection.wait("reading", timeout)',
+        '                    await connection.wait("reading", None)',
         within="AsyncioStream.read",
         also=("tests/adapters/test_http_client.py",),
     ),

@@ -16,8 +16,8 @@ from bot.cli import _check_db_path
 from bot.doctor import FAIL, INFO, OK, WARN, Report, diagnose
 from bot.settings import Settings
 from core.values.errors import StoreError
+from tests.helpers.ports import free_port
 from tests.helpers.postgres import PostgresCluster
-from tests.helpers.web import free_port
 from tests.helpers.wire_platforms import rows
 
 PASSWORD = "pw-doctor-9c1e"

@@ -21,8 +21,9 @@ from bot.settings import load_settings
 from core.privacy.secrets import hash_passphrase
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.ports import free_port
 from tests.helpers.proc import companion_env, run_companion, spawn_companion
-from tests.helpers.web import free_port, sign_in_blocking
+from tests.helpers.web import sign_in_blocking
 
 USER = 5550123987
 CANARY = "METRICS-WIRE-CANARY"

@@ -32,9 +32,10 @@ from tests.conftest import PASSPHRASE
 from tests.helpers.fake_discord import FakeDiscordServer
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.ports import free_port
 from tests.helpers.proc import companion_env, run_companion
 from tests.helpers.running import Running
-from tests.helpers.web import csrf_of, free_port, sign_in
+from tests.helpers.web import csrf_of, sign_in
 from tests.helpers.web_pages import EventStream
 from tests.helpers.wire_platforms import rows, shipped
 

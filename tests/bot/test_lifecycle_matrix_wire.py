@@ -36,9 +36,9 @@ from tests.helpers.platforms import Fault, Where, WirePlatform
 from tests.helpers.platforms.discord import DiscordWire
 from tests.helpers.platforms.telegram import TelegramWire
 from tests.helpers.platforms.web import WebWire
+from tests.helpers.ports import free_port
 from tests.helpers.proc import companion_env
 from tests.helpers.running import Running
-from tests.helpers.web import free_port
 from tests.helpers.wire_platforms import rows, shipped
 
 pytestmark = pytest.mark.wire

@@ -18,11 +18,11 @@ from tests.adapters.test_postgres_start import password_cluster  # noqa: F401 - 
 from tests.bot.test_instance import Output
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.ports import free_port
 from tests.helpers.postgres import PostgresCluster
 from tests.helpers.proc import companion_env, run_companion, spawn_companion
 from tests.helpers.running import Running
 from tests.helpers.telegram_gateway import gateway_env, polling, say, spawn, stop
-from tests.helpers.web import free_port
 from tests.helpers.wire_platforms import rows
 
 pytestmark = pytest.mark.wire

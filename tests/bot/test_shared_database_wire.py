@@ -15,9 +15,10 @@ from adapters.web.chat_page import ELSEWHERE
 from bot.gateway import SHARED_TELEGRAM
 from bot.instance import LOCK_LOST
 from core.privacy.secrets import hash_passphrase
+from tests.helpers.ports import free_port
 from tests.helpers.proc import companion_env, run_companion
 from tests.helpers.running import Running
-from tests.helpers.web import free_port, signed_in_browser
+from tests.helpers.web import signed_in_browser
 from tests.helpers.wire_platforms import rows
 
 pytestmark = pytest.mark.wire

@@ -26,9 +26,10 @@ from tests.bot.test_gateway_discord import FRIEND
 from tests.bot.test_streaming_telegram_wire import USER, said_last, story, stream_env
 from tests.bot.test_web_stream_wire import log_of, ready, spawn, until
 from tests.helpers.fake_openai import FakeOpenAIServer, completion_json, stream_completion
+from tests.helpers.ports import free_port
 from tests.helpers.proc import companion_env
 from tests.helpers.running import Running
-from tests.helpers.web import free_port, signed_in_browser, stop_gateway
+from tests.helpers.web import signed_in_browser, stop_gateway
 from tests.helpers.web_pages import EventStream
 from tests.helpers.wire_platforms import shipped
 

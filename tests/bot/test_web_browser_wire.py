@@ -30,8 +30,9 @@ from core.privacy.secrets import hash_passphrase
 from core.values import copy
 from tests.helpers.browser import chromium_browser, require_chromium
 from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.ports import free_port
 from tests.helpers.proc import companion_env, run_companion
-from tests.helpers.web import free_port, stop_gateway
+from tests.helpers.web import stop_gateway
 
 pytestmark = pytest.mark.wire
 

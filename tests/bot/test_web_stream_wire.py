@@ -20,8 +20,9 @@ import httpx
 import pytest
 
 from tests.helpers.fake_openai import FakeOpenAIServer
+from tests.helpers.ports import free_port
 from tests.helpers.proc import companion_env, env_cwd
-from tests.helpers.web import free_port, signed_in_browser, stop_gateway
+from tests.helpers.web import signed_in_browser, stop_gateway
 from tests.helpers.web_pages import EventStream
 
 pytestmark = pytest.mark.wire

@@ -19,11 +19,11 @@ import pytest
 
 from tests.helpers.fake_openai import FakeOpenAIServer
 from tests.helpers.fake_telegram import FakeTelegramServer
+from tests.helpers.ports import free_port
 from tests.helpers.postgres import PostgresCluster, holding
 from tests.helpers.proc import run_companion
 from tests.helpers.running import Running
 from tests.helpers.telegram_gateway import USER, gateway_env
-from tests.helpers.web import free_port
 from tests.helpers.wire_platforms import rows
 
 pytestmark = pytest.mark.wire

@@ -51,9 +51,10 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """tests/helpers/ports.py's (imported here: this file also runs as a script, where `tests` is not a package)."""
+    from tests.helpers.ports import free_port as below_the_ephemeral_range
+
+    return below_the_ephemeral_range()
 
 
 @contextlib.contextmanager

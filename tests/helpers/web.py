@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -25,13 +24,6 @@ from core.ports.clock import Clock
 from tests.helpers.proc import run_companion
 
 _CSRF = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (for a subprocess that must be told its port)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -23,9 +23,10 @@ from core.turn.recovery import SENT_AT_MARGIN
 from core.values.edge import EdgeSettings
 from core.values.model import Confirmation
 from tests.helpers.platforms import HAS, Fault, Where
+from tests.helpers.ports import free_port
 from tests.helpers.proc import companion_env, run_companion
 from tests.helpers.waiting import wait_for
-from tests.helpers.web import csrf_of, free_port, sign_in_blocking
+from tests.helpers.web import csrf_of, sign_in_blocking
 from tests.helpers.wire_platforms import rows
 
 
