@@ -31,7 +31,7 @@ import asyncio
 import collections
 import logging
 import ssl
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 import httpcore
@@ -294,22 +294,16 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        connection = _Connection()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, _ = await loop.create_connection(
-                    lambda: connection,
-                    host,
-                    port,
-                    local_addr=(local_address, 0) if local_address else None,
-                    happy_eyeballs_delay=0.25,  # as anyio's connect_tcp: the next address after 250 ms
-                )
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"timed out connecting to port {port}") from exc
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
-        return _opened(transport, connection, socket_options)
+        def opening(connection: _Connection) -> Awaitable[tuple[asyncio.BaseTransport, Any]]:
+            return asyncio.get_running_loop().create_connection(
+                lambda: connection,
+                host,
+                port,
+                local_addr=(local_address, 0) if local_address else None,
+                happy_eyeballs_delay=0.25,  # as anyio's connect_tcp: the next address after 250 ms
+            )
+
+        return await _connected(opening, timeout, f"port {port}", socket_options)
 
     async def connect_unix_socket(
         self,
@@ -317,22 +311,31 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        connection = _Connection()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, _ = await loop.create_unix_connection(lambda: connection, path)
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout("timed out connecting to a Unix socket") from exc
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
-        return _opened(transport, connection, socket_options)
+        def opening(connection: _Connection) -> Awaitable[tuple[asyncio.BaseTransport, Any]]:
+            return asyncio.get_running_loop().create_unix_connection(lambda: connection, path)
+
+        return await _connected(opening, timeout, "a Unix socket", socket_options)
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
 
-def _opened(transport: asyncio.BaseTransport, connection: _Connection, options: Iterable[Any] | None) -> AsyncioStream:
+async def _connected(
+    opening: Callable[[_Connection], Awaitable[tuple[asyncio.BaseTransport, Any]]],
+    seconds: float | None,
+    what: str,
+    options: Iterable[Any] | None,
+) -> AsyncioStream:
+    """A new connection opened by `opening` within `seconds`, its socket options set; the errors anyio's backend
+    raises when it cannot (ConnectTimeout, ConnectError)."""
+    connection = _Connection()
+    try:
+        async with asyncio.timeout(seconds):
+            transport, _ = await opening(connection)
+    except TimeoutError as exc:
+        raise httpcore.ConnectTimeout(f"timed out connecting to {what}") from exc
+    except OSError as exc:
+        raise httpcore.ConnectError(str(exc)) from exc
     sock = transport.get_extra_info("socket")
     for option in options or ():
         sock.setsockopt(*option)
